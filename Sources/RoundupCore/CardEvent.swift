@@ -1,0 +1,69 @@
+import Foundation
+
+/// What one Trello action means for one card, before the store is consulted.
+public struct CardEvent: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// The payload carries the new values of these fields.
+        case fields([String: JSONValue])
+        /// The payload is too thin: fetch the full card and compare every field.
+        case fetch
+        /// The card left the list: deleted, archived or moved away.
+        case removed
+    }
+
+    public var cardID: String
+    /// The Trello list the event concerns, when the payload names it.
+    public var listID: String?
+    public var boardID: String?
+    public var kind: Kind
+
+    public init(cardID: String, listID: String?, boardID: String?, kind: Kind) {
+        self.cardID = cardID
+        self.listID = listID
+        self.boardID = boardID
+        self.kind = kind
+    }
+}
+
+/// Turns a Trello action into card events. Pure: no store, no network.
+public enum CardEventInterpreter {
+    public static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
+        let action = body.action
+        guard let type = actionType ?? action.type, let data = action.data,
+              let cardID = data.card?["id"]?.stringValue
+        else { return [] }
+        let board = data.board?.id
+        // A list model names the list when the payload does not.
+        let modelList = body.model?.idBoard != nil ? body.model?.id : nil
+        let list = data.list?.id ?? data.listAfter?.id ?? (data.card?["idList"]?.stringValue) ?? modelList
+
+        switch type {
+        case "createCard", "copyCard", "convertToCardFromCheckItem", "moveCardToBoard":
+            return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)]
+        case "deleteCard", "moveCardFromBoard":
+            return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .removed)]
+        case "updateCard":
+            let old = data.old ?? [:]
+            let card = data.card ?? [:]
+            if old["idList"] != nil, let before = data.listBefore?.id, let after = data.listAfter?.id ?? card["idList"]?.stringValue {
+                return [
+                    CardEvent(cardID: cardID, listID: before, boardID: board, kind: .removed),
+                    CardEvent(cardID: cardID, listID: after, boardID: board, kind: .fetch),
+                ]
+            }
+            if old["closed"] != nil {
+                let closed = card["closed"]?.boolValue ?? true
+                return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: closed ? .removed : .fetch)]
+            }
+            let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
+            if fields.isEmpty { return [] }  // pos, dueReminder, members…: nothing the apps see
+            return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))]
+        case _ where TrelloActionType.handled.contains(type):
+            // Labels, checklists, check items, attachments, custom fields: the payload names what changed
+            // but not the card's resulting value, so read the card.
+            return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .fetch)]
+        default:
+            return []
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+
+/// The field names the apps see, in `changed_fields` and `fields`.
+public enum SyncField {
+    public static let title = "title"
+    public static let notes = "notes"
+    public static let dueDate = "due_date"
+    public static let startDate = "start_date"
+    public static let completed = "completed"
+    public static let priority = "priority"
+    public static let labels = "labels"
+    public static let checklists = "checklists"
+    public static let url = "url"
+    public static let location = "location"
+
+    public static let all: [String] = [title, notes, dueDate, startDate, completed, priority, labels, checklists, url, location]
+
+    /// Trello card attribute → field, for attributes an `updateCard` payload carries itself.
+    public static let fromCardAttribute: [String: String] = [
+        "name": title, "desc": notes, "due": dueDate, "start": startDate, "dueComplete": completed, "idLabels": labels,
+    ]
+}
+
+/// What the board's "Priority" dropdown custom field is: its id and option id → option text.
+public struct PriorityField: Sendable, Equatable {
+    public var fieldID: String
+    public var options: [String: String]
+
+    public init(fieldID: String, options: [String: String]) {
+        self.fieldID = fieldID
+        self.options = options
+    }
+}
+
+/// Maps a full Trello card (`GET /cards/{id}?fields=all&customFieldItems=true&checklists=all&attachments=true`)
+/// to the fields the apps see.
+public enum CardMapper {
+    public static func fields(fromCard card: [String: JSONValue], priority: PriorityField? = nil) -> [String: JSONValue] {
+        var fields: [String: JSONValue] = [:]
+        fields[SyncField.title] = card["name"] ?? .string("")
+        fields[SyncField.notes] = card["desc"] ?? .string("")
+        fields[SyncField.dueDate] = card["due"] ?? .null
+        fields[SyncField.startDate] = card["start"] ?? .null
+        fields[SyncField.completed] = .bool(card["dueComplete"]?.boolValue ?? false)
+        fields[SyncField.labels] = .array((card["idLabels"]?.arrayValue ?? []).sorted { ($0.stringValue ?? "") < ($1.stringValue ?? "") })
+        fields[SyncField.checklists] = .array((card["checklists"]?.arrayValue ?? []).compactMap(checklist))
+        fields[SyncField.url] = urlAttachment(card["attachments"]?.arrayValue ?? [])
+        fields[SyncField.location] = location(card)
+        fields[SyncField.priority] = priorityValue(card["customFieldItems"]?.arrayValue ?? [], priority: priority)
+        return fields
+    }
+
+    /// Maps the attributes an `updateCard` payload carries (`data.card`) for the keys that changed (`data.old`).
+    public static func partialFields(card: [String: JSONValue], changedAttributes: some Sequence<String>) -> [String: JSONValue] {
+        var fields: [String: JSONValue] = [:]
+        for attribute in changedAttributes {
+            guard let field = SyncField.fromCardAttribute[attribute] else { continue }
+            let value = card[attribute] ?? .null
+            switch field {
+            case SyncField.completed: fields[field] = .bool(value.boolValue ?? false)
+            case SyncField.labels:
+                fields[field] = .array((value.arrayValue ?? []).sorted { ($0.stringValue ?? "") < ($1.stringValue ?? "") })
+            case SyncField.title, SyncField.notes: fields[field] = value == .null ? .string("") : value
+            default: fields[field] = value
+            }
+        }
+        return fields
+    }
+
+    private static func checklist(_ value: JSONValue) -> JSONValue? {
+        guard let object = value.objectValue else { return nil }
+        let items = (object["checkItems"]?.arrayValue ?? [])
+            .compactMap { $0.objectValue }
+            .sorted { ($0["pos"].flatMap(number) ?? 0) < ($1["pos"].flatMap(number) ?? 0) }
+            .map { item -> JSONValue in
+                .object([
+                    "id": item["id"] ?? .null,
+                    "name": item["name"] ?? .string(""),
+                    "completed": .bool(item["state"]?.stringValue == "complete"),
+                ])
+            }
+        return .object(["id": object["id"] ?? .null, "name": object["name"] ?? .string(""), "items": .array(items)])
+    }
+
+    private static func number(_ value: JSONValue) -> Double? {
+        if case .number(let n) = value { return n }
+        return nil
+    }
+
+    private static func urlAttachment(_ attachments: [JSONValue]) -> JSONValue {
+        for attachment in attachments {
+            guard let object = attachment.objectValue else { continue }
+            if object["isUpload"]?.boolValue == true { continue }
+            if let url = object["url"]?.stringValue, !url.isEmpty { return .string(url) }
+        }
+        return .null
+    }
+
+    private static func location(_ card: [String: JSONValue]) -> JSONValue {
+        let name = card["locationName"]?.stringValue
+        let address = card["address"]?.stringValue
+        let coordinates = card["coordinates"]
+        if name == nil && address == nil && (coordinates == nil || coordinates == .null) { return .null }
+        var object: [String: JSONValue] = [:]
+        object["name"] = name.map(JSONValue.string) ?? .null
+        object["address"] = address.map(JSONValue.string) ?? .null
+        if let lat = coordinates?["latitude"], let lon = coordinates?["longitude"] {
+            object["latitude"] = lat
+            object["longitude"] = lon
+        } else if let text = coordinates?.stringValue {
+            let parts = text.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+            if parts.count == 2 {
+                object["latitude"] = .number(parts[0])
+                object["longitude"] = .number(parts[1])
+            }
+        }
+        return .object(object)
+    }
+
+    private static func priorityValue(_ items: [JSONValue], priority: PriorityField?) -> JSONValue {
+        guard let priority else { return .null }
+        for item in items {
+            guard let object = item.objectValue, object["idCustomField"]?.stringValue == priority.fieldID else { continue }
+            if let optionID = object["idValue"]?.stringValue, let text = priority.options[optionID] {
+                return .string(text.lowercased())
+            }
+        }
+        return .null
+    }
+}

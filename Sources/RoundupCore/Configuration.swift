@@ -1,0 +1,119 @@
+import Foundation
+import Logging
+
+/// A configuration key that could not be used, named so the operator knows what to fix.
+public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+    public var key: String
+    public var problem: String
+    public init(key: String, problem: String) {
+        self.key = key
+        self.problem = problem
+    }
+    public var description: String { "configuration: \(key) \(problem)" }
+}
+
+/// Every setting of every process, read from the environment in one place. README.md documents each key.
+public struct RoundupConfiguration: Sendable {
+    public var redisURL: String
+    public var redisPrefix: String
+    public var redisCAFile: String?
+    public var databaseURL: String
+    public var publicURL: String?
+    public var trelloAPIURL: String
+    public var host: String
+    public var ingressPort: Int
+    public var workerPort: Int
+    public var logLevel: Logger.Level
+    /// Seconds an accepted action id is remembered for deduplication.
+    public var dedupeTTLSeconds: Int
+    /// Deliveries of one event before it goes to the dead-letter stream.
+    public var maxDeliveries: Int
+    /// Milliseconds a pending entry may sit with a consumer before another worker reclaims it.
+    public var claimIdleMilliseconds: Int
+    /// Entries read per batch.
+    public var workerBatchSize: Int
+    /// The consumer name of this worker in the group; defaults to host name and process id.
+    public var workerConsumerName: String
+
+    public static let keys: [String] = [
+        "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
+        "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
+        "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
+        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME",
+    ]
+
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        func value(_ key: String) -> String? {
+            guard let v = environment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
+            return v
+        }
+        func integer(_ key: String, default def: Int, range: ClosedRange<Int>) throws -> Int {
+            guard let text = value(key) else { return def }
+            guard let n = Int(text), range.contains(n) else {
+                throw ConfigurationError(key: key, problem: "must be a whole number in \(range.lowerBound)...\(range.upperBound), not \"\(text)\"")
+            }
+            return n
+        }
+        func url(_ key: String, default def: String?, schemes: Set<String>) throws -> String? {
+            guard let text = value(key) ?? def else { return nil }
+            guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
+                  schemes.contains(scheme), components.host?.isEmpty == false
+            else {
+                throw ConfigurationError(key: key, problem: "must be a URL with scheme \(schemes.sorted().joined(separator: " or ")) and a host")
+            }
+            return text.hasSuffix("/") ? String(text.dropLast()) : text
+        }
+
+        redisURL = value("ROUNDUP_REDIS_URL") ?? "redis://127.0.0.1:6379/0"
+        guard redisURL.hasPrefix("redis://") || redisURL.hasPrefix("rediss://"), URLComponents(string: redisURL)?.host?.isEmpty == false else {
+            throw ConfigurationError(key: "ROUNDUP_REDIS_URL", problem: "must look like redis://[user:password@]host:port/db or rediss://…")
+        }
+        redisPrefix = value("ROUNDUP_REDIS_PREFIX") ?? "roundup:"
+        redisCAFile = value("ROUNDUP_REDIS_CA_FILE")
+        if let ca = redisCAFile, !FileManager.default.isReadableFile(atPath: ca) {
+            throw ConfigurationError(key: "ROUNDUP_REDIS_CA_FILE", problem: "names a file that cannot be read: \(ca)")
+        }
+        databaseURL = value("ROUNDUP_DATABASE_URL") ?? "sqlite:data/roundup.sqlite"
+        guard databaseURL.hasPrefix("sqlite:") || databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "must start with sqlite: (a file path) or postgres://")
+        }
+        publicURL = try url("ROUNDUP_PUBLIC_URL", default: nil, schemes: ["http", "https"])
+        trelloAPIURL = try url("ROUNDUP_TRELLO_API_URL", default: "https://api.trello.com/1", schemes: ["http", "https"])!
+        host = value("ROUNDUP_HOST") ?? "127.0.0.1"
+        ingressPort = try integer("ROUNDUP_INGRESS_PORT", default: 8081, range: 0...65535)
+        workerPort = try integer("ROUNDUP_WORKER_PORT", default: 9101, range: 0...65535)
+        if let level = value("LOG_LEVEL") {
+            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
+                throw ConfigurationError(key: "LOG_LEVEL", problem: "must be one of trace, debug, info, notice, warning, error, critical")
+            }
+            logLevel = parsed
+        } else {
+            logLevel = .info
+        }
+        dedupeTTLSeconds = try integer("ROUNDUP_DEDUPE_TTL_SECONDS", default: 172_800, range: 60...2_592_000)
+        maxDeliveries = try integer("ROUNDUP_MAX_DELIVERIES", default: 5, range: 1...1000)
+        claimIdleMilliseconds = try integer("ROUNDUP_CLAIM_IDLE_MS", default: 30_000, range: 100...86_400_000)
+        workerBatchSize = try integer("ROUNDUP_WORKER_BATCH", default: 256, range: 1...10_000)
+        workerConsumerName = value("ROUNDUP_WORKER_NAME")
+            ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+    }
+
+    /// The SQLite file path, when the database URL names one.
+    public var sqlitePath: String? {
+        databaseURL.hasPrefix("sqlite:") ? String(databaseURL.dropFirst("sqlite:".count)) : nil
+    }
+
+    public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix) }
+}
+
+extension RoundupConfiguration {
+    /// Reads the configuration or exits with a message naming the bad key.
+    public static func loadOrExit() -> RoundupConfiguration {
+        do {
+            return try RoundupConfiguration()
+        } catch {
+            FileHandle.standardError.write(Data("\(error)\n".utf8))
+            exit(78)  // EX_CONFIG
+        }
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+
+/// The card action types the server acts on. Anything else is answered 200 and not enqueued.
+public enum TrelloActionType {
+    public static let handled: Set<String> = [
+        "createCard", "updateCard", "deleteCard", "copyCard", "moveCardToBoard", "moveCardFromBoard",
+        "convertToCardFromCheckItem", "addLabelToCard", "removeLabelFromCard", "addChecklistToCard",
+        "removeChecklistFromCard", "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard",
+        "deleteCheckItem", "addAttachmentToCard", "deleteAttachmentFromCard", "updateCustomFieldItem",
+    ]
+}
+
+/// The little of a webhook body the ingress needs: the action's id and type, and the watched model.
+public struct WebhookEnvelope: Decodable, Sendable {
+    public struct Action: Decodable, Sendable {
+        public var id: String?
+        public var type: String?
+    }
+    public struct Model: Decodable, Sendable {
+        public var id: String?
+    }
+    public var action: Action?
+    public var model: Model?
+}
+
+/// A reference Trello puts in action data: `{"id", "name"}`.
+public struct TrelloRef: Decodable, Sendable, Equatable {
+    public var id: String
+    public var name: String?
+}
+
+/// A card action as the worker reads it.
+public struct TrelloAction: Decodable, Sendable {
+    public struct ActionData: Decodable, Sendable {
+        public var card: [String: JSONValue]?
+        public var old: [String: JSONValue]?
+        public var list: TrelloRef?
+        public var listBefore: TrelloRef?
+        public var listAfter: TrelloRef?
+        public var board: TrelloRef?
+    }
+    public var id: String?
+    public var type: String?
+    public var date: String?
+    public var data: ActionData?
+}
+
+/// A full webhook body as the worker reads it. The model is a list (`idBoard` present), a board or a card.
+public struct TrelloWebhookBody: Decodable, Sendable {
+    public struct Model: Decodable, Sendable {
+        public var id: String?
+        public var idBoard: String?
+    }
+    public var action: TrelloAction
+    public var model: Model?
+}
+
+extension TrelloWebhookBody {
+    /// Decodes a body, or an action object alone (as some captures hold).
+    public static func decode(_ bytes: some Collection<UInt8>) throws -> TrelloWebhookBody {
+        let data = Data(bytes)
+        let decoder = JSONDecoder()
+        if let body = try? decoder.decode(TrelloWebhookBody.self, from: data) { return body }
+        return TrelloWebhookBody(action: try decoder.decode(TrelloAction.self, from: data), model: nil)
+    }
+}

@@ -1,0 +1,152 @@
+import Crypto
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// A small pool of pipelined connections. A connection that fails is dropped and a new one is opened
+/// on the next use, so the client recovers by itself when Redis comes back.
+public final class RedisClient: Sendable {
+    public let configuration: RedisConfiguration
+    private let group: any EventLoopGroup
+    private let slots: [NIOLockedValueBox<Slot>]
+    private let next = NIOLockedValueBox(0)
+    private let logger: Logger
+
+    private enum Slot {
+        case idle
+        case connecting(EventLoopFuture<RedisConnection>)
+        case connected(RedisConnection)
+    }
+
+    public init(
+        configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "roundup.redis")
+    ) {
+        self.configuration = configuration
+        self.group = eventLoopGroup
+        self.slots = (0..<max(1, configuration.poolSize)).map { _ in NIOLockedValueBox(Slot.idle) }
+        self.logger = logger
+    }
+
+    /// A pooled connection, opened if needed. Connections are shared: requests on one are pipelined.
+    public func connection() -> EventLoopFuture<RedisConnection> {
+        let index = next.withLockedValue { value -> Int in
+            defer { value = (value &+ 1) % slots.count }
+            return value
+        }
+        let slot = slots[index]
+        return slot.withLockedValue { state -> EventLoopFuture<RedisConnection> in
+            switch state {
+            case .connected(let connection) where connection.isActive:
+                return connection.eventLoop.makeSucceededFuture(connection)
+            case .connecting(let future):
+                return future
+            case .connected, .idle:
+                let future = RedisConnection.connect(configuration, on: group.next())
+                state = .connecting(future)
+                let logger = self.logger
+                let endpoint = configuration.endpoint
+                future.whenComplete { result in
+                    slot.withLockedValue { state in
+                        switch result {
+                        case .success(let connection):
+                            state = .connected(connection)
+                            connection.closeFuture.whenComplete { _ in
+                                slot.withLockedValue { state in
+                                    if case .connected(let current) = state, current === connection { state = .idle }
+                                }
+                            }
+                        case .failure(let error):
+                            state = .idle
+                            logger.warning("redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+                        }
+                    }
+                }
+                return future
+            }
+        }
+    }
+
+    /// A connection of its own, outside the pool, for blocking commands (XREADGROUP BLOCK).
+    public func dedicatedConnection() -> EventLoopFuture<RedisConnection> {
+        RedisConnection.connect(configuration, on: group.next())
+    }
+
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) -> EventLoopFuture<RedisValue> {
+        connection().flatMap { $0.send(command, timeout: timeout) }
+    }
+
+    public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
+        connection().flatMap { $0.pipeline(commands, timeout: timeout) }
+    }
+
+    public func send(_ name: String, _ arguments: RedisArgument..., timeout: TimeAmount? = nil) async throws -> RedisValue {
+        try await send(RedisCommand(name, arguments), timeout: timeout).get()
+    }
+
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> RedisValue {
+        try await send(command, timeout: timeout).get()
+    }
+
+    public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
+        try await pipeline(commands, timeout: timeout).get()
+    }
+
+    /// Runs a Lua script by its SHA1 (EVALSHA), loading it with EVAL when the server does not know it yet.
+    public func evaluate(
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil
+    ) -> EventLoopFuture<RedisValue> {
+        let tail = [RedisArgument(keys.count)] + keys + arguments
+        return connection().flatMap { connection in
+            connection.pipeline([RedisCommand("EVALSHA", [RedisArgument(script.sha1)] + tail)], timeout: timeout)
+                .flatMap { replies -> EventLoopFuture<RedisValue> in
+                    switch replies[0] {
+                    case .error(let message) where message.hasPrefix("NOSCRIPT"):
+                        return connection.send(RedisCommand("EVAL", [RedisArgument(script.source)] + tail), timeout: timeout)
+                    case .error(let message):
+                        return connection.eventLoop.makeFailedFuture(RedisClientError(.server, "script \(script.name): \(message)"))
+                    case let reply:
+                        return connection.eventLoop.makeSucceededFuture(reply)
+                    }
+                }
+        }
+    }
+
+    public func evaluate(
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil
+    ) async throws -> RedisValue {
+        try await evaluate(script, keys: keys, arguments: arguments, timeout: timeout).get()
+    }
+
+    /// Closes every pooled connection.
+    public func shutdown() async {
+        for slot in slots {
+            let state = slot.withLockedValue { state -> Slot in
+                defer { state = .idle }
+                return state
+            }
+            switch state {
+            case .connected(let connection): try? await connection.close().get()
+            case .connecting(let future): try? await future.get().close().get()
+            case .idle: break
+            }
+        }
+    }
+}
+
+/// A Lua script, run by SHA1 with a fallback to its source.
+public struct RedisScript: Sendable {
+    public let name: String
+    public let source: String
+    public let sha1: String
+
+    public init(name: String, source: String) {
+        self.name = name
+        self.source = source
+        self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import GRDB
+import RoundupCore
+
+/// The embedded store: one SQLite file in WAL mode, through GRDB. Several processes on one machine may share it.
+public final class SQLiteStore: SyncStore {
+    let pool: DatabasePool
+
+    public init(path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        var configuration = Configuration()
+        // Other processes (workers, the API) write too: wait for their transactions rather than fail.
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            // WAL comes with DatabasePool; FULL makes every acknowledged event's row survive a power cut.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+    }
+
+    public func migrate() async throws {
+        try SQLiteMigrations.migrator.migrate(pool)
+    }
+
+    /// The names of the tables, for tests and `roundupctl`.
+    public func tableNames() async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY name")
+        }
+    }
+
+    public func journalMode() async throws -> String {
+        try await pool.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "" }
+    }
+
+    // MARK: Accounts and lists
+
+    public func createAccount(authTokenHash: String) async throws -> String {
+        let id = UUID().uuidString.lowercased()
+        let now = Timestamp.now()
+        try await pool.write { db in
+            try db.execute(
+                sql: "INSERT INTO accounts (id, auth_token_hash, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                arguments: [id, authTokenHash, now, now])
+        }
+        return id
+    }
+
+    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
+        let now = Timestamp.now()
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE accounts SET trello_api_key = COALESCE(?, trello_api_key), trello_token = COALESCE(?, trello_token),
+                    trello_webhook_secret = COALESCE(?, trello_webhook_secret), updated_at = ? WHERE id = ?
+                    """,
+                arguments: [apiKey, token, webhookSecret, now, id])
+        }
+    }
+
+    public func account(id: String) async throws -> AccountRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret FROM accounts WHERE id = ?", arguments: [id])
+                .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3]) }
+        }
+    }
+
+    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
+        let record = SyncListRecord(id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
+        let now = Timestamp.now()
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [record.id, accountID, name, trelloBoardID, trelloListID, now, now])
+        }
+        return record
+    }
+
+    // MARK: The worker's batch
+
+    public func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
+        try await pool.read { db in
+            var context = BatchContext()
+            var accounts = Set<String>()
+            for item in items {
+                accounts.insert(item.accountID)
+                for listID in item.listIDs where context.lists[AccountScoped(item.accountID, listID)] == nil {
+                    if let row = try Row.fetchOne(
+                        db, sql: "SELECT id, name, trello_board_id FROM sync_lists WHERE account_id = ? AND trello_list_id = ?",
+                        arguments: [item.accountID, listID])
+                    {
+                        context.lists[AccountScoped(item.accountID, listID)] = SyncListRecord(
+                            id: row[0], accountID: item.accountID, name: row[1], trelloBoardID: row[2], trelloListID: listID)
+                    }
+                }
+                if let board = item.boardID, !context.boards.contains(AccountScoped(item.accountID, board)) {
+                    if try Bool.fetchOne(
+                        db, sql: "SELECT 1 FROM sync_lists WHERE account_id = ? AND trello_board_id = ? LIMIT 1",
+                        arguments: [item.accountID, board]) == true
+                    {
+                        context.boards.insert(AccountScoped(item.accountID, board))
+                        if let field = try Self.priorityField(db, accountID: item.accountID, boardID: board) {
+                            context.priorityFields[AccountScoped(item.accountID, board)] = field
+                        }
+                    }
+                }
+                let taskKey = AccountScoped(item.accountID, item.cardID)
+                if context.tasks[taskKey] == nil,
+                   let row = try Row.fetchOne(
+                       db, sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
+                       arguments: [item.accountID, item.cardID])
+                {
+                    context.tasks[taskKey] = TaskState(syncListID: row[0], deleted: row[1])
+                }
+            }
+            for account in accounts {
+                if let row = try Row.fetchOne(db, sql: "SELECT trello_api_key, trello_token FROM accounts WHERE id = ?", arguments: [account]),
+                   let key: String = row[0], let token: String = row[1]
+                {
+                    context.credentials[account] = TrelloCredentials(apiKey: key, token: token)
+                }
+            }
+            return context
+        }
+    }
+
+    static func priorityField(_ db: Database, accountID: String, boardID: String) throws -> PriorityField? {
+        guard let row = try Row.fetchOne(
+            db,
+            sql: "SELECT trello_field_id, options FROM sync_custom_fields WHERE account_id = ? AND trello_board_id = ? AND lower(name) = 'priority'",
+            arguments: [accountID, boardID])
+        else { return nil }
+        let options = (try? JSONDecoder().decode([String: String].self, from: Data((row[1] as String).utf8))) ?? [:]
+        return PriorityField(fieldID: row[0], options: options)
+    }
+
+    public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
+        guard let field else { return }
+        let options = String(decoding: try JSONEncoder().encode(field.options), as: UTF8.self)
+        let now = Timestamp.now()
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO sync_custom_fields (account_id, trello_board_id, trello_field_id, name, type, options, fetched_at)
+                    VALUES (?, ?, ?, 'Priority', 'list', ?, ?)
+                    ON CONFLICT (account_id, trello_board_id, trello_field_id) DO UPDATE SET options = excluded.options, fetched_at = excluded.fetched_at
+                    """,
+                arguments: [accountID, boardID, field.fieldID, options, now])
+        }
+    }
+
+    public func apply(_ observations: [CardObservation]) async throws -> Int {
+        guard !observations.isEmpty else { return 0 }
+        return try await pool.write { db in
+            var applier = ChangeApplier(db: db)
+            for observation in observations { try applier.apply(observation) }
+            return applier.written
+        }
+    }
+
+    // MARK: Reading changes
+
+    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id,
+                           p.created_at, t.reminder_id
+                    FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
+                    WHERE p.account_id = ? AND p.id > ? ORDER BY p.id LIMIT ?
+                    """,
+                arguments: [accountID, afterID, limit])
+            let decoder = JSONDecoder()
+            return try rows.map { row in
+                PendingChange(
+                    id: row[0], accountID: accountID, syncListID: row[1], changeType: row[2],
+                    changedFields: try decoder.decode([String].self, from: Data((row[3] as String).utf8)),
+                    fields: try decoder.decode([String: JSONValue].self, from: Data((row[4] as String).utf8)),
+                    trelloCardID: row[5], trelloActionID: row[6], reminderID: row[8],
+                    createdAt: Timestamp.date(row[7]) ?? Date(timeIntervalSince1970: 0))
+            }
+        }
+    }
+
+    public func routingSnapshot() async throws -> RoutingSnapshot {
+        try await pool.read { db in
+            var secrets: [String: String] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL") {
+                secrets[row[0]] = row[1]
+            }
+            var routes: [String: Set<String>] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT account_id, trello_list_id, trello_board_id FROM sync_lists") {
+                routes[row[1], default: []].insert(row[0])
+                routes[row[2], default: []].insert(row[0])
+            }
+            return RoutingSnapshot(secrets: secrets, routes: routes)
+        }
+    }
+}
+
+/// Timestamps are stored as ISO 8601 text (UTC, milliseconds), which sorts as time does.
+public enum Timestamp {
+    static let style = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+
+    public static func now() -> String { string(Date()) }
+
+    public static func string(_ date: Date) -> String { style.format(date) }
+
+    public static func date(_ string: String) -> Date? {
+        if let d = try? style.parse(string) { return d }
+        return try? Date.ISO8601FormatStyle().parse(string)
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+import RoundupCore
+
+/// An account's Trello credentials, as the worker needs them to read cards.
+public struct TrelloCredentials: Sendable, Equatable {
+    public var apiKey: String
+    public var token: String
+    public init(apiKey: String, token: String) {
+        self.apiKey = apiKey
+        self.token = token
+    }
+}
+
+public struct AccountRecord: Sendable, Equatable {
+    public var id: String
+    public var trelloAPIKey: String?
+    public var trelloToken: String?
+    public var trelloWebhookSecret: String?
+}
+
+public struct SyncListRecord: Sendable, Equatable, Hashable {
+    public var id: String
+    public var accountID: String
+    public var name: String
+    public var trelloBoardID: String
+    public var trelloListID: String
+}
+
+/// What the store knows of a card, before a batch is applied.
+public struct TaskState: Sendable, Equatable {
+    public var syncListID: String
+    public var deleted: Bool
+}
+
+/// A pending change as stored: what the apps pull from `GET /dailyroundup/changes`.
+public struct PendingChange: Sendable, Equatable {
+    public var id: Int64
+    public var accountID: String
+    public var syncListID: String
+    public var changeType: String
+    public var changedFields: [String]
+    public var fields: [String: JSONValue]
+    public var trelloCardID: String
+    public var trelloActionID: String?
+    public var reminderID: String?
+    public var createdAt: Date
+}
+
+/// One observation of a card, ready to compare with what the store has.
+public struct CardObservation: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// New values of some fields (`full` when it is the whole card, from a fetch).
+        case fields([String: JSONValue], full: Bool)
+        case removed
+    }
+    public var accountID: String
+    public var syncListID: String
+    public var cardID: String
+    public var actionID: String?
+    public var actionDate: Date
+    public var kind: Kind
+
+    public init(accountID: String, syncListID: String, cardID: String, actionID: String?, actionDate: Date, kind: Kind) {
+        self.accountID = accountID
+        self.syncListID = syncListID
+        self.cardID = cardID
+        self.actionID = actionID
+        self.actionDate = actionDate
+        self.kind = kind
+    }
+}
+
+/// What the worker needs to know before it fetches and applies a batch, read in one transaction.
+public struct BatchContext: Sendable {
+    /// (account, Trello list id) → sync list.
+    public var lists: [AccountScoped: SyncListRecord] = [:]
+    /// (account, Trello board id) → the account syncs at least one list on that board.
+    public var boards: Set<AccountScoped> = []
+    /// (account, card id) → task.
+    public var tasks: [AccountScoped: TaskState] = [:]
+    public var credentials: [String: TrelloCredentials] = [:]
+    /// (account, board) → the Priority custom field, where known.
+    public var priorityFields: [AccountScoped: PriorityField] = [:]
+    public init() {}
+}
+
+public struct AccountScoped: Sendable, Hashable {
+    public var accountID: String
+    public var id: String
+    public init(_ accountID: String, _ id: String) {
+        self.accountID = accountID
+        self.id = id
+    }
+}
+
+/// What a worker wants looked up for one event.
+public struct BatchLookup: Sendable {
+    public var accountID: String
+    public var cardID: String
+    public var listIDs: [String]
+    public var boardID: String?
+    public init(accountID: String, cardID: String, listIDs: [String], boardID: String?) {
+        self.accountID = accountID
+        self.cardID = cardID
+        self.listIDs = listIDs
+        self.boardID = boardID
+    }
+}
+
+/// Secrets and model routes the ingress reads from Redis.
+public struct RoutingSnapshot: Sendable, Equatable {
+    public var secrets: [String: String]
+    /// Trello model id (list or board) → account ids.
+    public var routes: [String: Set<String>]
+}
+
+/// The persistence seam: SQLite (GRDB) now, PostgreSQL later.
+public protocol SyncStore: Sendable {
+    func migrate() async throws
+
+    func createAccount(authTokenHash: String) async throws -> String
+    func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws
+    func account(id: String) async throws -> AccountRecord?
+    func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord
+
+    func lookup(_ items: [BatchLookup]) async throws -> BatchContext
+    /// Applies observations in one transaction; returns the number of pending-change rows written.
+    func apply(_ observations: [CardObservation]) async throws -> Int
+    func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
+
+    func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
+    func routingSnapshot() async throws -> RoutingSnapshot
+}

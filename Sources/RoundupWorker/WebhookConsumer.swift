@@ -1,0 +1,192 @@
+import Foundation
+import Logging
+import Metrics
+import NIOCore
+import RoundupCore
+import RoundupRedis
+import ServiceLifecycle
+
+/// The worker's loop on the webhook stream's consumer group: read a batch, process it, ack and delete what
+/// is done; reclaim entries other workers left pending too long; dead-letter entries delivered too often.
+public struct WebhookConsumer: Service {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var consumer: String
+        public var batchSize: Int
+        public var maxDeliveries: Int
+        public var claimIdle: TimeAmount
+        public var block: TimeAmount = .milliseconds(1000)
+
+        public init(keys: RedisKeys, consumer: String, batchSize: Int, maxDeliveries: Int, claimIdle: TimeAmount) {
+            self.keys = keys
+            self.consumer = consumer
+            self.batchSize = batchSize
+            self.maxDeliveries = maxDeliveries
+            self.claimIdle = claimIdle
+        }
+    }
+
+    let options: Options
+    let redis: RedisClient
+    let processor: WebhookProcessor
+    let logger: Logger
+    let metrics = WorkerMetrics()
+
+    public init(options: Options, redis: RedisClient, processor: WebhookProcessor, logger: Logger) {
+        self.options = options
+        self.redis = redis
+        self.processor = processor
+        self.logger = logger
+    }
+
+    var stream: String { options.keys.webhookStream }
+    var group: String { options.keys.workerGroup }
+
+    public func run() async throws {
+        var lastReclaim = ContinuousClock.now - .seconds(3600)
+        let reclaimEvery = Duration.milliseconds(max(100, options.claimIdle.nanoseconds / 2_000_000))
+        var reader: RedisConnection?
+        defer { if let reader { reader.close().whenComplete { _ in } } }
+        var backoff = Duration.milliseconds(100)
+
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                if reader == nil || reader?.isActive == false {
+                    try await ensureGroup()
+                    reader = try await redis.dedicatedConnection().get()
+                    logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
+                }
+                if ContinuousClock.now - lastReclaim >= reclaimEvery {
+                    lastReclaim = .now
+                    try await reclaim()
+                    await recordStreamGauges()
+                }
+                let reply = try await reader!.send(
+                    RedisCommand(
+                        "XREADGROUP",
+                        ["GROUP", RedisArgument(group), RedisArgument(options.consumer), "COUNT", RedisArgument(options.batchSize),
+                         "BLOCK", RedisArgument(Int(options.block.nanoseconds / 1_000_000)), "STREAMS", RedisArgument(stream), ">"]),
+                    timeout: options.block + .seconds(5)
+                ).get()
+                let entries = StreamEntry.parse(read: reply)
+                if !entries.isEmpty { try await handle(entries) }
+                backoff = .milliseconds(100)
+            } catch {
+                if let e = error as? RedisClientError, e.message.hasPrefix("XREADGROUP: NOGROUP") { reader = nil }
+                logger.warning("consumer loop error", metadata: ["error": "\(error)"])
+                reader = nil
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(5))
+            }
+        }
+        logger.notice("consumer stopped", metadata: ["consumer": "\(options.consumer)"])
+    }
+
+    /// Creates the consumer group (from the stream's start, so nothing enqueued before is skipped).
+    func ensureGroup() async throws {
+        do {
+            _ = try await redis.send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
+        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
+            // Already there.
+        }
+    }
+
+    /// Processes entries and settles each: ack+delete when done, record the error when it should be retried,
+    /// dead-letter when it never can succeed.
+    func handle(_ entries: [StreamEntry]) async throws {
+        let started = ContinuousClock.now
+        let outcome = await processor.process(entries)
+        var commands: [RedisCommand] = []
+        if !outcome.done.isEmpty {
+            let ids = outcome.done.map { RedisArgument($0) }
+            commands.append(RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group)] + ids))
+            // One consumer group reads this stream: once it has acked an entry nobody needs it.
+            commands.append(RedisCommand("XDEL", [RedisArgument(stream)] + ids))
+            commands.append(RedisCommand("HDEL", [RedisArgument(options.keys.webhookErrors)] + ids))
+        }
+        for (id, error) in outcome.retry {
+            commands.append(RedisCommand("HSET", [RedisArgument(options.keys.webhookErrors), RedisArgument(id), RedisArgument(String(error.prefix(500)))]))
+        }
+        if !commands.isEmpty {
+            let replies = try await redis.pipeline(commands)
+            if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
+                throw RedisClientError(.server, "settling batch: \(failure)")
+            }
+        }
+        for (id, error) in outcome.poison {
+            try await deadLetter(id: id, deliveries: 1, error: error)
+        }
+        if !outcome.retry.isEmpty {
+            logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count)", "first_error": "\(outcome.retry[0].error)"])
+        }
+        metrics.processed.increment(by: outcome.done.count - outcome.dropped)
+        metrics.dropped.increment(by: outcome.dropped)
+        metrics.retried.increment(by: outcome.retry.count)
+        metrics.changes.increment(by: outcome.changesWritten)
+        let elapsed = (ContinuousClock.now - started).components
+        metrics.batch.recordNanoseconds(elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
+    }
+
+    /// Takes over entries that sat pending with any consumer longer than the idle timeout
+    /// (a worker that died, or an entry whose processing failed), or dead-letters them after too many deliveries.
+    func reclaim() async throws {
+        let idleMS = Int(options.claimIdle.nanoseconds / 1_000_000)
+        let reply = try await redis.send(
+            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group), "IDLE", RedisArgument(idleMS), "-", "+", RedisArgument(options.batchSize)]))
+        var claim: [String] = []
+        for item in reply.array ?? [] {
+            guard let fields = item.array, fields.count >= 4, let id = fields[0].string, let deliveries = fields[3].int else { continue }
+            if deliveries >= options.maxDeliveries {
+                try await deadLetter(id: id, deliveries: deliveries, error: "delivered \(deliveries) times without success")
+            } else {
+                claim.append(id)
+            }
+        }
+        guard !claim.isEmpty else { return }
+        let claimed = try await redis.send(
+            RedisCommand("XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), RedisArgument(idleMS)] + claim.map { RedisArgument($0) }))
+        let entries = StreamEntry.parse(entries: claimed)
+        // Entries deleted meanwhile come back without fields: ack them so they leave the pending list.
+        let gone = Set(claim).subtracting(entries.map(\.id))
+        if !gone.isEmpty {
+            _ = try await redis.send(RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group)] + gone.map { RedisArgument($0) }))
+        }
+        guard !entries.isEmpty else { return }
+        metrics.reclaimed.increment(by: entries.count)
+        logger.info("reclaimed pending events", metadata: ["count": "\(entries.count)"])
+        try await handle(entries)
+    }
+
+    func deadLetter(id: String, deliveries: Int, error: String) async throws {
+        _ = try await redis.evaluate(
+            WorkerScripts.deadLetter,
+            keys: [RedisArgument(stream), RedisArgument(options.keys.deadLetterStream), RedisArgument(options.keys.webhookErrors)],
+            arguments: [RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(Int(Date().timeIntervalSince1970 * 1000))])
+        metrics.deadLettered.increment()
+        logger.error("event dead-lettered", metadata: ["entry": "\(id)", "deliveries": "\(deliveries)", "error": "\(error.prefix(200))"])
+    }
+
+    func recordStreamGauges() async {
+        guard let replies = try? await redis.pipeline([
+            RedisCommand("XLEN", [RedisArgument(stream)]),
+            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
+            RedisCommand("XLEN", [RedisArgument(options.keys.deadLetterStream)]),
+        ]) else { return }
+        if let length = replies[0].int { metrics.streamLength.record(length) }
+        if let pending = replies[1].array?.first?.int { metrics.streamPending.record(pending) }
+        if let dead = replies[2].int { metrics.deadLetters.record(dead) }
+    }
+}
+
+struct WorkerMetrics: Sendable {
+    let processed = Counter(label: "roundup_worker_events_total", dimensions: [("result", "processed")])
+    let dropped = Counter(label: "roundup_worker_events_total", dimensions: [("result", "dropped")])
+    let retried = Counter(label: "roundup_worker_events_total", dimensions: [("result", "retry")])
+    let deadLettered = Counter(label: "roundup_worker_events_total", dimensions: [("result", "dead_letter")])
+    let changes = Counter(label: "roundup_worker_changes_written_total")
+    let reclaimed = Counter(label: "roundup_worker_reclaimed_total")
+    let batch = Metrics.Timer(label: "roundup_worker_batch_duration_seconds")
+    let streamLength = Gauge(label: "roundup_stream_length", dimensions: [("stream", "webhooks")])
+    let streamPending = Gauge(label: "roundup_stream_pending", dimensions: [("stream", "webhooks")])
+    let deadLetters = Gauge(label: "roundup_stream_dead_letters")
+}

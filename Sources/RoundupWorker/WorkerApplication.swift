@@ -1,0 +1,74 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import Prometheus
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTrello
+import ServiceLifecycle
+import UnixSignals
+
+/// Everything `roundup-worker` runs, wired from the configuration: the store, Redis, the Trello client,
+/// the consumer loop and the health/metrics endpoint, in one service group.
+public enum WorkerApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+        guard let path = configuration.sqlitePath else {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
+        }
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+
+        var redisConfiguration = try RedisConfiguration(url: configuration.redisURL)
+        redisConfiguration.caFile = configuration.redisCAFile
+        let redis = RedisClient(configuration: redisConfiguration, logger: logger)
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
+        let processor = WebhookProcessor(store: store, cards: trello, logger: logger)
+        let consumer = WebhookConsumer(
+            options: .init(
+                keys: configuration.redisKeys, consumer: configuration.workerConsumerName,
+                batchSize: configuration.workerBatchSize, maxDeliveries: configuration.maxDeliveries,
+                claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds))),
+            redis: redis, processor: processor, logger: logger)
+
+        // Heal a flushed Redis: the ingress reads secrets and routes only from there. Retried until Redis answers.
+        var delay = Duration.milliseconds(200)
+        while true {
+            do {
+                try await RoutePublisher.publishAll(store: store, redis: redis, keys: configuration.redisKeys, logger: logger)
+                break
+            } catch {
+                logger.warning("publishing routes failed, retrying", metadata: ["error": "\(error)"])
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+
+        let ops = SimpleHTTPService(name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger) { request in
+            switch request.path {
+            case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
+            case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
+            default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
+            }
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [
+                    .init(service: ops),
+                    .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            try? await http.shutdown()
+            await redis.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+        await redis.shutdown()
+    }
+}
