@@ -187,6 +187,26 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
+    public func acknowledge(accountID: String, ids: [Int64]) async throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        return try await pool.write { db in
+            var deleted = 0
+            for id in ids {
+                try db.execute(sql: "DELETE FROM pending_changes WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+                deleted += db.changesCount
+            }
+            return deleted
+        }
+    }
+
+    /// Every pending change of every account, oldest first (tests and operators).
+    public func allPendingChanges() async throws -> [PendingChange] {
+        let accounts = try await pool.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT account_id FROM pending_changes") }
+        var all: [PendingChange] = []
+        for account in accounts { all += try await pendingChanges(accountID: account, afterID: 0, limit: Int.max) }
+        return all.sorted { $0.id < $1.id }
+    }
+
     public func routingSnapshot() async throws -> RoutingSnapshot {
         try await pool.read { db in
             var secrets: [String: String] = [:]

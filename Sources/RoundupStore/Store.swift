@@ -129,5 +129,7 @@ public protocol SyncStore: Sendable {
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
 
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
+    /// Deletes acknowledged changes of this account; returns how many rows went.
+    func acknowledge(accountID: String, ids: [Int64]) async throws -> Int
     func routingSnapshot() async throws -> RoutingSnapshot
 }

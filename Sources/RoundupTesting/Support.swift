@@ -1,1 +1,152 @@
-// test support
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// Helpers for tests and benchmarks that run the real pieces: processes, ports, paths.
+public enum TestSupport {
+    /// A TCP port nothing listens on right now (bound to port 0, then released).
+    public static func freePort() throws -> Int {
+        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: "127.0.0.1", port: 0).wait()
+        let port = channel.localAddress!.port!
+        try channel.close().wait()
+        return port
+    }
+
+    /// Where `swift build` put the executables: `ROUNDUP_BIN_DIR`, else beside the running test binary.
+    public static var binDirectory: URL {
+        if let dir = ProcessInfo.processInfo.environment["ROUNDUP_BIN_DIR"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
+        var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        // Inside an .xctest bundle on some platforms: climb out of it.
+        while url.path.contains(".xctest") { url = url.deletingLastPathComponent() }
+        return url
+    }
+
+    /// The repository's root (for fixtures): `ROUNDUP_SOURCE_ROOT`, else found from this file's path.
+    public static var sourceRoot: URL {
+        if let dir = ProcessInfo.processInfo.environment["ROUNDUP_SOURCE_ROOT"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    }
+
+    /// `../shared/trello-fixtures` beside the repository, or `ROUNDUP_FIXTURES`.
+    public static var fixturesDirectory: URL {
+        if let dir = ProcessInfo.processInfo.environment["ROUNDUP_FIXTURES"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
+        return sourceRoot.deletingLastPathComponent().appendingPathComponent("shared/trello-fixtures")
+    }
+
+    public static func temporaryDirectory(_ name: String) throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("roundup-\(name)-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    /// Polls until the condition holds or the time is up.
+    public static func eventually(
+        timeout: Duration = .seconds(20), interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool
+    ) async rethrows -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return true }
+            try? await Task.sleep(for: interval)
+        }
+        return try await condition()
+    }
+}
+
+/// A child process with its output in a log file; killed when stopped or released.
+/// Spawned with posix_spawn and an empty signal mask: a test runner's threads may block SIGTERM, and a
+/// child inheriting that mask would never see the SIGTERM a graceful-shutdown test sends it.
+public final class ManagedProcess: @unchecked Sendable {
+    // @unchecked: the mutable exit status is guarded by `lock`.
+    public let pid: pid_t
+    public let logFile: URL
+    public let name: String
+    private let lock = NSLock()
+    private var status: Int32?
+
+    public init(name: String, executable: URL, arguments: [String] = [], environment: [String: String] = [:], logDirectory: URL) throws {
+        self.name = name
+        logFile = logDirectory.appendingPathComponent("\(name).log")
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, logFile.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var child: pid_t = 0
+        let result = posix_spawn(&child, executable.path, &actions, &attributes, argv, envp)
+        guard result == 0 else {
+            throw NSError(domain: "ManagedProcess", code: Int(result), userInfo: [NSLocalizedDescriptionKey: "cannot start \(executable.path): \(String(cString: strerror(result)))"])
+        }
+        pid = child
+    }
+
+    /// The exit status (or 128 + signal), once the process has ended.
+    public var exitCode: Int32? {
+        lock.withLock {
+            if status != nil { return status }
+            var raw: Int32 = 0
+            if waitpid(pid, &raw, WNOHANG) == pid {
+                let signal = raw & 0x7f
+                status = signal == 0 ? (raw >> 8) & 0xff : 128 + signal
+            }
+            return status
+        }
+    }
+
+    public var isRunning: Bool { exitCode == nil }
+
+    public func signal(_ signal: Int32) {
+        if isRunning { kill(pid, signal) }
+    }
+
+    /// Waits for the process to exit, up to the timeout; returns its exit status.
+    @discardableResult
+    public func wait(timeout: Duration = .seconds(20)) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let code = exitCode { return code }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return exitCode
+    }
+
+    public func stop() async {
+        signal(SIGTERM)
+        if await wait(timeout: .seconds(10)) == nil { signal(SIGKILL) }
+        _ = await wait(timeout: .seconds(5))
+    }
+
+    public var output: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
+
+    deinit {
+        if exitCode == nil {
+            kill(pid, SIGKILL)
+            var raw: Int32 = 0
+            waitpid(pid, &raw, 0)
+        }
+    }
+}

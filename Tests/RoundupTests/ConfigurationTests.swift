@@ -1,0 +1,51 @@
+import Logging
+import RoundupCore
+import RoundupRedis
+import Testing
+
+@Suite struct ConfigurationTests {
+    @Test func defaults() throws {
+        let c = try RoundupConfiguration(environment: [:])
+        #expect(c.redisURL == "redis://127.0.0.1:6379/0")
+        #expect(c.redisPrefix == "roundup:")
+        #expect(c.sqlitePath == "data/roundup.sqlite")
+        #expect(c.trelloAPIURL == "https://api.trello.com/1")
+        #expect(c.host == "127.0.0.1")
+        #expect(c.ingressPort == 8081)
+        #expect(c.workerPort == 9101)
+        #expect(c.logLevel == .info)
+        #expect(c.publicURL == nil)
+    }
+
+    @Test func badKeysAreNamed() {
+        let cases: [(String, String)] = [
+            ("ROUNDUP_INGRESS_PORT", "eighty"), ("ROUNDUP_WORKER_PORT", "70000"), ("LOG_LEVEL", "loud"),
+            ("ROUNDUP_REDIS_URL", "http://x"), ("ROUNDUP_PUBLIC_URL", "not a url"), ("ROUNDUP_DATABASE_URL", "mysql://x"),
+            ("ROUNDUP_MAX_DELIVERIES", "0"), ("ROUNDUP_REDIS_CA_FILE", "/nonexistent/ca.pem"),
+        ]
+        for (key, value) in cases {
+            #expect {
+                try RoundupConfiguration(environment: [key: value])
+            } throws: { error in
+                (error as? ConfigurationError)?.key == key
+            }
+        }
+    }
+
+    @Test func publicURLLosesTrailingSlash() throws {
+        let c = try RoundupConfiguration(environment: ["ROUNDUP_PUBLIC_URL": "https://roundup.example.com/"])
+        #expect(c.publicURL == "https://roundup.example.com")
+    }
+
+    @Test func redisURLs() throws {
+        let plain = try RedisConfiguration(url: "redis://127.0.0.1:6380/2")
+        #expect(plain.host == "127.0.0.1" && plain.port == 6380 && plain.database == 2 && !plain.tls && plain.password == nil)
+        let tls = try RedisConfiguration(url: "rediss://app:p%40ss@redis.example.com:6390")
+        #expect(tls.tls && tls.username == "app" && tls.password == "p@ss" && tls.port == 6390 && tls.database == 0)
+        let passwordOnly = try RedisConfiguration(url: "redis://:secret@localhost")
+        #expect(passwordOnly.username == nil && passwordOnly.password == "secret" && passwordOnly.port == 6379)
+        #expect(!tls.endpoint.contains("p@ss"))
+        #expect(throws: RedisClientError.self) { try RedisConfiguration(url: "http://localhost") }
+        #expect(throws: RedisClientError.self) { try RedisConfiguration(url: "redis://localhost/abc") }
+    }
+}
