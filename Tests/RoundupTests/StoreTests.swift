@@ -1,0 +1,141 @@
+import Foundation
+import RoundupCore
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// A fresh SQLite file with one account and one synced list.
+struct StoreFixture {
+    let store: SQLiteStore
+    let path: String
+    let account: String
+    let list: SyncListRecord
+
+    init(listID: String = "list-1", boardID: String = "board-1") async throws {
+        path = try TestSupport.temporaryDirectory("store").appendingPathComponent("roundup.sqlite").path
+        store = try SQLiteStore(path: path)
+        try await store.migrate()
+        account = try await store.createAccount(authTokenHash: UUID().uuidString)
+        try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "secret")
+        list = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: boardID, trelloListID: listID)
+    }
+
+    func observe(_ card: String, _ kind: CardObservation.Kind, at seconds: Double = 1_700_000_000, action: String = UUID().uuidString) async throws -> Int {
+        try await store.apply([CardObservation(accountID: account, syncListID: list.id, cardID: card, actionID: action, actionDate: Date(timeIntervalSince1970: seconds), kind: kind)])
+    }
+
+    func changes() async throws -> [PendingChange] {
+        try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000)
+    }
+}
+
+func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
+    CardMapper.fields(fromCard: ["name": .string(title), "desc": .string("d"), "dueComplete": .bool(completed)])
+}
+
+@Suite struct StoreTests {
+    @Test func migrationsCreateTheSixteenTablesInWALMode() async throws {
+        let f = try await StoreFixture()
+        let tables = try await f.store.tableNames()
+        #expect(Set(tables) == [
+            "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_attachments",
+            "sync_custom_fields", "sync_locations", "sync_lease", "trello_card_labels", "sync_checklists",
+            "sync_checklist_items", "trello_card_custom_field_values", "background_jobs", "potential_duplicates",
+        ])
+        #expect(try await f.store.journalMode() == "wal")
+        try await f.store.migrate()  // a second run changes nothing and does not fail
+        #expect(try await f.store.tableNames().count == 16)
+    }
+
+    @Test func createThenRedeliveryWritesOneChange() async throws {
+        let f = try await StoreFixture()
+        #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true)) == 1)
+        #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true)) == 0)
+        let changes = try await f.changes()
+        #expect(changes.count == 1)
+        #expect(changes[0].changeType == "create")
+        #expect(changes[0].fields["title"] == .string("Milk"))
+        #expect(Set(changes[0].changedFields) == Set(SyncField.all))
+    }
+
+    @Test func updatesCompareHashesAndSupersedeUnackedChanges() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
+        let created = try await f.changes()[0]
+        // An edit before the app acked the create folds into it: one row, a new id, still a create.
+        _ = try await f.observe("c1", .fields(["title": .string("Oat milk")], full: false), at: 1_700_000_010)
+        var changes = try await f.changes()
+        #expect(changes.count == 1)
+        #expect(changes[0].id > created.id)
+        #expect(changes[0].changeType == "create")
+        #expect(changes[0].fields["title"] == .string("Oat milk"))
+        #expect(try await f.store.acknowledge(accountID: f.account, ids: [changes[0].id]) == 1)
+        // Acking the superseded id again is harmless and removes nothing.
+        #expect(try await f.store.acknowledge(accountID: f.account, ids: [created.id]) == 0)
+
+        // Same value again: nothing written. A new value: an update of that field only.
+        #expect(try await f.observe("c1", .fields(["title": .string("Oat milk")], full: false), at: 1_700_000_020) == 0)
+        #expect(try await f.observe("c1", .fields(["notes": .string("2 litres")], full: false), at: 1_700_000_030) == 1)
+        changes = try await f.changes()
+        #expect(changes.map(\.changeType) == ["update"])
+        #expect(changes[0].changedFields == ["notes"])
+        // Then completion: merged into the unacked update, changed fields are the union.
+        _ = try await f.observe("c1", .fields(["completed": .bool(true)], full: false), at: 1_700_000_040)
+        changes = try await f.changes()
+        #expect(changes.count == 1)
+        #expect(changes[0].changeType == "update")
+        #expect(changes[0].changedFields == ["completed", "notes"])
+    }
+
+    @Test func completionAloneIsAComplete() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
+        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.observe("c1", .fields(["completed": .bool(true)], full: false), at: 1_700_000_100)
+        let changes = try await f.changes()
+        #expect(changes.map(\.changeType) == ["complete"])
+        #expect(changes[0].changedFields == ["completed"])
+    }
+
+    @Test func olderActionsDoNotOverwriteNewerFields() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_000)
+        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.observe("c1", .fields(["title": .string("Newest")], full: false), at: 1_700_000_200)
+        // Delivered late: an earlier rename must not win.
+        #expect(try await f.observe("c1", .fields(["title": .string("Older")], full: false), at: 1_700_000_100) == 0)
+        #expect(try await f.changes().last?.fields["title"] == .string("Newest"))
+    }
+
+    @Test func deleteAndCreateThenDelete() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
+        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        #expect(try await f.observe("c1", .removed) == 1)
+        #expect(try await f.changes().map(\.changeType) == ["delete"])
+        #expect(try await f.observe("c1", .removed) == 0)  // redelivered: nothing new
+
+        // A card created and deleted before the app saw it leaves nothing to pull.
+        _ = try await f.observe("c2", .fields(fullCard("Eggs"), full: true))
+        _ = try await f.observe("c2", .removed)
+        #expect(try await f.changes().filter { $0.trelloCardID == "c2" }.isEmpty)
+    }
+
+    @Test func accountsSeeOnlyTheirOwnChanges() async throws {
+        let f = try await StoreFixture()
+        let other = try await f.store.createAccount(authTokenHash: "other")
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
+        let mine = try await f.changes()
+        #expect(try await f.store.pendingChanges(accountID: other, afterID: 0, limit: 100).isEmpty)
+        #expect(try await f.store.acknowledge(accountID: other, ids: mine.map(\.id)) == 0)
+        #expect(try await f.changes().count == 1)
+    }
+
+    @Test func routingSnapshotHasSecretsAndBothModels() async throws {
+        let f = try await StoreFixture(listID: "L", boardID: "B")
+        let snapshot = try await f.store.routingSnapshot()
+        #expect(snapshot.secrets[f.account] == "secret")
+        #expect(snapshot.routes["L"] == [f.account])
+        #expect(snapshot.routes["B"] == [f.account])
+    }
+}
