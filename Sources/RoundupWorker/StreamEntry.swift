@@ -5,6 +5,11 @@ public struct StreamEntry: Sendable {
     public var id: String
     public var fields: [String: [UInt8]]
 
+    public init(id: String, fields: [String: [UInt8]]) {
+        self.id = id
+        self.fields = fields
+    }
+
     public func string(_ name: String) -> String? { fields[name].map { String(decoding: $0, as: UTF8.self) } }
 
     /// Parses an XREADGROUP/XCLAIM reply: `[[id, [field, value, ...]], ...]` (deleted entries have nil fields).

@@ -87,14 +87,15 @@ public final class WebhookProcessor: Sendable {
         let lookups = parsed.flatMap { p in
             p.events.map { BatchLookup(accountID: p.account, cardID: $0.cardID, listIDs: $0.listID.map { [$0] } ?? [], boardID: $0.boardID ?? p.boardID) }
         }
-        let context: BatchContext
+        let firstContext: BatchContext
         do {
-            context = try await store.lookup(lookups)
+            firstContext = try await store.lookup(lookups)
         } catch {
             for p in parsed { outcome.retry.append((p.entry.id, "store lookup failed: \(error)")) }
             return outcome
         }
 
+        var context = firstContext
         // Decide, per event, whether it can be applied as it is, needs the full card, or concerns no synced list.
         var plans: [[Plan]] = []
         var fetches: [AccountScoped: (boardID: String?, knownListID: String?)] = [:]
@@ -110,8 +111,10 @@ public final class WebhookProcessor: Sendable {
                     guard let syncListID = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil) else { continue }
                     entryPlans.append(.apply(CardObservation(accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: .removed)))
                 case .fields(let fields):
-                    if let list, let liveTask, liveTask.syncListID == list.id {
-                        entryPlans.append(.apply(CardObservation(accountID: p.account, syncListID: list.id, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: .fields(fields, full: false))))
+                    // The list the payload names, or (when it names none) the one the card is known in.
+                    let target = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil)
+                    if let target, let liveTask, liveTask.syncListID == target {
+                        entryPlans.append(.apply(CardObservation(accountID: p.account, syncListID: target, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: .fields(fields, full: false))))
                     } else if list != nil || liveTask != nil {
                         // A card we have not seen yet (or not in this list): read it whole.
                         entryPlans.append(.fetch(account: p.account, cardID: event.cardID, boardID: board, knownListID: liveTask?.syncListID))
@@ -130,6 +133,22 @@ public final class WebhookProcessor: Sendable {
         }
 
         let fetched = await fetchCards(fetches, context: context)
+
+        // A fetched card names its list; look up the lists the payloads did not name.
+        let unknownLists = fetched.compactMap { key, result -> BatchLookup? in
+            guard case .success(let card?) = result, let listID = card.listID,
+                  context.lists[AccountScoped(key.accountID, listID)] == nil else { return nil }
+            return BatchLookup(accountID: key.accountID, cardID: key.id, listIDs: [listID], boardID: nil)
+        }
+        if !unknownLists.isEmpty {
+            do {
+                let more = try await store.lookup(unknownLists)
+                context.lists.merge(more.lists) { current, _ in current }
+            } catch {
+                for p in parsed { outcome.retry.append((p.entry.id, "store lookup failed: \(error)")) }
+                return outcome
+            }
+        }
 
         // Build the observations of every entry that has all it needs.
         var observations: [CardObservation] = []
