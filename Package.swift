@@ -141,6 +141,7 @@ let package = Package(
             name: "RoundupTesting",
             dependencies: [
                 "RoundupCore", "RoundupRedis",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -15,6 +15,8 @@ public final class FakeTrello: Sendable {
         public var failNext: (status: Int, count: Int)?
         public var apiKey = "test-api-key"
         public var token = "test-token"
+        /// How long each card request takes (a slow Trello).
+        public var cardDelay: Duration = .zero
     }
 
     public let state = NIOLockedValueBox(State())
@@ -28,6 +30,8 @@ public final class FakeTrello: Sendable {
         let box = NIOLockedValueBox<FakeTrello?>(nil)
         let server = try await SimpleHTTPServer.start(host: "127.0.0.1", port: 0) { request in
             guard let fake = box.withLockedValue({ $0 }) else { return .text(.serviceUnavailable, "starting") }
+            let delay = fake.state.withLockedValue { $0.cardDelay }
+            if delay > .zero, request.path.hasPrefix("/1/cards/") { try? await Task.sleep(for: delay) }
             return fake.handle(request)
         }
         let fake = FakeTrello(server: server)
@@ -41,6 +45,10 @@ public final class FakeTrello: Sendable {
         guard let id = card["id"]?.stringValue else { return }
         state.withLockedValue { $0.cards[id] = card }
     }
+
+    public func setCardDelay(_ delay: Duration) { state.withLockedValue { $0.cardDelay = delay } }
+
+    public func failNextCardRequests(status: Int, count: Int) { state.withLockedValue { $0.failNext = (status, count) } }
 
     public var cardRequests: Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/cards/") }.count } }
 

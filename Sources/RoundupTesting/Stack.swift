@@ -1,0 +1,163 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+
+/// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
+/// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,
+/// a SQLite file, `roundup-ingress` and any number of `roundup-worker` processes.
+public final class Stack: @unchecked Sendable {
+    // @unchecked: processes are started and stopped from the one test task that owns the stack.
+    public let redisURL: String
+    public let privateRedis: RedisServer?
+    public let prefix: String
+    public let keys: RedisKeys
+    public let redis: RedisClient
+    public let trello: FakeTrello
+    public let directory: URL
+    public let databasePath: String
+    public let publicURL = "https://roundup.example.test"
+    public let http = HTTPClient(eventLoopGroupProvider: .singleton)
+    public private(set) var ingress: ManagedProcess?
+    public private(set) var ingressPort = 0
+    public private(set) var workers: [ManagedProcess] = []
+
+    public init(privateRedis wantsPrivate: Bool = false) async throws {
+        directory = try TestSupport.temporaryDirectory("stack")
+        databasePath = directory.appendingPathComponent("roundup.sqlite").path
+        prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
+        keys = RedisKeys(prefix: prefix)
+        if !wantsPrivate, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
+            redisURL = shared
+            privateRedis = nil
+        } else {
+            let server = try await RedisServer()
+            privateRedis = server
+            redisURL = server.url
+        }
+        redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
+        trello = try await FakeTrello.start()
+    }
+
+    public var environment: [String: String] {
+        [
+            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
+            "ROUNDUP_PUBLIC_URL": publicURL, "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_HOST": "127.0.0.1",
+            "LOG_LEVEL": "info",
+        ]
+    }
+
+    public func startIngress(extra: [String: String] = [:]) async throws {
+        ingressPort = try TestSupport.freePort()
+        var env = environment
+        env["ROUNDUP_INGRESS_PORT"] = String(ingressPort)
+        for (k, v) in extra { env[k] = v }
+        let process = try ManagedProcess(
+            name: "ingress-\(ingressPort)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-ingress"),
+            environment: env, logDirectory: directory)
+        ingress = process
+        let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get("/healthz").status) == .ok }
+        guard up else { throw StackError("ingress did not come up: \(process.output)") }
+    }
+
+    @discardableResult
+    public func startWorker(name: String, extra: [String: String] = [:]) async throws -> ManagedProcess {
+        let port = try TestSupport.freePort()
+        var env = environment
+        env["ROUNDUP_WORKER_PORT"] = String(port)
+        env["ROUNDUP_WORKER_NAME"] = name
+        for (k, v) in extra { env[k] = v }
+        let process = try ManagedProcess(
+            name: "worker-\(name)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-worker"),
+            environment: env, logDirectory: directory)
+        workers.append(process)
+        let up = await TestSupport.eventually(timeout: .seconds(20)) {
+            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/healthz")
+            request.method = .GET
+            return (try? await self.http.execute(request, timeout: .seconds(2)).status) == .ok
+        }
+        guard up else { throw StackError("worker \(name) did not come up: \(process.output)") }
+        return process
+    }
+
+    public struct Response: Sendable {
+        public var status: HTTPResponseStatus
+        public var body: String
+    }
+
+    public func get(_ path: String) async throws -> Response {
+        try await request(.GET, path, body: nil, headers: [:])
+    }
+
+    /// POSTs a body to the ingress, signed for `secret` (nil: unsigned).
+    public func postWebhook(path: String, body: [UInt8], secret: String?, signatureOverride: String? = nil) async throws -> Response {
+        var headers: [String: String] = ["content-type": "application/json"]
+        if let signatureOverride {
+            headers["x-trello-webhook"] = signatureOverride
+        } else if let secret {
+            headers["x-trello-webhook"] = TrelloSignature.sign(secret: secret, body: body, callbackURL: publicURL + path)
+        }
+        return try await request(.POST, path, body: body, headers: headers)
+    }
+
+    public func request(_ method: HTTPMethod, _ path: String, body: [UInt8]?, headers: [String: String]) async throws -> Response {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(ingressPort)\(path)")
+        request.method = method
+        for (k, v) in headers { request.headers.add(name: k, value: v) }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await http.execute(request, timeout: .seconds(10))
+        let text = try await response.body.collect(upTo: 1 << 20)
+        return Response(status: response.status, body: String(buffer: text))
+    }
+
+    public func streamLength() async throws -> Int {
+        try await redis.send("XLEN", RedisArgument(keys.webhookStream)).int ?? -1
+    }
+
+    public func shutdown() async {
+        for worker in workers { await worker.stop() }
+        if let ingress { await ingress.stop() }
+        await trello.stop()
+        try? await http.shutdown()
+        await redis.shutdown()
+        if let privateRedis { await privateRedis.stop() }
+    }
+}
+
+public struct StackError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Webhook bodies shaped like Trello's, for tests and benchmarks.
+public enum WebhookBodies {
+    /// A list-model webhook body for a card action, padded with a realistic board/list/member payload.
+    public static func body(
+        type: String, actionID: String, cardID: String, listID: String, boardID: String,
+        card extra: [String: JSONValue] = [:], old: [String: JSONValue]? = nil, date: String = "2026-11-22T10:00:00.000Z",
+        padding: Int = 0
+    ) -> [UInt8] {
+        var card: [String: JSONValue] = ["id": .string(cardID), "name": .string("Card \(cardID)"), "idShort": .number(7), "shortLink": .string("aBcD1234")]
+        for (k, v) in extra { card[k] = v }
+        var data: [String: JSONValue] = [
+            "card": .object(card), "list": .object(["id": .string(listID), "name": .string("Groceries")]),
+            "board": .object(["id": .string(boardID), "name": .string("Home"), "shortLink": .string("SCPjg8ON")]),
+        ]
+        if let old { data["old"] = .object(old) }
+        let action: [String: JSONValue] = [
+            "id": .string(actionID), "idMemberCreator": .string("5a5b5c5d5e5f606162636465"), "type": .string(type),
+            "date": .string(date), "data": .object(data),
+            "memberCreator": .object([
+                "id": .string("5a5b5c5d5e5f606162636465"), "fullName": .string("Ada Lovelace"), "username": .string("ada"),
+                "avatarHash": .string(String(repeating: "f", count: 32)), "initials": .string("AL"),
+            ]),
+            "display": .object(["translationKey": .string("action_changed_description_of_card"), "entities": .string(String(repeating: "x", count: padding))]),
+        ]
+        let model: [String: JSONValue] = [
+            "id": .string(listID), "name": .string("Groceries"), "closed": .bool(false), "idBoard": .string(boardID), "pos": .number(65535),
+        ]
+        return Array(JSONValue.object(["action": .object(action), "model": .object(model)]).canonicalJSON.utf8)
+    }
+}

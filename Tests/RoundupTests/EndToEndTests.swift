@@ -1,0 +1,222 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// The real executables over loopback, with a real redis-server, a real SQLite file and a fake Trello.
+@Suite(.serialized) struct EndToEndTests {
+    static let secret = "whsec-0123456789abcdef"
+
+    /// An account with a synced list (L1 on board B1), created in the store before the worker starts.
+    func seed(_ stack: Stack) async throws -> (store: SQLiteStore, account: String) {
+        let store = try SQLiteStore(path: stack.databasePath)
+        try await store.migrate()
+        let account = try await store.createAccount(authTokenHash: UUID().uuidString)
+        try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: Self.secret)
+        _ = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: "B1", trelloListID: "L1")
+        return (store, account)
+    }
+
+    /// What the worker would publish, for tests that run the ingress alone.
+    func publish(_ stack: Stack, account: String) async throws {
+        _ = try await stack.redis.send("HSET", RedisArgument(stack.keys.webhookSecrets), RedisArgument(account), RedisArgument(Self.secret))
+        _ = try await stack.redis.send("SADD", RedisArgument(stack.keys.modelRoute("L1")), RedisArgument(account))
+    }
+
+    @Test func signedCreateCardBecomesAPendingChange() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await seed(stack)
+        stack.trello.setCard(FakeTrello.card(id: "C1", listID: "L1", boardID: "B1", name: "Buy milk", desc: "2 litres"))
+        try await stack.startWorker(name: "w1")
+        try await stack.startIngress()
+        // The worker published the account's secret and routes at start-up.
+        #expect(try await stack.redis.send("HGET", RedisArgument(stack.keys.webhookSecrets), RedisArgument(account)).string == Self.secret)
+        #expect(try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute("B1")), RedisArgument(account)) == .integer(1))
+
+        let body = WebhookBodies.body(type: "createCard", actionID: "A1", cardID: "C1", listID: "L1", boardID: "B1")
+        let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret)
+        #expect(response.status == .ok)
+        let arrived = try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 }
+        #expect(arrived)
+        let change = try #require(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).first)
+        #expect(change.changeType == "create")
+        #expect(change.fields["title"] == .string("Buy milk"))
+        #expect(change.fields["notes"] == .string("2 litres"))
+        #expect(change.trelloActionID == "A1")
+        #expect(stack.trello.cardRequests == 1)
+        // Acked entries do not pile up in Redis.
+        #expect(try await TestSupport.eventually { try await stack.streamLength() == 0 })
+        await stack.shutdown()
+    }
+
+    @Test func badRequestsAreRejectedAndNothingIsEnqueued() async throws {
+        let stack = try await Stack()
+        let (_, account) = try await seed(stack)
+        try await publish(stack, account: account)
+        try await stack.startIngress()
+        let path = "/dailyroundup/webhook/trello/\(account)"
+        let good = WebhookBodies.body(type: "updateCard", actionID: "A2", cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string("x")], old: ["name": .string("y")])
+
+        #expect(try await stack.request(.HEAD, path, body: nil, headers: [:]).status == .ok)
+        #expect(try await stack.request(.HEAD, "/dailyroundup/webhook/trello", body: nil, headers: [:]).status == .ok)
+        let wrong = try await stack.postWebhook(path: path, body: good, secret: "not-the-secret")
+        #expect(wrong.status == .unauthorized)
+        #expect(wrong.body.contains(#""code":"bad_signature""#))
+        #expect(try await stack.postWebhook(path: path, body: good, secret: nil).status == .unauthorized)
+        // Signed for another callback URL (trailing slash): refused.
+        let slash = TrelloSignature.sign(secret: Self.secret, body: good, callbackURL: stack.publicURL + path + "/")
+        #expect(try await stack.postWebhook(path: path, body: good, secret: nil, signatureOverride: slash).status == .unauthorized)
+        let big = [UInt8](repeating: UInt8(ascii: " "), count: (1 << 20) + 1)
+        let tooBig = try await stack.postWebhook(path: path, body: big, secret: Self.secret)
+        #expect(tooBig.status == .payloadTooLarge)
+        #expect(tooBig.body.contains("payload_too_large"))
+        let garbage = try await stack.postWebhook(path: path, body: Array("<html>not json".utf8), secret: Self.secret)
+        #expect(garbage.status == .badRequest)
+        #expect(garbage.body.contains(#""error":{"code":"invalid_json""#))
+        #expect(try await stack.postWebhook(path: path, body: Array(#"{"model":{"id":"L1"}}"#.utf8), secret: Self.secret).status == .badRequest)
+        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/nobody", body: good, secret: Self.secret).status == .notFound)
+        #expect(try await stack.request(.GET, path, body: nil, headers: [:]).status == .methodNotAllowed)
+        #expect(try await stack.get("/elsewhere").status == .notFound)
+        let vote = WebhookBodies.body(type: "voteOnCard", actionID: "A3", cardID: "C1", listID: "L1", boardID: "B1")
+        let ignored = try await stack.postWebhook(path: path, body: vote, secret: Self.secret)
+        #expect(ignored.status == .ok && ignored.body.contains("ignored"))
+        #expect(try await stack.streamLength() == 0)
+
+        // The same request, signed right, is enqueued: the checks above could have failed.
+        #expect(try await stack.postWebhook(path: path, body: good, secret: Self.secret).status == .ok)
+        #expect(try await stack.streamLength() == 1)
+        let metrics = try await stack.get("/metrics").body
+        #expect(metrics.contains("roundup_ingress_enqueued_total 1"))
+        await stack.shutdown()
+    }
+
+    @Test func redeliveriesAndPerModelDeliveriesMakeOneChange() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await seed(stack)
+        stack.trello.setCard(FakeTrello.card(id: "C2", listID: "L1", boardID: "B1", name: "Eggs"))
+        try await stack.startWorker(name: "w1")
+        try await stack.startIngress()
+        let body = WebhookBodies.body(type: "createCard", actionID: "A-dup", cardID: "C2", listID: "L1", boardID: "B1")
+        let first = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret)
+        let second = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret)
+        // The reference system's path finds the account from model.id.
+        let third = try await stack.postWebhook(path: "/dailyroundup/webhook/trello", body: body, secret: Self.secret)
+        #expect(first.status == .ok && first.body.contains("accepted"))
+        #expect(second.status == .ok && second.body.contains("duplicate"))
+        #expect(third.status == .ok && third.body.contains("duplicate"))
+        #expect(try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 })
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1)
+        #expect(stack.trello.cardRequests == 1)
+        await stack.shutdown()
+    }
+
+    @Test func aWorkerKilledMidBatchLosesNothing() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await seed(stack)
+        let count = 120
+        for i in 0..<count { stack.trello.setCard(FakeTrello.card(id: "K\(i)", listID: "L1", boardID: "B1", name: "Task \(i)")) }
+        stack.trello.setCardDelay(.milliseconds(30))
+        try await publish(stack, account: account)
+        try await stack.startIngress()
+        for i in 0..<count {
+            let body = WebhookBodies.body(type: "createCard", actionID: "K-action-\(i)", cardID: "K\(i)", listID: "L1", boardID: "B1")
+            #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret).status == .ok)
+        }
+        let fast = ["ROUNDUP_CLAIM_IDLE_MS": "1000", "ROUNDUP_WORKER_BATCH": "40"]
+        let doomed = try await stack.startWorker(name: "doomed", extra: fast)
+        // Kill it while it holds delivered, unacknowledged entries.
+        let holding = try await TestSupport.eventually(timeout: .seconds(20), interval: .milliseconds(5)) {
+            let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
+            return (pending.array?.first?.int ?? 0) > 0
+        }
+        #expect(holding)
+        doomed.signal(SIGKILL)
+        #expect(await doomed.wait() == 128 + SIGKILL)
+        try await stack.startWorker(name: "rescuer", extra: fast)
+        let all = try await TestSupport.eventually(timeout: .seconds(30)) {
+            try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000).count == count
+        }
+        #expect(all)
+        let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000)
+        #expect(Set(changes.map(\.trelloCardID)).count == count)
+        #expect(changes.allSatisfy { $0.changeType == "create" })
+        #expect(try await TestSupport.eventually { try await stack.streamLength() == 0 })
+        let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
+        #expect(pending.array?.first?.int == 0)
+        await stack.shutdown()
+    }
+
+    @Test func redisDownAnswers503ThenRecovers() async throws {
+        let stack = try await Stack(privateRedis: true)
+        let (_, account) = try await seed(stack)
+        try await publish(stack, account: account)
+        try await stack.startIngress()
+        let path = "/dailyroundup/webhook/trello/\(account)"
+        func body(_ id: String) -> [UInt8] {
+            WebhookBodies.body(type: "updateCard", actionID: id, cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string(id)], old: ["name": .string("old")])
+        }
+        #expect(try await stack.postWebhook(path: path, body: body("R1"), secret: Self.secret).status == .ok)
+        await stack.privateRedis!.stop()
+        let started = ContinuousClock.now
+        let down = try await stack.postWebhook(path: path, body: body("R2"), secret: Self.secret)
+        #expect(down.status == .serviceUnavailable)
+        #expect(down.body.contains("unavailable"))
+        #expect(ContinuousClock.now - started < .seconds(1))
+        try await stack.privateRedis!.start()
+        try await publish(stack, account: account)  // a restarted, empty Redis is refilled by the worker's start-up
+        let back = try await TestSupport.eventually(timeout: .seconds(10)) {
+            try await stack.postWebhook(path: path, body: body("R3"), secret: Self.secret).status == .ok
+        }
+        #expect(back)
+        #expect(try await stack.streamLength() == 1)
+        #expect(stack.ingress?.isRunning == true)
+        await stack.shutdown()
+    }
+
+    @Test func sigtermStopsBothProcessesCleanly() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await seed(stack)
+        try await stack.startIngress()
+        let worker = try await stack.startWorker(name: "w1")
+        stack.trello.setCard(FakeTrello.card(id: "S1", listID: "L1", boardID: "B1", name: "Stop"))
+        let body = WebhookBodies.body(type: "createCard", actionID: "S-1", cardID: "S1", listID: "L1", boardID: "B1")
+        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret).status == .ok)
+        #expect(try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 })
+        worker.signal(SIGTERM)
+        #expect(await worker.wait(timeout: .seconds(15)) == 0)
+        stack.ingress!.signal(SIGTERM)
+        #expect(await stack.ingress!.wait(timeout: .seconds(15)) == 0)
+        await stack.shutdown()
+    }
+}
+
+@Suite(.serialized) struct DeadLetterTests {
+    @Test func anEventThatKeepsFailingIsDeadLetteredWithItsError() async throws {
+        let stack = try await Stack()
+        let e2e = EndToEndTests()
+        let (store, account) = try await e2e.seed(stack)
+        try await e2e.publish(stack, account: account)
+        stack.trello.setCard(FakeTrello.card(id: "D1", listID: "L1", boardID: "B1", name: "Never"))
+        stack.trello.failNextCardRequests(status: 503, count: 1_000)
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300"])
+        let body = WebhookBodies.body(type: "createCard", actionID: "D-1", cardID: "D1", listID: "L1", boardID: "B1")
+        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok)
+        let dead = try await TestSupport.eventually(timeout: .seconds(30)) {
+            try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 1
+        }
+        #expect(dead)
+        let entries = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
+        let fields = entries.array?.first?.array?[1].array?.compactMap(\.string) ?? []
+        let error = fields.firstIndex(of: "error").map { fields[$0 + 1] } ?? ""
+        #expect(error.contains("503"))
+        #expect(fields.contains("D-1"))  // the original event travels with it
+        #expect(try await stack.streamLength() == 0)
+        #expect(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).isEmpty)
+        await stack.shutdown()
+    }
+}
