@@ -1,1 +1,93 @@
-print("bench placeholder")
+import Foundation
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+
+// Worker throughput benchmark: fills the webhook stream, starts the real `roundup-worker` binary and times how
+// long it takes to drain the stream into `pending_changes`.
+// usage: roundup-bench worker REDIS_URL WORKER_BINARY SCENARIO(update|create) EVENTS
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("roundup-bench: \(message)\n".utf8))
+    exit(2)
+}
+
+let args = CommandLine.arguments
+guard args.count == 6, args[1] == "worker", let events = Int(args[5]) else {
+    fail("usage: roundup-bench worker REDIS_URL WORKER_BINARY update|create EVENTS")
+}
+let redisURL = args[2]
+let workerBinary = URL(fileURLWithPath: args[3])
+let scenario = args[4]
+guard scenario == "update" || scenario == "create" else { fail("scenario must be update or create") }
+
+let directory = try TestSupport.temporaryDirectory("bench")
+let databasePath = directory.appendingPathComponent("roundup.sqlite").path
+let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):")
+let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
+let trello = try await FakeTrello.start()
+
+// An account, a list, and (for updates) 1,000 cards the worker already knows, their creates acknowledged.
+let store = try SQLiteStore(path: databasePath)
+try await store.migrate()
+let account = try await store.createAccount(authTokenHash: UUID().uuidString)
+try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "bench-secret")
+let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
+let cards = scenario == "update" ? 1_000 : events
+if scenario == "update" {
+    let seed = (0..<cards).map { i in
+        CardObservation(accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: nil, actionDate: Date(timeIntervalSince1970: 1_600_000_000),
+                        kind: .fields(CardMapper.fields(fromCard: ["name": .string("Card \(i)")]), full: true))
+    }
+    _ = try await store.apply(seed)
+    let ids = try await store.pendingChanges(accountID: account, afterID: 0, limit: cards).map(\.id)
+    _ = try await store.acknowledge(accountID: account, ids: ids)
+} else {
+    for i in 0..<cards { trello.setCard(FakeTrello.card(id: "card-\(i)", listID: "L1", boardID: "B1", name: "Card \(i)")) }
+}
+
+// Fill the stream the way the ingress does (same fields), in pipelined batches.
+var batch: [RedisCommand] = []
+for i in 0..<events {
+    let card = "card-\(i % cards)"
+    let date = Timestamp.string(Date(timeIntervalSince1970: 1_700_000_000 + Double(i) / 1000))
+    let body = scenario == "update"
+        ? WebhookBodies.body(type: "updateCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1",
+                             card: ["name": .string("Renamed \(i)")], old: ["name": .string("Card")], date: date, padding: 3_000)
+        : WebhookBodies.body(type: "createCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1", date: date, padding: 3_000)
+    batch.append(RedisCommand("XADD", [
+        RedisArgument(keys.webhookStream), "*", "account", RedisArgument(account), "action", RedisArgument("act-\(i)"),
+        "type", RedisArgument(scenario == "update" ? "updateCard" : "createCard"), "model", "L1", "received", "0", "body", RedisArgument(bytes: body),
+    ]))
+    if batch.count == 1_000 || i == events - 1 {
+        _ = try await redis.pipeline(batch, timeout: .seconds(30))
+        batch.removeAll(keepingCapacity: true)
+    }
+}
+let bodySize = WebhookBodies.body(type: "updateCard", actionID: "act-0", cardID: "card-0", listID: "L1", boardID: "B1", card: ["name": .string("Renamed 0")], old: ["name": .string("Card")], padding: 3_000).count
+
+let started = ContinuousClock.now
+let worker = try ManagedProcess(
+    name: "bench-worker", executable: workerBinary,
+    environment: [
+        "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
+        "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": "warning",
+        "ROUNDUP_WORKER_NAME": "bench",
+    ],
+    logDirectory: directory)
+let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .milliseconds(10)) {
+    let length = (try? await redis.send("XLEN", RedisArgument(keys.webhookStream)).int) ?? -1
+    return length == 0
+}
+let elapsed = ContinuousClock.now - started
+let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+let rss = (try? String(contentsOfFile: "/proc/\(worker.pid)/status", encoding: .utf8))?
+    .split(separator: "\n").first { $0.hasPrefix("VmHWM") }.map(String.init) ?? "VmHWM: ?"
+await worker.stop()
+let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
+guard drained else { fail("worker did not drain the stream: \(worker.output.suffix(2000))") }
+print(String(format: "worker %@: %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
+             scenario, events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
+await trello.stop()
+await redis.shutdown()
