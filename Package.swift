@@ -155,6 +155,7 @@ let package = Package(
             dependencies: [
                 "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -118,6 +118,18 @@ public enum JSONValue: Sendable, Hashable, Codable {
     /// SHA-256 of the canonical form, hex, truncated to 128 bits: what `sync_tasks` stores per field.
     public var fieldHash: String {
         let digest = SHA256.hash(data: Array(canonicalJSON.utf8))
-        return digest.prefix(16).map { String(format: "%02x", $0) }.joined()
+        return hex(digest.prefix(16))
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    private func hex(_ bytes: some Sequence<UInt8>) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        for byte in bytes {
+            out.append(Self.hexDigits[Int(byte >> 4)])
+            out.append(Self.hexDigits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 }

@@ -58,9 +58,33 @@ public struct TrelloWebhookBody: Decodable, Sendable {
 extension TrelloWebhookBody {
     /// Decodes a body, or an action object alone (as some captures hold).
     public static func decode(_ bytes: some Collection<UInt8>) throws -> TrelloWebhookBody {
-        let data = Data(bytes)
-        let decoder = JSONDecoder()
-        if let body = try? decoder.decode(TrelloWebhookBody.self, from: data) { return body }
-        return TrelloWebhookBody(action: try decoder.decode(TrelloAction.self, from: data), model: nil)
+        let json = try JSONParser.parse(bytes)
+        guard case .object(let root) = json else { throw JSONParser.Error(offset: 0, reason: "a webhook body is a JSON object") }
+        if let action = root["action"], case .object = action {
+            let model = root["model"].map { Model(id: $0["id"]?.stringValue, idBoard: $0["idBoard"]?.stringValue) }
+            return TrelloWebhookBody(action: TrelloAction(json: action), model: model)
+        }
+        return TrelloWebhookBody(action: TrelloAction(json: json), model: nil)
+    }
+}
+
+extension TrelloRef {
+    init?(json: JSONValue?) {
+        guard let id = json?["id"]?.stringValue else { return nil }
+        self.init(id: id, name: json?["name"]?.stringValue)
+    }
+}
+
+extension TrelloAction {
+    init(json: JSONValue) {
+        let data = json["data"]
+        self.init(
+            id: json["id"]?.stringValue, type: json["type"]?.stringValue, date: json["date"]?.stringValue,
+            data: data.map {
+                ActionData(
+                    card: $0["card"]?.objectValue, old: $0["old"]?.objectValue, list: TrelloRef(json: $0["list"]),
+                    listBefore: TrelloRef(json: $0["listBefore"]), listAfter: TrelloRef(json: $0["listAfter"]),
+                    board: TrelloRef(json: $0["board"]))
+            })
     }
 }

@@ -106,14 +106,14 @@ final class IngressHandler: ChannelInboundHandler {
     }
 
     private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, body: ByteBuffer) {
-        let envelope: WebhookEnvelope
+        let envelope: JSONParser.Envelope
         do {
-            envelope = try JSONDecoder().decode(WebhookEnvelope.self, from: Data(body.readableBytesView))
+            envelope = try JSONParser.envelope(body.readableBytesView)
         } catch {
             shared.metrics.malformed.increment()
             return respondError(context: context, .badRequest, "invalid_json", "body is not a JSON webhook")
         }
-        guard let action = envelope.action else {
+        guard envelope.hasAction else {
             shared.metrics.malformed.increment()
             return respondError(context: context, .badRequest, "missing_action", "body has no action")
         }
@@ -142,7 +142,7 @@ final class IngressHandler: ChannelInboundHandler {
                 return TrelloSignature.verify(header: signature, secret: secret, body: body.readableBytesView, callbackURL: callbackURL) ? account : nil
             }
         } else {
-            guard let model = envelope.model?.id, !model.isEmpty else {
+            guard let model = envelope.modelID, !model.isEmpty else {
                 deadline.cancel()
                 return respondError(context: context, .badRequest, "missing_model", "body has no model.id to route by")
             }
@@ -162,16 +162,16 @@ final class IngressHandler: ChannelInboundHandler {
 
         verified.flatMap { account -> EventLoopFuture<Outcome> in
             guard let account else { return eventLoop.makeSucceededFuture(.badSignature) }
-            guard let type = action.type, TrelloActionType.handled.contains(type) else {
+            guard let type = envelope.actionType, TrelloActionType.handled.contains(type) else {
                 return eventLoop.makeSucceededFuture(.ignored)
             }
-            guard let actionID = action.id, !actionID.isEmpty else { return eventLoop.makeSucceededFuture(.noActionID) }
+            guard let actionID = envelope.actionID, !actionID.isEmpty else { return eventLoop.makeSucceededFuture(.noActionID) }
             let fields: [RedisArgument] = [
                 RedisArgument(shared.dedupeTTLSeconds),
                 "account", RedisArgument(account),
                 "action", RedisArgument(actionID),
                 "type", RedisArgument(type),
-                "model", RedisArgument(envelope.model?.id ?? ""),
+                "model", RedisArgument(envelope.modelID ?? ""),
                 "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
                 "body", RedisArgument(buffer: body),
             ]

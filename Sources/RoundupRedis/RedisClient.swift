@@ -11,6 +11,8 @@ public final class RedisClient: Sendable {
     private let group: any EventLoopGroup
     private let slots: [NIOLockedValueBox<Slot>]
     private let next = NIOLockedValueBox(0)
+    /// Whether the last connection attempt worked: failures are logged once per outage, not per attempt.
+    private let reachable = NIOLockedValueBox(true)
     private let logger: Logger
 
     private enum Slot {
@@ -47,11 +49,19 @@ public final class RedisClient: Sendable {
                 state = .connecting(future)
                 let logger = self.logger
                 let endpoint = configuration.endpoint
+                let reachable = self.reachable
                 future.whenComplete { result in
                     slot.withLockedValue { state in
                         switch result {
                         case .success(let connection):
                             state = .connected(connection)
+                            if reachable.withLockedValue({ (up: inout Bool) -> Bool in
+                                let wasDown = !up
+                                up = true
+                                return wasDown
+                            }) {
+                                logger.notice("redis reachable again", metadata: ["endpoint": "\(endpoint)"])
+                            }
                             connection.closeFuture.whenComplete { _ in
                                 slot.withLockedValue { state in
                                     if case .connected(let current) = state, current === connection { state = .idle }
@@ -59,7 +69,12 @@ public final class RedisClient: Sendable {
                             }
                         case .failure(let error):
                             state = .idle
-                            logger.warning("redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+                            let first = reachable.withLockedValue { (up: inout Bool) -> Bool in
+                                let wasUp = up
+                                up = false
+                                return wasUp
+                            }
+                            logger.log(level: first ? .warning : .debug, "redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
                         }
                     }
                 }

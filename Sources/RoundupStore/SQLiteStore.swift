@@ -90,7 +90,7 @@ public final class SQLiteStore: SyncStore {
                 accounts.insert(item.accountID)
                 for listID in item.listIDs where context.lists[AccountScoped(item.accountID, listID)] == nil {
                     if let row = try Row.fetchOne(
-                        db, sql: "SELECT id, name, trello_board_id FROM sync_lists WHERE account_id = ? AND trello_list_id = ?",
+                        db.cachedStatement(sql: "SELECT id, name, trello_board_id FROM sync_lists WHERE account_id = ? AND trello_list_id = ?"),
                         arguments: [item.accountID, listID])
                     {
                         context.lists[AccountScoped(item.accountID, listID)] = SyncListRecord(
@@ -99,7 +99,7 @@ public final class SQLiteStore: SyncStore {
                 }
                 if let board = item.boardID, !context.boards.contains(AccountScoped(item.accountID, board)) {
                     if try Bool.fetchOne(
-                        db, sql: "SELECT 1 FROM sync_lists WHERE account_id = ? AND trello_board_id = ? LIMIT 1",
+                        db.cachedStatement(sql: "SELECT 1 FROM sync_lists WHERE account_id = ? AND trello_board_id = ? LIMIT 1"),
                         arguments: [item.accountID, board]) == true
                     {
                         context.boards.insert(AccountScoped(item.accountID, board))
@@ -111,7 +111,7 @@ public final class SQLiteStore: SyncStore {
                 let taskKey = AccountScoped(item.accountID, item.cardID)
                 if context.tasks[taskKey] == nil,
                    let row = try Row.fetchOne(
-                       db, sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
+                       db.cachedStatement(sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
                        arguments: [item.accountID, item.cardID])
                 {
                     context.tasks[taskKey] = TaskState(syncListID: row[0], deleted: row[1])
@@ -134,13 +134,13 @@ public final class SQLiteStore: SyncStore {
             sql: "SELECT trello_field_id, options FROM sync_custom_fields WHERE account_id = ? AND trello_board_id = ? AND lower(name) = 'priority'",
             arguments: [accountID, boardID])
         else { return nil }
-        let options = (try? JSONDecoder().decode([String: String].self, from: Data((row[1] as String).utf8))) ?? [:]
+        let options = ((try? JSONParser.parse(Array((row[1] as String).utf8)))?.objectValue ?? [:]).compactMapValues(\.stringValue)
         return PriorityField(fieldID: row[0], options: options)
     }
 
     public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
-        let options = String(decoding: try JSONEncoder().encode(field.options), as: UTF8.self)
+        let options = JSONValue.object(field.options.mapValues(JSONValue.string)).canonicalJSON
         let now = Timestamp.now()
         try await pool.write { db in
             try db.execute(
@@ -175,12 +175,10 @@ public final class SQLiteStore: SyncStore {
                     WHERE p.account_id = ? AND p.id > ? ORDER BY p.id LIMIT ?
                     """,
                 arguments: [accountID, afterID, limit])
-            let decoder = JSONDecoder()
-            return try rows.map { row in
+            return rows.map { row in
                 PendingChange(
                     id: row[0], accountID: accountID, syncListID: row[1], changeType: row[2],
-                    changedFields: try decoder.decode([String].self, from: Data((row[3] as String).utf8)),
-                    fields: try decoder.decode([String: JSONValue].self, from: Data((row[4] as String).utf8)),
+                    changedFields: PendingChangeCoding.changedFields(row[3]), fields: PendingChangeCoding.fields(row[4]),
                     trelloCardID: row[5], trelloActionID: row[6], reminderID: row[8],
                     createdAt: Timestamp.date(row[7]) ?? Date(timeIntervalSince1970: 0))
             }
@@ -232,7 +230,45 @@ public enum Timestamp {
     public static func string(_ date: Date) -> String { style.format(date) }
 
     public static func date(_ string: String) -> Date? {
+        if let fast = fastParse(string) { return fast }
         if let d = try? style.parse(string) { return d }
         return try? Date.ISO8601FormatStyle().parse(string)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form Trello and this server write, without a formatter.
+    public static func fastParse(_ string: String) -> Date? {
+        let u = Array(string.utf8)
+        guard u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == 0x2D, u[7] == 0x2D, u[10] == UInt8(ascii: "T"), u[13] == 0x3A, u[16] == 0x3A else {
+            return nil
+        }
+        func number(_ range: Range<Int>) -> Int? {
+            var n = 0
+            for i in range {
+                guard u[i] >= 0x30, u[i] <= 0x39 else { return nil }
+                n = n * 10 + Int(u[i] - 0x30)
+            }
+            return n
+        }
+        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), let hour = number(11..<13),
+              let minute = number(14..<16), let second = number(17..<19), (1...12).contains(month), (1...31).contains(day),
+              hour < 24, minute < 60, second < 61
+        else { return nil }
+        var fraction = 0.0
+        if u.count > 20 {
+            guard u[19] == UInt8(ascii: "."), u.count > 21, let digits = number(20..<(u.count - 1)) else { return nil }
+            fraction = Double(digits) / pow(10, Double(u.count - 21))
+        } else if u.count != 20 {
+            return nil
+        }
+        // Days from the civil date (Howard Hinnant's algorithm), so no calendar object is needed.
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        let seconds = Double(days * 86_400 + hour * 3_600 + minute * 60 + second) + fraction
+        return Date(timeIntervalSince1970: seconds)
     }
 }

@@ -66,7 +66,7 @@ public final class FakeTrello: Sendable {
     }
 
     func handle(_ request: SimpleHTTPRequest) -> SimpleHTTPResponse {
-        let path = String(request.path)
+        let path = String(request.path).removingPercentEncoding ?? String(request.path)
         let (failure, key, token) = state.withLockedValue { state -> ((Int, Int)?, String, String) in
             state.requests.append("\(request.method.rawValue) \(path)")
             var failure: (Int, Int)?

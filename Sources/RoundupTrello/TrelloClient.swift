@@ -94,7 +94,7 @@ public struct TrelloClient: Sendable {
         switch status {
         case 200..<300:
             do {
-                return try JSONDecoder().decode(JSONValue.self, from: Data(body.readableBytesView))
+                return try JSONParser.parse(body.readableBytesView)
             } catch {
                 throw TrelloError(status: status, message: "response is not JSON", isTransient: false)
             }
@@ -108,8 +108,9 @@ public struct TrelloClient: Sendable {
         }
     }
 
+    /// Percent-encodes an id for a path segment (RFC 3986 unreserved characters stay as they are).
     static func escape(_ id: String) -> String {
-        id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
+        id.addingPercentEncoding(withAllowedCharacters: CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")) ?? id
     }
 }
 

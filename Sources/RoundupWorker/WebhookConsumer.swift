@@ -124,7 +124,12 @@ public struct WebhookConsumer: Service {
         metrics.retried.increment(by: outcome.retry.count)
         metrics.changes.increment(by: outcome.changesWritten)
         let elapsed = (ContinuousClock.now - started).components
-        metrics.batch.recordNanoseconds(elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
+        let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+        metrics.batch.recordNanoseconds(nanoseconds)
+        logger.debug("batch settled", metadata: [
+            "entries": "\(entries.count)", "done": "\(outcome.done.count)", "changes": "\(outcome.changesWritten)",
+            "duration_ms": "\(nanoseconds / 1_000_000)",
+        ])
     }
 
     /// Takes over entries that sat pending with any consumer longer than the idle timeout

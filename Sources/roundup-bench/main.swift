@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import RoundupCore
 import RoundupRedis
 import RoundupStore
@@ -61,7 +62,7 @@ for i in 0..<events {
         "type", RedisArgument(scenario == "update" ? "updateCard" : "createCard"), "model", "L1", "received", "0", "body", RedisArgument(bytes: body),
     ]))
     if batch.count == 1_000 || i == events - 1 {
-        _ = try await redis.pipeline(batch, timeout: .seconds(30))
+        _ = try await redis.pipeline(batch, timeout: .seconds(30)).get()
         batch.removeAll(keepingCapacity: true)
     }
 }
@@ -72,7 +73,7 @@ let worker = try ManagedProcess(
     name: "bench-worker", executable: workerBinary,
     environment: [
         "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
-        "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": "warning",
+        "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
         "ROUNDUP_WORKER_NAME": "bench",
     ],
     logDirectory: directory)

@@ -1,0 +1,70 @@
+import Foundation
+import RoundupCore
+import RoundupTesting
+import Testing
+
+@Suite struct JSONParserTests {
+    @Test func parsesEveryKind() throws {
+        let text = #" {"s":"a\"b\\c\u00e9\ud83d\ude00","n":-12.5e2,"i":42,"t":true,"f":false,"z":null,"a":[1,[],{}],"o":{"k":"v"}} "#
+        let value = try JSONParser.parse(Array(text.utf8))
+        #expect(value["s"] == .string("a\"b\\cé😀"))
+        #expect(value["n"] == .number(-1250))
+        #expect(value["i"] == .number(42))
+        #expect(value["t"] == .bool(true) && value["f"] == .bool(false) && value["z"] == .null)
+        #expect(value["a"] == .array([.number(1), .array([]), .object([:])]))
+        #expect(value["o"]?["k"] == .string("v"))
+    }
+
+    @Test func agreesWithFoundationOnEveryFixture() throws {
+        let dir = TestSupport.fixturesDirectory
+        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map { dir.appendingPathComponent($0) }
+        let actions = dir.appendingPathComponent("action-only")
+        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map { actions.appendingPathComponent($0) }
+        #expect(files.count > 40)
+        for file in files {
+            let data = try Data(contentsOf: file)
+            #expect(try JSONParser.parse(Array(data)) == JSONDecoder().decode(JSONValue.self, from: data), "\(file.lastPathComponent)")
+        }
+    }
+
+    @Test func rejectsMalformedInput() {
+        let bad = [
+            "", "{", "}", "[1,]", "{\"a\":}", "{\"a\" 1}", "{a:1}", "01", "1.", "-", "tru", "nul", "\"abc", "\"\\x\"",
+            "\"\u{01}\"", "[1 2]", "{\"a\":1,}", "1 2", "\"\\u12G4\"", "<html>",
+        ]
+        for text in bad {
+            #expect(throws: JSONParser.Error.self, "\(text)") { try JSONParser.parse(Array(text.utf8)) }
+        }
+    }
+
+    @Test func deepNestingIsRefusedNotACrash() {
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        #expect(throws: JSONParser.Error.self) { try JSONParser.parse(Array(deep.utf8)) }
+        #expect(throws: JSONParser.Error.self) { try JSONParser.envelope(Array(("{\"x\":" + deep + "}").utf8)) }
+    }
+
+    @Test func envelopeFindsIdsAndChecksTheWholeBody() throws {
+        let body = #"{"model":{"id":"L1","name":"x"},"action":{"data":{"id":"nested"},"id":"A1","type":"createCard"}}"#
+        let envelope = try JSONParser.envelope(Array(body.utf8))
+        #expect(envelope == JSONParser.Envelope(hasAction: true, actionID: "A1", actionType: "createCard", modelID: "L1"))
+        #expect(try JSONParser.envelope(Array(#"{"model":{"id":"L1"}}"#.utf8)).hasAction == false)
+        #expect(throws: JSONParser.Error.self) { try JSONParser.envelope(Array(#"{"action":{"id":"A1"}} trailing"#.utf8)) }
+        #expect(throws: JSONParser.Error.self) { try JSONParser.envelope(Array(#"[{"action":{}}]"#.utf8)) }
+    }
+
+    @Test func fastTimestampsMatchTheFormatter() throws {
+        for text in ["2023-01-27T12:34:56.789Z", "2026-11-22T00:00:00Z", "2000-02-29T23:59:59.5Z", "1999-12-31T23:59:59.001Z"] {
+            let fast = try #require(RoundupStoreTimestamp.fast(text))
+            let reference = try Date.ISO8601FormatStyle(includingFractionalSeconds: text.contains(".")).parse(text)
+            #expect(abs(fast.timeIntervalSince1970 - reference.timeIntervalSince1970) < 0.0005, "\(text)")
+        }
+        #expect(RoundupStoreTimestamp.fast("2023-13-01T00:00:00Z") == nil)
+        #expect(RoundupStoreTimestamp.fast("not a date") == nil)
+    }
+}
+
+import RoundupStore
+
+enum RoundupStoreTimestamp {
+    static func fast(_ text: String) -> Date? { Timestamp.fastParse(text) }
+}
