@@ -49,9 +49,22 @@ public struct WebhookConsumer: Service {
         defer { if let reader { reader.close().whenComplete { _ in } } }
         var backoff = Duration.milliseconds(100)
 
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+        // The next batch is requested before the current one is processed, so Redis sends it while we work.
+        var prefetched: EventLoopFuture<RedisValue>?
+        while !Task.isCancelled {
+            if Task.isShuttingDownGracefully {
+                // Stop reading; entries already delivered to this consumer are still processed and acked.
+                guard let pending = prefetched else { break }
+                prefetched = nil
+                if let reply = try? await pending.get() {
+                    let entries = StreamEntry.parse(read: reply)
+                    if !entries.isEmpty { try? await handle(entries) }
+                }
+                continue
+            }
             do {
                 if reader == nil || reader?.isActive == false {
+                    prefetched = nil
                     try await ensureGroup()
                     reader = try await redis.dedicatedConnection().get()
                     logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
@@ -61,25 +74,32 @@ public struct WebhookConsumer: Service {
                     try await reclaim()
                     await recordStreamGauges()
                 }
-                let reply = try await reader!.send(
-                    RedisCommand(
-                        "XREADGROUP",
-                        ["GROUP", RedisArgument(group), RedisArgument(options.consumer), "COUNT", RedisArgument(options.batchSize),
-                         "BLOCK", RedisArgument(Int(options.block.nanoseconds / 1_000_000)), "STREAMS", RedisArgument(stream), ">"]),
-                    timeout: options.block + .seconds(5)
-                ).get()
+                let reply = try await (prefetched ?? read(on: reader!, block: true)).get()
+                prefetched = nil
                 let entries = StreamEntry.parse(read: reply)
-                if !entries.isEmpty { try await handle(entries) }
+                if !entries.isEmpty {
+                    // A full batch suggests more is waiting: ask for it now, without blocking.
+                    if entries.count == options.batchSize { prefetched = read(on: reader!, block: false) }
+                    try await handle(entries)
+                }
                 backoff = .milliseconds(100)
             } catch {
-                if let e = error as? RedisClientError, e.message.hasPrefix("XREADGROUP: NOGROUP") { reader = nil }
                 logger.warning("consumer loop error", metadata: ["error": "\(error)"])
+                reader?.close().whenComplete { _ in }
                 reader = nil
+                prefetched = nil
                 try? await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(5))
             }
         }
         logger.notice("consumer stopped", metadata: ["consumer": "\(options.consumer)"])
+    }
+
+    private func read(on connection: RedisConnection, block: Bool) -> EventLoopFuture<RedisValue> {
+        var arguments: [RedisArgument] = ["GROUP", RedisArgument(group), RedisArgument(options.consumer), "COUNT", RedisArgument(options.batchSize)]
+        if block { arguments += ["BLOCK", RedisArgument(Int(options.block.nanoseconds / 1_000_000))] }
+        arguments += ["STREAMS", RedisArgument(stream), ">"]
+        return connection.send(RedisCommand("XREADGROUP", arguments), timeout: options.block + .seconds(5))
     }
 
     /// Creates the consumer group (from the stream's start, so nothing enqueued before is skipped).
