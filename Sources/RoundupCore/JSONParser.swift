@@ -41,7 +41,11 @@ public struct JSONParser: ~Copyable {
     }
 
     public static func envelope(_ bytes: some Collection<UInt8>) throws -> Envelope {
-        try withBytes(bytes) { raw in
+        try withBytes(bytes) { raw in try envelope(raw) }
+    }
+
+    public static func envelope(_ raw: UnsafeRawBufferPointer) throws -> Envelope {
+        do {  // (a scope for the parser)
             var parser = JSONParser(raw)
             var envelope = Envelope()
             parser.skipSpace()
@@ -160,6 +164,7 @@ public struct JSONParser: ~Copyable {
             guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
             let key = try string()
             try expect(UInt8(ascii: ":"))
+            skipSpace()
             try member(&self, key)
             skipSpace()
             guard let byte = peek() else { throw fail("unterminated object") }
@@ -220,28 +225,34 @@ public struct JSONParser: ~Copyable {
         return value
     }
 
+    /// Bytes that end the fast scan through a string: the quote, the backslash and control characters.
+    private static let stringStops: [Bool] = (0..<256).map { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }
+
     private mutating func skipString() throws {
         index += 1  // opening quote
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
+        let count = bytes.count
+        try Self.stringStops.withUnsafeBufferPointer { stops in
+            while true {
+                while index < count, !stops[Int(bytes[index])] { index += 1 }
+                guard index < count else { throw fail("unterminated string") }
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    index += 1
+                    return
+                }
+                if byte < 0x20 { throw fail("control character in string") }
+                // A backslash.
                 index += 1
-                return
-            }
-            if byte < 0x20 { throw fail("control character in string") }
-            if byte == UInt8(ascii: "\\") {
-                index += 1
-                guard let escaped = peek() else { break }
+                guard let escaped = peek() else { throw fail("unterminated string") }
                 if escaped == UInt8(ascii: "u") {
                     _ = try hex4(at: index + 1)
                     index += 5
-                    continue
+                } else {
+                    guard Self.simpleEscapes.contains(escaped) else { throw fail("invalid escape") }
+                    index += 1
                 }
-                guard Self.simpleEscapes.contains(escaped) else { throw fail("invalid escape") }
             }
-            index += 1
         }
-        throw fail("unterminated string")
     }
 
     private static let simpleEscapes: Set<UInt8> = Set("\"\\/bfnrt".utf8)

@@ -10,9 +10,19 @@ public enum TrelloSignature {
 
     /// Checks a header against the body and callback URL, in constant time.
     public static func verify(header: String, secret: String, body: some Collection<UInt8>, callbackURL: String) -> Bool {
+        if let result = body.withContiguousStorageIfAvailable({
+            verify(header: header, secret: secret, body: UnsafeRawBufferPointer($0), callbackURL: callbackURL)
+        }) {
+            return result
+        }
+        return Array(body).withUnsafeBytes { verify(header: header, secret: secret, body: $0, callbackURL: callbackURL) }
+    }
+
+    /// The same, for bytes in memory (the ingress's hot path: no generic dispatch, no copy).
+    public static func verify(header: String, secret: String, body: UnsafeRawBufferPointer, callbackURL: String) -> Bool {
         guard let given = Data(base64Encoded: header), given.count == Insecure.SHA1.byteCount else { return false }
         var hmac = HMAC<Insecure.SHA1>(key: SymmetricKey(data: Array(secret.utf8)))
-        hmac.update(data: Array(body))
+        hmac.update(data: body)
         hmac.update(data: Array(callbackURL.utf8))
         let expected = hmac.finalize()
         // HashedAuthenticationCode's == compares in constant time.

@@ -108,7 +108,7 @@ final class IngressHandler: ChannelInboundHandler {
     private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, body: ByteBuffer) {
         let envelope: JSONParser.Envelope
         do {
-            envelope = try JSONParser.envelope(body.readableBytesView)
+            envelope = try body.withUnsafeReadableBytes { try JSONParser.envelope($0) }
         } catch {
             shared.metrics.malformed.increment()
             return respondError(context: context, .badRequest, "invalid_json", "body is not a JSON webhook")
@@ -139,7 +139,10 @@ final class IngressHandler: ChannelInboundHandler {
         if let account {
             verified = shared.directory.secret(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { secret in
                 guard let secret else { throw IngressRejection.unknownAccount }
-                return TrelloSignature.verify(header: signature, secret: secret, body: body.readableBytesView, callbackURL: callbackURL) ? account : nil
+                let valid = body.withUnsafeReadableBytes {
+                    TrelloSignature.verify(header: signature, secret: secret, body: $0, callbackURL: callbackURL)
+                }
+                return valid ? account : nil
             }
         } else {
             guard let model = envelope.modelID, !model.isEmpty else {
@@ -151,7 +154,9 @@ final class IngressHandler: ChannelInboundHandler {
                 let secrets = accounts.map { shared.directory.secret(account: $0, on: eventLoop, timeout: timeout) }
                 return EventLoopFuture.whenAllSucceed(secrets, on: eventLoop).map { secrets in
                     for (account, secret) in zip(accounts, secrets) {
-                        if let secret, TrelloSignature.verify(header: signature, secret: secret, body: body.readableBytesView, callbackURL: callbackURL) {
+                        if let secret, body.withUnsafeReadableBytes({
+                            TrelloSignature.verify(header: signature, secret: secret, body: $0, callbackURL: callbackURL)
+                        }) {
                             return account
                         }
                     }
@@ -178,7 +183,7 @@ final class IngressHandler: ChannelInboundHandler {
             return shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],
-                arguments: fields, timeout: timeout
+                arguments: fields, timeout: timeout, on: eventLoop
             ).hop(to: eventLoop).map { reply in reply.isNull ? .duplicate : .enqueued }
         }.whenComplete { result in
             deadline.cancel()

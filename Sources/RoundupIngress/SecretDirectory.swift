@@ -30,7 +30,7 @@ final class SecretDirectory: Sendable {
             return eventLoop.makeSucceededFuture(entry.value)
         }
         let ttl = self.ttl
-        return redis.send(RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]), timeout: timeout)
+        return redis.send(RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]), timeout: timeout, on: eventLoop)
             .hop(to: eventLoop)
             .map { [secrets] reply in
                 let secret = reply.string
@@ -50,7 +50,7 @@ final class SecretDirectory: Sendable {
             return eventLoop.makeSucceededFuture(entry.value)
         }
         let ttl = self.ttl
-        return redis.send(RedisCommand("SMEMBERS", [RedisArgument(keys.modelRoute(model))]), timeout: timeout)
+        return redis.send(RedisCommand("SMEMBERS", [RedisArgument(keys.modelRoute(model))]), timeout: timeout, on: eventLoop)
             .hop(to: eventLoop)
             .map { [routes] reply in
                 let accounts = (reply.array ?? []).compactMap(\.string).sorted()

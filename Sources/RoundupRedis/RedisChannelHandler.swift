@@ -24,6 +24,9 @@ final class RedisChannelHandler: ChannelDuplexHandler {
     }
 
     private let reader = RESPReader()
+    /// Flushes are coalesced to one per event-loop tick: commands from many requests served in the same tick
+    /// leave in one write (pipelining across callers), instead of one syscall each.
+    private var flushScheduled = false
     private var pending = CircularBuffer<Pending>(initialCapacity: 16)
     private var failed: RedisClientError?
     private let endpoint: String
@@ -55,6 +58,17 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         }
         pending.append(Pending(remaining: request.commands.count, replies: [], promise: request.promise, deadline: deadline))
         context.write(wrapOutboundOut(buffer), promise: promise)
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = loopBound.value
+            handler.flushScheduled = false
+            context.flush()
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -11,6 +11,7 @@ public final class RedisClient: Sendable {
     private let group: any EventLoopGroup
     private let slots: [NIOLockedValueBox<Slot>]
     private let next = NIOLockedValueBox(0)
+    private let loopSlots = NIOLockedValueBox([ObjectIdentifier: NIOLockedValueBox<Slot>]())
     /// Whether the last connection attempt worked: failures are logged once per outage, not per attempt.
     private let reachable = NIOLockedValueBox(true)
     private let logger: Logger
@@ -32,20 +33,34 @@ public final class RedisClient: Sendable {
     }
 
     /// A pooled connection, opened if needed. Connections are shared: requests on one are pipelined.
-    public func connection() -> EventLoopFuture<RedisConnection> {
+    /// Given an event loop, the connection lives on that loop, so a NIO handler's request never hops threads.
+    public func connection(on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisConnection> {
+        if let eventLoop {
+            let key = ObjectIdentifier(eventLoop)
+            let slot = loopSlots.withLockedValue { slots in
+                if let slot = slots[key] { return slot }
+                let slot = NIOLockedValueBox(Slot.idle)
+                slots[key] = slot
+                return slot
+            }
+            return connection(slot: slot, loop: eventLoop)
+        }
         let index = next.withLockedValue { value -> Int in
             defer { value = (value &+ 1) % slots.count }
             return value
         }
-        let slot = slots[index]
-        return slot.withLockedValue { state -> EventLoopFuture<RedisConnection> in
+        return connection(slot: slots[index], loop: group.next())
+    }
+
+    private func connection(slot: NIOLockedValueBox<Slot>, loop: any EventLoop) -> EventLoopFuture<RedisConnection> {
+        slot.withLockedValue { state -> EventLoopFuture<RedisConnection> in
             switch state {
             case .connected(let connection) where connection.isActive:
                 return connection.eventLoop.makeSucceededFuture(connection)
             case .connecting(let future):
                 return future
             case .connected, .idle:
-                let future = RedisConnection.connect(configuration, on: group.next())
+                let future = RedisConnection.connect(configuration, on: loop)
                 state = .connecting(future)
                 let logger = self.logger
                 let endpoint = configuration.endpoint
@@ -88,8 +103,8 @@ public final class RedisClient: Sendable {
         RedisConnection.connect(configuration, on: group.next())
     }
 
-    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) -> EventLoopFuture<RedisValue> {
-        connection().flatMap { $0.send(command, timeout: timeout) }
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil, on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisValue> {
+        connection(on: eventLoop).flatMap { $0.send(command, timeout: timeout) }
     }
 
     public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
@@ -110,10 +125,11 @@ public final class RedisClient: Sendable {
 
     /// Runs a Lua script by its SHA1 (EVALSHA), loading it with EVAL when the server does not know it yet.
     public func evaluate(
-        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil,
+        on eventLoop: (any EventLoop)? = nil
     ) -> EventLoopFuture<RedisValue> {
         let tail = [RedisArgument(keys.count)] + keys + arguments
-        return connection().flatMap { connection in
+        return connection(on: eventLoop).flatMap { connection in
             connection.pipeline([RedisCommand("EVALSHA", [RedisArgument(script.sha1)] + tail)], timeout: timeout)
                 .flatMap { replies -> EventLoopFuture<RedisValue> in
                     switch replies[0] {
@@ -136,7 +152,7 @@ public final class RedisClient: Sendable {
 
     /// Closes every pooled connection.
     public func shutdown() async {
-        for slot in slots {
+        for slot in slots + loopSlots.withLockedValue({ Array($0.values) }) {
             let state = slot.withLockedValue { state -> Slot in
                 defer { state = .idle }
                 return state

@@ -68,3 +68,11 @@ import RoundupStore
 enum RoundupStoreTimestamp {
     static func fast(_ text: String) -> Date? { Timestamp.fastParse(text) }
 }
+
+@Suite struct JSONParserWhitespaceTests {
+    @Test func envelopeToleratesWhitespaceEverywhere() throws {
+        let body = " {\n \"action\" :\n {\t\"id\" : \"A9\" , \"type\" : \"updateCard\" } ,\r\n \"model\" : { \"id\" : \"M\" } } \n"
+        let envelope = try JSONParser.envelope(Array(body.utf8))
+        #expect(envelope == JSONParser.Envelope(hasAction: true, actionID: "A9", actionType: "updateCard", modelID: "M"))
+    }
+}
