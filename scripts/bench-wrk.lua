@@ -10,14 +10,20 @@ function setup(thread)
 end
 
 function init(args)
+  -- Each thread loads only its own share of the lines: action ids never repeat across threads,
+  -- and no thread holds the whole file.
   local file = assert(io.open(os.getenv("BENCH_BODIES"), "r"))
+  local threads_total = tonumber(os.getenv("BENCH_THREADS") or "2")
+  local n = 0
   for line in file:lines() do
-    local path, sig, body = line:match("^([^\t]+)\t([^\t]+)\t(.*)$")
-    requests[#requests + 1] = wrk.format("POST", path, {
-      ["Content-Type"] = "application/json", ["X-Trello-Webhook"] = sig }, body)
+    if n % threads_total == (thread_id or 0) then
+      local path, sig, body = line:match("^([^\t]+)\t([^\t]+)\t(.*)$")
+      requests[#requests + 1] = wrk.format("POST", path, {
+        ["Content-Type"] = "application/json", ["X-Trello-Webhook"] = sig }, body)
+    end
+    n = n + 1
   end
   file:close()
-  index = (thread_id or 0) * math.floor(#requests / tonumber(os.getenv("BENCH_THREADS") or "2"))
 end
 
 function request()
