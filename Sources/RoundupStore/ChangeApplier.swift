@@ -98,19 +98,19 @@ struct ChangeApplier {
         var changed = changed
         var fields = fields
         if let previous = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? ORDER BY id DESC LIMIT 1"),
+            db.cachedStatement(sql: "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"),
             arguments: [o.accountID, o.cardID])
         {
             let previousID: Int64 = previous[0]
             let previousType: String = previous[1]
             let previousChanged = PendingChangeCoding.changedFields(previous[2])
             let previousFields = PendingChangeCoding.fields(previous[3])
-            try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE id = ?").execute(arguments: [previousID])
+            try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [previousID])
             switch (previousType, type) {
-            case ("create", "delete"):
-                return  // the apps never saw the card: nothing to tell them
             case (_, "delete"), (_, "create"):
-                break  // the newer state replaces the older one whole
+                // The newer state replaces the older one whole. A create followed by a delete still sends the delete:
+                // an app may have applied the create without acking it yet, and a delete of an unknown reminder is harmless.
+                break
             case ("create", _):
                 type = "create"
                 fields = previousFields.merging(fields) { _, new in new }

@@ -196,6 +196,15 @@ enum SQLiteMigrations {
                 CREATE INDEX potential_duplicates_account ON potential_duplicates(account_id, status);
                 """)
         }
+        migrator.registerMigration("v2-superseded-changes") { db in
+            // A change folded into a newer one stays (hidden) until the newer one is acked, so an app that acks the
+            // older id with a reminder_id still records the card ↔ reminder mapping.
+            try db.execute(sql: """
+                ALTER TABLE pending_changes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+                DROP INDEX pending_changes_account;
+                CREATE INDEX pending_changes_live ON pending_changes(account_id, id) WHERE superseded = 0;
+                """)
+        }
         return migrator
     }
 }

@@ -67,15 +67,21 @@ public final class SQLiteStore: SyncStore {
     }
 
     public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        let record = SyncListRecord(id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
         let now = Timestamp.now()
-        try await pool.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [record.id, accountID, name, trelloBoardID, trelloListID, now, now])
+        let record = SyncListRecord(
+            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID,
+            trelloListID: trelloListID, createdAt: now)
+        do {
+            try await pool.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, now, now])
+            }
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw StoreError.duplicateList
         }
         return record
     }
@@ -172,7 +178,7 @@ public final class SQLiteStore: SyncStore {
                     SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id,
                            p.created_at, t.reminder_id
                     FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
-                    WHERE p.account_id = ? AND p.id > ? ORDER BY p.id LIMIT ?
+                    WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
                     """,
                 arguments: [accountID, afterID, limit])
             return rows.map { row in
@@ -190,8 +196,15 @@ public final class SQLiteStore: SyncStore {
         return try await pool.write { db in
             var deleted = 0
             for id in ids {
-                try db.execute(sql: "DELETE FROM pending_changes WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+                guard let card = try String.fetchOne(
+                    db, sql: "SELECT trello_card_id FROM pending_changes WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+                else { continue }
+                try db.execute(sql: "DELETE FROM pending_changes WHERE id = ?", arguments: [id])
                 deleted += db.changesCount
+                // The older changes this one replaced go with it.
+                try db.execute(
+                    sql: "DELETE FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 1 AND id < ?",
+                    arguments: [accountID, card, id])
             }
             return deleted
         }

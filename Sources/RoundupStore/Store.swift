@@ -24,6 +24,89 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var name: String
     public var trelloBoardID: String
     public var trelloListID: String
+    public var listWebhookID: String? = nil
+    public var boardWebhookID: String? = nil
+    public var createdAt: String? = nil
+}
+
+/// An account as the API shows it (credentials still whole here; the API masks them).
+public struct AccountDetails: Sendable, Equatable {
+    public var id: String
+    public var trelloAPIKey: String?
+    public var trelloToken: String?
+    public var trelloWebhookSecret: String?
+    public var conflictPolicy: String
+    public var deleteMode: String
+    public var createdAt: String
+    public var updatedAt: String
+}
+
+/// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.
+public struct AccountUpdate: Sendable, Equatable {
+    public var trelloAPIKey: String?
+    public var trelloToken: String?
+    public var trelloWebhookSecret: String?
+    public var conflictPolicy: String?
+    public var deleteMode: String?
+    public init(trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: String? = nil, deleteMode: String? = nil) {
+        self.trelloAPIKey = trelloAPIKey
+        self.trelloToken = trelloToken
+        self.trelloWebhookSecret = trelloWebhookSecret
+        self.conflictPolicy = conflictPolicy
+        self.deleteMode = deleteMode
+    }
+}
+
+public struct DeviceRecord: Sendable, Equatable {
+    public var deviceID: String
+    public var apnsToken: String
+    public var platform: String
+    public var environment: String
+    public var createdAt: String
+    public var updatedAt: String
+}
+
+public struct ConflictRecord: Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String?
+    public var trelloCardID: String?
+    public var reminderID: String?
+    public var field: String
+    public var trelloValue: String?
+    public var remindersValue: String?
+    public var status: String
+    public var createdAt: String
+}
+
+public struct DuplicateRecord: Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String
+    public var reminderID: String?
+    public var trelloCardID: String
+    public var title: String
+    public var dueDate: String?
+    public var status: String
+    public var createdAt: String
+}
+
+/// One acknowledgement: the change id and, for a create, the reminder the app made for it.
+public struct ChangeAck: Sendable, Equatable {
+    public var id: Int64
+    public var reminderID: String?
+    public init(id: Int64, reminderID: String? = nil) {
+        self.id = id
+        self.reminderID = reminderID
+    }
+}
+
+public enum AckResult: Sendable, Equatable {
+    case acked([Int64])
+    /// This id belongs to another account or never existed: nothing was acked.
+    case notFound(Int64)
+}
+
+public enum StoreError: Error, Equatable, Sendable {
+    case duplicateList
 }
 
 /// What the store knows of a card, before a batch is applied.
@@ -131,5 +214,29 @@ public protocol SyncStore: Sendable {
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
     /// Deletes acknowledged changes of this account; returns how many rows went.
     func acknowledge(accountID: String, ids: [Int64]) async throws -> Int
+    /// Acks changes, recording reminder ids for creates; all or nothing.
+    func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult
+
+    func accountID(tokenHash: String) async throws -> String?
+    func rotateToken(accountID: String, newTokenHash: String) async throws
+    func accountDetails(id: String) async throws -> AccountDetails?
+    func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails?
+    /// Deletes the account and everything it owns; returns its lists (for their Trello webhooks) as they were.
+    func deleteAccount(id: String) async throws -> [SyncListRecord]
+
+    func syncLists(accountID: String) async throws -> [SyncListRecord]
+    func syncList(accountID: String, id: String) async throws -> SyncListRecord?
+    func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws
+    /// Deletes a list with its tasks and pending changes; returns it as it was.
+    func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord?
+
+    /// Inserts or updates a device; `created` tells which.
+    func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool)
+    func devices(accountID: String) async throws -> [DeviceRecord]
+    func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
+    func conflicts(accountID: String) async throws -> [ConflictRecord]
+    func duplicates(accountID: String) async throws -> [DuplicateRecord]
+    /// A cheap query, for readiness checks.
+    func ping() async throws
     func routingSnapshot() async throws -> RoutingSnapshot
 }

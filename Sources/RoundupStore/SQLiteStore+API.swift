@@ -1,0 +1,205 @@
+import Foundation
+import GRDB
+import RoundupCore
+
+/// What `roundup-api` reads and writes: accounts, lists, acks, devices, conflicts, duplicates.
+/// Every query names the account, so one account can never reach another's rows.
+extension SQLiteStore {
+    public func accountID(tokenHash: String) async throws -> String? {
+        try await pool.read { db in
+            try String.fetchOne(db.cachedStatement(sql: "SELECT id FROM accounts WHERE auth_token_hash = ?"), arguments: [tokenHash])
+        }
+    }
+
+    public func rotateToken(accountID: String, newTokenHash: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE accounts SET auth_token_hash = ?, updated_at = ? WHERE id = ?", arguments: [newTokenHash, Timestamp.now(), accountID])
+        }
+    }
+
+    public func accountDetails(id: String) async throws -> AccountDetails? {
+        try await pool.read { db in try Self.accountDetails(db, id: id) }
+    }
+
+    static func accountDetails(_ db: Database, id: String) throws -> AccountDetails? {
+        try Row.fetchOne(
+            db,
+            sql: """
+                SELECT id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at
+                FROM accounts WHERE id = ?
+                """,
+            arguments: [id]
+        ).map {
+            AccountDetails(
+                id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], conflictPolicy: $0[4],
+                deleteMode: $0[5], createdAt: $0[6], updatedAt: $0[7])
+        }
+    }
+
+    public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE accounts SET trello_api_key = COALESCE(?, trello_api_key), trello_token = COALESCE(?, trello_token),
+                        trello_webhook_secret = COALESCE(?, trello_webhook_secret), conflict_policy = COALESCE(?, conflict_policy),
+                        delete_mode = COALESCE(?, delete_mode), updated_at = ?
+                    WHERE id = ?
+                    """,
+                arguments: [update.trelloAPIKey, update.trelloToken, update.trelloWebhookSecret, update.conflictPolicy, update.deleteMode, Timestamp.now(), id])
+            return try Self.accountDetails(db, id: id)
+        }
+    }
+
+    public func deleteAccount(id: String) async throws -> [SyncListRecord] {
+        try await pool.write { db in
+            let lists = try Self.syncLists(db, accountID: id)
+            // Foreign keys cascade to lists, tasks, changes, devices and the rest.
+            try db.execute(sql: "DELETE FROM accounts WHERE id = ?", arguments: [id])
+            return lists
+        }
+    }
+
+    public func syncLists(accountID: String) async throws -> [SyncListRecord] {
+        try await pool.read { db in try Self.syncLists(db, accountID: accountID) }
+    }
+
+    static func syncLists(_ db: Database, accountID: String, id: String? = nil) throws -> [SyncListRecord] {
+        var sql = "SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at FROM sync_lists WHERE account_id = ?"
+        var arguments: StatementArguments = [accountID]
+        if let id {
+            sql += " AND id = ?"
+            arguments += [id]
+        }
+        return try Row.fetchAll(db, sql: sql + " ORDER BY created_at, id", arguments: arguments).map {
+            SyncListRecord(
+                id: $0[0], accountID: accountID, name: $0[1], trelloBoardID: $0[2], trelloListID: $0[3], listWebhookID: $0[4],
+                boardWebhookID: $0[5], createdAt: $0[6])
+        }
+    }
+
+    public func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
+        try await pool.read { db in try Self.syncLists(db, accountID: accountID, id: id).first }
+    }
+
+    public func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "UPDATE sync_lists SET list_webhook_id = ?, board_webhook_id = ?, updated_at = ? WHERE id = ?",
+                arguments: [listWebhookID, boardWebhookID, Timestamp.now(), syncListID])
+        }
+    }
+
+    public func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
+        try await pool.write { db in
+            guard let list = try Self.syncLists(db, accountID: accountID, id: id).first else { return nil }
+            try db.execute(sql: "DELETE FROM sync_lists WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+            return list
+        }
+    }
+
+    public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
+        guard !acks.isEmpty else { return .acked([]) }
+        return try await pool.write { db in
+            // Check every id first: all or nothing.
+            let highest = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'pending_changes'") ?? 0
+            var rows: [Int64: (card: String, type: String)] = [:]
+            for ack in acks {
+                if let row = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type FROM pending_changes WHERE id = ?"), arguments: [ack.id])
+                {
+                    guard (row[0] as String) == accountID else { return .notFound(ack.id) }
+                    rows[ack.id] = (row[1], row[2])
+                } else if ack.id <= 0 || ack.id > highest {
+                    return .notFound(ack.id)  // never issued
+                }
+                // Otherwise it was acked or folded away already: acking again is fine.
+            }
+            let now = Timestamp.now()
+            for ack in acks {
+                guard let (card, type) = rows[ack.id] else { continue }
+                if let reminder = ack.reminderID, type == "create" || type == "update" || type == "complete" {
+                    try db.cachedStatement(sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
+                        .execute(arguments: [reminder, now, now, accountID, card])
+                }
+                // The change, and the older changes it replaced.
+                try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))")
+                    .execute(arguments: [accountID, ack.id, card, ack.id])
+            }
+            return .acked(acks.map(\.id))
+        }
+    }
+
+    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool) {
+        try await pool.write { db in
+            let now = Timestamp.now()
+            let exists = try Bool.fetchOne(db, sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID]) ?? false
+            if exists {
+                try db.execute(
+                    sql: "UPDATE devices SET apns_token = ?, platform = ?, environment = ?, updated_at = ? WHERE account_id = ? AND device_id = ?",
+                    arguments: [apnsToken, platform, environment, now, accountID, deviceID])
+            } else {
+                try db.execute(
+                    sql: "INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    arguments: [accountID, deviceID, apnsToken, platform, environment, now, now])
+            }
+            let device = try Self.devices(db, accountID: accountID).first { $0.deviceID == deviceID }!
+            return (device, !exists)
+        }
+    }
+
+    static func devices(_ db: Database, accountID: String) throws -> [DeviceRecord] {
+        try Row.fetchAll(
+            db, sql: "SELECT device_id, apns_token, platform, environment, created_at, updated_at FROM devices WHERE account_id = ? ORDER BY id",
+            arguments: [accountID]
+        ).map { DeviceRecord(deviceID: $0[0], apnsToken: $0[1], platform: $0[2], environment: $0[3], createdAt: $0[4], updatedAt: $0[5]) }
+    }
+
+    public func devices(accountID: String) async throws -> [DeviceRecord] {
+        try await pool.read { db in try Self.devices(db, accountID: accountID) }
+    }
+
+    public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID])
+            return db.changesCount > 0
+        }
+    }
+
+    public func conflicts(accountID: String) async throws -> [ConflictRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at
+                    FROM conflicts WHERE account_id = ? ORDER BY id
+                    """,
+                arguments: [accountID]
+            ).map {
+                ConflictRecord(
+                    id: $0[0], syncListID: $0[1], trelloCardID: $0[2], reminderID: $0[3], field: $0[4], trelloValue: $0[5],
+                    remindersValue: $0[6], status: $0[7], createdAt: $0[8])
+            }
+        }
+    }
+
+    public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at
+                    FROM potential_duplicates WHERE account_id = ? ORDER BY id
+                    """,
+                arguments: [accountID]
+            ).map {
+                DuplicateRecord(
+                    id: $0[0], syncListID: $0[1], reminderID: $0[2], trelloCardID: $0[3], title: $0[4], dueDate: $0[5],
+                    status: $0[6], createdAt: $0[7])
+            }
+        }
+    }
+
+    public func ping() async throws {
+        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+    }
+}
