@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .executable(name: "roundup-ingress", targets: ["roundup-ingress"]),
         .executable(name: "roundup-worker", targets: ["roundup-worker"]),
+        .executable(name: "roundup-api", targets: ["roundup-api"]),
         .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
@@ -26,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
     ],
     targets: [
         // C: Debian's libhiredis-dev, used for its RESP reader (redisReader). No `pkgConfig: "hiredis"`:
@@ -84,6 +86,39 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "RoundupRouting",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupStore",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "RoundupAPI",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "roundup-api",
+            dependencies: [
+                "RoundupAPI", "RoundupCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "RoundupIngress",
             dependencies: [
                 "RoundupCore", "RoundupRedis",
@@ -103,7 +138,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello",
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -163,7 +198,7 @@ let package = Package(
             name: "RoundupTests",
             dependencies: [
                 "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

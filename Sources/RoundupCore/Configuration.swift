@@ -34,12 +34,17 @@ public struct RoundupConfiguration: Sendable {
     public var workerBatchSize: Int
     /// The consumer name of this worker in the group; defaults to host name and process id.
     public var workerConsumerName: String
+    public var apiPort: Int
+    /// The token that allows `POST /dailyroundup/account`; nil turns account creation off.
+    public var bootstrapToken: String?
+    /// Requests per minute one account may make to the API.
+    public var apiRateLimit: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
-        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME",
+        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -96,6 +101,12 @@ public struct RoundupConfiguration: Sendable {
         workerBatchSize = try integer("ROUNDUP_WORKER_BATCH", default: 256, range: 1...10_000)
         workerConsumerName = value("ROUNDUP_WORKER_NAME")
             ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+        apiPort = try integer("ROUNDUP_API_PORT", default: 8080, range: 0...65535)
+        bootstrapToken = value("ROUNDUP_BOOTSTRAP_TOKEN")
+        if let token = bootstrapToken, token.utf8.count < 16 {
+            throw ConfigurationError(key: "ROUNDUP_BOOTSTRAP_TOKEN", problem: "is too short: use at least 16 random characters")
+        }
+        apiRateLimit = try integer("ROUNDUP_API_RATE_LIMIT", default: 600, range: 1...1_000_000)
     }
 
     /// The SQLite file path, when the database URL names one.

@@ -136,3 +136,8 @@ public enum JSONValue: Sendable, Hashable, Codable {
         return String(decoding: out, as: UTF8.self)
     }
 }
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+}

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -17,10 +18,23 @@ public final class FakeTrello: Sendable {
         public var token = "test-token"
         /// How long each card request takes (a slow Trello).
         public var cardDelay: Duration = .zero
+        /// Webhooks by id, as Trello keeps them.
+        public var webhooks: [String: Webhook] = [:]
+        public var nextID = 1
     }
+
+    public struct Webhook: Sendable, Equatable {
+        public var id: String
+        public var idModel: String
+        public var callbackURL: String
+        public var description: String
+    }
+
+    public var webhooks: [Webhook] { state.withLockedValue { Array($0.webhooks.values) }.sorted { $0.id < $1.id } }
 
     public let state = NIOLockedValueBox(State())
     private let server: SimpleHTTPServer
+    private let http = HTTPClient(eventLoopGroupProvider: .singleton)
 
     public var baseURL: String { "http://127.0.0.1:\(server.port)/1" }
 
@@ -32,6 +46,7 @@ public final class FakeTrello: Sendable {
             guard let fake = box.withLockedValue({ $0 }) else { return .text(.serviceUnavailable, "starting") }
             let delay = fake.state.withLockedValue { $0.cardDelay }
             if delay > .zero, request.path.hasPrefix("/1/cards/") { try? await Task.sleep(for: delay) }
+            if request.path == "/1/webhooks", request.method == .POST { return await fake.createWebhook(request) }
             return fake.handle(request)
         }
         let fake = FakeTrello(server: server)
@@ -39,7 +54,10 @@ public final class FakeTrello: Sendable {
         return fake
     }
 
-    public func stop() async { await server.stop() }
+    public func stop() async {
+        await server.stop()
+        try? await http.shutdown()
+    }
 
     public func setCard(_ card: [String: JSONValue]) {
         guard let id = card["id"]?.stringValue else { return }
@@ -63,6 +81,41 @@ public final class FakeTrello: Sendable {
             "closed": .bool(closed), "idLabels": .array([]), "checklists": .array([]), "attachments": .array([]),
             "customFieldItems": .array([]), "pos": .number(16384),
         ]
+    }
+
+    /// `POST /1/webhooks`: like Trello, checks auth, then sends HEAD to the callback URL and refuses unless it gets 200.
+    func createWebhook(_ request: SimpleHTTPRequest) async -> SimpleHTTPResponse {
+        let (key, token) = state.withLockedValue { state in
+            state.requests.append("POST /1/webhooks")
+            return (state.apiKey, state.token)
+        }
+        let auth = request.headers.first(name: "authorization") ?? ""
+        guard auth.contains("oauth_consumer_key=\"\(key)\"") else { return .text(.unauthorized, "invalid key") }
+        guard auth.contains("oauth_token=\"\(token)\"") else { return .text(.unauthorized, "invalid token") }
+        guard let body = try? JSONParser.parse(request.body.readableBytesView), let callback = body["callbackURL"]?.stringValue,
+              let model = body["idModel"]?.stringValue
+        else { return .text(.badRequest, "invalid value for callbackURL") }
+        var head = HTTPClientRequest(url: callback)
+        head.method = .HEAD
+        let status: UInt
+        do {
+            status = try await http.execute(head, timeout: .seconds(5)).status.code
+        } catch {
+            return .text(.badRequest, "URL (\(callback)) did not return 200 status code, got error")
+        }
+        guard status == 200 else { return .text(.badRequest, "URL (\(callback)) did not return 200 status code, got \(status)") }
+        return state.withLockedValue { state in
+            if state.webhooks.values.contains(where: { $0.callbackURL == callback && $0.idModel == model }) {
+                return .text(.badRequest, "A webhook with that callback, model, and token already exists")
+            }
+            let id = String(format: "%024x", state.nextID)
+            state.nextID += 1
+            state.webhooks[id] = Webhook(id: id, idModel: model, callbackURL: callback, description: body["description"]?.stringValue ?? "")
+            return .json(.ok, JSONValue.object([
+                "id": .string(id), "idModel": .string(model), "callbackURL": .string(callback), "active": .bool(true),
+                "description": .string(body["description"]?.stringValue ?? ""),
+            ]).canonicalJSON)
+        }
     }
 
     func handle(_ request: SimpleHTTPRequest) -> SimpleHTTPResponse {
@@ -93,6 +146,10 @@ public final class FakeTrello: Sendable {
         if parts.count == 3, parts[1] == "cards", request.method == .GET {
             guard let card = state.withLockedValue({ $0.cards[String(parts[2])] }) else { return .text(.notFound, "The requested resource was not found.") }
             return .json(.ok, JSONValue.object(card).canonicalJSON)
+        }
+        if parts.count == 3, parts[1] == "webhooks", request.method == .DELETE {
+            let removed = state.withLockedValue { $0.webhooks.removeValue(forKey: String(parts[2])) }
+            return removed == nil ? .text(.notFound, "model not found") : .json(.ok, #"{"_value":null}"#)
         }
         if parts.count == 4, parts[1] == "boards", parts[3] == "customFields", request.method == .GET {
             let fields = state.withLockedValue { $0.customFields[String(parts[2])] } ?? []

@@ -63,6 +63,64 @@ public struct TrelloClient: Sendable {
         return nil
     }
 
+    /// Registers a webhook. Trello first checks the callback URL with a HEAD request and refuses unless it answers 200.
+    /// Returns the webhook's id.
+    public func createWebhook(callbackURL: String, modelID: String, description: String, credentials: TrelloCredentialsValue) async throws -> String {
+        let body = JSONValue.object([
+            "callbackURL": .string(callbackURL), "idModel": .string(modelID), "description": .string(description),
+        ])
+        let reply = try await send(.POST, "/webhooks", body: body, credentials: credentials)
+        guard let id = reply["id"]?.stringValue else {
+            throw TrelloError(status: 200, message: "webhook reply has no id", isTransient: false)
+        }
+        return id
+    }
+
+    /// Deletes a webhook; one already gone counts as deleted.
+    public func deleteWebhook(id: String, credentials: TrelloCredentialsValue) async throws {
+        do {
+            _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials)
+        } catch let error as TrelloError where error.status == 404 {
+            return
+        }
+    }
+
+    private func send(_ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue) async throws -> JSONValue {
+        var attempt = 0
+        while true {
+            attempt += 1
+            var request = HTTPClientRequest(url: baseURL + path)
+            request.method = method
+            request.headers.add(name: "Authorization", value: credentials.authorizationHeader)
+            request.headers.add(name: "Accept", value: "application/json")
+            if let body {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(string: body.canonicalJSON))
+            }
+            do {
+                let response: HTTPClientResponse
+                do {
+                    response = try await http.execute(request, timeout: timeout, logger: logger)
+                } catch {
+                    throw TrelloError(status: nil, message: "request failed: \(error)", isTransient: true)
+                }
+                let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
+                let status = Int(response.status.code)
+                switch status {
+                case 200..<300:
+                    return (try? JSONParser.parse(Array(text.utf8))) ?? .null
+                case 429, 500..<600:
+                    throw TrelloError(status: status, message: String(text.prefix(300)), isTransient: true)
+                default:
+                    throw TrelloError(status: status, message: String(text.prefix(300)), isTransient: false)
+                }
+            } catch let error as TrelloError where error.isTransient && attempt < maxAttempts {
+                let base = 200.0 * pow(2.0, Double(attempt - 1))
+                try await Task.sleep(for: .milliseconds(Int(base + Double.random(in: 0...base))))
+            }
+        }
+    }
+
     func get(_ path: String, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
         var attempt = 0
         while true {

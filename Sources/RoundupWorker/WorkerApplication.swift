@@ -5,6 +5,7 @@ import NIOHTTP1
 import Prometheus
 import RoundupCore
 import RoundupRedis
+import RoundupRouting
 import RoundupStore
 import RoundupTrello
 import ServiceLifecycle

@@ -1,0 +1,62 @@
+import Foundation
+import Hummingbird
+import Logging
+import RoundupCore
+import RoundupStore
+
+extension API {
+    static func deviceJSON(_ d: DeviceRecord) -> JSONValue {
+        .object([
+            "device_id": .string(d.deviceID), "platform": .string(d.platform), "environment": .string(d.environment),
+            "apns_token": maskSecret(d.apnsToken).json, "created_at": .string(d.createdAt), "updated_at": .string(d.updatedAt),
+        ])
+    }
+
+    func listDevices(_ account: String) async throws -> Response {
+        let devices = try await store.devices(accountID: account)
+        return jsonResponse(.ok, .object(["devices": .array(devices.map(Self.deviceJSON))]))
+    }
+
+    func registerDevice(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
+        let body = try await JSONBody.read(request, context: context)
+        try body.allowOnly(["device_id", "apns_token", "platform", "environment"])
+        let deviceID = try body.string("device_id", required: true, maxLength: 200)!
+        let token = try body.string("apns_token", required: true, maxLength: 400)!.lowercased()
+        guard token.count >= 32, token.count % 2 == 0, token.allSatisfy(\.isHexDigit) else {
+            throw APIError.unprocessable("apns_token must be the device token in hex")
+        }
+        let platform = try body.oneOf("platform", ["ios", "macos"], required: true)!
+        let environment = try body.oneOf("environment", ["production", "sandbox"], required: true)!
+        let (device, created) = try await store.upsertDevice(accountID: account, deviceID: deviceID, apnsToken: token, platform: platform, environment: environment)
+        return jsonResponse(created ? .created : .ok, Self.deviceJSON(device))
+    }
+
+    func deleteDevice(_ account: String, _ deviceID: String) async throws -> Response {
+        guard try await store.deleteDevice(accountID: account, deviceID: deviceID) else { throw APIError.notFound("no device \(deviceID)") }
+        return Response(status: .noContent)
+    }
+
+    func listConflicts(_ account: String) async throws -> Response {
+        let rows = try await store.conflicts(accountID: account)
+        return jsonResponse(.ok, .object(["conflicts": .array(rows.map { c in
+            .object([
+                "id": .number(Double(c.id)), "sync_list_id": c.syncListID.json, "trello_card_id": c.trelloCardID.json,
+                "reminder_id": c.reminderID.json, "field": .string(c.field),
+                "trello_value": c.trelloValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
+                "reminders_value": c.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
+                "status": .string(c.status), "created_at": .string(c.createdAt),
+            ])
+        })]))
+    }
+
+    func listDuplicates(_ account: String) async throws -> Response {
+        let rows = try await store.duplicates(accountID: account)
+        return jsonResponse(.ok, .object(["duplicates": .array(rows.map { d in
+            .object([
+                "id": .number(Double(d.id)), "sync_list_id": .string(d.syncListID), "reminder_id": d.reminderID.json,
+                "trello_card_id": .string(d.trelloCardID), "title": .string(d.title), "due_date": d.dueDate.json,
+                "status": .string(d.status), "created_at": .string(d.createdAt),
+            ])
+        })]))
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+import Hummingbird
+import Logging
+import RoundupCore
+import RoundupRouting
+import RoundupStore
+import RoundupTrello
+
+extension API {
+    static func listJSON(_ list: SyncListRecord) -> JSONValue {
+        .object([
+            "sync_list_id": .string(list.id), "name": .string(list.name), "trello_list_id": .string(list.trelloListID),
+            "trello_board_id": .string(list.trelloBoardID), "created_at": list.createdAt.json,
+        ])
+    }
+
+    static func validTrelloID(_ id: String, field: String) throws {
+        guard id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            throw APIError.unprocessable("\(field) must be a Trello id (letters and digits)")
+        }
+    }
+
+    func listLists(_ account: String) async throws -> Response {
+        let lists = try await store.syncLists(accountID: account)
+        return jsonResponse(.ok, .object(["lists": .array(lists.map(Self.listJSON))]))
+    }
+
+    func getList(_ account: String, _ id: String) async throws -> Response {
+        guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
+        return jsonResponse(.ok, Self.listJSON(list))
+    }
+
+    /// Pairs a Trello list: stores it, registers the list and board webhooks (Trello checks the callback URL
+    /// with HEAD first), then publishes the routes. Any failure removes what was made.
+    func createList(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
+        let body = try await JSONBody.read(request, context: context)
+        try body.allowOnly(["name", "trello_board_id", "trello_list_id"])
+        let name = try body.string("name", required: true, maxLength: 200)!
+        let boardID = try body.string("trello_board_id", required: true, maxLength: 64)!
+        let listID = try body.string("trello_list_id", required: true, maxLength: 64)!
+        try Self.validTrelloID(boardID, field: "trello_board_id")
+        try Self.validTrelloID(listID, field: "trello_list_id")
+
+        guard let details = try await store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
+        let missing = [
+            details.trelloAPIKey == nil ? "trello_api_key" : nil, details.trelloToken == nil ? "trello_token" : nil,
+            details.trelloWebhookSecret == nil ? "trello_webhook_secret" : nil,
+        ].compactMap { $0 }
+        guard missing.isEmpty, let credentials = Self.credentials(details) else {
+            throw APIError.conflict("set \(missing.joined(separator: ", ")) with PUT /dailyroundup/account first")
+        }
+
+        let list: SyncListRecord
+        do {
+            list = try await store.createSyncList(accountID: account, name: name, trelloBoardID: boardID, trelloListID: listID)
+        } catch StoreError.duplicateList {
+            throw APIError.conflict("trello list \(listID) is already synced")
+        }
+        let callback = options.publicURL + "/dailyroundup/webhook/trello/" + account
+        var made: [String] = []
+        do {
+            let listHook = try await trello.createWebhook(callbackURL: callback, modelID: listID, description: "DailyRoundup list \(name)", credentials: credentials)
+            made.append(listHook)
+            // One board webhook per account and board: lists on the same board share it.
+            let siblings = try await store.syncLists(accountID: account).filter { $0.trelloBoardID == boardID && $0.id != list.id }
+            let boardHook: String
+            if let shared = siblings.compactMap(\.boardWebhookID).first {
+                boardHook = shared
+            } else {
+                boardHook = try await trello.createWebhook(callbackURL: callback, modelID: boardID, description: "DailyRoundup board", credentials: credentials)
+                made.append(boardHook)
+            }
+            try await store.setWebhooks(syncListID: list.id, listWebhookID: listHook, boardWebhookID: boardHook)
+            try await RoutePublisher.addRoutes(account: account, models: [listID, boardID], redis: redis, keys: options.keys)
+        } catch {
+            for hook in made { try? await trello.deleteWebhook(id: hook, credentials: credentials) }
+            _ = try? await store.deleteSyncList(accountID: account, id: list.id)
+            if let trelloError = error as? TrelloError {
+                throw APIError.badGateway("Trello refused the webhook: \(trelloError.message)")
+            }
+            if error is APIError { throw error }
+            throw APIError.unavailable("the list could not be set up (\(type(of: error))); nothing was kept, try again")
+        }
+        logger.info("list paired", metadata: ["account": "\(account)", "sync_list": "\(list.id)"])
+        guard let stored = try await store.syncList(accountID: account, id: list.id) else { throw APIError.notFound("no list \(list.id)") }
+        return jsonResponse(.created, Self.listJSON(stored))
+    }
+
+    func deleteList(_ account: String, _ id: String) async throws -> Response {
+        guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
+        let others = try await store.syncLists(accountID: account).filter { $0.id != id }
+        var hooks = Set([list.listWebhookID].compactMap { $0 })
+        if let board = list.boardWebhookID, !others.contains(where: { $0.boardWebhookID == board }) { hooks.insert(board) }
+        if let details = try await store.accountDetails(id: account), let credentials = Self.credentials(details) {
+            try await deleteWebhooks(hooks, credentials: credentials)
+        }
+        _ = try await store.deleteSyncList(accountID: account, id: id)
+        var models = [list.trelloListID]
+        if !others.contains(where: { $0.trelloBoardID == list.trelloBoardID }) { models.append(list.trelloBoardID) }
+        do {
+            try await RoutePublisher.removeRoutes(account: account, models: models, redis: redis, keys: options.keys)
+        } catch {
+            logger.warning("removing routes failed", metadata: ["account": "\(account)", "error": "\(error)"])
+        }
+        return Response(status: .noContent)
+    }
+}

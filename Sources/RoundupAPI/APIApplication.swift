@@ -1,0 +1,53 @@
+import AsyncHTTPClient
+import Hummingbird
+import Logging
+import NIOCore
+import Prometheus
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTrello
+import ServiceLifecycle
+import UnixSignals
+
+/// Everything `roundup-api` runs, wired from the configuration.
+public enum APIApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+        guard let publicURL = configuration.publicURL else {
+            throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
+        }
+        guard let path = configuration.sqlitePath else {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
+        }
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        var redisConfiguration = try RedisConfiguration(url: configuration.redisURL)
+        redisConfiguration.caFile = configuration.redisCAFile
+        let redis = RedisClient(configuration: redisConfiguration, logger: logger)
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
+        if configuration.bootstrapToken == nil {
+            logger.notice("account creation is off (ROUNDUP_BOOTSTRAP_TOKEN is not set)")
+        }
+        let api = API(
+            options: .init(
+                publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
+                rateLimitPerMinute: configuration.apiRateLimit),
+            store: store, redis: redis, trello: trello, logger: logger, metricsText: { RoundupMetrics.render(registry) })
+        let app = Application(
+            router: api.router(),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api"),
+            logger: logger)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            try? await http.shutdown()
+            await redis.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+        await redis.shutdown()
+    }
+}

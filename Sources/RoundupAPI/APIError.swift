@@ -1,0 +1,38 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import RoundupCore
+
+/// Every error the API answers with: a status and `{"error": {"code", "message"}}`.
+public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConvertible {
+    public var status: HTTPResponse.Status
+    public var code: String
+    public var message: String
+    public var headers: HTTPFields = [:]
+
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:]) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+    }
+
+    public var description: String { "\(status.code) \(code): \(message)" }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        var headers = self.headers
+        headers[.contentType] = "application/json"
+        let body = JSONValue.object(["error": .object(["code": .string(code), "message": .string(message)])]).canonicalJSON
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func badRequest(_ message: String) -> APIError { APIError(.badRequest, "bad_request", message) }
+    static func invalidJSON(_ message: String) -> APIError { APIError(.badRequest, "invalid_json", message) }
+    static func unauthorized(_ message: String) -> APIError { APIError(.unauthorized, "unauthorized", message, headers: [.wwwAuthenticate: "Bearer"]) }
+    static func forbidden(_ message: String) -> APIError { APIError(.forbidden, "forbidden", message) }
+    static func notFound(_ message: String) -> APIError { APIError(.notFound, "not_found", message) }
+    static func conflict(_ message: String) -> APIError { APIError(.conflict, "conflict", message) }
+    static func unprocessable(_ message: String) -> APIError { APIError(.unprocessableContent, "unprocessable", message) }
+    static func badGateway(_ message: String) -> APIError { APIError(.badGateway, "bad_gateway", message) }
+    static func unavailable(_ message: String) -> APIError { APIError(.serviceUnavailable, "unavailable", message) }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import RoundupCore
+
+/// Reading request bodies: content type, size, JSON, and typed fields with errors that name the field.
+struct JSONBody {
+    var object: [String: JSONValue]
+
+    /// The JSON object in the request's body. `optional` allows an empty body (then an empty object).
+    static func read(_ request: Request, context: APIRequestContext, optional: Bool = false) async throws -> JSONBody {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: context.maxUploadSize)
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw APIError(.contentTooLarge, "payload_too_large", "the body is over 1 MiB")
+        }
+        if buffer.readableBytes == 0 {
+            if optional { return JSONBody(object: [:]) }
+            throw APIError.invalidJSON("the body is empty; send a JSON object")
+        }
+        let type = request.headers[.contentType]?.lowercased() ?? ""
+        guard type.hasPrefix("application/json") || type.hasPrefix("application/") && type.contains("+json") else {
+            throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the body as application/json")
+        }
+        let value: JSONValue
+        do {
+            value = try buffer.withUnsafeReadableBytes { try JSONParser.parse($0) }
+        } catch {
+            throw APIError.invalidJSON("the body is not valid JSON: \(error)")
+        }
+        guard case .object(let object) = value else { throw APIError.invalidJSON("the body must be a JSON object") }
+        return JSONBody(object: object)
+    }
+
+    /// Rejects fields the endpoint does not know, so a typo is not silently ignored.
+    func allowOnly(_ names: Set<String>) throws {
+        if let unknown = object.keys.sorted().first(where: { !names.contains($0) }) {
+            throw APIError.unprocessable("unknown field \"\(unknown)\"; allowed: \(names.sorted().joined(separator: ", "))")
+        }
+    }
+
+    func string(_ name: String, required: Bool, maxLength: Int = 1000) throws -> String? {
+        guard let value = object[name], value != .null else {
+            if required { throw APIError.unprocessable("\(name) is required") }
+            return nil
+        }
+        guard case .string(let text) = value else { throw APIError.badRequest("\(name) must be a string") }
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.isEmpty { throw APIError.unprocessable("\(name) must not be empty") }
+        if trimmed.count > maxLength { throw APIError.unprocessable("\(name) is longer than \(maxLength) characters") }
+        return trimmed
+    }
+
+    func oneOf(_ name: String, _ allowed: [String], required: Bool) throws -> String? {
+        guard let value = try string(name, required: required) else { return nil }
+        guard allowed.contains(value) else { throw APIError.unprocessable("\(name) must be one of \(allowed.joined(separator: ", "))") }
+        return value
+    }
+
+    static func integer(_ value: JSONValue, name: String) throws -> Int64 {
+        guard case .number(let n) = value else { throw APIError.badRequest("\(name) must be an integer") }
+        guard n.rounded() == n, abs(n) < 9e15 else { throw APIError.badRequest("\(name) must be an integer") }
+        return Int64(n)
+    }
+}
+
+func jsonResponse(_ status: HTTPResponse.Status, _ value: JSONValue) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"],
+        body: ResponseBody(byteBuffer: ByteBuffer(string: value.canonicalJSON)))
+}
+
+extension Optional where Wrapped == String {
+    var json: JSONValue { map(JSONValue.string) ?? .null }
+}
