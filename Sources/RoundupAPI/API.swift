@@ -54,6 +54,9 @@ public struct API: Sendable {
         (.get, "/dailyroundup/conflicts"), (.get, "/dailyroundup/duplicates"),
     ]
 
+    /// "METHOD /path" for each route.
+    public static var routeNames: [String] { routes.map { "\($0.0.rawValue) \($0.1)" } }
+
     public func router() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         router.add(middleware: ErrorMiddleware(logger: logger))

@@ -15,6 +15,8 @@ struct JSONBody {
             buffer = try await request.body.collect(upTo: context.maxUploadSize)
         } catch let error as HTTPError where error.status == .contentTooLarge {
             throw APIError(.contentTooLarge, "payload_too_large", "the body is over 1 MiB")
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, "payload_too_large", "the body is over 1 MiB")
         }
         if buffer.readableBytes == 0 {
             if optional { return JSONBody(object: [:]) }

@@ -18,15 +18,19 @@ public final class Stack: @unchecked Sendable {
     public let trello: FakeTrello
     public let directory: URL
     public let databasePath: String
-    public let publicURL = "https://roundup.example.test"
+    /// Trello calls the ingress at this URL: the real ingress on loopback, so the fake Trello's HEAD check reaches it.
+    public var publicURL: String { "http://127.0.0.1:\(ingressPort)" }
     public let http = HTTPClient(eventLoopGroupProvider: .singleton)
     public private(set) var ingress: ManagedProcess?
-    public private(set) var ingressPort = 0
+    public let ingressPort: Int
+    public private(set) var api: ManagedProcess?
+    public private(set) var apiPort = 0
     public private(set) var workers: [ManagedProcess] = []
 
     public init(privateRedis wantsPrivate: Bool = false) async throws {
         directory = try TestSupport.temporaryDirectory("stack")
         databasePath = directory.appendingPathComponent("roundup.sqlite").path
+        ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
         if !wantsPrivate, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
@@ -50,7 +54,6 @@ public final class Stack: @unchecked Sendable {
     }
 
     public func startIngress(extra: [String: String] = [:]) async throws {
-        ingressPort = try TestSupport.freePort()
         var env = environment
         env["ROUNDUP_INGRESS_PORT"] = String(ingressPort)
         for (k, v) in extra { env[k] = v }
@@ -60,6 +63,40 @@ public final class Stack: @unchecked Sendable {
         ingress = process
         let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get("/healthz").status) == .ok }
         guard up else { throw StackError("ingress did not come up: \(process.output)") }
+    }
+
+    public func startAPI(bootstrapToken: String?, extra: [String: String] = [:]) async throws {
+        apiPort = try TestSupport.freePort()
+        var env = environment
+        env["ROUNDUP_API_PORT"] = String(apiPort)
+        if let bootstrapToken { env["ROUNDUP_BOOTSTRAP_TOKEN"] = bootstrapToken }
+        for (k, v) in extra { env[k] = v }
+        let process = try ManagedProcess(
+            name: "api-\(apiPort)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-api"),
+            environment: env, logDirectory: directory)
+        api = process
+        let up = await TestSupport.eventually(timeout: .seconds(20)) {
+            (try? await self.callAPI(.GET, "/healthz", token: nil).status) == .ok
+        }
+        guard up else { throw StackError("api did not come up: \(process.output)") }
+    }
+
+    /// A request to roundup-api; `body` is sent as JSON unless `contentType` says otherwise.
+    public func callAPI(
+        _ method: HTTPMethod, _ path: String, token: String?, body: String? = nil, contentType: String? = "application/json",
+        headers extra: [String: String] = [:]
+    ) async throws -> Response {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(apiPort)\(path)")
+        request.method = method
+        if let token { request.headers.add(name: "authorization", value: "Bearer \(token)") }
+        if let body {
+            if let contentType { request.headers.add(name: "content-type", value: contentType) }
+            request.body = .bytes(ByteBuffer(string: body))
+        }
+        for (k, v) in extra { request.headers.add(name: k, value: v) }
+        let response = try await http.execute(request, timeout: .seconds(20))
+        let text = try await response.body.collect(upTo: 4 << 20)
+        return Response(status: response.status, body: String(buffer: text))
     }
 
     @discardableResult
@@ -85,6 +122,9 @@ public final class Stack: @unchecked Sendable {
     public struct Response: Sendable {
         public var status: HTTPResponseStatus
         public var body: String
+
+        /// The body parsed as JSON (`.null` when it is not JSON).
+        public var json: JSONValue { (try? JSONParser.parse(Array(body.utf8))) ?? .null }
     }
 
     public func get(_ path: String) async throws -> Response {
@@ -119,6 +159,7 @@ public final class Stack: @unchecked Sendable {
     public func shutdown() async {
         for worker in workers { await worker.stop() }
         if let ingress { await ingress.stop() }
+        if let api { await api.stop() }
         await trello.stop()
         try? await http.shutdown()
         await redis.shutdown()
