@@ -189,6 +189,7 @@ let package = Package(
             name: "roundup-bench",
             dependencies: [
                 "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

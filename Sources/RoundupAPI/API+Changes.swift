@@ -1,19 +1,11 @@
 import Foundation
 import Hummingbird
+import NIOCore
 import Logging
 import RoundupCore
 import RoundupStore
 
 extension API {
-    static func changeJSON(_ c: PendingChange) -> JSONValue {
-        .object([
-            "id": .number(Double(c.id)), "change_type": .string(c.changeType), "sync_list_id": .string(c.syncListID),
-            "trello_card_id": .string(c.trelloCardID), "reminder_id": c.reminderID.json,
-            "changed_fields": .array(c.changedFields.map(JSONValue.string)), "fields": .object(c.fields),
-            "created_at": .string(Timestamp.string(c.createdAt)),
-        ])
-    }
-
     func listChanges(_ account: String, _ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
         var afterID: Int64 = 0
@@ -28,11 +20,37 @@ extension API {
             guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
             limit = value
         }
-        let rows = try await store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1)
-        return jsonResponse(.ok, .object([
-            "changes": .array(rows.prefix(limit).map(Self.changeJSON)), "has_more": .bool(rows.count > limit),
-            "server_time": .string(Timestamp.now()),
-        ]))
+        let rows = try await store.pendingChangesText(accountID: account, afterID: afterID, limit: limit + 1)
+        // The stored JSON columns are canonical JSON already: spliced in as they are, not parsed and re-encoded.
+        var out = ByteBuffer()
+        out.reserveCapacity(256 + rows.count * 400)
+        out.writeString(#"{"changes":["#)
+        for (index, row) in rows.prefix(limit).enumerated() {
+            if index > 0 { out.writeString(",") }
+            out.writeString(#"{"id":"#)
+            out.writeString(String(row.id))
+            out.writeString(#","change_type":"#)
+            out.writeString(JSONValue.string(row.changeType).canonicalJSON)
+            out.writeString(#","sync_list_id":"#)
+            out.writeString(JSONValue.string(row.syncListID).canonicalJSON)
+            out.writeString(#","trello_card_id":"#)
+            out.writeString(JSONValue.string(row.trelloCardID).canonicalJSON)
+            out.writeString(#","reminder_id":"#)
+            out.writeString(row.reminderID.json.canonicalJSON)
+            out.writeString(#","changed_fields":"#)
+            out.writeString(row.changedFieldsJSON)
+            out.writeString(#","fields":"#)
+            out.writeString(row.fieldsJSON)
+            out.writeString(#","created_at":"#)
+            out.writeString(JSONValue.string(row.createdAt).canonicalJSON)
+            out.writeString("}")
+        }
+        out.writeString(#"],"has_more":"#)
+        out.writeString(rows.count > limit ? "true" : "false")
+        out.writeString(#","server_time":"#)
+        out.writeString(JSONValue.string(Timestamp.now()).canonicalJSON)
+        out.writeString("}")
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: out))
     }
 
     func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {

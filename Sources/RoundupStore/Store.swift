@@ -129,6 +129,19 @@ public struct PendingChange: Sendable, Equatable {
     public var createdAt: Date
 }
 
+/// A pending change with its JSON columns left as stored (canonical JSON text), so the API can put them in a
+/// response without parsing and re-encoding them.
+public struct PendingChangeText: Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String
+    public var changeType: String
+    public var changedFieldsJSON: String
+    public var fieldsJSON: String
+    public var trelloCardID: String
+    public var reminderID: String?
+    public var createdAt: String
+}
+
 /// One observation of a card, ready to compare with what the store has.
 public struct CardObservation: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {
@@ -212,6 +225,7 @@ public protocol SyncStore: Sendable {
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
 
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
+    func pendingChangesText(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChangeText]
     /// Deletes acknowledged changes of this account; returns how many rows went.
     func acknowledge(accountID: String, ids: [Int64]) async throws -> Int
     /// Acks changes, recording reminder ids for creates; all or nothing.

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NIOCore
 import RoundupCore
@@ -15,6 +16,28 @@ func fail(_ message: String) -> Never {
 }
 
 let args = CommandLine.arguments
+
+// usage: roundup-bench api-seed SQLITE_PATH CHANGES — an account (its token printed) with that many pending changes.
+if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
+    let store = try SQLiteStore(path: args[2])
+    try await store.migrate()
+    let token = "rt_bench_" + UUID().uuidString
+    let hash = SHA256Hex.of(token)
+    let account = try await store.createAccount(authTokenHash: hash)
+    let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
+    var batch: [CardObservation] = []
+    for i in 0..<count {
+        let card: [String: JSONValue] = ["name": .string("Card \(i) with a realistic title"), "desc": .string(String(repeating: "notes ", count: 20)), "due": .string("2026-12-01T09:00:00.000Z")]
+        batch.append(CardObservation(accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: "act-\(i)", actionDate: Date(), kind: .fields(CardMapper.fields(fromCard: card), full: true)))
+        if batch.count == 2_000 || i == count - 1 {
+            _ = try await store.apply(batch)
+            batch.removeAll(keepingCapacity: true)
+        }
+    }
+    print(token)
+    exit(0)
+}
+
 guard args.count == 6, args[1] == "worker", let events = Int(args[5]) else {
     fail("usage: roundup-bench worker REDIS_URL WORKER_BINARY update|create EVENTS")
 }
@@ -92,3 +115,9 @@ print(String(format: "worker %@: %d events (%d-byte bodies) in %.2f s = %.0f eve
              scenario, events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
 await redis.shutdown()
+
+enum SHA256Hex {
+    static func of(_ text: String) -> String {
+        SHA256.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+}
