@@ -5,6 +5,7 @@ import NIOCore
 import Prometheus
 import RoundupCore
 import RoundupRedis
+import RoundupRouting
 import RoundupStore
 import RoundupTrello
 import ServiceLifecycle
@@ -16,14 +17,8 @@ public enum APIApplication {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
         }
-        guard let path = configuration.sqlitePath else {
-            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
-        }
-        let store = try SQLiteStore(path: path)
-        try await store.migrate()
-        var redisConfiguration = try RedisConfiguration(url: configuration.redisURL)
-        redisConfiguration.caFile = configuration.redisCAFile
-        let redis = RedisClient(configuration: redisConfiguration, logger: logger)
+        let store = try await SQLiteStore.open(configuration: configuration)
+        let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
         if configuration.bootstrapToken == nil {

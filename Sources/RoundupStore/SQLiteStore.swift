@@ -303,3 +303,15 @@ public enum Timestamp {
         return Date(timeIntervalSince1970: seconds)
     }
 }
+
+extension SQLiteStore {
+    /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names.
+    public static func open(configuration: RoundupConfiguration) async throws -> SQLiteStore {
+        guard let path = configuration.sqlitePath else {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
+        }
+        let store = try SQLiteStore(path: path)
+        try await store.migrate()
+        return store
+    }
+}

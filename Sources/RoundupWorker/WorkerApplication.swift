@@ -15,15 +15,8 @@ import UnixSignals
 /// the consumer loop and the health/metrics endpoint, in one service group.
 public enum WorkerApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
-        guard let path = configuration.sqlitePath else {
-            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
-        }
-        let store = try SQLiteStore(path: path)
-        try await store.migrate()
-
-        var redisConfiguration = try RedisConfiguration(url: configuration.redisURL)
-        redisConfiguration.caFile = configuration.redisCAFile
-        let redis = RedisClient(configuration: redisConfiguration, logger: logger)
+        let store = try await SQLiteStore.open(configuration: configuration)
+        let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
         let processor = WebhookProcessor(store: store, cards: trello, logger: logger)
