@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "roundup-ingress", targets: ["roundup-ingress"]),
         .executable(name: "roundup-worker", targets: ["roundup-worker"]),
         .executable(name: "roundup-api", targets: ["roundup-api"]),
+        .executable(name: "roundupctl", targets: ["roundupctl"]),
         .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
@@ -28,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
     ],
     targets: [
         // C: Debian's libhiredis-dev, used for its RESP reader (redisReader). No `pkgConfig: "hiredis"`:
@@ -119,6 +121,23 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "RoundupOps",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupStore",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "roundupctl",
+            dependencies: [
+                "RoundupOps", "RoundupCore", "RoundupRedis", "RoundupRouting", "RoundupStore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "RoundupIngress",
             dependencies: [
                 "RoundupCore", "RoundupRedis",
@@ -199,7 +218,7 @@ let package = Package(
             name: "RoundupTests",
             dependencies: [
                 "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting", "RoundupAPI",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -203,3 +203,18 @@ extension SQLiteStore {
         _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
     }
 }
+
+extension SQLiteStore {
+    /// Every account, for operators (`roundupctl accounts list`).
+    public func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
+        try await pool.read { db in
+            let ids = try String.fetchAll(db, sql: "SELECT id FROM accounts ORDER BY created_at, id")
+            return try ids.compactMap { id in
+                guard let details = try Self.accountDetails(db, id: id) else { return nil }
+                let lists = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM sync_lists WHERE account_id = ?", arguments: [id]) ?? 0
+                let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM pending_changes WHERE account_id = ? AND superseded = 0", arguments: [id]) ?? 0
+                return (details, lists, pending)
+            }
+        }
+    }
+}

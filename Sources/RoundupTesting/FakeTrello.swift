@@ -54,9 +54,16 @@ public final class FakeTrello: Sendable {
         return fake
     }
 
+    private let stopped = NIOLockedValueBox(false)
+
     public func stop() async {
+        stopped.withLockedValue { $0 = true }
         await server.stop()
         try? await http.shutdown()
+    }
+
+    deinit {
+        if !stopped.withLockedValue({ $0 }) { try? http.syncShutdown() }
     }
 
     public func setCard(_ card: [String: JSONValue]) {

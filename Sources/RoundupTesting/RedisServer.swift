@@ -5,7 +5,7 @@ import RoundupRedis
 /// A real `redis-server` on a free loopback port, with no persistence, for one test or benchmark.
 public final class RedisServer: @unchecked Sendable {
     // @unchecked: `process` changes only in start/stop, which tests call from one task.
-    public let port: Int
+    public private(set) var port: Int
     public let directory: URL
     public let extraArguments: [String]
     public let tlsPort: Int?
@@ -16,7 +16,19 @@ public final class RedisServer: @unchecked Sendable {
         self.directory = try TestSupport.temporaryDirectory("redis")
         self.extraArguments = extraArguments
         self.tlsPort = tlsPort
-        try await start()
+        // Another test may take the free port between our check and redis-server's bind: try a few.
+        var attempt = 0
+        while true {
+            do {
+                try await start()
+                return
+            } catch {
+                attempt += 1
+                await stop()
+                if attempt >= 3 { throw error }
+                port = try TestSupport.freePort()
+            }
+        }
     }
 
     public var url: String { "redis://127.0.0.1:\(port)/0" }

@@ -20,7 +20,8 @@ public final class Stack: @unchecked Sendable {
     public let databasePath: String
     /// Trello calls the ingress at this URL: the real ingress on loopback, so the fake Trello's HEAD check reaches it.
     public var publicURL: String { "http://127.0.0.1:\(ingressPort)" }
-    public let http = HTTPClient(eventLoopGroupProvider: .singleton)
+    /// Created last in `init`, so a failed set-up never drops a client that was not shut down.
+    public let http: HTTPClient
     public private(set) var ingress: ManagedProcess?
     public let ingressPort: Int
     public private(set) var api: ManagedProcess?
@@ -43,6 +44,7 @@ public final class Stack: @unchecked Sendable {
         }
         redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
         trello = try await FakeTrello.start()
+        http = HTTPClient(eventLoopGroupProvider: .singleton)
     }
 
     public var environment: [String: String] {
@@ -156,7 +158,16 @@ public final class Stack: @unchecked Sendable {
         try await redis.send("XLEN", RedisArgument(keys.webhookStream)).int ?? -1
     }
 
+    private var isShutDown = false
+
+    /// A test that throws before calling `shutdown()` still releases its HTTP client (AsyncHTTPClient traps
+    /// on a client dropped while running); the processes are killed by their own deinit.
+    deinit {
+        if !isShutDown { try? http.syncShutdown() }
+    }
+
     public func shutdown() async {
+        isShutDown = true
         for worker in workers { await worker.stop() }
         if let ingress { await ingress.stop() }
         if let api { await api.stop() }

@@ -1,0 +1,237 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NIOCore
+import RoundupCore
+import RoundupOps
+import RoundupRedis
+import RoundupRouting
+import RoundupStore
+
+/// The operators' command line. Reads the same environment as the servers.
+/// Exit codes: 0 ok, 1 a check failed, 2 usage error.
+@main
+struct RoundupCtl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "roundupctl",
+        abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
+        subcommands: [Queues.self, DLQ.self, Accounts.self, Routes.self, Migrate.self, Check.self])
+
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            if code == .validationFailure || code.rawValue == 64 {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
+}
+
+/// What every command needs: the configuration, a logger that stays quiet, Redis.
+struct Context {
+    let configuration: RoundupConfiguration
+    let redis: RedisClient
+
+    static func make() throws -> Context {
+        let configuration: RoundupConfiguration
+        do {
+            configuration = try RoundupConfiguration()
+        } catch {
+            throw CleanExit.message("\(error)")
+        }
+        var logger = Logger(label: "roundupctl")
+        logger.logLevel = .error
+        return Context(configuration: configuration, redis: try RedisClient.make(configuration: configuration, logger: logger))
+    }
+}
+
+func printJSON(_ value: JSONValue) { print(value.canonicalJSON) }
+
+struct Queues: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook stream.")
+
+    @Flag(help: "One JSON object, for tools.") var json = false
+    @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
+
+    func run() async throws {
+        let context = try Context.make()
+        defer { Task { await context.redis.shutdown() } }
+        repeat {
+            let report = try await QueueInspector.webhookReport(redis: context.redis, keys: context.configuration.redisKeys)
+            if json { printJSON(.object(["streams": .array([report.json])])) } else {
+                if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
+                print(QueueInspector.table(report))
+            }
+            if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
+        } while watch != nil
+    }
+}
+
+struct DLQ: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dlq", abstract: "Dead letters: events that failed too often, with their last error.",
+        subcommands: [List.self, Show.self, Replay.self, Purge.self])
+
+    struct List: AsyncParsableCommand {
+        @Option(help: "At most this many.") var limit = 50
+        @Flag var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let letters = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).list(limit: limit)
+            if json { printJSON(.array(letters.map(\.summary))) } else if letters.isEmpty { print("no dead letters") } else {
+                for letter in letters {
+                    print("\(letter.id)  \(letter.string("type") ?? "?")  account \(letter.string("account") ?? "?")  deliveries \(letter.string("deliveries") ?? "?")  \(letter.string("error") ?? "")")
+                }
+            }
+            await context.redis.shutdown()
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        @Argument(help: "The dead letter's id.") var id: String
+        func run() async throws {
+            let context = try Context.make()
+            guard let letter = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).show(id: id) else {
+                await context.redis.shutdown()
+                throw ValidationError("no dead letter \(id)")
+            }
+            var object = letter.summary.objectValue ?? [:]
+            object["body"] = letter.string("body").map { (try? JSONParser.parse(Array($0.utf8))) ?? .string($0) } ?? .null
+            printJSON(.object(object))
+            await context.redis.shutdown()
+        }
+    }
+
+    struct Replay: AsyncParsableCommand {
+        @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
+        @Flag(help: "Do not ask.") var yes = false
+        func run() async throws {
+            let context = try Context.make()
+            let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys)
+            let total = ids.isEmpty ? try await queue.count() : ids.count
+            if !yes {
+                print("Replay \(total) dead letter(s) into \(context.configuration.redisKeys.webhookStream)? [y/N] ", terminator: "")
+                guard readLine()?.lowercased().hasPrefix("y") == true else {
+                    print("nothing replayed")
+                    await context.redis.shutdown()
+                    return
+                }
+            }
+            let replayed = try await queue.replay(ids: ids.isEmpty ? nil : ids) { done in
+                if total > 100 { FileHandle.standardError.write(Data("replayed \(done)/\(total)\n".utf8)) }
+            }
+            print("replayed \(replayed)")
+            await context.redis.shutdown()
+        }
+    }
+
+    struct Purge: AsyncParsableCommand {
+        @Flag(help: "Required: purging cannot be undone.") var yes = false
+        func validate() throws {
+            guard yes else { throw ValidationError("purge deletes every dead letter for good; add --yes") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).purge()
+            print("purged \(purged)")
+            await context.redis.shutdown()
+        }
+    }
+}
+
+struct Accounts: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(subcommands: [List.self])
+    struct List: AsyncParsableCommand {
+        @Flag var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let accounts = try await store.allAccounts()
+            let rows: [JSONValue] = accounts.map { a in
+                .object([
+                    "account_id": .string(a.details.id), "trello_api_key": maskSecret(a.details.trelloAPIKey).map(JSONValue.string) ?? .null,
+                    "trello_token": maskSecret(a.details.trelloToken).map(JSONValue.string) ?? .null,
+                    "trello_webhook_secret": maskSecret(a.details.trelloWebhookSecret).map(JSONValue.string) ?? .null,
+                    "lists": .number(Double(a.lists)), "pending_changes": .number(Double(a.pendingChanges)),
+                    "created_at": .string(a.details.createdAt),
+                ])
+            }
+            if json { printJSON(.array(rows)) } else {
+                for a in accounts {
+                    print("\(a.details.id)  lists \(a.lists)  pending \(a.pendingChanges)  key \(maskSecret(a.details.trelloAPIKey) ?? "-")  token \(maskSecret(a.details.trelloToken) ?? "-")  created \(a.details.createdAt)")
+                }
+            }
+            await context.redis.shutdown()
+        }
+    }
+}
+
+struct Routes: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(subcommands: [Sync.self])
+    struct Sync: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Republish every account secret and model route from the store to Redis.")
+        func run() async throws {
+            let context = try Context.make()
+            let store = try await SQLiteStore.open(configuration: context.configuration)
+            var logger = Logger(label: "roundupctl")
+            logger.logLevel = .error
+            try await RoutePublisher.publishAll(store: store, redis: context.redis, keys: context.configuration.redisKeys, logger: logger)
+            let snapshot = try await store.routingSnapshot()
+            print("published \(snapshot.secrets.count) secrets and \(snapshot.routes.count) routes")
+            await context.redis.shutdown()
+        }
+    }
+}
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Apply the store's migrations.")
+    func run() async throws {
+        let context = try Context.make()
+        _ = try await SQLiteStore.open(configuration: context.configuration)
+        print("store is at the latest schema")
+        await context.redis.shutdown()
+    }
+}
+
+struct Check: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Reach Redis and the store; check stored credentials look right. Exits 1 when anything is wrong.")
+    func run() async throws {
+        let context = try Context.make()
+        var problems: [String] = []
+        do {
+            _ = try await context.redis.send(RedisCommand("PING"), timeout: .seconds(2))
+            print("ok    redis \(try RedisConfiguration(url: context.configuration.redisURL).endpoint)")
+        } catch {
+            problems.append("redis: \(error)")
+        }
+        do {
+            let store = try await SQLiteStore.open(configuration: context.configuration)
+            try await store.ping()
+            print("ok    store \(context.configuration.databaseURL)")
+            for account in try await store.allAccounts() {
+                let d = account.details
+                if let key = d.trelloAPIKey, !(key.count == 32 && key.allSatisfy(\.isHexDigit)) {
+                    problems.append("account \(d.id): trello_api_key is not 32 hex characters")
+                }
+                if account.lists > 0, d.trelloToken == nil || d.trelloWebhookSecret == nil {
+                    problems.append("account \(d.id): syncs lists but lacks trello_token or trello_webhook_secret")
+                }
+            }
+        } catch {
+            problems.append("store: \(error)")
+        }
+        if context.configuration.publicURL == nil { problems.append("ROUNDUP_PUBLIC_URL is not set (the ingress and the API need it)") }
+        await context.redis.shutdown()
+        for problem in problems { print("FAIL  \(problem)") }
+        if !problems.isEmpty { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// The real `roundupctl` binary against a real redis-server.
+@Suite(.serialized) struct RoundupCtlTests {
+    func run(_ stack: Stack, _ arguments: [String], extra: [String: String] = [:]) async throws -> (code: Int32?, output: String) {
+        var env = stack.environment
+        for (k, v) in extra { env[k] = v }
+        let process = try ManagedProcess(
+            name: "ctl-\(UUID().uuidString.prefix(6))", executable: TestSupport.binDirectory.appendingPathComponent("roundupctl"),
+            arguments: arguments, environment: env, logDirectory: stack.directory)
+        let code = await process.wait(timeout: .seconds(30))
+        return (code, process.output)
+    }
+
+    @Test func queuesReportsTheBacklogNumberByNumber() async throws {
+        let stack = try await Stack()
+        let stream = RedisArgument(stack.keys.webhookStream)
+        _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
+        for i in 0..<5 { _ = try await stack.redis.send("XADD", stream, "*", "n", RedisArgument(i)) }
+        _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "c1", "COUNT", 2, "STREAMS", stream, ">")
+        for i in 0..<3 { _ = try await stack.redis.send("XADD", RedisArgument(stack.keys.deadLetterStream), "*", "error", RedisArgument("e\(i)")) }
+        try await Task.sleep(for: .milliseconds(20))
+
+        let (code, output) = try await run(stack, ["queues", "--json"])
+        #expect(code == 0, "\(output)")
+        let report = try #require(try JSONParser.parse(Array(output.utf8))["streams"]?.arrayValue?.first)
+        #expect(report["length"] == .number(5))
+        #expect(report["lag"] == .number(3))
+        #expect(report["pending"] == .number(2))
+        #expect(report["dead_letters"] == .number(3))
+        #expect(report["consumers"]?.arrayValue?.count == 1)
+        #expect(report["consumers"]?.arrayValue?.first?["name"] == "c1")
+        #expect(report["consumers"]?.arrayValue?.first?["pending"] == .number(2))
+        if case .number(let age)? = report["oldest_pending_age_ms"] { #expect(age >= 0 && age < 60_000) } else { Issue.record("no oldest_pending_age_ms") }
+        let table = try await run(stack, ["queues"])
+        #expect(table.code == 0 && table.output.contains("pending       2"))
+        await stack.shutdown()
+    }
+
+    @Test func deadLettersAreListedReplayedAndProcessed() async throws {
+        let stack = try await Stack()
+        let e2e = EndToEndTests()
+        let (store, account) = try await e2e.seed(stack)
+        try await e2e.publish(stack, account: account)
+        stack.trello.setCard(FakeTrello.card(id: "Q1", listID: "L1", boardID: "B1", name: "Comes back"))
+        stack.trello.failNextCardRequests(status: 500, count: 1_000)
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300"])
+        let body = WebhookBodies.body(type: "createCard", actionID: "Q-1", cardID: "Q1", listID: "L1", boardID: "B1")
+        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok)
+        #expect(try await TestSupport.eventually(timeout: .seconds(30)) {
+            try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 1
+        })
+
+        let listed = try await run(stack, ["dlq", "list", "--json"])
+        #expect(listed.code == 0)
+        let letter = try #require(try JSONParser.parse(Array(listed.output.utf8)).arrayValue?.first)
+        #expect(letter["action"] == "Q-1" && letter["type"] == "createCard")
+        #expect(letter["error"]?.stringValue?.contains("500") == true)
+        let shown = try await run(stack, ["dlq", "show", try #require(letter["id"]?.stringValue)])
+        #expect(shown.code == 0 && shown.output.contains("\"body\":{"))
+
+        // Trello is back: replay, and the event is processed this time.
+        stack.trello.failNextCardRequests(status: 500, count: 0)
+        let replay = try await run(stack, ["dlq", "replay", "--yes"])
+        #expect(replay.code == 0 && replay.output.contains("replayed 1"), "\(replay.output)")
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        #expect(try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 })
+
+        // Usage errors exit 2; purge refuses without --yes.
+        #expect(try await run(stack, ["dlq", "purge"]).code == 2)
+        #expect(try await run(stack, ["no-such-command"]).code == 2)
+        #expect(try await run(stack, ["dlq", "purge", "--yes"]).code == 0)
+        await stack.shutdown()
+    }
+
+    @Test func checkAndAccountsAndRoutes() async throws {
+        let stack = try await Stack()
+        let (_, account) = try await EndToEndTests().seed(stack)
+        let good = try await run(stack, ["check"])
+        #expect(good.code == 1, "\(good.output)")  // the seeded key is not 32 hex characters: a real finding
+        #expect(good.output.contains("trello_api_key is not 32 hex"))
+        let noRedis = try await run(stack, ["check"], extra: ["ROUNDUP_REDIS_URL": "redis://127.0.0.1:1/0"])
+        #expect(noRedis.code == 1 && noRedis.output.contains("FAIL  redis"))
+        let accounts = try await run(stack, ["accounts", "list", "--json"])
+        #expect(accounts.code == 0 && accounts.output.contains(account))
+        #expect(!accounts.output.contains(EndToEndTests.secret) && !accounts.output.contains("test-api-key"))
+        // routes sync heals a flushed Redis.
+        #expect(try await stack.redis.send("HGET", RedisArgument(stack.keys.webhookSecrets), RedisArgument(account)).isNull)
+        let sync = try await run(stack, ["routes", "sync"])
+        #expect(sync.code == 0)
+        #expect(try await stack.redis.send("HGET", RedisArgument(stack.keys.webhookSecrets), RedisArgument(account)).string == EndToEndTests.secret)
+        await stack.shutdown()
+    }
+}
