@@ -80,6 +80,7 @@ let package = Package(
             name: "RoundupTrello",
             dependencies: [
                 "RoundupCore",
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -59,6 +59,8 @@ public struct API: Sendable {
 
     public func router() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
+        // Every request's lines carry Hummingbird's request id (`hb.request.id`); headers are never logged.
+        router.add(middleware: LogRequestsMiddleware(.debug))
         router.add(middleware: ErrorMiddleware(logger: logger))
         router.add(middleware: MetricsMiddleware())
         for (method, path) in Self.routes {
@@ -193,7 +195,7 @@ struct ErrorMiddleware: RouterMiddleware {
             }
         } catch {
             // A bug or an outage, never bad input: log it whole, tell the client little.
-            logger.error("request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            context.logger.error("request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
             throw APIError(.internalServerError, "internal", "the server failed; it is logged")
         }
     }

@@ -33,8 +33,9 @@ public enum APIApplication {
             router: api.router(),
             configuration: .init(address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api"),
             logger: logger)
-        let group = ServiceGroup(
-            configuration: .init(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        var groupConfiguration = ServiceGroupConfiguration(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
+        let group = ServiceGroup(configuration: groupConfiguration)
         do {
             try await group.run()
         } catch {

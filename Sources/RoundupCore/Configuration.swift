@@ -24,6 +24,9 @@ public struct RoundupConfiguration: Sendable {
     public var ingressPort: Int
     public var workerPort: Int
     public var logLevel: Logger.Level
+    public var logFormat: RoundupLogHandler.Format
+    /// Seconds a process may take to finish in-flight work after SIGTERM.
+    public var shutdownTimeoutSeconds: Int
     /// Seconds an accepted action id is remembered for deduplication.
     public var dedupeTTLSeconds: Int
     /// Deliveries of one event before it goes to the dead-letter stream.
@@ -45,6 +48,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
+        "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -95,6 +99,15 @@ public struct RoundupConfiguration: Sendable {
         } else {
             logLevel = .info
         }
+        if let format = value("LOG_FORMAT") {
+            guard let parsed = RoundupLogHandler.Format(rawValue: format.lowercased()) else {
+                throw ConfigurationError(key: "LOG_FORMAT", problem: "must be text or json")
+            }
+            logFormat = parsed
+        } else {
+            logFormat = .text
+        }
+        shutdownTimeoutSeconds = try integer("ROUNDUP_SHUTDOWN_TIMEOUT", default: 25, range: 1...3600)
         dedupeTTLSeconds = try integer("ROUNDUP_DEDUPE_TTL_SECONDS", default: 172_800, range: 60...2_592_000)
         maxDeliveries = try integer("ROUNDUP_MAX_DELIVERIES", default: 5, range: 1...1000)
         claimIdleMilliseconds = try integer("ROUNDUP_CLAIM_IDLE_MS", default: 30_000, range: 100...86_400_000)

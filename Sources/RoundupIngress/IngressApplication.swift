@@ -22,8 +22,9 @@ public enum IngressApplication {
                 host: configuration.host, port: configuration.ingressPort, publicURL: publicURL,
                 keys: configuration.redisKeys, dedupeTTLSeconds: configuration.dedupeTTLSeconds),
             redis: redis, logger: logger, metricsText: { RoundupMetrics.render(registry) })
-        let group = ServiceGroup(
-            configuration: .init(services: [.init(service: ingress)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        var groupConfiguration = ServiceGroupConfiguration(services: [.init(service: ingress)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
+        let group = ServiceGroup(configuration: groupConfiguration)
         try await group.run()
         await redis.shutdown()
     }

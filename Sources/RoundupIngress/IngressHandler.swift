@@ -77,6 +77,21 @@ final class IngressHandler: ChannelInboundHandler {
         if path == "/healthz", head.method == .GET || head.method == .HEAD {
             return respond(context: context, .ok, json: #"{"status":"ok"}"#)
         }
+        if path == "/readyz", head.method == .GET {
+            // Ready when Redis answers: the ingress needs nothing else.
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            shared.redis.send(RedisCommand("PING"), timeout: shared.redisTimeout, on: context.eventLoop)
+                .hop(to: context.eventLoop)
+                .whenComplete { result in
+                    let (this, context) = loopBound.value
+                    if case .success = result {
+                        this.respond(context: context, .ok, json: #"{"status":"ready"}"#)
+                    } else {
+                        this.respondError(context: context, .serviceUnavailable, "unavailable", "Redis is not reachable")
+                    }
+                }
+            return
+        }
         if path == "/metrics", head.method == .GET {
             return respond(context: context, .ok, body: ByteBuffer(string: shared.metricsText()), contentType: "text/plain; version=0.0.4")
         }
@@ -130,6 +145,7 @@ final class IngressHandler: ChannelInboundHandler {
             let (this, context) = loopBound.value
             guard !this.answered else { return }
             this.shared.metrics.redisErrors.increment()
+            this.shared.metrics.unavailable.increment()
             this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later")
         }
 
@@ -191,7 +207,8 @@ final class IngressHandler: ChannelInboundHandler {
             guard !this.answered else { return }
             switch result {
             case .success(.enqueued):
-                this.shared.metrics.enqueued.increment()
+                this.shared.metrics.accepted.increment()
+                this.shared.metrics.enqueueDuration.recordNanoseconds((NIODeadline.now() - this.started).nanoseconds)
                 this.respond(context: context, .ok, json: #"{"status":"accepted"}"#)
             case .success(.duplicate):
                 this.shared.metrics.duplicates.increment()
@@ -206,9 +223,11 @@ final class IngressHandler: ChannelInboundHandler {
                 this.shared.metrics.malformed.increment()
                 this.respondError(context: context, .badRequest, "missing_action_id", "action has no id")
             case .failure(IngressRejection.unknownAccount):
+                this.shared.metrics.unknownAccount.increment()
                 this.respondError(context: context, .notFound, "unknown_account", "no account receives webhooks here")
             case .failure(let error):
                 this.shared.metrics.redisErrors.increment()
+                this.shared.metrics.unavailable.increment()
                 this.shared.logger.warning("enqueue failed", metadata: ["error": "\(error)"])
                 this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later")
             }
@@ -262,14 +281,19 @@ final class IngressHandler: ChannelInboundHandler {
     }
 }
 
-/// Counters and a latency timer, created once (handles are cached, not looked up per request).
+/// Counters and timers, created once (handles are cached, not looked up per request).
 struct IngressMetrics: Sendable {
-    let enqueued = Counter(label: "roundup_ingress_enqueued_total")
-    let duplicates = Counter(label: "roundup_ingress_duplicates_total")
-    let ignored = Counter(label: "roundup_ingress_ignored_total")
-    let badSignature = Counter(label: "roundup_ingress_bad_signature_total")
-    let malformed = Counter(label: "roundup_ingress_malformed_total")
+    /// `roundup_webhooks_received_total{result}`: what became of each webhook POST.
+    let accepted = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "accepted")])
+    let duplicates = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "duplicate")])
+    let ignored = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "ignored")])
+    let badSignature = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "bad_signature")])
+    let malformed = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "invalid")])
+    let unavailable = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unavailable")])
+    let unknownAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unknown_account")])
     let redisErrors = Counter(label: "roundup_ingress_redis_errors_total")
+    /// From the webhook's arrival to Redis's answer to the enqueue.
+    let enqueueDuration = Timer(label: "roundup_ingress_enqueue_duration_seconds")
     let duration = Timer(label: "roundup_ingress_request_duration_seconds")
     private let byStatus: [Int: Counter] = Dictionary(
         uniqueKeysWithValues: [200, 400, 401, 404, 405, 413, 503].map {

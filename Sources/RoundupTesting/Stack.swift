@@ -27,6 +27,8 @@ public final class Stack: @unchecked Sendable {
     public private(set) var api: ManagedProcess?
     public private(set) var apiPort = 0
     public private(set) var workers: [ManagedProcess] = []
+    /// Each worker's /healthz and /metrics port, by worker name.
+    public private(set) var workerPorts: [String: Int] = [:]
 
     public init(privateRedis wantsPrivate: Bool = false) async throws {
         directory = try TestSupport.temporaryDirectory("stack")
@@ -112,6 +114,7 @@ public final class Stack: @unchecked Sendable {
             name: "worker-\(name)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-worker"),
             environment: env, logDirectory: directory)
         workers.append(process)
+        workerPorts[name] = port
         let up = await TestSupport.eventually(timeout: .seconds(20)) {
             var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/healthz")
             request.method = .GET
@@ -131,6 +134,22 @@ public final class Stack: @unchecked Sendable {
 
     public func get(_ path: String) async throws -> Response {
         try await request(.GET, path, body: nil, headers: [:])
+    }
+
+    /// GET from any local port (a worker's /metrics, say).
+    public func get(port: Int, _ path: String) async throws -> Response {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
+        request.method = .GET
+        let response = try await http.execute(request, timeout: .seconds(10))
+        return Response(status: response.status, body: String(buffer: try await response.body.collect(upTo: 4 << 20)))
+    }
+
+    /// Every log line the stack's processes wrote.
+    public var allLogs: String {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        return files.filter { $0.hasSuffix(".log") }.compactMap {
+            try? String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8)
+        }.joined(separator: "\n")
     }
 
     /// POSTs a body to the ingress, signed for `secret` (nil: unsigned).

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import Logging
+import Metrics
 import NIOCore
 import NIOHTTP1
 import RoundupCore
@@ -106,6 +107,7 @@ public struct TrelloClient: Sendable {
                 }
                 let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
                 let status = Int(response.status.code)
+                Self.count(status: status)
                 switch status {
                 case 200..<300:
                     return (try? JSONParser.parse(Array(text.utf8))) ?? .null
@@ -149,6 +151,7 @@ public struct TrelloClient: Sendable {
         }
         let body = try await response.body.collect(upTo: 8 << 20)
         let status = Int(response.status.code)
+        Self.count(status: status)
         switch status {
         case 200..<300:
             do {
@@ -164,6 +167,12 @@ public struct TrelloClient: Sendable {
         default:
             throw TrelloError(status: status, message: String(buffer: body).prefix(200).description, isTransient: false)
         }
+    }
+
+    /// `roundup_trello_requests_total{status}` (status class: 2xx, 4xx, 429, 5xx).
+    static func count(status: Int) {
+        let label = status == 429 ? "429" : "\(status / 100)xx"
+        Counter(label: "roundup_trello_requests_total", dimensions: [("status", label)]).increment()
     }
 
     /// Percent-encodes an id for a path segment (RFC 3986 unreserved characters stay as they are).

@@ -44,7 +44,7 @@ public struct WebhookConsumer: Service {
 
     public func run() async throws {
         var lastReclaim = ContinuousClock.now - .seconds(3600)
-        let reclaimEvery = Duration.milliseconds(max(100, options.claimIdle.nanoseconds / 2_000_000))
+        let reclaimEvery = Duration.milliseconds(min(5_000, max(100, options.claimIdle.nanoseconds / 2_000_000)))
         var reader: RedisConnection?
         defer { if let reader { reader.close().whenComplete { _ in } } }
         var backoff = Duration.milliseconds(100)
@@ -139,6 +139,13 @@ public struct WebhookConsumer: Service {
         if !outcome.retry.isEmpty {
             logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count)", "first_error": "\(outcome.retry[0].error)"])
         }
+        var byType: [String: (ok: Int, retry: Int)] = [:]
+        for id in outcome.done { byType[outcome.types[id] ?? "unknown", default: (0, 0)].ok += 1 }
+        for (id, _) in outcome.retry { byType[outcome.types[id] ?? "unknown", default: (0, 0)].retry += 1 }
+        for (type, counts) in byType {
+            if counts.ok > 0 { Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "done")]).increment(by: counts.ok) }
+            if counts.retry > 0 { Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "retry")]).increment(by: counts.retry) }
+        }
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
         metrics.retried.increment(by: outcome.retry.count)
@@ -196,10 +203,29 @@ public struct WebhookConsumer: Service {
             RedisCommand("XLEN", [RedisArgument(stream)]),
             RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
             RedisCommand("XLEN", [RedisArgument(options.keys.deadLetterStream)]),
+            RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
         ]) else { return }
         if let length = replies[0].int { metrics.streamLength.record(length) }
-        if let pending = replies[1].array?.first?.int { metrics.streamPending.record(pending) }
+        if let summary = replies[1].array {
+            metrics.streamPending.record(summary.first?.int ?? 0)
+            // The oldest pending entry's id starts with the milliseconds it was added at.
+            if summary.count > 1, let oldest = summary[1].string, let millis = Double(oldest.split(separator: "-").first ?? "") {
+                metrics.oldestPendingAge.record(max(0, Date().timeIntervalSince1970 - millis / 1000))
+            } else {
+                metrics.oldestPendingAge.record(0)
+            }
+        }
         if let dead = replies[2].int { metrics.deadLetters.record(dead) }
+        for info in replies[3].array ?? [] {
+            let fields = info.array ?? []
+            var map: [String: RedisValue] = [:]
+            var index = 0
+            while index + 1 < fields.count {
+                if let key = fields[index].string { map[key] = fields[index + 1] }
+                index += 2
+            }
+            if map["name"]?.string == group, let lag = map["lag"]?.int { metrics.streamLag.record(lag) }
+        }
     }
 }
 
@@ -214,4 +240,6 @@ struct WorkerMetrics: Sendable {
     let streamLength = Gauge(label: "roundup_stream_length", dimensions: [("stream", "webhooks")])
     let streamPending = Gauge(label: "roundup_stream_pending", dimensions: [("stream", "webhooks")])
     let deadLetters = Gauge(label: "roundup_stream_dead_letters")
+    let streamLag = Gauge(label: "roundup_stream_lag", dimensions: [("stream", "webhooks")])
+    let oldestPendingAge = Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: [("stream", "webhooks")])
 }

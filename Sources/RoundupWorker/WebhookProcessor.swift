@@ -31,6 +31,8 @@ public struct BatchOutcome: Sendable {
     public var poison: [(id: String, error: String)] = []
     public var dropped = 0
     public var changesWritten = 0
+    /// Action type of each entry, for metrics by type.
+    public var types: [String: String] = [:]
 }
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
@@ -81,6 +83,7 @@ public final class WebhookProcessor: Sendable {
             let received = entry.string("received").flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } ?? Date()
             let date = decoded.action.date.flatMap(Timestamp.date) ?? received
             let events = CardEventInterpreter.events(for: decoded, actionType: entry.string("type"))
+            outcome.types[entry.id] = entry.string("type") ?? decoded.action.type ?? "unknown"
             parsed.append(Parsed(entry: entry, account: account, actionID: entry.string("action") ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
         }
 

@@ -43,18 +43,31 @@ public enum WorkerApplication {
         let ops = SimpleHTTPService(name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger) { request in
             switch request.path {
             case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
+            case "/readyz":
+                do {
+                    _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(1))
+                } catch {
+                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"Redis is not reachable"}}"#)
+                }
+                do {
+                    try await store.ping()
+                } catch {
+                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"the store is not reachable"}}"#)
+                }
+                return .json(.ok, #"{"status":"ready"}"#)
             case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
             default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
             }
         }
-        let group = ServiceGroup(
-            configuration: .init(
+        var groupConfiguration = ServiceGroupConfiguration(
                 services: [
                     .init(service: ops),
                     .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger))
+                logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
+        let group = ServiceGroup(configuration: groupConfiguration)
         do {
             try await group.run()
         } catch {

@@ -4,7 +4,7 @@ import RoundupCore
 import RoundupWorker
 
 let configuration = RoundupConfiguration.loadOrExit()
-RoundupLogging.bootstrap(level: configuration.logLevel)
+RoundupLogging.bootstrap(level: configuration.logLevel, format: configuration.logFormat)
 let registry = RoundupMetrics.bootstrap()
 let logger = Logger(label: "roundup.worker")
 do {
