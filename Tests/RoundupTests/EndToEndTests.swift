@@ -89,7 +89,7 @@ import Testing
         #expect(try await stack.postWebhook(path: path, body: good, secret: Self.secret).status == .ok)
         #expect(try await stack.streamLength() == 1)
         let metrics = try await stack.get("/metrics").body
-        #expect(metrics.contains("roundup_ingress_enqueued_total 1"))
+        #expect(metrics.contains(#"roundup_webhooks_received_total{result="accepted"} 1"#))
         await stack.shutdown()
     }
 
