@@ -218,3 +218,40 @@ extension SQLiteStore {
         }
     }
 }
+
+/// A background job as operators see it.
+public struct JobRecord: Sendable, Equatable {
+    public var id: String
+    public var accountID: String
+    public var kind: String
+    public var status: String
+    public var processed: Int
+    public var total: Int
+    public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
+
+    /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
+    public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
+        guard status == "running", let beat = Timestamp.date(updatedAt) else { return false }
+        return now.timeIntervalSince(beat) > after
+    }
+}
+
+extension SQLiteStore {
+    public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
+        try await pool.read { db in
+            var sql = "SELECT id, account_id, kind, status, processed, total, error, created_at, updated_at FROM background_jobs"
+            var arguments: StatementArguments = []
+            if let id {
+                sql += " WHERE id = ?"
+                arguments += [id]
+            }
+            sql += " ORDER BY created_at DESC LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map {
+                JobRecord(id: $0[0], accountID: $0[1], kind: $0[2], status: $0[3], processed: $0[4], total: $0[5], error: $0[6], createdAt: $0[7], updatedAt: $0[8])
+            }
+        }
+    }
+}

@@ -15,7 +15,7 @@ struct RoundupCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "roundupctl",
         abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
-        subcommands: [Queues.self, DLQ.self, Accounts.self, Routes.self, Migrate.self, Check.self])
+        subcommands: [Queues.self, DLQ.self, Jobs.self, Accounts.self, Routes.self, Migrate.self, Check.self])
 
     static func main() async {
         do {
@@ -144,6 +144,49 @@ struct DLQ: AsyncParsableCommand {
             let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).purge()
             print("purged \(purged)")
             await context.redis.shutdown()
+        }
+    }
+}
+
+struct Jobs: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Background jobs: status, progress, heartbeat age, stale or not.", subcommands: [List.self, Show.self])
+
+    static func json(_ job: JobRecord, now: Date) -> JSONValue {
+        let age = Timestamp.date(job.updatedAt).map { now.timeIntervalSince($0) }
+        return .object([
+            "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind), "status": .string(job.status),
+            "processed": .number(Double(job.processed)), "total": .number(Double(job.total)), "error": job.error.map(JSONValue.string) ?? .null,
+            "heartbeat_age_s": age.map { .number(($0 * 10).rounded() / 10) } ?? .null, "stale": .bool(job.isStale(now: now)),
+            "created_at": .string(job.createdAt), "updated_at": .string(job.updatedAt),
+        ])
+    }
+
+    struct List: AsyncParsableCommand {
+        @Option(help: "At most this many, newest first.") var limit = 50
+        @Flag var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let jobs = try await store.jobs(limit: limit)
+            let now = Date()
+            if json { printJSON(.array(jobs.map { Jobs.json($0, now: now) })) } else if jobs.isEmpty { print("no jobs") } else {
+                for job in jobs {
+                    let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
+                    print("\(job.id)  \(job.kind)  \(job.status)\(job.isStale(now: now) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+                }
+            }
+            await context.redis.shutdown()
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        @Argument var id: String
+        func run() async throws {
+            let context = try Context.make()
+            let store = try await SQLiteStore.open(configuration: context.configuration)
+            await context.redis.shutdown()
+            guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
+            printJSON(Jobs.json(job, now: Date()))
         }
     }
 }
