@@ -50,6 +50,12 @@ import Testing
         #expect(Self.value(worker, #"roundup_trello_requests_total{status="2xx"}"#) ?? 0 >= 1)
         #expect(Self.value(worker, #"roundup_worker_events_by_type_total{type="createCard",result="done"}"#) == 1)
         #expect(worker.contains("roundup_stream_length") && worker.contains("roundup_stream_lag") && worker.contains("roundup_stream_oldest_pending_age_seconds"))
+
+        // The API's request metrics, by route and status.
+        try await stack.startAPI(bootstrapToken: nil)
+        _ = try await stack.callAPI(.GET, "/dailyroundup/changes", token: "rt_nobody")
+        let api = try await stack.callAPI(.GET, "/metrics", token: nil).body
+        #expect(api.contains("hb_requests") && api.contains(#"http_route="/dailyroundup/changes""#))
         await stack.shutdown()
     }
 
