@@ -101,16 +101,6 @@ public struct DeadLetterQueue: Sendable {
     }
 
     static func parse(_ reply: RedisValue) -> [DeadLetter] {
-        (reply.array ?? []).compactMap { item in
-            guard let pair = item.array, pair.count == 2, let id = pair[0].string else { return nil }
-            var fields: [String: [UInt8]] = [:]
-            let flat = pair[1].array ?? []
-            var index = 0
-            while index + 1 < flat.count {
-                if let name = flat[index].string { fields[name] = flat[index + 1].bytes ?? [] }
-                index += 2
-            }
-            return DeadLetter(id: id, fields: fields)
-        }
+        reply.streamEntries.map { DeadLetter(id: $0.id, fields: $0.fields) }
     }
 }

@@ -51,7 +51,7 @@ public enum QueueInspector {
             consumers: [], deadLetters: replies[4].int ?? 0)
         // XINFO GROUPS: a list of flat maps. A missing stream or group answers an error: nothing consumed yet.
         for groupInfo in replies[1].array ?? [] {
-            let info = flatMap(groupInfo)
+            let info = groupInfo.fieldMap
             guard info["name"]?.string == group else { continue }
             report.lag = info["lag"]?.int
         }
@@ -62,21 +62,10 @@ public enum QueueInspector {
             }
         }
         report.consumers = (replies[3].array ?? []).map { item in
-            let info = flatMap(item)
+            let info = item.fieldMap
             return StreamReport.Consumer(name: info["name"]?.string ?? "?", pending: info["pending"]?.int ?? 0, idleMilliseconds: info["idle"]?.int ?? 0)
         }.sorted { $0.name < $1.name }
         return report
-    }
-
-    static func flatMap(_ value: RedisValue) -> [String: RedisValue] {
-        var map: [String: RedisValue] = [:]
-        let items = value.array ?? []
-        var index = 0
-        while index + 1 < items.count {
-            if let key = items[index].string { map[key] = items[index + 1] }
-            index += 2
-        }
-        return map
     }
 
     /// A table for people.

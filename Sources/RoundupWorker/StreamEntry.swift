@@ -14,17 +14,7 @@ public struct StreamEntry: Sendable {
 
     /// Parses an XREADGROUP/XCLAIM reply: `[[id, [field, value, ...]], ...]` (deleted entries have nil fields).
     static func parse(entries reply: RedisValue) -> [StreamEntry] {
-        (reply.array ?? []).compactMap { item in
-            guard let pair = item.array, pair.count == 2, let id = pair[0].string else { return nil }
-            var fields: [String: [UInt8]] = [:]
-            let flat = pair[1].array ?? []
-            var index = 0
-            while index + 1 < flat.count {
-                if let name = flat[index].string { fields[name] = flat[index + 1].bytes ?? [] }
-                index += 2
-            }
-            return StreamEntry(id: id, fields: fields)
-        }
+        reply.streamEntries.map { StreamEntry(id: $0.id, fields: $0.fields) }
     }
 
     /// Parses an XREADGROUP reply: `[[stream, entries]]`, or nil on timeout.

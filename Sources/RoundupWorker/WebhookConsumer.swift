@@ -217,13 +217,7 @@ public struct WebhookConsumer: Service {
         }
         if let dead = replies[2].int { metrics.deadLetters.record(dead) }
         for info in replies[3].array ?? [] {
-            let fields = info.array ?? []
-            var map: [String: RedisValue] = [:]
-            var index = 0
-            while index + 1 < fields.count {
-                if let key = fields[index].string { map[key] = fields[index + 1] }
-                index += 2
-            }
+            let map = info.fieldMap
             if map["name"]?.string == group, let lag = map["lag"]?.int { metrics.streamLag.record(lag) }
         }
     }
