@@ -36,6 +36,8 @@ final class IngressHandler: ChannelInboundHandler {
     private var started = NIODeadline.now()
     /// Set when the answer for the current request has been written (by the result or the deadline).
     private var answered = true
+    /// Counts requests on this connection: a late result of an earlier request (after its 503) must not answer a later one.
+    private var generation: UInt64 = 0
 
     init(context: IngressContext) { self.shared = context }
 
@@ -47,6 +49,7 @@ final class IngressHandler: ChannelInboundHandler {
             self.discarding = false
             self.answered = false
             self.started = .now()
+            self.generation &+= 1
             if head.method == .POST, let length = head.headers.first(name: "content-length").flatMap(Int.init), length > Self.maxBody {
                 discarding = true
                 respondError(context: context, .payloadTooLarge, "payload_too_large", "body is over 1 MiB", close: true)
@@ -139,14 +142,16 @@ final class IngressHandler: ChannelInboundHandler {
         let callbackURL = shared.publicURL + head.uri
         let eventLoop = context.eventLoop
         let loopBound = NIOLoopBound((self, context), eventLoop: eventLoop)
+        let generation = self.generation
 
         // Answer 503 if Redis has not answered in time, so Trello retries; a late success is then a duplicate.
+        // The connection is closed with it, so nothing late can be mistaken for the answer to a next request.
         let deadline = eventLoop.scheduleTask(in: shared.answerDeadline) {
             let (this, context) = loopBound.value
-            guard !this.answered else { return }
+            guard !this.answered, this.generation == generation else { return }
             this.shared.metrics.redisErrors.increment()
             this.shared.metrics.unavailable.increment()
-            this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later")
+            this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later", close: true)
         }
 
         let verified: EventLoopFuture<String?>
@@ -204,7 +209,7 @@ final class IngressHandler: ChannelInboundHandler {
         }.whenComplete { result in
             deadline.cancel()
             let (this, context) = loopBound.value
-            guard !this.answered else { return }
+            guard !this.answered, this.generation == generation else { return }
             switch result {
             case .success(.enqueued):
                 this.shared.metrics.accepted.increment()

@@ -53,49 +53,51 @@ public final class RedisClient: Sendable {
     }
 
     private func connection(slot: NIOLockedValueBox<Slot>, loop: any EventLoop) -> EventLoopFuture<RedisConnection> {
-        slot.withLockedValue { state -> EventLoopFuture<RedisConnection> in
+        // Decide under the lock; register callbacks after it is released (a completed future runs them at once,
+        // and they take the same lock).
+        let (future, isNew) = slot.withLockedValue { state -> (EventLoopFuture<RedisConnection>, Bool) in
             switch state {
             case .connected(let connection) where connection.isActive:
-                return connection.eventLoop.makeSucceededFuture(connection)
+                return (connection.eventLoop.makeSucceededFuture(connection), false)
             case .connecting(let future):
-                return future
+                return (future, false)
             case .connected, .idle:
                 let future = RedisConnection.connect(configuration, on: loop)
                 state = .connecting(future)
-                let logger = self.logger
-                let endpoint = configuration.endpoint
-                let reachable = self.reachable
-                future.whenComplete { result in
-                    slot.withLockedValue { state in
-                        switch result {
-                        case .success(let connection):
-                            state = .connected(connection)
-                            if reachable.withLockedValue({ (up: inout Bool) -> Bool in
-                                let wasDown = !up
-                                up = true
-                                return wasDown
-                            }) {
-                                logger.notice("redis reachable again", metadata: ["endpoint": "\(endpoint)"])
-                            }
-                            connection.closeFuture.whenComplete { _ in
-                                slot.withLockedValue { state in
-                                    if case .connected(let current) = state, current === connection { state = .idle }
-                                }
-                            }
-                        case .failure(let error):
-                            state = .idle
-                            let first = reachable.withLockedValue { (up: inout Bool) -> Bool in
-                                let wasUp = up
-                                up = false
-                                return wasUp
-                            }
-                            logger.log(level: first ? .warning : .debug, "redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
-                        }
-                    }
-                }
-                return future
+                return (future, true)
             }
         }
+        guard isNew else { return future }
+        let logger = self.logger
+        let endpoint = configuration.endpoint
+        let reachable = self.reachable
+        future.whenComplete { result in
+            switch result {
+            case .success(let connection):
+                slot.withLockedValue { $0 = .connected(connection) }
+                if reachable.withLockedValue({ (up: inout Bool) -> Bool in
+                    let wasDown = !up
+                    up = true
+                    return wasDown
+                }) {
+                    logger.notice("redis reachable again", metadata: ["endpoint": "\(endpoint)"])
+                }
+                connection.closeFuture.whenComplete { _ in
+                    slot.withLockedValue { state in
+                        if case .connected(let current) = state, current === connection { state = .idle }
+                    }
+                }
+            case .failure(let error):
+                slot.withLockedValue { $0 = .idle }
+                let first = reachable.withLockedValue { (up: inout Bool) -> Bool in
+                    let wasUp = up
+                    up = false
+                    return wasUp
+                }
+                logger.log(level: first ? .warning : .debug, "redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+            }
+        }
+        return future
     }
 
     /// A connection of its own, outside the pool, for blocking commands (XREADGROUP BLOCK).

@@ -25,6 +25,9 @@ struct ChangeApplier {
         var deleted: Bool
     }
 
+    /// The stamp that records when the card last entered or left the list.
+    static let membership = "_membership"
+
     /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`.
     static func encode(_ stamps: [String: Stamp]) -> String {
         JSONValue.object(stamps.mapValues { .array([.string($0.hash), .number($0.time)]) }).canonicalJSON
@@ -52,8 +55,12 @@ struct ChangeApplier {
         switch o.kind {
         case .removed:
             guard let task, !task.deleted, task.syncListID == o.syncListID else { return }
-            try db.cachedStatement(sql: "UPDATE sync_tasks SET deleted = 1, last_action_id = ?, updated_at = ? WHERE id = ?")
-                .execute(arguments: [o.actionID, now, task.id])
+            // Delivered late: the card was seen in the list after this action (moved back, edited), so it stays.
+            if let latest = task.stamps.values.map(\.time).max(), latest > time { return }
+            var stamps = task.stamps
+            stamps[Self.membership] = Stamp(hash: "removed", time: time)
+            try db.cachedStatement(sql: "UPDATE sync_tasks SET deleted = 1, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE id = ?")
+                .execute(arguments: [Self.encode(stamps), o.actionID, now, task.id])
             try writeChange(o, type: "delete", changed: [], fields: [:])
 
         case .fields(let fields, let full):
@@ -78,8 +85,11 @@ struct ChangeApplier {
                 let type = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? "complete" : "update"
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
             } else {
-                // First sight of the card in this list (new, moved in, or back from the archive).
-                let stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
+                // First sight of the card in this list (new, moved in, or back from the archive) — unless this action
+                // is older than the card's removal, delivered late.
+                if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
+                var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
+                stamps[Self.membership] = Stamp(hash: "present", time: time)
                 try db.cachedStatement(sql: """
                     INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
                     VALUES (?, ?, ?, ?, 0, ?, ?, ?)

@@ -102,13 +102,13 @@ extension SQLiteStore {
         return try await pool.write { db in
             // Check every id first: all or nothing.
             let highest = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'pending_changes'") ?? 0
-            var rows: [Int64: (card: String, type: String)] = [:]
+            var rows: [Int64: (card: String, type: String, superseded: Bool)] = [:]
             for ack in acks {
                 if let row = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type FROM pending_changes WHERE id = ?"), arguments: [ack.id])
+                    db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ?"), arguments: [ack.id])
                 {
                     guard (row[0] as String) == accountID else { return .notFound(ack.id) }
-                    rows[ack.id] = (row[1], row[2])
+                    rows[ack.id] = (row[1], row[2], row[3])
                 } else if ack.id <= 0 || ack.id > highest {
                     return .notFound(ack.id)  // never issued
                 }
@@ -116,10 +116,16 @@ extension SQLiteStore {
             }
             let now = Timestamp.now()
             for ack in acks {
-                guard let (card, type) = rows[ack.id] else { continue }
+                guard let (card, type, superseded) = rows[ack.id] else { continue }
                 if let reminder = ack.reminderID, type == "create" || type == "update" || type == "complete" {
                     try db.cachedStatement(sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
                         .execute(arguments: [reminder, now, now, accountID, card])
+                    if superseded, type == "create" {
+                        // The app made the reminder from the older create; the newer one it was folded into must
+                        // now update that reminder, not make a second.
+                        try db.cachedStatement(sql: "UPDATE pending_changes SET change_type = 'update' WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?")
+                            .execute(arguments: [accountID, card, ack.id])
+                    }
                 }
                 // The change, and the older changes it replaced.
                 try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))")

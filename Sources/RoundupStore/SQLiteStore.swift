@@ -286,7 +286,8 @@ public enum Timestamp {
         else { return nil }
         var fraction = 0.0
         if u.count > 20 {
-            guard u[19] == UInt8(ascii: "."), u.count > 21, let digits = number(20..<(u.count - 1)) else { return nil }
+            // At most nanoseconds: longer fractions are not ours to parse (and would overflow).
+            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count <= 30, let digits = number(20..<(u.count - 1)) else { return nil }
             fraction = Double(digits) / pow(10, Double(u.count - 21))
         } else if u.count != 20 {
             return nil

@@ -60,6 +60,8 @@ import Testing
         }
         #expect(RoundupStoreTimestamp.fast("2023-13-01T00:00:00Z") == nil)
         #expect(RoundupStoreTimestamp.fast("not a date") == nil)
+        // A fraction too long to be a time (and to fit an Int) is refused, not a crash.
+        #expect(RoundupStoreTimestamp.fast("2024-01-01T00:00:00." + String(repeating: "9", count: 40) + "Z") == nil)
     }
 }
 

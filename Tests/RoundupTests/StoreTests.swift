@@ -138,4 +138,30 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(snapshot.routes["L"] == [f.account])
         #expect(snapshot.routes["B"] == [f.account])
     }
+
+    @Test func aLateRemovalDoesNotDeleteACardSeenSince() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_100)
+        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        // "Moved out" at t=50 arrives after the card was seen in the list at t=100.
+        #expect(try await f.observe("c1", .removed, at: 1_700_000_050) == 0)
+        #expect(try await f.changes().isEmpty)
+        // A real removal later still counts, and an older create delivered after it does not bring the card back.
+        #expect(try await f.observe("c1", .removed, at: 1_700_000_200) == 1)
+        #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_150) == 0)
+        #expect(try await f.changes().map(\.changeType) == ["delete"])
+    }
+
+    @Test func ackingTheOlderCreateTurnsTheNewerOneIntoAnUpdate() async throws {
+        let f = try await StoreFixture()
+        _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_000)
+        let older = try #require(try await f.changes().first)
+        // The app pulled the create and made a reminder; meanwhile an edit folded the create into a newer one.
+        _ = try await f.observe("c1", .fields(["title": .string("Oat milk")], full: false), at: 1_700_000_010)
+        #expect(try await f.store.acknowledge(accountID: f.account, acks: [ChangeAck(id: older.id, reminderID: "R-9")]) == .acked([older.id]))
+        let newer = try #require(try await f.changes().first)
+        #expect(newer.changeType == "update")
+        #expect(newer.reminderID == "R-9")
+        #expect(newer.fields["title"] == .string("Oat milk"))
+    }
 }
