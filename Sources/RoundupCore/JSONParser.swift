@@ -6,6 +6,11 @@ public struct JSONParser: ~Copyable {
         public var offset: Int
         public var reason: String
         public var description: String { "invalid JSON at byte \(offset): \(reason)" }
+
+        public init(offset: Int, reason: String) {
+            self.offset = offset
+            self.reason = reason
+        }
     }
 
     private let bytes: UnsafeRawBufferPointer
@@ -53,8 +58,9 @@ public struct JSONParser: ~Copyable {
             try parser.object { parser, key in
                 switch key {
                 case "action":
-                    envelope.hasAction = true
+                    // Only an object is an action (`"action": null` or a string is as good as none).
                     guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                    envelope.hasAction = true
                     try parser.object { parser, key in
                         switch key {
                         case "id": envelope.actionID = try parser.stringOrSkip()

@@ -126,7 +126,11 @@ final class IngressHandler: ChannelInboundHandler {
     private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, body: ByteBuffer) {
         let envelope: JSONParser.Envelope
         do {
-            envelope = try body.withUnsafeReadableBytes { try JSONParser.envelope($0) }
+            envelope = try body.withUnsafeReadableBytes { raw in
+                // JSON is UTF-8: a body that is not, is not a webhook (and is never passed on to the worker).
+                guard String(validating: raw, as: UTF8.self) != nil else { throw JSONParser.Error(offset: 0, reason: "not UTF-8") }
+                return try JSONParser.envelope(raw)
+            }
         } catch {
             shared.metrics.malformed.increment()
             return respondError(context: context, .badRequest, "invalid_json", "body is not a JSON webhook")
