@@ -220,3 +220,49 @@ import Testing
         await stack.shutdown()
     }
 }
+
+import NIOCore
+import NIOPosix
+
+/// A TCP server that accepts connections and never answers: Redis behind a network partition.
+final class BlackHoleServer: Sendable {
+    final class Swallow: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+    }
+
+    let channel: any Channel
+    var port: Int { channel.localAddress?.port ?? 0 }
+
+    init() async throws {
+        channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Swallow()) }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+    }
+
+    func stop() async { try? await channel.close().get() }
+}
+
+@Suite(.serialized) struct HungRedisTests {
+    @Test func aRedisThatNeverAnswersGets503WithinASecond() async throws {
+        let stack = try await Stack()
+        let hole = try await BlackHoleServer()
+        try await stack.startIngress(extra: ["ROUNDUP_REDIS_URL": "redis://127.0.0.1:\(hole.port)/0"])
+        let body = WebhookBodies.body(type: "createCard", actionID: "H-1", cardID: "H1", listID: "L1", boardID: "B1")
+        for attempt in 1...3 {
+            let started = ContinuousClock.now
+            let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/acct", body: body, secret: "s")
+            let elapsed = ContinuousClock.now - started
+            #expect(response.status == .serviceUnavailable, "attempt \(attempt): \(response.status) \(response.body)")
+            #expect(response.body.contains(#""code":"unavailable""#))
+            // The Redis command timeout (800 ms) or, failing that, the answer deadline (950 ms) answers first.
+            #expect(elapsed < .seconds(1), "attempt \(attempt) took \(elapsed)")
+        }
+        #expect(try await stack.get("/readyz").status == .serviceUnavailable)
+        #expect(stack.ingress?.isRunning == true)
+        await hole.stop()
+        await stack.shutdown()
+    }
+}
