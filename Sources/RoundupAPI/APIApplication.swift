@@ -9,7 +9,6 @@ import RoundupRouting
 import RoundupStore
 import RoundupTrello
 import ServiceLifecycle
-import UnixSignals
 
 /// Everything `roundup-api` runs, wired from the configuration.
 public enum APIApplication {
@@ -33,17 +32,9 @@ public enum APIApplication {
             router: api.router(),
             configuration: .init(address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api"),
             logger: logger)
-        var groupConfiguration = ServiceGroupConfiguration(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
-        let group = ServiceGroup(configuration: groupConfiguration)
-        do {
-            try await group.run()
-        } catch {
+        try await RoundupServices.run([.init(service: app)], configuration: configuration, logger: logger) {
             try? await http.shutdown()
             await redis.shutdown()
-            throw error
         }
-        try await http.shutdown()
-        await redis.shutdown()
     }
 }

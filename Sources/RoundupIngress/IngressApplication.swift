@@ -4,7 +4,6 @@ import Prometheus
 import RoundupCore
 import RoundupRedis
 import ServiceLifecycle
-import UnixSignals
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.
 public enum IngressApplication {
@@ -22,10 +21,8 @@ public enum IngressApplication {
                 host: configuration.host, port: configuration.ingressPort, publicURL: publicURL,
                 keys: configuration.redisKeys, dedupeTTLSeconds: configuration.dedupeTTLSeconds),
             redis: redis, logger: logger, metricsText: { RoundupMetrics.render(registry) })
-        var groupConfiguration = ServiceGroupConfiguration(services: [.init(service: ingress)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
-        let group = ServiceGroup(configuration: groupConfiguration)
-        try await group.run()
-        await redis.shutdown()
+        try await RoundupServices.run([.init(service: ingress)], configuration: configuration, logger: logger) {
+            await redis.shutdown()
+        }
     }
 }

@@ -9,7 +9,6 @@ import RoundupRouting
 import RoundupStore
 import RoundupTrello
 import ServiceLifecycle
-import UnixSignals
 
 /// Everything `roundup-worker` runs, wired from the configuration: the store, Redis, the Trello client,
 /// the consumer loop and the health/metrics endpoint, in one service group.
@@ -59,23 +58,13 @@ public enum WorkerApplication {
             default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
             }
         }
-        var groupConfiguration = ServiceGroupConfiguration(
-                services: [
-                    .init(service: ops),
-                    .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
-                ],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
-        let group = ServiceGroup(configuration: groupConfiguration)
-        do {
-            try await group.run()
-        } catch {
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: ops),
+            .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+        ]
+        try await RoundupServices.run(services, configuration: configuration, logger: logger) {
             try? await http.shutdown()
             await redis.shutdown()
-            throw error
         }
-        try await http.shutdown()
-        await redis.shutdown()
     }
 }

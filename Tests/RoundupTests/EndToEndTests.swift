@@ -195,21 +195,28 @@ import Testing
 }
 
 @Suite(.serialized) struct DeadLetterTests {
-    @Test func anEventThatKeepsFailingIsDeadLetteredWithItsError() async throws {
-        let stack = try await Stack()
+    /// One createCard whose card fetch keeps failing with `status`, delivered through the ingress to a worker that
+    /// gives up after two deliveries; returns once it is in the dead-letter stream.
+    static func deadLetterOne(_ stack: Stack, card: String, action: String, status: Int) async throws -> (store: SQLiteStore, account: String) {
         let e2e = EndToEndTests()
         let (store, account) = try await e2e.seed(stack)
         try await e2e.publish(stack, account: account)
-        stack.trello.setCard(FakeTrello.card(id: "D1", listID: "L1", boardID: "B1", name: "Never"))
-        stack.trello.failNextCardRequests(status: 503, count: 1_000)
+        stack.trello.setCard(FakeTrello.card(id: card, listID: "L1", boardID: "B1", name: "Failing"))
+        stack.trello.failNextCardRequests(status: status, count: 1_000)
         try await stack.startIngress()
         try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300"])
-        let body = WebhookBodies.body(type: "createCard", actionID: "D-1", cardID: "D1", listID: "L1", boardID: "B1")
+        let body = WebhookBodies.body(type: "createCard", actionID: action, cardID: card, listID: "L1", boardID: "B1")
         #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok)
         let dead = try await TestSupport.eventually(timeout: .seconds(30)) {
             try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 1
         }
         #expect(dead)
+        return (store, account)
+    }
+
+    @Test func anEventThatKeepsFailingIsDeadLetteredWithItsError() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await Self.deadLetterOne(stack, card: "D1", action: "D-1", status: 503)
         let entries = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
         let fields = entries.array?.first?.array?[1].array?.compactMap(\.string) ?? []
         let error = fields.firstIndex(of: "error").map { fields[$0 + 1] } ?? ""

@@ -46,18 +46,7 @@ import Testing
 
     @Test func deadLettersAreListedReplayedAndProcessed() async throws {
         let stack = try await Stack()
-        let e2e = EndToEndTests()
-        let (store, account) = try await e2e.seed(stack)
-        try await e2e.publish(stack, account: account)
-        stack.trello.setCard(FakeTrello.card(id: "Q1", listID: "L1", boardID: "B1", name: "Comes back"))
-        stack.trello.failNextCardRequests(status: 500, count: 1_000)
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300"])
-        let body = WebhookBodies.body(type: "createCard", actionID: "Q-1", cardID: "Q1", listID: "L1", boardID: "B1")
-        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok)
-        #expect(try await TestSupport.eventually(timeout: .seconds(30)) {
-            try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 1
-        })
+        let (store, account) = try await DeadLetterTests.deadLetterOne(stack, card: "Q1", action: "Q-1", status: 500)
 
         let listed = try await run(stack, ["dlq", "list", "--json"])
         #expect(listed.code == 0)
