@@ -97,10 +97,25 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The outbound path: sync jobs, conflicts, duplicates, echo fingerprints, shared Trello rate limits.
+        .target(
+            name: "RoundupSync",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "RoundupAPI",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting", "RoundupSync",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -157,7 +172,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting", "RoundupSync",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -206,7 +221,8 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker",
+                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -217,7 +233,7 @@ let package = Package(
             name: "RoundupTests",
             dependencies: [
                 "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -36,27 +36,31 @@ extension API {
         return Response(status: .noContent)
     }
 
+    static func conflictJSON(_ c: ConflictRecord, resolution: String? = nil, resolvedAt: String? = nil) -> JSONValue {
+        .object([
+            "id": .number(Double(c.id)), "sync_list_id": c.syncListID.json, "trello_card_id": c.trelloCardID.json,
+            "reminder_id": c.reminderID.json, "field": .string(c.field),
+            "trello_value": c.trelloValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
+            "reminders_value": c.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
+            "status": .string(c.status), "created_at": .string(c.createdAt), "resolution": resolution.json, "resolved_at": resolvedAt.json,
+        ])
+    }
+
     func listConflicts(_ account: String) async throws -> Response {
         let rows = try await store.conflicts(accountID: account)
-        return jsonResponse(.ok, .object(["conflicts": .array(rows.map { c in
-            .object([
-                "id": .number(Double(c.id)), "sync_list_id": c.syncListID.json, "trello_card_id": c.trelloCardID.json,
-                "reminder_id": c.reminderID.json, "field": .string(c.field),
-                "trello_value": c.trelloValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
-                "reminders_value": c.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null,
-                "status": .string(c.status), "created_at": .string(c.createdAt),
-            ])
-        })]))
+        return jsonResponse(.ok, .object(["conflicts": .array(rows.map { Self.conflictJSON($0) })]))
+    }
+
+    static func duplicateJSON(_ d: DuplicateRecord) -> JSONValue {
+        .object([
+            "id": .number(Double(d.id)), "sync_list_id": .string(d.syncListID), "reminder_id": d.reminderID.json,
+            "trello_card_id": .string(d.trelloCardID), "title": .string(d.title), "due_date": d.dueDate.json,
+            "status": .string(d.status), "created_at": .string(d.createdAt),
+        ])
     }
 
     func listDuplicates(_ account: String) async throws -> Response {
         let rows = try await store.duplicates(accountID: account)
-        return jsonResponse(.ok, .object(["duplicates": .array(rows.map { d in
-            .object([
-                "id": .number(Double(d.id)), "sync_list_id": .string(d.syncListID), "reminder_id": d.reminderID.json,
-                "trello_card_id": .string(d.trelloCardID), "title": .string(d.title), "due_date": d.dueDate.json,
-                "status": .string(d.status), "created_at": .string(d.createdAt),
-            ])
-        })]))
+        return jsonResponse(.ok, .object(["duplicates": .array(rows.map(Self.duplicateJSON))]))
     }
 }

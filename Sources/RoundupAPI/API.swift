@@ -8,6 +8,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRouting
 import RoundupStore
+import RoundupSync
 import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.
@@ -17,8 +18,11 @@ public struct API: Sendable {
         public var bootstrapToken: String?
         public var keys: RedisKeys
         public var rateLimitPerMinute: Int
+        /// A running job whose heartbeat has not moved for this long reads as `error: stale`.
+        public var staleAfter: TimeInterval
 
-        public init(publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int) {
+        public init(publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60) {
+            self.staleAfter = staleAfter
             self.publicURL = publicURL
             self.bootstrapToken = bootstrapToken
             self.keys = keys
@@ -27,13 +31,19 @@ public struct API: Sendable {
     }
 
     let options: Options
-    let store: any SyncStore
+    let store: any OutboundStore
     let redis: RedisClient
     let trello: TrelloClient
+    /// Applies conflict and duplicate resolutions to Trello.
+    let engine: SyncEngine
     let logger: Logger
     let metricsText: @Sendable () -> String
 
-    public init(options: Options, store: any SyncStore, redis: RedisClient, trello: TrelloClient, logger: Logger, metricsText: @escaping @Sendable () -> String = { "" }) {
+    public init(
+        options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
+        metricsText: @escaping @Sendable () -> String = { "" }
+    ) {
+        self.engine = engine
         self.options = options
         self.store = store
         self.redis = redis
@@ -52,6 +62,8 @@ public struct API: Sendable {
         (.get, "/dailyroundup/changes"), (.post, "/dailyroundup/changes/{id}/ack"), (.post, "/dailyroundup/changes/ack"),
         (.get, "/dailyroundup/devices"), (.post, "/dailyroundup/devices"), (.delete, "/dailyroundup/devices/{device_id}"),
         (.get, "/dailyroundup/conflicts"), (.get, "/dailyroundup/duplicates"),
+        (.post, "/dailyroundup/sync"), (.get, "/dailyroundup/sync/jobs/{job_id}"), (.post, "/dailyroundup/lists/{id}/import"),
+        (.post, "/dailyroundup/conflicts/{id}/resolve"), (.post, "/dailyroundup/duplicates/{id}/resolve"),
     ]
 
     /// "METHOD /path" for each route.
@@ -98,6 +110,11 @@ public struct API: Sendable {
         case (.delete, "/dailyroundup/devices/{device_id}"): return try await deleteDevice(account, try context.parameters.require("device_id"))
         case (.get, "/dailyroundup/conflicts"): return try await listConflicts(account)
         case (.get, "/dailyroundup/duplicates"): return try await listDuplicates(account)
+        case (.post, "/dailyroundup/sync"): return try await submitSync(account, request, context)
+        case (.get, "/dailyroundup/sync/jobs/{job_id}"): return try await getJob(account, try context.parameters.require("job_id"))
+        case (.post, "/dailyroundup/lists/{id}/import"): return try await importList(account, try context.parameters.require("id"))
+        case (.post, "/dailyroundup/conflicts/{id}/resolve"): return try await resolveConflict(account, try context.parameters.require("id"), request, context)
+        case (.post, "/dailyroundup/duplicates/{id}/resolve"): return try await resolveDuplicate(account, try context.parameters.require("id"), request, context)
         default: throw APIError.notFound("no such path")
         }
     }

@@ -7,6 +7,8 @@ import RoundupCore
 import RoundupRedis
 import RoundupRouting
 import RoundupStore
+import RoundupSync
+import Foundation
 import RoundupTrello
 import ServiceLifecycle
 
@@ -19,15 +21,21 @@ public enum APIApplication {
         let store = try await SQLiteStore.open(configuration: configuration)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
+        let gate = RedisTrelloGate(
+            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
+        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
+        let engine = SyncEngine(
+            options: .init(keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds), heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
+            store: store, trello: trello, echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds),
+            redis: redis, logger: logger)
         if configuration.bootstrapToken == nil {
             logger.notice("account creation is off (ROUNDUP_BOOTSTRAP_TOKEN is not set)")
         }
         let api = API(
             options: .init(
                 publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
-                rateLimitPerMinute: configuration.apiRateLimit),
-            store: store, redis: redis, trello: trello, logger: logger, metricsText: { RoundupMetrics.render(registry) })
+                rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds)),
+            store: store, redis: redis, trello: trello, engine: engine, logger: logger, metricsText: { RoundupMetrics.render(registry) })
         let app = Application(
             router: api.router(),
             configuration: .init(address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api"),

@@ -9,12 +9,15 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     public var code: String
     public var message: String
     public var headers: HTTPFields = [:]
+    /// More members of the `error` object (the running job's `job_id` of a 409, say).
+    public var extra: [String: JSONValue] = [:]
 
-    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:]) {
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:], extra: [String: JSONValue] = [:]) {
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.extra = extra
     }
 
     public var description: String { "\(status.code) \(code): \(message)" }
@@ -22,7 +25,10 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers = self.headers
         headers[.contentType] = "application/json"
-        let body = JSONValue.object(["error": .object(["code": .string(code), "message": .string(message)])]).canonicalJSON
+        var error: [String: JSONValue] = extra
+        error["code"] = .string(code)
+        error["message"] = .string(message)
+        let body = JSONValue.object(["error": .object(error)]).canonicalJSON
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: body)))
     }
 

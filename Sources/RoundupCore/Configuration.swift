@@ -42,13 +42,25 @@ public struct RoundupConfiguration: Sendable {
     public var bootstrapToken: String?
     /// Requests per minute one account may make to the API.
     public var apiRateLimit: Int
+    /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
+    public var jobStaleSeconds: Int
+    /// How often a running job's heartbeat (`updated_at`) advances.
+    public var jobHeartbeatSeconds: Int
+    /// Sync jobs one worker runs at once (each belongs to a different account).
+    public var jobConcurrency: Int
+    /// Trello requests per token, and per API key, in any 10-second window, shared by every process through Redis.
+    public var trelloTokenLimit: Int
+    public var trelloKeyLimit: Int
+    /// Seconds a fingerprint of our own Trello write is kept, so its webhook echo is recognised.
+    public var echoTTLSeconds: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
-        "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT",
+        "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
+        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -120,6 +132,15 @@ public struct RoundupConfiguration: Sendable {
             throw ConfigurationError(key: "ROUNDUP_BOOTSTRAP_TOKEN", problem: "is too short: use at least 16 random characters")
         }
         apiRateLimit = try integer("ROUNDUP_API_RATE_LIMIT", default: 600, range: 1...1_000_000)
+        jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)
+        jobHeartbeatSeconds = try integer("ROUNDUP_JOB_HEARTBEAT_SECONDS", default: 5, range: 1...10)
+        guard jobHeartbeatSeconds * 2 <= jobStaleSeconds else {
+            throw ConfigurationError(key: "ROUNDUP_JOB_HEARTBEAT_SECONDS", problem: "must be at most half of ROUNDUP_JOB_STALE_SECONDS, or live jobs would read as stale")
+        }
+        jobConcurrency = try integer("ROUNDUP_JOB_CONCURRENCY", default: 4, range: 1...256)
+        trelloTokenLimit = try integer("ROUNDUP_TRELLO_TOKEN_LIMIT", default: 100, range: 1...100_000)
+        trelloKeyLimit = try integer("ROUNDUP_TRELLO_KEY_LIMIT", default: 300, range: 1...100_000)
+        echoTTLSeconds = try integer("ROUNDUP_ECHO_TTL_SECONDS", default: 120, range: 5...86_400)
     }
 
     /// The SQLite file path, when the database URL names one.

@@ -18,4 +18,21 @@ public struct RedisKeys: Sendable {
     public func modelRoute(_ modelID: String) -> String { prefix + "route:" + modelID }
     /// Marks an action already accepted for an account, so redeliveries are not enqueued twice.
     public func seenAction(account: String, action: String) -> String { prefix + "seen:" + account + ":" + action }
+
+    /// Sync and import jobs for the workers (consumer group `workerGroup`).
+    public var jobStream: String { prefix + "stream:jobs" }
+    /// Pushes for roundup-pusher: conflicts (alert) and new changes (background).
+    public var pushStream: String { prefix + "stream:push" }
+    /// A fingerprint of a field value this server wrote to a card, so the webhook that echoes it is not taken for an edit.
+    public func echo(account: String, card: String, field: String, hash: String) -> String {
+        prefix + "echo:" + account + ":" + card + ":" + field + ":" + hash
+    }
+    /// A card this server is creating in a list, known by its title until Trello tells its id.
+    public func echoCreate(account: String, syncList: String, titleHash: String) -> String {
+        prefix + "echo:" + account + ":new:" + syncList + ":" + titleHash
+    }
+    /// Sliding-window request logs for Trello's rate limits (keyed by a hash of the token or key, never the secret).
+    public func trelloWindow(_ hashedCredential: String) -> String { prefix + "trello:window:" + hashedCredential }
+    /// Set while Trello has told us to back off for a token.
+    public func trelloPause(_ hashedCredential: String) -> String { prefix + "trello:pause:" + hashedCredential }
 }

@@ -103,7 +103,7 @@ struct ChangeApplier {
     }
 
     /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id).
-    private mutating func writeChange(_ o: CardObservation, type: String, changed: [String], fields: [String: JSONValue]) throws {
+    mutating func writeChange(_ o: CardObservation, type: String, changed: [String], fields: [String: JSONValue]) throws {
         var type = type
         var changed = changed
         var fields = fields

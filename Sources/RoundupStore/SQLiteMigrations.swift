@@ -205,6 +205,17 @@ enum SQLiteMigrations {
                 CREATE INDEX pending_changes_live ON pending_changes(account_id, id) WHERE superseded = 0;
                 """)
         }
+        migrator.registerMigration("v3-sync-jobs") { db in
+            // A suspected duplicate keeps the reminder's fields, so "keep both" can still create its card.
+            // A conflict keeps when each side changed, for lww and the 2-second completion rule on resolution.
+            try db.execute(sql: """
+                ALTER TABLE potential_duplicates ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
+                ALTER TABLE conflicts ADD COLUMN job_id TEXT;
+                CREATE INDEX conflicts_card_field ON conflicts(account_id, trello_card_id, field, status);
+                CREATE INDEX potential_duplicates_reminder ON potential_duplicates(account_id, reminder_id, status);
+                CREATE INDEX background_jobs_created ON background_jobs(created_at);
+                """)
+        }
         return migrator
     }
 }

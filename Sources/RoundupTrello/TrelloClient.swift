@@ -19,27 +19,42 @@ public struct TrelloError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// Where every process agrees how fast it may call Trello: a request waits in `acquire` until it fits the
+/// shared limits, and each answer's status and `x-rate-limit-*` headers are reported back.
+public protocol TrelloRequestGate: Sendable {
+    func acquire(_ credentials: TrelloCredentialsValue) async throws
+    func observe(_ credentials: TrelloCredentialsValue, status: Int, headers: HTTPHeaders) async
+}
+
 /// Trello's REST API, with key+token auth in a header (never in the URL, so never in a log line),
-/// timeouts, and retries with exponential backoff and jitter on 429, 5xx and timeouts.
+/// timeouts, shared rate limits (`gate`), and retries with exponential backoff and jitter on 429, 5xx and timeouts.
 public struct TrelloClient: Sendable {
     public let baseURL: String
     let http: HTTPClient
     let timeout: TimeAmount
     let maxAttempts: Int
     let logger: Logger
+    let gate: (any TrelloRequestGate)?
 
-    public init(baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, logger: Logger) {
+    public init(baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, gate: (any TrelloRequestGate)? = nil, logger: Logger) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.http = http
         self.timeout = timeout
         self.maxAttempts = maxAttempts
+        self.gate = gate
         self.logger = logger
     }
 
+    /// The same client with another number of attempts (sync jobs retry at their own level).
+    public func with(maxAttempts: Int) -> TrelloClient {
+        TrelloClient(baseURL: baseURL, http: http, timeout: timeout, maxAttempts: maxAttempts, gate: gate, logger: logger)
+    }
+
+    static let cardQuery = "fields=all&customFieldItems=true&checklists=all&attachments=true"
+
     /// The full card, or nil when Trello says it no longer exists.
     public func card(id: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue]? {
-        let path = "/cards/\(Self.escape(id))?fields=all&customFieldItems=true&checklists=all&attachments=true"
-        guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else { return nil }
+        guard let value = try await get("/cards/\(Self.escape(id))?\(Self.cardQuery)", credentials: credentials, notFoundIsNil: true) else { return nil }
         guard let object = value.objectValue else { throw TrelloError(status: nil, message: "card \(id) is not a JSON object", isTransient: false) }
         return object
     }
@@ -70,8 +85,8 @@ public struct TrelloClient: Sendable {
         let body = JSONValue.object([
             "callbackURL": .string(callbackURL), "idModel": .string(modelID), "description": .string(description),
         ])
-        let reply = try await send(.POST, "/webhooks", body: body, credentials: credentials)
-        guard let id = reply["id"]?.stringValue else {
+        let reply = try await send(.POST, "/webhooks", body: body, credentials: credentials, idempotent: false)
+        guard let id = reply?["id"]?.stringValue else {
             throw TrelloError(status: 200, message: "webhook reply has no id", isTransient: false)
         }
         return id
@@ -79,57 +94,73 @@ public struct TrelloClient: Sendable {
 
     /// Deletes a webhook; one already gone counts as deleted.
     public func deleteWebhook(id: String, credentials: TrelloCredentialsValue) async throws {
-        do {
-            _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials)
-        } catch let error as TrelloError where error.status == 404 {
-            return
-        }
+        _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
-    private func send(_ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue) async throws -> JSONValue {
-        var attempt = 0
-        while true {
-            attempt += 1
-            var request = HTTPClientRequest(url: baseURL + path)
-            request.method = method
-            request.headers.add(name: "Authorization", value: credentials.authorizationHeader)
-            request.headers.add(name: "Accept", value: "application/json")
-            if let body {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(string: body.canonicalJSON))
-            }
-            do {
-                let response: HTTPClientResponse
-                do {
-                    response = try await http.execute(request, timeout: timeout, logger: logger)
-                } catch {
-                    throw TrelloError(status: nil, message: "request failed: \(error)", isTransient: true)
-                }
-                let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
-                let status = Int(response.status.code)
-                Self.count(status: status)
-                switch status {
-                case 200..<300:
-                    return (try? JSONParser.parse(Array(text.utf8))) ?? .null
-                case 429, 500..<600:
-                    throw TrelloError(status: status, message: String(text.prefix(300)), isTransient: true)
-                default:
-                    throw TrelloError(status: status, message: String(text.prefix(300)), isTransient: false)
-                }
-            } catch let error as TrelloError where error.isTransient && attempt < maxAttempts {
-                let base = 200.0 * pow(2.0, Double(attempt - 1))
-                try await Task.sleep(for: .milliseconds(Int(base + Double.random(in: 0...base))))
-            }
-        }
+    // MARK: Card writes
+
+    /// Creates a card (`attributes`: name, desc, due, start, dueComplete). Not retried after a timeout or a 5xx:
+    /// Trello may have made the card, and the caller checks the list before trying again.
+    public func createCard(listID: String, attributes: [String: JSONValue], credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
+        var body = attributes
+        body["idList"] = .string(listID)
+        body["pos"] = .string("bottom")
+        guard let card = try await send(.POST, "/cards", body: .object(body), credentials: credentials, idempotent: false)?.objectValue,
+              card["id"]?.stringValue != nil
+        else { throw TrelloError(status: 200, message: "card reply has no id", isTransient: false) }
+        return card
     }
+
+    /// Updates a card's attributes; nil when the card no longer exists.
+    public func updateCard(id: String, attributes: [String: JSONValue], credentials: TrelloCredentialsValue) async throws -> [String: JSONValue]? {
+        try await send(.PUT, "/cards/\(Self.escape(id))", body: .object(attributes), credentials: credentials, notFoundIsNil: true)?.objectValue
+    }
+
+    /// Deletes a card for good; false when it was already gone.
+    public func deleteCard(id: String, credentials: TrelloCredentialsValue) async throws -> Bool {
+        try await send(.DELETE, "/cards/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true) != nil
+    }
+
+    /// One page of a list's open cards, newest first; pass the last card's id as `before` for the next page.
+    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentialsValue) async throws -> [[String: JSONValue]] {
+        var path = "/lists/\(Self.escape(listID))/cards?filter=open&\(Self.cardQuery)&limit=\(limit)"
+        if let before { path += "&before=\(Self.escape(before))" }
+        guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else { return [] }
+        return (value.arrayValue ?? []).compactMap(\.objectValue)
+    }
+
+    /// Sets (or, with nil, clears) a dropdown custom field of a card. Trello answers 400 for an unknown option id.
+    public func setCustomFieldOption(cardID: String, fieldID: String, optionID: String?, credentials: TrelloCredentialsValue) async throws {
+        _ = try await send(
+            .PUT, "/cards/\(Self.escape(cardID))/customField/\(Self.escape(fieldID))/item",
+            body: .object(["idValue": .string(optionID ?? "")]), credentials: credentials)
+    }
+
+    public func addURLAttachment(cardID: String, url: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
+        try await send(.POST, "/cards/\(Self.escape(cardID))/attachments", body: .object(["url": .string(url)]), credentials: credentials, idempotent: false)?.objectValue ?? [:]
+    }
+
+    public func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentialsValue) async throws {
+        _ = try await send(.DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials, notFoundIsNil: true)
+    }
+
+    // MARK: Requests
 
     func get(_ path: String, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
+        try await send(.GET, path, body: nil, credentials: credentials, notFoundIsNil: notFoundIsNil)
+    }
+
+    /// One request with retries. `idempotent: false` retries only answers that say Trello did nothing (429);
+    /// a timeout or a 5xx may have been applied.
+    func send(
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool = false, idempotent: Bool = true
+    ) async throws -> JSONValue? {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await getOnce(path, credentials: credentials, notFoundIsNil: notFoundIsNil)
-            } catch let error as TrelloError where error.isTransient && attempt < maxAttempts {
+                return try await sendOnce(method, path, body: body, credentials: credentials, notFoundIsNil: notFoundIsNil)
+            } catch let error as TrelloError where error.isTransient && attempt < maxAttempts && (idempotent || error.status == 429) {
                 let base = 200.0 * pow(2.0, Double(attempt - 1))
                 let delayMS = error.retryAfter.map { Double($0.nanoseconds) / 1e6 } ?? (base + Double.random(in: 0...base))
                 logger.debug("trello request retry", metadata: ["path": "\(path.split(separator: "?")[0])", "attempt": "\(attempt)", "error": "\(error)"])
@@ -138,24 +169,31 @@ public struct TrelloClient: Sendable {
         }
     }
 
-    private func getOnce(_ path: String, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
+    private func sendOnce(_ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
+        try await gate?.acquire(credentials)
         var request = HTTPClientRequest(url: baseURL + path)
-        request.method = .GET
+        request.method = method
         request.headers.add(name: "Authorization", value: credentials.authorizationHeader)
         request.headers.add(name: "Accept", value: "application/json")
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: body.canonicalJSON))
+        }
         let response: HTTPClientResponse
         do {
             response = try await http.execute(request, timeout: timeout, logger: logger)
         } catch {
             throw TrelloError(status: nil, message: "request failed: \(error)", isTransient: true)
         }
-        let body = try await response.body.collect(upTo: 8 << 20)
+        let text = try await response.body.collect(upTo: 8 << 20)
         let status = Int(response.status.code)
         Self.count(status: status)
+        await gate?.observe(credentials, status: status, headers: response.headers)
         switch status {
         case 200..<300:
+            if text.readableBytes == 0 { return .null }
             do {
-                return try JSONParser.parse(body.readableBytesView)
+                return try JSONParser.parse(text.readableBytesView)
             } catch {
                 throw TrelloError(status: status, message: "response is not JSON", isTransient: false)
             }
@@ -163,9 +201,9 @@ public struct TrelloClient: Sendable {
             return nil
         case 429, 500..<600:
             let retryAfter = response.headers.first(name: "retry-after").flatMap(Int.init).map { TimeAmount.seconds(Int64($0)) }
-            throw TrelloError(status: status, message: String(buffer: body).prefix(200).description, isTransient: true, retryAfter: retryAfter)
+            throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: true, retryAfter: retryAfter)
         default:
-            throw TrelloError(status: status, message: String(buffer: body).prefix(200).description, isTransient: false)
+            throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: false)
         }
     }
 
@@ -189,5 +227,5 @@ public struct TrelloCredentialsValue: Sendable {
         self.apiKey = apiKey
         self.token = token
     }
-    var authorizationHeader: String { "OAuth oauth_consumer_key=\"\(apiKey)\", oauth_token=\"\(token)\"" }
+    public var authorizationHeader: String { "OAuth oauth_consumer_key=\"\(apiKey)\", oauth_token=\"\(token)\"" }
 }

@@ -7,6 +7,8 @@ import RoundupCore
 import RoundupRedis
 import RoundupRouting
 import RoundupStore
+import RoundupSync
+import Foundation
 import RoundupTrello
 import ServiceLifecycle
 
@@ -17,8 +19,21 @@ public enum WorkerApplication {
         let store = try await SQLiteStore.open(configuration: configuration)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, logger: logger)
-        let processor = WebhookProcessor(store: store, cards: trello, logger: logger)
+        let gate = RedisTrelloGate(
+            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
+        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
+        let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
+        let processor = WebhookProcessor(store: store, cards: trello, logger: logger, echo: echo)
+        let engine = SyncEngine(
+            options: .init(
+                keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+                heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
+            store: store, trello: trello.with(maxAttempts: 2), echo: echo, redis: redis, logger: logger)
+        let jobs = JobConsumer(
+            options: .init(
+                keys: configuration.redisKeys, consumer: configuration.workerConsumerName, concurrency: configuration.jobConcurrency,
+                claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds)), staleAfter: TimeInterval(configuration.jobStaleSeconds)),
+            redis: redis, store: store, engine: engine, logger: logger)
         let consumer = WebhookConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName,
@@ -61,6 +76,7 @@ public enum WorkerApplication {
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+            .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
         try await RoundupServices.run(services, configuration: configuration, logger: logger) {
             try? await http.shutdown()

@@ -1,0 +1,259 @@
+import Foundation
+import RoundupCore
+
+/// One edit an app posted in `POST /dailyroundup/sync`, validated.
+public struct SyncItem: Sendable, Equatable {
+    public var op: String
+    public var syncListID: String
+    public var reminderID: String
+    public var trelloCardID: String?
+    /// Values in the form the apps see them in changes (`due_date` as ISO-8601 with milliseconds, `priority` lower case).
+    public var fields: [String: JSONValue]
+    public var changedFields: [String]
+    public var modifiedAt: Date
+
+    public init(op: String, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String], modifiedAt: Date) {
+        self.op = op
+        self.syncListID = syncListID
+        self.reminderID = reminderID
+        self.trelloCardID = trelloCardID
+        self.fields = fields
+        self.changedFields = changedFields
+        self.modifiedAt = modifiedAt
+    }
+
+    public var json: JSONValue {
+        .object([
+            "op": .string(op), "sync_list_id": .string(syncListID), "reminder_id": .string(reminderID),
+            "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "fields": .object(fields),
+            "changed_fields": .array(changedFields.map(JSONValue.string)), "modified_at": .string(Timestamp.string(modifiedAt)),
+        ])
+    }
+
+    public init?(json: JSONValue) {
+        guard let op = json["op"]?.stringValue, let list = json["sync_list_id"]?.stringValue, let reminder = json["reminder_id"]?.stringValue,
+              let modified = json["modified_at"]?.stringValue.flatMap(Timestamp.date)
+        else { return nil }
+        self.init(
+            op: op, syncListID: list, reminderID: reminder, trelloCardID: json["trello_card_id"]?.stringValue,
+            fields: json["fields"]?.objectValue ?? [:], changedFields: json["changed_fields"]?.arrayValue?.compactMap(\.stringValue) ?? [],
+            modifiedAt: modified)
+    }
+}
+
+/// What became of one item of a job.
+public struct SyncItemResult: Sendable, Equatable {
+    public var reminderID: String?
+    public var op: String
+    /// ok, conflict, duplicate or error.
+    public var status: String
+    public var trelloCardID: String?
+    public var error: String?
+    public var conflictIDs: [Int64]
+    public var duplicateID: Int64?
+
+    public init(reminderID: String?, op: String, status: String, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [], duplicateID: Int64? = nil) {
+        self.reminderID = reminderID
+        self.op = op
+        self.status = status
+        self.trelloCardID = trelloCardID
+        self.error = error
+        self.conflictIDs = conflictIDs
+        self.duplicateID = duplicateID
+    }
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "reminder_id": reminderID.map(JSONValue.string) ?? .null, "op": .string(op), "status": .string(status),
+            "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "error": error.map(JSONValue.string) ?? .null,
+        ]
+        if !conflictIDs.isEmpty { object["conflict_ids"] = .array(conflictIDs.map { .number(Double($0)) }) }
+        if let duplicateID { object["duplicate_id"] = .number(Double(duplicateID)) }
+        return .object(object)
+    }
+
+    public init?(json: JSONValue) {
+        guard let op = json["op"]?.stringValue, let status = json["status"]?.stringValue else { return nil }
+        let conflicts = (json["conflict_ids"]?.arrayValue ?? []).compactMap { value -> Int64? in
+            if case .number(let n) = value { return Int64(n) }
+            return nil
+        }
+        var duplicate: Int64?
+        if case .number(let n)? = json["duplicate_id"] { duplicate = Int64(n) }
+        self.init(
+            reminderID: json["reminder_id"]?.stringValue, op: op, status: status, trelloCardID: json["trello_card_id"]?.stringValue,
+            error: json["error"]?.stringValue, conflictIDs: conflicts, duplicateID: duplicate)
+    }
+}
+
+/// A background job (`background_jobs`): a sync of the apps' edits, or an import of a Trello list.
+public struct SyncJob: Sendable, Equatable {
+    public var id: String
+    public var accountID: String
+    public var kind: String
+    public var status: String
+    public var deviceID: String?
+    public var processed: Int
+    public var total: Int
+    /// For a sync: the items. For an import: `[{"sync_list_id": …}]`.
+    public var payload: JSONValue
+    public var results: [SyncItemResult]
+    public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
+
+    /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone.
+    public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
+        guard status == "running", let beat = Timestamp.date(updatedAt) else { return false }
+        return now.timeIntervalSince(beat) > staleAfter
+    }
+
+    public var items: [SyncItem] { (payload.arrayValue ?? []).compactMap(SyncItem.init(json:)) }
+}
+
+public enum JobSubmission: Sendable, Equatable {
+    case created(SyncJob)
+    /// The same `Idempotency-Key` was used before: that job, untouched.
+    case replayed(SyncJob)
+    /// Another job of the account holds the lease and is alive.
+    case busy(runningJobID: String)
+}
+
+/// What a worker gets when it picks up a job.
+public enum JobStart: Sendable, Equatable {
+    case run(SyncJob)
+    /// Finished already, or given up as stale: acknowledge the stream entry and move on.
+    case skip(reason: String)
+}
+
+/// The per-field stamp of a card: the hash of the value last seen on Trello's side and when it was set.
+public struct FieldStamp: Sendable, Equatable {
+    public var hash: String
+    public var time: Double
+    public init(hash: String, time: Double) {
+        self.hash = hash
+        self.time = time
+    }
+}
+
+/// A card as the store knows it (`sync_tasks`).
+public struct SyncTaskRecord: Sendable, Equatable {
+    public var syncListID: String
+    public var cardID: String
+    public var reminderID: String?
+    public var deleted: Bool
+    public var stamps: [String: FieldStamp]
+    public var lastSyncedAt: String?
+
+    /// A create in flight: the card's id is not known yet (`trello_card_id` = `pending:<reminder>`).
+    public var isPlaceholder: Bool { cardID.hasPrefix(SyncTaskRecord.placeholderPrefix) }
+    public static let placeholderPrefix = "pending:"
+}
+
+public struct NewConflict: Sendable, Equatable {
+    public var field: String
+    public var trelloValue: JSONValue
+    public var remindersValue: JSONValue
+    public init(field: String, trelloValue: JSONValue, remindersValue: JSONValue) {
+        self.field = field
+        self.trelloValue = trelloValue
+        self.remindersValue = remindersValue
+    }
+}
+
+/// Everything one outbound write changes in the store, in one transaction.
+public struct SyncWrite: Sendable {
+    public var accountID: String
+    public var syncListID: String
+    public var cardID: String
+    public var reminderID: String?
+    /// Stamps to set (fields written to Trello, and Trello values sent to the apps).
+    public var stamps: [String: FieldStamp] = [:]
+    /// Marks the card gone from the list (deleted or archived by us).
+    public var deleted: Bool = false
+    /// The app's values that won over an unacknowledged Trello-side change: that change is rewritten with them,
+    /// so an app that already pulled it gets the winning value next.
+    public var winning: [String: JSONValue] = [:]
+    /// Trello's values the apps must receive (the conflict policy kept Trello's side).
+    public var toApps: [String: JSONValue] = [:]
+    public var conflicts: [NewConflict] = []
+    public var jobID: String?
+    /// Drop unacknowledged changes of this card (the app deleted its reminder).
+    public var dropPending: Bool = false
+
+    public init(accountID: String, syncListID: String, cardID: String, reminderID: String?) {
+        self.accountID = accountID
+        self.syncListID = syncListID
+        self.cardID = cardID
+        self.reminderID = reminderID
+    }
+}
+
+public struct NewDuplicate: Sendable, Equatable {
+    public var syncListID: String
+    public var reminderID: String
+    public var cardID: String
+    public var title: String
+    public var dueDate: String?
+    public var fields: [String: JSONValue]
+    public var jobID: String?
+    public init(syncListID: String, reminderID: String, cardID: String, title: String, dueDate: String?, fields: [String: JSONValue], jobID: String?) {
+        self.syncListID = syncListID
+        self.reminderID = reminderID
+        self.cardID = cardID
+        self.title = title
+        self.dueDate = dueDate
+        self.fields = fields
+        self.jobID = jobID
+    }
+}
+
+/// A conflict or duplicate as the resolve endpoints need it.
+public struct ConflictDetail: Sendable, Equatable {
+    public var record: ConflictRecord
+    public var resolution: String?
+    public var resolvedAt: String?
+}
+
+public struct DuplicateDetail: Sendable, Equatable {
+    public var record: DuplicateRecord
+    public var fields: [String: JSONValue]
+    public var resolvedAt: String?
+}
+
+/// The outbound side of the store: jobs, leases, mappings, conflicts and duplicates.
+public protocol SyncJobStore: Sendable {
+    /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
+    /// that holds the lease). A lease whose job went stale is taken over, and that job is marked `stale`.
+    func submitJob(accountID: String, kind: String, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
+    func job(accountID: String, id: String) async throws -> SyncJob?
+    /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.
+    func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart
+    /// Advances the heartbeat; false when the job is no longer running (it was given up as stale).
+    func heartbeat(jobID: String, staleAfter: TimeInterval) async throws -> Bool
+    /// Stores one item's result and advances `processed` (and the heartbeat); false when the job was given up as stale.
+    func recordResult(jobID: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool
+    /// Ends the job (completed or error) and releases the lease.
+    func finishJob(jobID: String, status: String, error: String?) async throws
+
+    func task(accountID: String, cardID: String) async throws -> SyncTaskRecord?
+    /// The live card a reminder maps to; else its placeholder (a create in flight), if any.
+    func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord?
+    /// Card ids of the list that a reminder maps to.
+    func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String>
+    /// The card's newest unacknowledged change, if any.
+    func unackedChange(accountID: String, cardID: String) async throws -> PendingChange?
+    /// Records that a create is about to be sent to Trello for this reminder.
+    func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws
+    /// Applies an outbound write's consequences; returns the ids of the conflicts it stored.
+    func recordSyncWrite(_ write: SyncWrite) async throws -> [Int64]
+    func addDuplicate(accountID: String, _ duplicate: NewDuplicate) async throws -> Int64
+    func conflict(accountID: String, id: Int64) async throws -> ConflictDetail?
+    func resolveConflict(accountID: String, id: Int64, resolution: String) async throws -> Bool
+    func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail?
+    func resolveDuplicate(accountID: String, id: Int64, status: String) async throws -> Bool
+    /// Emits a `create` change for each card (mapping it to no reminder yet); returns how many were written.
+    func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int
+    func priorityField(accountID: String, boardID: String) async throws -> PriorityField?
+    func conflictPolicy(accountID: String) async throws -> (policy: String, deleteMode: String)
+}

@@ -1,0 +1,107 @@
+import Foundation
+import RoundupCore
+import RoundupStore
+import RoundupTrello
+
+/// Why a resolution could not be applied.
+public enum ResolveError: Error, Sendable, Equatable {
+    case notFound
+    case alreadyResolved
+    case invalid(String)
+    /// Trello refused or could not be reached; nothing was marked resolved.
+    case trello(String)
+}
+
+extension SyncEngine {
+    /// Applies the user's choice for a conflict: Trello's value goes to the apps, or the reminder's (or a new)
+    /// value goes to Trello (and to the apps), then the conflict is marked resolved.
+    public func resolveConflict(accountID: String, id: Int64, choice: String, value: JSONValue?) async throws -> ConflictDetail {
+        guard let conflict = try await store.conflict(accountID: accountID, id: id) else { throw ResolveError.notFound }
+        guard conflict.record.status == "open" else { throw ResolveError.alreadyResolved }
+        let field = conflict.record.field
+        var chosen: JSONValue?
+        switch choice {
+        case "trello": chosen = nil
+        case "reminders":
+            chosen = conflict.record.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null
+        case "value":
+            guard let value else { throw ResolveError.invalid("value is required when choice is value") }
+            do {
+                chosen = try SyncFields.normalize(field, value, path: "value")
+            } catch let error as SyncFields.Invalid {
+                throw ResolveError.invalid(error.description)
+            }
+        default:
+            throw ResolveError.invalid("choice must be one of trello, reminders, value")
+        }
+        guard let cardID = conflict.record.trelloCardID, let listID = conflict.record.syncListID else { throw ResolveError.notFound }
+        do {
+            var state = try await makeState(accountID: accountID, jobID: nil)
+            guard let list = state.lists[listID] else { throw ResolveError.invalid("the list is no longer synced") }
+            guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
+                throw ResolveError.invalid("the card no longer exists in Trello")
+            }
+            var record = SyncWrite(accountID: accountID, syncListID: list.id, cardID: cardID, reminderID: conflict.record.reminderID)
+            let now = Date().timeIntervalSince1970
+            var marks: [String] = []
+            if let chosen {
+                marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
+                record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: marks, state: &state)
+                record.winning = [field: chosen]
+                if choice == "value" { record.toApps = [field: chosen] }
+            } else {
+                let priority = try await priorityField(list, state: &state)
+                let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
+                record.toApps = [field: current]
+                record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)
+            }
+            _ = try await store.recordSyncWrite(record)
+            await echo.clear(marks)
+        } catch let error as TrelloError {
+            throw ResolveError.trello(error.description)
+        } catch let failure as ItemFailure {
+            throw ResolveError.invalid(failure.description)
+        }
+        guard try await store.resolveConflict(accountID: accountID, id: id, resolution: choice) else { throw ResolveError.alreadyResolved }
+        return try await store.conflict(accountID: accountID, id: id)!
+    }
+
+    /// `merge`: the reminder is the card; the card's fields go to the app as an update carrying the mapping.
+    /// `keep_both`: a card is made for the reminder.
+    public func resolveDuplicate(accountID: String, id: Int64, action: String) async throws -> DuplicateDetail {
+        guard let duplicate = try await store.duplicate(accountID: accountID, id: id) else { throw ResolveError.notFound }
+        guard duplicate.record.status == "open" else { throw ResolveError.alreadyResolved }
+        guard action == "merge" || action == "keep_both" else { throw ResolveError.invalid("action must be merge or keep_both") }
+        guard let reminderID = duplicate.record.reminderID else { throw ResolveError.invalid("the duplicate has no reminder") }
+        do {
+            var state = try await makeState(accountID: accountID, jobID: nil)
+            guard let list = state.lists[duplicate.record.syncListID] else { throw ResolveError.invalid("the list is no longer synced") }
+            if action == "merge" {
+                let cardID = duplicate.record.trelloCardID
+                guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
+                    throw ResolveError.invalid("the card no longer exists in Trello; resolve with keep_both")
+                }
+                if let other = try await store.task(accountID: accountID, cardID: cardID), let mapped = other.reminderID, mapped != reminderID, !other.deleted {
+                    throw ResolveError.invalid("the card is mapped to another reminder now; resolve with keep_both")
+                }
+                let priority = try await priorityField(list, state: &state)
+                let fields = CardMapper.fields(fromCard: card, priority: priority)
+                var record = SyncWrite(accountID: accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
+                let now = Date().timeIntervalSince1970
+                for (field, value) in fields { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+                record.toApps = fields
+                _ = try await store.recordSyncWrite(record)
+            } else {
+                _ = try await createCard(duplicate.fields, reminderID: reminderID, list: list, state: &state)
+            }
+        } catch let error as TrelloError {
+            throw ResolveError.trello(error.description)
+        } catch let failure as ItemFailure {
+            throw ResolveError.invalid(failure.description)
+        }
+        guard try await store.resolveDuplicate(accountID: accountID, id: id, status: action == "merge" ? "merged" : "kept_both") else {
+            throw ResolveError.alreadyResolved
+        }
+        return try await store.duplicate(accountID: accountID, id: id)!
+    }
+}

@@ -1,0 +1,522 @@
+import Foundation
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import NIOCore
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTrello
+import ServiceLifecycle
+
+public typealias OutboundStore = SyncStore & SyncJobStore
+
+/// An item that cannot succeed as it is: reported in the item's result, never retried.
+struct ItemFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Applies the apps' edits to Trello: the items of sync jobs, imports, and the resolution of conflicts and
+/// duplicates. Every write is fingerprinted before it is sent (echo suppression) and its values' hashes are
+/// stamped in the store after, in one transaction with the job's bookkeeping.
+public struct SyncEngine: Sendable {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var staleAfter: TimeInterval
+        public var heartbeat: Duration
+        /// Attempts of one item when Trello or the store fail transiently (429, 5xx, timeouts, busy).
+        public var itemAttempts: Int = 6
+        public init(keys: RedisKeys, staleAfter: TimeInterval, heartbeat: Duration) {
+            self.keys = keys
+            self.staleAfter = staleAfter
+            self.heartbeat = heartbeat
+        }
+    }
+
+    let options: Options
+    let store: any OutboundStore
+    let trello: TrelloClient
+    let echo: EchoFingerprints
+    let redis: RedisClient
+    let logger: Logger
+
+    public init(options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, logger: Logger) {
+        self.options = options
+        self.store = store
+        self.trello = trello
+        self.echo = echo
+        self.redis = redis
+        self.logger = logger
+    }
+
+    /// What one job knows while it runs.
+    struct JobState {
+        var jobID: String?
+        var credentials: TrelloCredentialsValue
+        var policy: String
+        var deleteMode: String
+        var lists: [String: SyncListRecord]
+        var priority: [String: PriorityField?] = [:]
+        var openCards: [String: [[String: JSONValue]]] = [:]
+    }
+
+    public enum RunOutcome: Sendable, Equatable {
+        case completed
+        case failed(String)
+        /// The job was given up as stale while it ran (its heartbeat could not be written in time).
+        case lost
+        /// Shutting down: the job stays running; another worker resumes it from `processed`.
+        case interrupted
+    }
+
+    // MARK: Running a job
+
+    /// Runs a job from where it stands (`processed`), with a heartbeat beside it. `beat` runs with each heartbeat
+    /// (the consumer keeps its stream entry from looking idle).
+    public func run(_ job: SyncJob, beat: @escaping @Sendable () async -> Void = {}) async -> RunOutcome {
+        let lost = NIOLockedValueBox(false)
+        let outcome: RunOutcome = await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: self.options.heartbeat)
+                    if Task.isCancelled { return }
+                    do {
+                        if try await !self.store.heartbeat(jobID: job.id, staleAfter: self.options.staleAfter) {
+                            lost.withLockedValue { $0 = true }
+                            return
+                        }
+                    } catch {
+                        self.logger.warning("job heartbeat failed", metadata: ["job": "\(job.id)", "error": "\(error)"])
+                    }
+                    await beat()
+                }
+            }
+            let outcome = await self.work(job, lost: lost)
+            group.cancelAll()
+            return outcome
+        }
+        switch outcome {
+        case .completed:
+            try? await store.finishJob(jobID: job.id, status: "completed", error: nil)
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "completed")]).increment()
+        case .failed(let message):
+            try? await store.finishJob(jobID: job.id, status: "error", error: message)
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "error")]).increment()
+        case .lost:
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "stale")]).increment()
+        case .interrupted:
+            break
+        }
+        logger.info("job ended", metadata: ["job": "\(job.id)", "kind": "\(job.kind)", "outcome": "\(outcome)"])
+        return outcome
+    }
+
+    private func work(_ job: SyncJob, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+        let state: JobState
+        do {
+            state = try await makeState(accountID: job.accountID, jobID: job.id)
+        } catch let failure as ItemFailure {
+            return .failed(failure.description)
+        } catch {
+            return .failed("the store could not be read: \(error)")
+        }
+        var running = state
+        if job.kind == "import" { return await runImport(job, state: &running, lost: lost) }
+        let items = job.items
+        for index in job.processed..<items.count {
+            if Task.isShuttingDownGracefully { return .interrupted }
+            if lost.withLockedValue({ $0 }) { return .lost }
+            let item = items[index]
+            let result = await processWithRetries(item, state: &running)
+            Counter(label: "roundup_sync_items_total", dimensions: [("op", item.op), ("status", result.status)]).increment()
+            do {
+                guard try await store.recordResult(jobID: job.id, index: index, result: result, total: nil, staleAfter: options.staleAfter) else { return .lost }
+            } catch {
+                return .failed("the store could not record a result: \(error)")
+            }
+            if !result.conflictIDs.isEmpty { await queueConflictPush(job: job, item: item, conflictIDs: result.conflictIDs) }
+        }
+        return .completed
+    }
+
+    func makeState(accountID: String, jobID: String?) async throws -> JobState {
+        guard let account = try await store.account(id: accountID), let key = account.trelloAPIKey, let token = account.trelloToken else {
+            throw ItemFailure(description: "the account has no Trello key and token")
+        }
+        let settings = try await store.conflictPolicy(accountID: accountID)
+        let lists = try await store.syncLists(accountID: accountID)
+        return JobState(
+            jobID: jobID, credentials: TrelloCredentialsValue(apiKey: key, token: token), policy: settings.policy, deleteMode: settings.deleteMode,
+            lists: Dictionary(lists.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
+    }
+
+    private func processWithRetries(_ item: SyncItem, state: inout JobState) async -> SyncItemResult {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await process(item, state: &state)
+            } catch let failure as ItemFailure {
+                return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: failure.description)
+            } catch let error as TrelloError where !error.isTransient {
+                return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: error.description)
+            } catch {
+                // Transient: Trello 429/5xx/timeouts, Redis or the store briefly away. The heartbeat keeps going.
+                guard attempt < options.itemAttempts, !Task.isShuttingDownGracefully else {
+                    return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: "gave up after \(attempt) attempts: \(error)")
+                }
+                let delay = min(8_000, 250 * (1 << (attempt - 1)))
+                logger.info("sync item will be retried", metadata: ["reminder": "\(item.reminderID)", "attempt": "\(attempt)", "error": "\(error)"])
+                try? await Task.sleep(for: .milliseconds(delay + Int.random(in: 0...(delay / 4))))
+            }
+        }
+    }
+
+    func process(_ item: SyncItem, state: inout JobState) async throws -> SyncItemResult {
+        guard let list = state.lists[item.syncListID] else { throw ItemFailure(description: "the list \(item.syncListID) is no longer synced") }
+        switch item.op {
+        case "create":
+            return try await create(item, list: list, state: &state)
+        case "delete":
+            return try await delete(item, list: list, state: &state)
+        default:
+            let task = try await mappedTask(item, list: list)
+            guard let task, !task.isPlaceholder else {
+                throw ItemFailure(description: "no Trello card is mapped to reminder \(item.reminderID); send a create")
+            }
+            if task.deleted { throw ItemFailure(description: "the card \(task.cardID) was deleted, archived or moved out of the list in Trello") }
+            var fields = item.fields
+            var changed = item.changedFields
+            if item.op == "complete" {
+                fields[SyncField.completed] = .bool(true)
+                changed = [SyncField.completed]
+            }
+            return try await update(item, fields: fields, changed: changed, cardID: task.cardID, task: task, list: list, state: &state)
+        }
+    }
+
+    private func mappedTask(_ item: SyncItem, list: SyncListRecord) async throws -> SyncTaskRecord? {
+        if let card = item.trelloCardID {
+            guard let task = try await store.task(accountID: list.accountID, cardID: card) else { return nil }
+            guard task.syncListID == list.id else { throw ItemFailure(description: "the card \(card) belongs to another list") }
+            return task
+        }
+        return try await store.task(accountID: list.accountID, reminderID: item.reminderID)
+    }
+
+    // MARK: Update
+
+    /// Writes the item's changed fields, field by field against Trello's current card: a field Trello changed
+    /// since the last sync (seen in the card, or still unacknowledged by the apps) is a conflict for the policy.
+    func update(
+        _ item: SyncItem, fields appFields: [String: JSONValue], changed: [String], cardID: String, task: SyncTaskRecord?,
+        list: SyncListRecord, state: inout JobState
+    ) async throws -> SyncItemResult {
+        guard let card = try await trello.card(id: cardID, credentials: state.credentials) else {
+            throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
+        }
+        if card["closed"]?.boolValue == true || card["idList"]?.stringValue != list.trelloListID {
+            throw ItemFailure(description: "the card \(cardID) was archived or moved out of the list in Trello")
+        }
+        let priority = try await priorityField(list, state: &state)
+        let current = CardMapper.fields(fromCard: card, priority: priority)
+        let pending = try await store.unackedChange(accountID: list.accountID, cardID: cardID)
+        let cardTime = card["dateLastActivity"]?.stringValue.flatMap(Timestamp.date)?.timeIntervalSince1970 ?? Date().timeIntervalSince1970
+        let appTime = item.modifiedAt.timeIntervalSince1970
+
+        var write: [String: JSONValue] = [:]
+        var winning: [String: JSONValue] = [:]
+        var toApps: [String: JSONValue] = [:]
+        var conflicts: [NewConflict] = []
+        for field in Set(changed).sorted() {
+            let mine = appFields[field] ?? .null
+            let theirs = current[field] ?? .null
+            if mine == theirs { continue }
+            let stamp = task?.stamps[field]
+            let pendingValue = pending.flatMap { $0.changeType == "delete" ? nil : $0.fields[field] }
+            let trelloChanged = (stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil
+            if !trelloChanged {
+                write[field] = mine
+                continue
+            }
+            // When Trello's side changed: the action time we stamped, or the card's last activity.
+            let theirTime = stamp.flatMap { $0.hash == theirs.fieldHash ? $0.time : nil } ?? cardTime
+            let appWins: Bool
+            if field == SyncField.completed, abs(appTime - theirTime) <= 2 {
+                appWins = mine == .bool(true)  // within two seconds, done wins
+            } else {
+                switch state.policy {
+                case "prefer_reminders": appWins = true
+                case "prefer_trello": appWins = false
+                case "lww": appWins = appTime >= theirTime
+                default:
+                    conflicts.append(NewConflict(field: field, trelloValue: theirs, remindersValue: mine))
+                    appWins = false
+                }
+            }
+            if appWins {
+                write[field] = mine
+                winning[field] = mine
+            } else if pendingValue != theirs {
+                toApps[field] = theirs
+            }
+        }
+
+        var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
+        record.winning = winning
+        record.toApps = toApps
+        record.conflicts = conflicts
+        record.jobID = state.jobID
+        let now = Date().timeIntervalSince1970
+        for (field, value) in toApps { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+        let marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
+        record.stamps.merge(try await writeFields(write, card: card, list: list, marks: marks, state: &state)) { _, new in new }
+        let conflictIDs = try await store.recordSyncWrite(record)
+        await echo.clear(marks)
+        return SyncItemResult(
+            reminderID: item.reminderID, op: item.op, status: conflictIDs.isEmpty ? "ok" : "conflict", trelloCardID: cardID, conflictIDs: conflictIDs)
+    }
+
+    /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
+    /// `marks` are set first, so the webhook echo of each write is recognised even before the store has the stamps.
+    func writeFields(_ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: [String], state: inout JobState) async throws -> [String: FieldStamp] {
+        guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return [:] }
+        try await echo.mark(marks)
+        let now = Date().timeIntervalSince1970
+        var stamps: [String: FieldStamp] = [:]
+        var attributes: [String: JSONValue] = [:]
+        for (field, value) in write {
+            if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
+        }
+        if !attributes.isEmpty {
+            guard let updated = try await trello.updateCard(id: cardID, attributes: attributes, credentials: state.credentials) else {
+                throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
+            }
+            let seen = CardMapper.partialFields(card: updated, changedAttributes: attributes.keys)
+            for (field, value) in seen { stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+        }
+        if let value = write[SyncField.priority] {
+            try await setPriority(cardID: cardID, value: value, list: list, state: &state)
+            stamps[SyncField.priority] = FieldStamp(hash: value.fieldHash, time: now)
+        }
+        if let value = write[SyncField.url] {
+            for attachment in card["attachments"]?.arrayValue ?? [] {
+                guard attachment["isUpload"]?.boolValue != true, let id = attachment["id"]?.stringValue else { continue }
+                if attachment["url"]?.stringValue == CardMapper.fields(fromCard: card)[SyncField.url]?.stringValue {
+                    try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
+                    break
+                }
+            }
+            if case .string(let url) = value {
+                _ = try await trello.addURLAttachment(cardID: cardID, url: url, credentials: state.credentials)
+            }
+            stamps[SyncField.url] = FieldStamp(hash: value.fieldHash, time: now)
+        }
+        return stamps
+    }
+
+    private func setPriority(cardID: String, value: JSONValue, list: SyncListRecord, state: inout JobState) async throws {
+        var refreshed = false
+        while true {
+            guard let field = try await priorityField(list, state: &state, refresh: refreshed) else {
+                if value == .null { return }
+                throw ItemFailure(description: "the board has no Priority dropdown field for priority \(value)")
+            }
+            var optionID: String?
+            if case .string(let wanted) = value {
+                optionID = field.options.first { $0.value.lowercased() == wanted }?.key
+                if optionID == nil {
+                    if !refreshed {
+                        refreshed = true
+                        continue
+                    }
+                    throw ItemFailure(description: "priority \"\(wanted)\" is not an option of the board's Priority field")
+                }
+            }
+            do {
+                try await trello.setCustomFieldOption(cardID: cardID, fieldID: field.fieldID, optionID: optionID, credentials: state.credentials)
+                return
+            } catch let error as TrelloError where error.status == 400 && !refreshed {
+                // The option ids we keep are out of date (the board's field was edited): read them again once.
+                refreshed = true
+            }
+        }
+    }
+
+    /// The board's Priority field: from the store, else from Trello (then kept); `refresh` asks Trello again.
+    func priorityField(_ list: SyncListRecord, state: inout JobState, refresh: Bool = false) async throws -> PriorityField? {
+        if !refresh, let known = state.priority[list.trelloBoardID] { return known }
+        var field: PriorityField?
+        if !refresh { field = try await store.priorityField(accountID: list.accountID, boardID: list.trelloBoardID) }
+        if field == nil {
+            field = try await trello.priorityField(boardID: list.trelloBoardID, credentials: state.credentials)
+            if let field { try await store.savePriorityField(accountID: list.accountID, boardID: list.trelloBoardID, field: field) }
+        }
+        state.priority[list.trelloBoardID] = .some(field)
+        return field
+    }
+
+    // MARK: Create
+
+    func create(_ item: SyncItem, list: SyncListRecord, state: inout JobState) async throws -> SyncItemResult {
+        let existing = try await store.task(accountID: list.accountID, reminderID: item.reminderID)
+        let allFields = item.changedFields.isEmpty ? Array(item.fields.keys) : item.changedFields
+        if let existing, !existing.isPlaceholder, !existing.deleted, existing.syncListID == list.id {
+            // Already made (a resubmitted job, or the app did not see our result): update it instead.
+            return try await update(item, fields: item.fields, changed: allFields, cardID: existing.cardID, task: existing, list: list, state: &state)
+        }
+        let title = item.fields[SyncField.title]?.stringValue ?? ""
+        let due = item.fields[SyncField.dueDate]?.stringValue.flatMap(Timestamp.date)
+        let unsure = existing?.isPlaceholder == true  // an earlier attempt may have made the card before it died
+        let cards = try await openCards(list, state: &state, fresh: unsure)
+        let mapped = try await store.mappedCardIDs(accountID: list.accountID, syncListID: list.id)
+        let wanted = SyncFields.normalizedTitle(title)
+        let match = cards.first { card in
+            guard let id = card["id"]?.stringValue, !mapped.contains(id), SyncFields.normalizedTitle(card["name"]?.stringValue ?? "") == wanted else { return false }
+            guard let due else { return true }
+            guard let theirs = card["due"]?.stringValue.flatMap(Timestamp.date) else { return false }
+            return abs(theirs.timeIntervalSince(due)) < 1
+        }
+        if let match, let cardID = match["id"]?.stringValue {
+            if unsure {
+                // Ours, from the attempt that died: adopt it, then bring it up to date.
+                let priority = try await priorityField(list, state: &state)
+                var adopt = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
+                let now = Date().timeIntervalSince1970
+                for (field, value) in CardMapper.fields(fromCard: match, priority: priority) { adopt.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+                _ = try await store.recordSyncWrite(adopt)
+                let task = try await store.task(accountID: list.accountID, cardID: cardID)
+                return try await update(item, fields: item.fields, changed: allFields, cardID: cardID, task: task, list: list, state: &state)
+            }
+            let id = try await store.addDuplicate(
+                accountID: list.accountID,
+                NewDuplicate(
+                    syncListID: list.id, reminderID: item.reminderID, cardID: cardID, title: title,
+                    dueDate: item.fields[SyncField.dueDate]?.stringValue, fields: item.fields, jobID: state.jobID))
+            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "duplicate", trelloCardID: cardID, duplicateID: id)
+        }
+        let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, state: &state)
+        return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: card)
+    }
+
+    /// Makes the card and maps it to the reminder; returns its id.
+    func createCard(_ fields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState) async throws -> String {
+        try await store.reserveCreate(accountID: list.accountID, syncListID: list.id, reminderID: reminderID)
+        let title = fields[SyncField.title]?.stringValue ?? ""
+        let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
+        try await echo.mark([createMark])
+        var attributes: [String: JSONValue] = [:]
+        for (field, value) in fields {
+            if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
+        }
+        let card = try await trello.createCard(listID: list.trelloListID, attributes: attributes, credentials: state.credentials)
+        let cardID = card["id"]!.stringValue!
+        state.openCards[list.id, default: []].append(card)
+        let priority = try await priorityField(list, state: &state)
+        var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
+        let now = Date().timeIntervalSince1970
+        for (field, value) in CardMapper.fields(fromCard: card, priority: priority) { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+        _ = try await store.recordSyncWrite(record)
+        // Priority and link are separate requests; the card is known now, so fingerprint them by card.
+        var extra: [String: JSONValue] = [:]
+        for field in [SyncField.priority, SyncField.url] {
+            if let value = fields[field], value != .null { extra[field] = value }
+        }
+        if !extra.isEmpty {
+            let marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
+            var more = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
+            more.stamps = try await writeFields(extra, card: card, list: list, marks: marks, state: &state)
+            _ = try await store.recordSyncWrite(more)
+            await echo.clear(marks)
+        }
+        await echo.clear([createMark])
+        return cardID
+    }
+
+    func openCards(_ list: SyncListRecord, state: inout JobState, fresh: Bool) async throws -> [[String: JSONValue]] {
+        if !fresh, let cards = state.openCards[list.id] { return cards }
+        var all: [[String: JSONValue]] = []
+        var before: String?
+        while true {
+            let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 1000, credentials: state.credentials)
+            all += page
+            guard page.count == 1000, let last = page.last?["id"]?.stringValue else { break }
+            before = last
+        }
+        state.openCards[list.id] = all
+        return all
+    }
+
+    // MARK: Delete
+
+    func delete(_ item: SyncItem, list: SyncListRecord, state: inout JobState) async throws -> SyncItemResult {
+        guard let task = try await mappedTask(item, list: list), !task.isPlaceholder else {
+            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", error: nil)  // nothing to delete
+        }
+        if task.deleted {
+            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: task.cardID)
+        }
+        let mark = echo.fieldKey(account: list.accountID, card: task.cardID, field: EchoFingerprints.removedField, value: .bool(true))
+        try await echo.mark([mark])
+        if state.deleteMode == "delete" {
+            _ = try await trello.deleteCard(id: task.cardID, credentials: state.credentials)
+        } else {
+            _ = try await trello.updateCard(id: task.cardID, attributes: ["closed": .bool(true)], credentials: state.credentials)
+        }
+        var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: task.cardID, reminderID: item.reminderID)
+        record.deleted = true
+        record.dropPending = true
+        _ = try await store.recordSyncWrite(record)
+        await echo.clear([mark])
+        return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: task.cardID)
+    }
+
+    // MARK: Import
+
+    private func runImport(_ job: SyncJob, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+        guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
+            return .failed("the list is no longer synced")
+        }
+        var processed = job.processed
+        var before: String?
+        do {
+            let priority = try await priorityField(list, state: &state)
+            while true {
+                if Task.isShuttingDownGracefully { return .interrupted }
+                if lost.withLockedValue({ $0 }) { return .lost }
+                let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
+                let cards = page.compactMap { card -> (cardID: String, fields: [String: JSONValue])? in
+                    guard let id = card["id"]?.stringValue else { return nil }
+                    return (id, CardMapper.fields(fromCard: card, priority: priority))
+                }
+                _ = try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards)
+                for card in cards {
+                    let result = SyncItemResult(reminderID: nil, op: "create", status: "ok", trelloCardID: card.cardID)
+                    guard try await store.recordResult(jobID: job.id, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
+                    processed += 1
+                }
+                guard page.count == 100, let last = page.last?["id"]?.stringValue else { break }
+                before = last
+            }
+        } catch {
+            return .failed("import failed: \(error)")
+        }
+        return .completed
+    }
+
+    // MARK: Pushes
+
+    /// Queues an alert push for the account's devices (roundup-pusher sends it).
+    func queueConflictPush(job: SyncJob, item: SyncItem, conflictIDs: [Int64]) async {
+        var arguments: [RedisArgument] = [
+            RedisArgument(options.keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(job.accountID), "kind", "alert",
+            "reason", "conflict", "conflict_ids", RedisArgument(conflictIDs.map(String.init).joined(separator: ",")),
+        ]
+        if let device = job.deviceID { arguments += ["exclude_device", RedisArgument(device)] }
+        do {
+            _ = try await redis.send(RedisCommand("XADD", arguments), timeout: .seconds(2))
+        } catch {
+            logger.warning("conflict push not queued", metadata: ["account": "\(job.accountID)", "error": "\(error)"])
+        }
+    }
+}

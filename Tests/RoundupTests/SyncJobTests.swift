@@ -1,0 +1,447 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// One account with one synced list, driven over the real API.
+struct SyncSetup {
+    let stack: Stack
+    let account: String
+    let token: String
+    let listID: String
+    let trelloList: String
+    let board: String
+
+    static let bootstrap = "bootstrap-0123456789abcdef"
+
+    static func make(_ stack: Stack, list trelloList: String, board: String, policy: String? = nil, trelloToken: String = "test-token") async throws -> SyncSetup {
+        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap)
+        #expect(created.status == .created, "\(created.body)")
+        let account = try #require(created.json["account_id"]?.stringValue)
+        let token = try #require(created.json["auth_token"]?.stringValue)
+        let secret = stack.trello.webhookSecret
+        var settings: [String: JSONValue] = ["trello_api_key": "test-api-key", "trello_token": .string(trelloToken), "trello_webhook_secret": .string(secret)]
+        if let policy { settings["conflict_policy"] = .string(policy) }
+        let put = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object(settings).canonicalJSON)
+        #expect(put.status == .ok, "\(put.body)")
+        stack.trello.addList(id: trelloList, boardID: board)
+        let list = try await stack.callAPI(
+            .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"\#(board)","trello_list_id":"\#(trelloList)"}"#)
+        #expect(list.status == .created, "\(list.body)")
+        return SyncSetup(stack: stack, account: account, token: token, listID: try #require(list.json["sync_list_id"]?.stringValue), trelloList: trelloList, board: board)
+    }
+
+    func change(
+        _ op: String, reminder: String, fields: [String: JSONValue] = [:], changed: [String]? = nil, modified: Date = Date(), card: String? = nil
+    ) -> JSONValue {
+        var object: [String: JSONValue] = [
+            "op": .string(op), "sync_list_id": .string(listID), "reminder_id": .string(reminder), "fields": .object(fields),
+            "modified_at": .string(Timestamp.string(modified)),
+        ]
+        if let changed { object["changed_fields"] = .array(changed.map(JSONValue.string)) }
+        if let card { object["trello_card_id"] = .string(card) }
+        return .object(object)
+    }
+
+    func post(_ changes: [JSONValue], device: String = "iphone-1", key: String? = nil) async throws -> Stack.Response {
+        let body = JSONValue.object(["device_id": .string(device), "changes": .array(changes)]).canonicalJSON
+        return try await stack.callAPI(.POST, "/dailyroundup/sync", token: token, body: body, headers: key.map { ["Idempotency-Key": $0] } ?? [:])
+    }
+
+    /// Posts and waits for the job to end (retrying while another job of the account runs); returns the job.
+    func sync(_ changes: [JSONValue], timeout: Duration = .seconds(90)) async throws -> JSONValue {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let response = try await post(changes)
+            if response.status == .conflict, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                continue
+            }
+            #expect(response.status == .accepted, "\(response.body)")
+            let id = try #require(response.json["job_id"]?.stringValue)
+            return try await wait(job: id, timeout: timeout)
+        }
+    }
+
+    func wait(job id: String, timeout: Duration = .seconds(90)) async throws -> JSONValue {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let response = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: token)
+            #expect(response.status == .ok, "\(response.body)")
+            if response.json["status"]?.stringValue != "running" { return response.json }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StackError("job \(id) still running after \(timeout)")
+    }
+
+    /// The account's pending changes, oldest first.
+    func changes() async throws -> [JSONValue] {
+        let response = try await stack.callAPI(.GET, "/dailyroundup/changes?limit=500", token: token)
+        #expect(response.status == .ok)
+        return response.json["changes"]?.arrayValue ?? []
+    }
+
+    func ack(_ changes: [JSONValue], reminders: [String: String] = [:]) async throws {
+        guard !changes.isEmpty else { return }
+        let acks = changes.map { change -> JSONValue in
+            let id = change["id"]!
+            if let card = change["trello_card_id"]?.stringValue, let reminder = reminders[card] {
+                return .object(["id": id, "reminder_id": .string(reminder)])
+            }
+            return .object(["id": id])
+        }
+        let response = try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: JSONValue.object(["acks": .array(acks)]).canonicalJSON)
+        #expect(response.status == .ok, "\(response.body)")
+    }
+}
+
+extension JSONValue {
+    subscript(index: Int) -> JSONValue? {
+        guard let array = arrayValue, array.indices.contains(index) else { return nil }
+        return array[index]
+    }
+
+    var numberValue: Double? {
+        if case .number(let n) = self { return n }
+        return nil
+    }
+}
+
+extension Stack {
+    /// Until every webhook the fake Trello sent has been received and processed.
+    func quiet() async throws {
+        await trello.waitForWebhookDeliveries()
+        let drained = try await TestSupport.eventually(timeout: .seconds(30)) {
+            guard try await self.streamLength() == 0 else { return false }
+            let pending = try await self.redis.send("XPENDING", RedisArgument(self.keys.webhookStream), "workers")
+            return pending.array?.first?.int ?? 0 == 0
+        }
+        #expect(drained, "webhook stream did not drain")
+    }
+}
+
+@Suite(.serialized) struct SyncJobTests {
+    static let fast = ["ROUNDUP_JOB_STALE_SECONDS": "6", "ROUNDUP_JOB_HEARTBEAT_SECONDS": "1", "ROUNDUP_CLAIM_IDLE_MS": "3000"]
+
+    func startStack(workers: Int = 1, extra: [String: String] = [:]) async throws -> Stack {
+        let stack = try await Stack()
+        try await stack.startIngress()
+        for i in 1...workers { try await stack.startWorker(name: "w\(i)", extra: extra) }
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: extra)
+        return stack
+    }
+
+    @Test func createUpdateCompleteAndDeleteReachTrelloWithMappingsAndNoEcho() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lcrud", board: "Bcrud")
+
+        let created = try await s.sync([
+            s.change("create", reminder: "R1", fields: ["title": "Milk", "notes": "2 litres", "due_date": "2026-11-23T09:00:00Z"]),
+            s.change("create", reminder: "R2", fields: ["title": "Bread", "completed": false]),
+        ])
+        #expect(created["status"] == "completed", "\(created)")
+        #expect(created["processed"] == .number(2) && created["total"] == .number(2))
+        let results = try #require(created["results"]?.arrayValue)
+        #expect(results.map { $0["status"] } == ["ok", "ok"] && results.map { $0["reminder_id"] } == ["R1", "R2"])
+        let card1 = try #require(results[0]["trello_card_id"]?.stringValue)
+        let card2 = try #require(results[1]["trello_card_id"]?.stringValue)
+        let milk = try #require(stack.trello.cardValue(card1))
+        #expect(milk["name"] == "Milk" && milk["desc"] == "2 litres" && milk["due"] == "2026-11-23T09:00:00.000Z" && milk["idList"] == "Lcrud")
+
+        // Trello sent a webhook back for each write; none of them is a change for the apps.
+        try await stack.quiet()
+        #expect(stack.trello.webhooksSent >= 2)
+        #expect(try await s.changes().isEmpty)
+
+        // Update by mapping (no card id given), complete, then archive and (after changing the setting) delete.
+        let updated = try await s.sync([
+            s.change("update", reminder: "R1", fields: ["title": "Oat milk"], changed: ["title"]),
+            s.change("complete", reminder: "R2"),
+        ])
+        #expect(updated["results"]?.arrayValue?.map { $0["status"] } == ["ok", "ok"], "\(updated)")
+        #expect(stack.trello.cardValue(card1)?["name"] == "Oat milk" && stack.trello.cardValue(card1)?["desc"] == "2 litres")
+        #expect(stack.trello.cardValue(card2)?["dueComplete"] == .bool(true))
+        let archived = try await s.sync([s.change("delete", reminder: "R1")])
+        #expect(archived["results"]?[0]?["status"] == "ok")
+        #expect(stack.trello.cardValue(card1)?["closed"] == .bool(true))
+        let setting = try await stack.callAPI(.PUT, "/dailyroundup/account", token: s.token, body: #"{"delete_mode":"delete"}"#)
+        #expect(setting.status == .ok)
+        let deleted = try await s.sync([s.change("delete", reminder: "R2")])
+        #expect(deleted["results"]?[0]?["status"] == "ok")
+        #expect(stack.trello.cardValue(card2) == nil)
+        try await stack.quiet()
+        #expect(try await s.changes().isEmpty, "our own writes came back as changes")
+
+        // Resubmitting a finished delete is harmless; updating a deleted card says so.
+        let again = try await s.sync([s.change("delete", reminder: "R2"), s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"])])
+        #expect(again["results"]?[0]?["status"] == "ok")
+        #expect(again["results"]?[1]?["status"] == "error")
+        #expect(again["results"]?[1]?["error"]?.stringValue?.contains("deleted") == true)
+        #expect(stack.trello.cardsCreated == 2)
+        await stack.shutdown()
+    }
+
+    @Test func badSyncRequestsAreRejectedBeforeAnyJobAndIdempotencyKeysReplay() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lbad", board: "Bbad")
+        func expect(_ changes: [JSONValue], _ status: HTTPResponseStatus, mentioning: String, line: Int = #line) async throws {
+            let response = try await s.post(changes)
+            #expect(response.status == status, "line \(line): \(response.body)")
+            #expect(response.json["error"]?["message"]?.stringValue?.contains(mentioning) == true, "line \(line): \(response.body)")
+        }
+        try await expect([s.change("update", reminder: "R1", fields: ["title": "x"])], .unprocessableEntity, mentioning: "changed_fields")
+        try await expect([s.change("create", reminder: "R1", fields: ["notes": "no title"])], .unprocessableEntity, mentioning: "title")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "colour": "red"])], .unprocessableEntity, mentioning: "colour")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "due_date": "tomorrow"])], .unprocessableEntity, mentioning: "changes[0].fields.due_date")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "priority": "urgent"])], .unprocessableEntity, mentioning: "priority")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": .number(3)])], .unprocessableEntity, mentioning: "title")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": "x"]), s.change("erase", reminder: "R2")], .unprocessableEntity, mentioning: "changes[1].op")
+        try await expect([s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"], card: "no-such-card")], .unprocessableEntity, mentioning: "trello_card_id")
+        var foreign = s.change("create", reminder: "R1", fields: ["title": "x"]).objectValue!
+        foreign["sync_list_id"] = "another-accounts-list"
+        try await expect([.object(foreign)], .unprocessableEntity, mentioning: "sync_list_id")
+        try await expect([], .unprocessableEntity, mentioning: "empty")
+        try await expect(Array(repeating: s.change("create", reminder: "R", fields: ["title": "x"]), count: 501), .unprocessableEntity, mentioning: "500")
+        let notArray = try await stack.callAPI(.POST, "/dailyroundup/sync", token: s.token, body: #"{"device_id":"d","changes":{}}"#)
+        #expect(notArray.status == .badRequest)
+        // Nothing was started by any of them.
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.jobStream)).int ?? 0 == 0)
+        #expect(stack.trello.cardsCreated == 0)
+
+        // The same Idempotency-Key gives the same job and makes one card.
+        let first = try await s.post([s.change("create", reminder: "R9", fields: ["title": "Stamps"])], key: "key-1")
+        let second = try await s.post([s.change("create", reminder: "R9", fields: ["title": "Stamps"])], key: "key-1")
+        #expect(first.status == .accepted && second.status == .accepted)
+        #expect(first.json["job_id"] == second.json["job_id"])
+        _ = try await s.wait(job: try #require(first.json["job_id"]?.stringValue))
+        #expect(stack.trello.cardsCreated == 1)
+
+        // While a job runs (Trello is slow), a second one is refused with the running job's id.
+        stack.trello.setCardDelay(.seconds(2))
+        let slow = try await s.post([s.change("update", reminder: "R9", fields: ["notes": "first class"], changed: ["notes"])])
+        #expect(slow.status == .accepted)
+        let busy = try await s.post([s.change("update", reminder: "R9", fields: ["notes": "second class"], changed: ["notes"])])
+        #expect(busy.status == .conflict, "\(busy.body)")
+        #expect(busy.json["error"]?["code"] == "job_running" && busy.json["error"]?["job_id"] == slow.json["job_id"])
+        stack.trello.setCardDelay(.zero)
+        let done = try await s.wait(job: try #require(slow.json["job_id"]?.stringValue))
+        #expect(done["status"] == "completed")
+        let other = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(slow.json["job_id"]!.stringValue!)", token: (try await SyncSetup.make(stack, list: "Lbad2", board: "Bbad2")).token)
+        #expect(other.status == .notFound)
+        await stack.shutdown()
+    }
+
+    @Test func theEchoOfOurWriteIsSuppressedWhileAUserEditASecondLaterIsKept() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lecho", board: "Becho")
+        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Call the plumber"])])
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        let updated = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Call the plumber at 9", "completed": true], changed: ["title", "completed"])])
+        #expect(updated["results"]?[0]?["status"] == "ok")
+        try await Task.sleep(for: .seconds(1))
+        stack.trello.userUpdateCard(id: card, ["name": "Call the plumber at 10"])
+        try await stack.quiet()
+        let changes = try await s.changes()
+        #expect(changes.count == 1, "\(changes)")
+        #expect(changes.first?["change_type"] == "update" && changes.first?["reminder_id"] == "R1")
+        #expect(changes.first?["changed_fields"] == .array(["title"]))
+        #expect(changes.first?["fields"]?["title"] == "Call the plumber at 10")
+        await stack.shutdown()
+    }
+
+    /// Trello's side changes a field, the app changes the same field before it has seen that: each policy.
+    @Test(arguments: ["manual", "lww", "prefer_trello", "prefer_reminders"])
+    func conflictPolicies(policy: String) async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "L\(policy.filter(\.isLetter))", board: "B\(policy.filter(\.isLetter))", policy: policy)
+        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Pay rent", "notes": "by transfer"])])
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+
+        stack.trello.userUpdateCard(id: card, ["name": "Pay rent (Trello)"])
+        try await stack.quiet()
+        // The app edits title (conflicting) and notes (only its side): notes merge in every policy.
+        let result = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Pay rent (app)", "notes": "by card"], changed: ["title", "notes"])])
+        let item = try #require(result["results"]?[0])
+        let trelloCard = try #require(stack.trello.cardValue(card))
+        #expect(trelloCard["desc"] == "by card")
+        try await stack.quiet()
+        let changes = try await s.changes()
+        let titleToApp = changes.last?["fields"]?["title"]
+        switch policy {
+        case "manual":
+            #expect(item["status"] == "conflict", "\(item)")
+            #expect(trelloCard["name"] == "Pay rent (Trello)")
+            let conflicts = try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: s.token).json["conflicts"]?.arrayValue ?? []
+            #expect(conflicts.count == 1)
+            #expect(conflicts.first?["trello_value"] == "Pay rent (Trello)" && conflicts.first?["reminders_value"] == "Pay rent (app)")
+            #expect(conflicts.first?["field"] == "title" && conflicts.first?["reminder_id"] == "R1")
+            #expect(item["conflict_ids"] == .array([conflicts.first?["id"] ?? .null]))
+            // The alert push is queued for the account's devices, not the one that synced.
+            let pushes = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.pushStream), "-", "+").streamEntries
+            #expect(pushes.contains { $0.fields["account"].map { String(decoding: $0, as: UTF8.self) } == s.account && $0.fields["kind"] == Array("alert".utf8) })
+            // The user picks the reminder's value: it goes to Trello, and the conflict is resolved.
+            let id = Int(conflicts.first?["id"]?.numberValue ?? 0)
+            let resolved = try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(id)/resolve", token: s.token, body: #"{"choice":"reminders"}"#)
+            #expect(resolved.status == .ok, "\(resolved.body)")
+            #expect(resolved.json["status"] == "resolved" && resolved.json["resolution"] == "reminders")
+            #expect(stack.trello.cardValue(card)?["name"] == "Pay rent (app)")
+            let twice = try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(id)/resolve", token: s.token, body: #"{"choice":"trello"}"#)
+            #expect(twice.status == .conflict)
+            let missing = try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(id)/resolve", token: s.token, body: #"{"choice":"value"}"#)
+            #expect(missing.status == .unprocessableEntity)
+        case "prefer_trello":
+            #expect(item["status"] == "ok")
+            #expect(trelloCard["name"] == "Pay rent (Trello)")
+            #expect(titleToApp == "Pay rent (Trello)", "\(changes)")
+        case "prefer_reminders", "lww":
+            // lww: the app's edit (made now) is later than Trello's.
+            #expect(item["status"] == "ok")
+            #expect(trelloCard["name"] == "Pay rent (app)")
+            // The unacknowledged Trello change the app has not applied yet now carries the winning value.
+            #expect(titleToApp == nil || titleToApp == "Pay rent (app)", "\(changes)")
+        default:
+            Issue.record("unknown policy")
+        }
+        if policy == "lww" {
+            // An app edit made before Trello's loses.
+            stack.trello.userUpdateCard(id: card, ["name": "Pay rent (Trello, later)"])
+            try await stack.quiet()
+            let old = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Pay rent (app, earlier)"], changed: ["title"], modified: Date().addingTimeInterval(-3600))])
+            #expect(old["results"]?[0]?["status"] == "ok")
+            #expect(stack.trello.cardValue(card)?["name"] == "Pay rent (Trello, later)")
+        }
+        await stack.shutdown()
+    }
+
+    @Test func completionWithinTwoSecondsPrefersDoneInEveryPolicy() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Ldone", board: "Bdone", policy: "prefer_reminders")
+        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Water plants", "completed": false])])
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+        // Completed in Trello; un-completed on the phone within the same second: done wins despite prefer_reminders.
+        stack.trello.userUpdateCard(id: card, ["dueComplete": true])
+        try await stack.quiet()
+        let result = try await s.sync([s.change("update", reminder: "R1", fields: ["completed": false], changed: ["completed"], modified: Date())])
+        #expect(result["results"]?[0]?["status"] == "ok")
+        #expect(stack.trello.cardValue(card)?["dueComplete"] == .bool(true))
+        let changes = try await s.changes()
+        #expect(changes.last?["fields"]?["completed"] == .bool(true), "\(changes)")
+        // Outside the two seconds the policy decides again: the phone's later un-complete wins.
+        let later = try await s.sync([s.change("update", reminder: "R1", fields: ["completed": false], changed: ["completed"], modified: Date().addingTimeInterval(30))])
+        #expect(later["results"]?[0]?["status"] == "ok")
+        #expect(stack.trello.cardValue(card)?["dueComplete"] == .bool(false))
+        await stack.shutdown()
+    }
+
+    @Test func duplicatesAreFlaggedAndResolvedAndImportEmitsCreates() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Ldup", board: "Bdup")
+        // Cards made in Trello before the list was paired: the webhook never told us about them.
+        let existing = stack.trello.userCreateCard(listID: "Ldup", name: "Buy  Stamps", due: "2026-12-01T10:00:00.000Z")
+        let other = stack.trello.userCreateCard(listID: "Ldup", name: "Return library books")
+        try await stack.quiet()
+        let result = try await s.sync([
+            s.change("create", reminder: "R1", fields: ["title": "buy stamps", "due_date": "2026-12-01T10:00:00Z"]),
+            s.change("create", reminder: "R2", fields: ["title": "Return library books"]),
+        ])
+        let items = try #require(result["results"]?.arrayValue)
+        #expect(items.map { $0["status"] } == ["duplicate", "duplicate"], "\(result)")
+        #expect(items[0]["trello_card_id"] == .string(existing) && items[1]["trello_card_id"] == .string(other))
+        #expect(stack.trello.cardsCreated == 0)
+        let listed = try await stack.callAPI(.GET, "/dailyroundup/duplicates", token: s.token).json["duplicates"]?.arrayValue ?? []
+        #expect(listed.count == 2)
+        let merge = try await stack.callAPI(.POST, "/dailyroundup/duplicates/\(Int(items[0]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token, body: #"{"action":"merge"}"#)
+        #expect(merge.status == .ok && merge.json["status"] == "merged", "\(merge.body)")
+        let keep = try await stack.callAPI(.POST, "/dailyroundup/duplicates/\(Int(items[1]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token, body: #"{"action":"keep_both"}"#)
+        #expect(keep.status == .ok && keep.json["status"] == "kept_both", "\(keep.body)")
+        #expect(stack.trello.cardsCreated == 1)
+        #expect(stack.trello.openCards(inList: "Ldup").filter { $0["name"] == "Return library books" }.count == 2)
+        // Merged: the card's values reach the app as an update carrying the reminder id.
+        let changes = try await s.changes()
+        #expect(changes.contains { $0["reminder_id"] == "R1" && $0["trello_card_id"] == .string(existing) }, "\(changes)")
+
+        // Import: a create for every open card no reminder maps to — the new card and the Trello-made "Return library
+        // books" (kept apart from R2's) — and none for the cards reminders map to.
+        let third = stack.trello.userCreateCard(listID: "Ldup", name: "Renew passport")
+        try await stack.quiet()
+        try await s.ack(try await s.changes())
+        let started = try await stack.callAPI(.POST, "/dailyroundup/lists/\(s.listID)/import", token: s.token)
+        #expect(started.status == .accepted, "\(started.body)")
+        let job = try await s.wait(job: try #require(started.json["job_id"]?.stringValue))
+        #expect(job["status"] == "completed" && job["kind"] == "import", "\(job)")
+        let creates = try await s.changes().filter { $0["change_type"] == "create" }
+        #expect(Set(creates.compactMap { $0["trello_card_id"]?.stringValue }) == [third, other], "\(creates)")
+        #expect(try await stack.callAPI(.POST, "/dailyroundup/lists/no-such-list/import", token: s.token).status == .notFound)
+        await stack.shutdown()
+    }
+
+    @Test func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard() async throws {
+        let stack = try await startStack(extra: Self.fast)
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lkill", board: "Bkill")
+        stack.trello.setRequestDelay(.milliseconds(400))
+        let changes = (1...8).map { s.change("create", reminder: "R\($0)", fields: ["title": .string("Task \($0)")]) }
+        let posted = try await s.post(changes)
+        #expect(posted.status == .accepted)
+        let id = try #require(posted.json["job_id"]?.stringValue)
+        let progressed = try await TestSupport.eventually(timeout: .seconds(30)) {
+            let job = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: s.token).json
+            return (job["processed"]?.numberValue ?? 0) >= 2
+        }
+        #expect(progressed)
+        stack.workers[0].signal(SIGKILL)
+        let killedAt = ContinuousClock.now
+        let stale = try await s.wait(job: id, timeout: .seconds(30))
+        #expect(stale["status"] == "error" && stale["error"] == "stale", "\(stale)")
+        #expect(ContinuousClock.now - killedAt < .seconds(6 + 3))
+        let done = Int(stale["processed"]?.numberValue ?? 0)
+        #expect(done >= 2 && done < 8)
+        // Items already done keep their results.
+        #expect(stale["results"]?.arrayValue?.count == done)
+
+        stack.trello.setRequestDelay(.zero)
+        try await stack.startWorker(name: "w2", extra: Self.fast)
+        let again = try await s.sync(changes)
+        #expect(again["status"] == "completed")
+        #expect(again["results"]?.arrayValue?.allSatisfy { $0["status"] == "ok" } == true, "\(again)")
+        let cards = stack.trello.openCards(inList: "Lkill")
+        #expect(cards.count == 8, "\(cards.map { $0["name"] })")
+        #expect(Set(cards.compactMap { $0["name"]?.stringValue }).count == 8)
+        await stack.shutdown()
+    }
+
+    @Test func a429StormWithTwoWorkersCompletesWithinTrellosLimit() async throws {
+        let limit = 30
+        let extra = ["ROUNDUP_TRELLO_TOKEN_LIMIT": String(limit)]
+        let stack = try await startStack(workers: 2, extra: extra)
+        defer { Task { await stack.shutdown() } }
+        stack.trello.setTokenLimit(limit)
+        // Two accounts of one Trello user: one token, jobs on both workers at once.
+        let a = try await SyncSetup.make(stack, list: "La", board: "Ba")
+        let b = try await SyncSetup.make(stack, list: "Lb", board: "Bb")
+        stack.trello.failNextRequests(status: 429, count: 6, pathPrefix: "/1/")
+        async let jobA = a.sync((1...12).map { a.change("create", reminder: "A\($0)", fields: ["title": .string("A \($0)")]) }, timeout: .seconds(120))
+        async let jobB = b.sync((1...12).map { b.change("create", reminder: "B\($0)", fields: ["title": .string("B \($0)")]) }, timeout: .seconds(120))
+        let (resultA, resultB) = try await (jobA, jobB)
+        #expect(resultA["status"] == "completed" && resultB["status"] == "completed")
+        #expect(resultA["results"]?.arrayValue?.allSatisfy { $0["status"] == "ok" } == true, "\(resultA)")
+        #expect(resultB["results"]?.arrayValue?.allSatisfy { $0["status"] == "ok" } == true, "\(resultB)")
+        try await stack.quiet()
+        let peak = stack.trello.maxRequestsInAnyWindow(token: "test-token")
+        #expect(peak <= limit, "a 10-second window saw \(peak) requests")
+        #expect(peak >= limit / 2, "the test did not come near the limit (\(peak))")
+        #expect(stack.trello.openCards(inList: "La").count == 12 && stack.trello.openCards(inList: "Lb").count == 12)
+        await stack.shutdown()
+    }
+}
