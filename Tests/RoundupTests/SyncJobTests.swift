@@ -7,7 +7,7 @@ import RoundupTesting
 import Testing
 
 /// One account with one synced list, driven over the real API.
-struct SyncSetup {
+struct SyncSetup: Sendable {
     let stack: Stack
     let account: String
     let token: String

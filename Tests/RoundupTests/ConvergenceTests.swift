@@ -1,0 +1,238 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupStore
+import RoundupSync
+import RoundupTesting
+import Testing
+
+/// A deterministic generator, so a failing seed can be replayed.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// An app as the server sees it: keeps reminders, posts its edits as sync jobs, pulls, applies and acks changes.
+// @unchecked: each app is driven by one task at a time, and handed over only when that task ends.
+final class SimulatedApp: @unchecked Sendable {
+    let s: SyncSetup
+    let seed: UInt64
+    var rng: SplitMix64
+    var reminders: [String: [String: JSONValue]] = [:]
+    var cardOf: [String: String] = [:]
+    /// The last value each side wrote to a card's field (app side by card too, once the card is known).
+    var lastTrello: [String: [String: JSONValue]] = [:]
+    var lastApp: [String: [String: JSONValue]] = [:]
+    var next = 0
+    var log: [String] = []
+
+    static let fields = [SyncField.title, SyncField.notes, SyncField.completed]
+
+    init(_ setup: SyncSetup, seed: UInt64) {
+        s = setup
+        self.seed = seed
+        rng = SplitMix64(seed: seed)
+    }
+
+    func value(for field: String, step: Int, side: String) -> JSONValue {
+        field == SyncField.completed ? .bool(Bool.random(using: &rng)) : .string("\(side)\(seed)-\(step)-\(field)")
+    }
+
+    func createReminder(step: Int) async throws {
+        next += 1
+        let id = "r\(seed)-\(next)"
+        let fields: [String: JSONValue] = ["title": .string("Task \(seed)-\(next)"), "notes": "", "completed": false]
+        reminders[id] = fields
+        let job = try await s.sync([s.change("create", reminder: id, fields: fields)])
+        log.append("step \(step): app create \(id) → \(job["results"]?[0] ?? .null)")
+        guard let card = job["results"]?[0]?["trello_card_id"]?.stringValue, job["results"]?[0]?["status"] == "ok" else {
+            Issue.record("seed \(seed): create of \(id) did not make a card: \(job)")
+            return
+        }
+        cardOf[id] = card
+        for (field, value) in fields { lastApp[card, default: [:]][field] = value }
+    }
+
+    func appEdit(step: Int) async throws {
+        let mapped = cardOf.keys.sorted()
+        guard !mapped.isEmpty else { return }
+        let id = mapped[Int.random(in: 0..<mapped.count, using: &rng)]
+        let field = Self.fields[Int.random(in: 0..<Self.fields.count, using: &rng)]
+        let value = value(for: field, step: step, side: "a")
+        reminders[id]?[field] = value
+        lastApp[cardOf[id]!, default: [:]][field] = value
+        let job = try await s.sync([s.change("update", reminder: id, fields: [field: value], changed: [field])])
+        log.append("step \(step): app \(id).\(field) = \(value) → \(job["results"]?[0]?["status"] ?? .null)")
+        let status = job["results"]?[0]?["status"]?.stringValue
+        if status != "ok" && status != "conflict" { Issue.record("seed \(seed): update failed: \(job)") }
+    }
+
+    func trelloEdit(step: Int) {
+        let cards = s.stack.trello.openCards(inList: s.trelloList).compactMap { $0["id"]?.stringValue }
+        guard !cards.isEmpty else { return }
+        let card = cards[Int.random(in: 0..<cards.count, using: &rng)]
+        let field = Self.fields[Int.random(in: 0..<Self.fields.count, using: &rng)]
+        let value = value(for: field, step: step, side: "t")
+        let attribute = SyncFields.cardAttribute[field]!
+        s.stack.trello.userUpdateCard(id: card, [attribute: value])
+        lastTrello[card, default: [:]][field] = value
+        log.append("step \(step): trello \(card).\(field) = \(value)")
+    }
+
+    func trelloCreate(step: Int) {
+        let card = s.stack.trello.userCreateCard(listID: s.trelloList, name: "Trello \(seed)-\(step)")
+        lastTrello[card, default: [:]][SyncField.title] = .string("Trello \(seed)-\(step)")
+        log.append("step \(step): trello create \(card)")
+    }
+
+    /// Pulls every change, applies it, acks (with the reminder made for a create).
+    func pull() async throws -> Int {
+        let changes = try await s.changes()
+        var made: [String: String] = [:]
+        for change in changes {
+            guard let card = change["trello_card_id"]?.stringValue else { continue }
+            let known = change["reminder_id"]?.stringValue ?? cardOf.first { $0.value == card }?.key
+            switch change["change_type"]?.stringValue {
+            case "delete":
+                if let known {
+                    reminders[known] = nil
+                    cardOf[known] = nil
+                }
+            default:
+                var id = known
+                if id == nil || reminders[id!] == nil {
+                    next += 1
+                    id = id ?? "t\(seed)-\(next)"
+                    reminders[id!] = ["title": "", "notes": "", "completed": false]
+                    cardOf[id!] = card
+                    made[card] = id!
+                }
+                for field in Self.fields {
+                    if let value = change["fields"]?[field] { reminders[id!]?[field] = value }
+                }
+            }
+            log.append("pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0] ?? .null)" }.joined(separator: " ") } ?? "")")
+        }
+        try await s.ack(changes, reminders: made)
+        return changes.count
+    }
+
+    func play(steps: Int) async throws {
+        try await createReminder(step: 0)
+        trelloCreate(step: 0)
+        for step in 1...steps {
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0...3: trelloEdit(step: step)
+            case 4...6: try await appEdit(step: step)
+            case 7: try await createReminder(step: step)
+            default: _ = try await pull()
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 0...60, using: &rng)))
+        }
+    }
+
+    /// Once both sides are quiet: every card is one reminder and every field agrees; each field holds the last
+    /// value one of the sides wrote (which one, the policy decides) or its first value.
+    func check() -> [String] {
+        var problems: [String] = []
+        let cards = s.stack.trello.openCards(inList: s.trelloList)
+        let cardIDs = Set(cards.compactMap { $0["id"]?.stringValue })
+        let mapped = Array(cardOf.values)
+        if Set(mapped) != cardIDs { problems.append("cards \(cardIDs.sorted()) but reminders map to \(mapped.sorted())") }
+        if Set(mapped).count != mapped.count { problems.append("two reminders map to one card: \(cardOf)") }
+        if reminders.count != cardOf.count { problems.append("\(reminders.count) reminders, \(cardOf.count) mapped") }
+        for card in cards {
+            guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder] else { continue }
+            let trello = CardMapper.fields(fromCard: card)
+            for field in Self.fields where trello[field] != fields[field] {
+                problems.append("\(id).\(field): Trello \(trello[field] ?? .null), app \(fields[field] ?? .null)")
+            }
+            for field in Self.fields {
+                let candidates = [lastTrello[id]?[field], lastApp[id]?[field]].compactMap { $0 }
+                if !candidates.isEmpty, let final = trello[field], !candidates.contains(final) {
+                    problems.append("\(id).\(field) = \(final), but the last edits were \(candidates)")
+                }
+            }
+        }
+        return problems
+    }
+}
+
+@Suite(.serialized) struct ConvergenceTests {
+    /// Seeded random edits on both sides, hundreds of seeds (one account each) at once; afterwards every mapped
+    /// field is equal on both sides, no card is duplicated, no edit is lost except as the policy says.
+    @Test func bothSidesConvergeForEverySeed() async throws {
+        let seeds = Int(ProcessInfo.processInfo.environment["ROUNDUP_CONVERGENCE_SEEDS"] ?? "") ?? 200
+        let steps = 8
+        let extra = ["ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_JOB_CONCURRENCY": "16", "LOG_LEVEL": "warning"]
+        let stack = try await Stack()
+        defer { Task { await stack.shutdown() } }
+        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
+        try await stack.startWorker(name: "w1", extra: extra)
+        try await stack.startWorker(name: "w2", extra: extra)
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: extra.merging(["ROUNDUP_API_RATE_LIMIT": "100000"]) { $1 })
+        let policies = ["manual", "lww", "prefer_trello", "prefer_reminders"]
+
+        let apps: [SimulatedApp] = try await withThrowingTaskGroup(of: SimulatedApp.self) { group in
+            var apps: [SimulatedApp] = []
+            var started = 0
+            func start() {
+                let seed = UInt64(started + 1)
+                started += 1
+                group.addTask {
+                    let policy = policies[Int(seed) % policies.count]
+                    let setup = try await SyncSetup.make(stack, list: "L\(seed)x", board: "B\(seed)x", policy: policy)
+                    let app = SimulatedApp(setup, seed: seed)
+                    try await app.play(steps: steps)
+                    return app
+                }
+            }
+            for _ in 0..<min(24, seeds) { start() }
+            while let app = try await group.next() {
+                apps.append(app)
+                if started < seeds { start() }
+            }
+            return apps
+        }
+        #expect(apps.count == seeds)
+
+        // Both sides go quiet; the apps pull until nothing is left.
+        try await stack.quiet()
+        for app in apps {
+            var rounds = 0
+            while try await app.pull() > 0, rounds < 5 { rounds += 1 }
+        }
+        try await stack.quiet()
+        var failed = 0
+        for app in apps.sorted(by: { $0.seed < $1.seed }) {
+            if try await app.pull() > 0 { app.log.append("late changes after quiet") }
+            let problems = app.check()
+            if !problems.isEmpty {
+                failed += 1
+                if failed <= 3 {
+                    Issue.record("seed \(app.seed) (\(policies[Int(app.seed) % policies.count])): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))")
+                }
+            }
+        }
+        #expect(failed == 0, "\(failed) of \(seeds) seeds did not converge")
+        // The run exercised both sides, and the check can fail: a reminder edited behind the server's back is caught.
+        let lines = apps.flatMap(\.log)
+        let trelloEdits = lines.filter { $0.contains(": trello ") && !$0.contains("create") }.count
+        let appEdits = lines.filter { $0.contains(": app r") }.count
+        let conflicts = lines.filter { $0.hasSuffix("conflict") }.count
+        #expect(trelloEdits > seeds && appEdits > seeds / 2, "trello edits \(trelloEdits), app edits \(appEdits)")
+        print("convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits, \(conflicts) manual conflicts")
+        if let app = apps.first, let reminder = app.cardOf.keys.first {
+            app.reminders[reminder]?[SyncField.title] = "edited behind the server's back"
+            #expect(!app.check().isEmpty)
+        }
+        await stack.shutdown()
+    }
+}
