@@ -223,6 +223,7 @@ let package = Package(
             dependencies: [
                 "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

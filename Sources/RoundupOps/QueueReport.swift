@@ -37,14 +37,21 @@ public struct StreamReport: Sendable, Equatable {
 public enum QueueInspector {
     /// Reads the webhook stream's figures: XLEN, XINFO GROUPS (lag), XPENDING (count, oldest), XINFO CONSUMERS, dead letters.
     public static func webhookReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
-        let stream = keys.webhookStream
-        let group = keys.workerGroup
+        try await report(redis: redis, stream: keys.webhookStream, group: keys.workerGroup, deadLetterStream: keys.deadLetterStream, now: now)
+    }
+
+    /// The sync-job stream (jobs are not dead-lettered: a failing job ends with its error in the store).
+    public static func jobReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
+        try await report(redis: redis, stream: keys.jobStream, group: keys.workerGroup, deadLetterStream: nil, now: now)
+    }
+
+    public static func report(redis: RedisClient, stream: String, group: String, deadLetterStream: String?, now: Date = Date()) async throws -> StreamReport {
         let replies = try await redis.pipeline([
             RedisCommand("XLEN", [RedisArgument(stream)]),
             RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
             RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
             RedisCommand("XINFO", ["CONSUMERS", RedisArgument(stream), RedisArgument(group)]),
-            RedisCommand("XLEN", [RedisArgument(keys.deadLetterStream)]),
+            deadLetterStream.map { RedisCommand("XLEN", [RedisArgument($0)]) } ?? RedisCommand("PING"),
         ])
         var report = StreamReport(
             stream: stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,

@@ -46,7 +46,7 @@ extension SyncEngine {
             var marks: [String] = []
             if let chosen {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
-                record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: marks, state: &state)
+                record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
                 record.winning = [field: chosen]
                 if choice == "value" { record.toApps = [field: chosen] }
             } else {

@@ -269,8 +269,8 @@ public struct SyncEngine: Sendable {
         record.jobID = state.jobID
         let now = Date().timeIntervalSince1970
         for (field, value) in toApps { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
-        let marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
-        record.stamps.merge(try await writeFields(write, card: card, list: list, marks: marks, state: &state)) { _, new in new }
+        var marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
+        record.stamps.merge(try await writeFields(write, card: card, list: list, marks: &marks, state: &state)) { _, new in new }
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         return SyncItemResult(
@@ -278,9 +278,14 @@ public struct SyncEngine: Sendable {
     }
 
     /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
-    /// `marks` are set first, so the webhook echo of each write is recognised even before the store has the stamps.
-    func writeFields(_ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: [String], state: inout JobState) async throws -> [String: FieldStamp] {
+    /// `marks` are set first, so the webhook echo of each write is recognised even before the store has the stamps;
+    /// marks for intermediate states (a link removed before its replacement is added) are appended, for the caller
+    /// to clear once the stamps are stored.
+    func writeFields(_ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState) async throws -> [String: FieldStamp] {
         guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return [:] }
+        if let url = write[SyncField.url], url != .null, CardMapper.fields(fromCard: card)[SyncField.url] != .null {
+            marks.append(echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.url, value: .null))
+        }
         try await echo.mark(marks)
         let now = Date().timeIntervalSince1970
         var stamps: [String: FieldStamp] = [:]
@@ -423,9 +428,9 @@ public struct SyncEngine: Sendable {
             if let value = fields[field], value != .null { extra[field] = value }
         }
         if !extra.isEmpty {
-            let marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
+            var marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
             var more = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
-            more.stamps = try await writeFields(extra, card: card, list: list, marks: marks, state: &state)
+            more.stamps = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
             _ = try await store.recordSyncWrite(more)
             await echo.clear(marks)
         }

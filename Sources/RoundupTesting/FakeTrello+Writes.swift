@@ -535,3 +535,14 @@ extension FakeTrello {
     /// Every authorized request takes this long.
     public func setRequestDelay(_ delay: Duration) { state.withLockedValue { $0.requestDelay = delay } }
 }
+
+extension FakeTrello {
+    /// Gives a board a "Priority" dropdown with these options (option id → text), replacing any it had.
+    public func setPriorityField(boardID: String, fieldID: String, options: [(id: String, text: String)]) {
+        let field = JSONValue.object([
+            "id": .string(fieldID), "idModel": .string(boardID), "modelType": "board", "name": "Priority", "type": "list",
+            "options": .array(options.map { .object(["id": .string($0.id), "idCustomField": .string(fieldID), "value": .object(["text": .string($0.text)])]) }),
+        ])
+        state.withLockedValue { $0.customFields[boardID] = [field] }
+    }
+}

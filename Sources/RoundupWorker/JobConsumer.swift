@@ -62,6 +62,7 @@ public struct JobConsumer: Service {
                     if ContinuousClock.now - lastReclaim >= .seconds(2) {
                         lastReclaim = .now
                         claimed = try await reclaim(limit: max(0, options.concurrency - running.count))
+                        await recordGauges(running: running.count)
                     }
                     let free = options.concurrency - running.count - claimed.count
                     var entries = claimed
@@ -143,6 +144,24 @@ public struct JobConsumer: Service {
                 ]))
             }
             if outcome != .interrupted { await settle(entry.id) }
+        }
+    }
+
+    /// `roundup_stream_*{stream="jobs"}` and the jobs running here.
+    func recordGauges(running: Int) async {
+        Gauge(label: "roundup_sync_jobs_running").record(running)
+        guard let replies = try? await redis.pipeline([
+            RedisCommand("XLEN", [RedisArgument(stream)]),
+            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
+        ]) else { return }
+        if let length = replies[0].int { Gauge(label: "roundup_stream_length", dimensions: [("stream", "jobs")]).record(length) }
+        if let summary = replies[1].array {
+            Gauge(label: "roundup_stream_pending", dimensions: [("stream", "jobs")]).record(summary.first?.int ?? 0)
+            if summary.count > 1, let oldest = summary[1].string, let millis = Double(oldest.split(separator: "-").first ?? "") {
+                Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: [("stream", "jobs")]).record(max(0, Date().timeIntervalSince1970 - millis / 1000))
+            } else {
+                Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: [("stream", "jobs")]).record(0)
+            }
         }
     }
 

@@ -38,6 +38,15 @@ if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
     exit(0)
 }
 
+// usage: roundup-bench sync ACCOUNTS ITEMS — sync-job throughput through the real ingress, worker and API (from this
+// binary's directory) against the fake Trello with no rate limit: each account posts ITEMS creates, then ITEMS updates,
+// then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello sent back
+// for those writes, how many did not become changes for the apps.
+if args.count == 4, args[1] == "sync", let accounts = Int(args[2]), let items = Int(args[3]) {
+    try await SyncBench.run(accounts: accounts, items: items)
+    exit(0)
+}
+
 guard args.count == 6, args[1] == "worker", let events = Int(args[5]) else {
     fail("usage: roundup-bench worker REDIS_URL WORKER_BINARY update|create EVENTS")
 }

@@ -57,7 +57,7 @@ struct Context {
 func printJSON(_ value: JSONValue) { print(value.canonicalJSON) }
 
 struct Queues: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook stream.")
+    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook and job streams.")
 
     @Flag(help: "One JSON object, for tools.") var json = false
     @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
@@ -67,9 +67,12 @@ struct Queues: AsyncParsableCommand {
         defer { Task { await context.redis.shutdown() } }
         repeat {
             let report = try await QueueInspector.webhookReport(redis: context.redis, keys: context.configuration.redisKeys)
-            if json { printJSON(.object(["streams": .array([report.json])])) } else {
+            let jobs = try await QueueInspector.jobReport(redis: context.redis, keys: context.configuration.redisKeys)
+            if json { printJSON(.object(["streams": .array([report.json, jobs.json])])) } else {
                 if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
                 print(QueueInspector.table(report))
+                print("")
+                print(QueueInspector.table(jobs))
             }
             if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
         } while watch != nil
@@ -151,12 +154,12 @@ struct DLQ: AsyncParsableCommand {
 struct Jobs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Background jobs: status, progress, heartbeat age, stale or not.", subcommands: [List.self, Show.self])
 
-    static func json(_ job: JobRecord, now: Date) -> JSONValue {
+    static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
         let age = Timestamp.date(job.updatedAt).map { now.timeIntervalSince($0) }
         return .object([
             "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind), "status": .string(job.status),
             "processed": .number(Double(job.processed)), "total": .number(Double(job.total)), "error": job.error.map(JSONValue.string) ?? .null,
-            "heartbeat_age_s": age.map { .number(($0 * 10).rounded() / 10) } ?? .null, "stale": .bool(job.isStale(now: now)),
+            "heartbeat_age_s": age.map { .number(($0 * 10).rounded() / 10) } ?? .null, "stale": .bool(job.isStale(now: now, after: staleAfter)),
             "created_at": .string(job.createdAt), "updated_at": .string(job.updatedAt),
         ])
     }
@@ -169,10 +172,11 @@ struct Jobs: AsyncParsableCommand {
             let store = try await SQLiteStore.open(configuration: context.configuration)
             let jobs = try await store.jobs(limit: limit)
             let now = Date()
-            if json { printJSON(.array(jobs.map { Jobs.json($0, now: now) })) } else if jobs.isEmpty { print("no jobs") } else {
+            let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
+            if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
                 for job in jobs {
                     let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
-                    print("\(job.id)  \(job.kind)  \(job.status)\(job.isStale(now: now) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+                    print("\(job.id)  \(job.kind)  \(job.status)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
                 }
             }
             await context.redis.shutdown()
@@ -186,7 +190,7 @@ struct Jobs: AsyncParsableCommand {
             let store = try await SQLiteStore.open(configuration: context.configuration)
             await context.redis.shutdown()
             guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
-            printJSON(Jobs.json(job, now: Date()))
+            printJSON(Jobs.json(job, now: Date(), staleAfter: TimeInterval(context.configuration.jobStaleSeconds)))
         }
     }
 }

@@ -185,6 +185,32 @@ extension Stack {
         await stack.shutdown()
     }
 
+    @Test func priorityMapsToTheBoardsDropdownAndUrlToALinkAttachment() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low", "Low"), ("o-high", "High")])
+        let s = try await SyncSetup.make(stack, list: "Lprio", board: "Bprio")
+        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "File taxes", "priority": "high", "url": "https://example.com/forms"])])
+        #expect(created["results"]?[0]?["status"] == "ok", "\(created)")
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        let stored = try #require(stack.trello.cardValue(card))
+        #expect(stored["customFieldItems"]?[0]?["idValue"] == "o-high", "\(stored)")
+        #expect(stored["attachments"]?[0]?["url"] == "https://example.com/forms")
+        // The board's field was edited in Trello: the option ids we kept are stale, Trello rejects them, we read again.
+        stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low-2", "Low"), ("o-high-2", "High")])
+        let updated = try await s.sync([s.change("update", reminder: "R1", fields: ["priority": "low", "url": "https://example.com/v2"], changed: ["priority", "url"])])
+        #expect(updated["results"]?[0]?["status"] == "ok", "\(updated)")
+        let after = try #require(stack.trello.cardValue(card))
+        #expect(after["customFieldItems"]?[0]?["idValue"] == "o-low-2", "\(after)")
+        #expect(after["attachments"]?.arrayValue?.compactMap { $0["url"]?.stringValue } == ["https://example.com/v2"])
+        let unknown = try await s.sync([s.change("update", reminder: "R1", fields: ["priority": "medium"], changed: ["priority"])])
+        #expect(unknown["results"]?[0]?["status"] == "error")
+        #expect(unknown["results"]?[0]?["error"]?.stringValue?.contains("medium") == true)
+        try await stack.quiet()
+        #expect(try await s.changes().isEmpty, "our own priority and link writes came back as changes")
+        await stack.shutdown()
+    }
+
     @Test func badSyncRequestsAreRejectedBeforeAnyJobAndIdempotencyKeysReplay() async throws {
         let stack = try await startStack()
         defer { Task { await stack.shutdown() } }

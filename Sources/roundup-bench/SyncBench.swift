@@ -1,0 +1,95 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupStore
+import RoundupTesting
+
+/// `roundup-bench sync ACCOUNTS ITEMS`: sync-job throughput through the real ingress, worker and API (from this
+/// binary's directory) against the fake Trello with no rate limit: each account posts ITEMS creates, then ITEMS
+/// updates, then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello
+/// sent back for those writes, how many did not become changes for the apps.
+enum SyncBench {
+    static func run(accounts: Int, items: Int) async throws {
+        let unlimited = [
+            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_API_RATE_LIMIT": "1000000",
+            "ROUNDUP_JOB_CONCURRENCY": "16", "LOG_LEVEL": "warning",
+        ]
+        let stack = try await Stack(privateRedis: true)
+        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
+        try await stack.startWorker(name: "bench", extra: unlimited)
+        let bootstrap = "bench-bootstrap-0123456789"
+        try await stack.startAPI(bootstrapToken: bootstrap, extra: unlimited)
+        func json(_ response: Stack.Response) throws -> JSONValue {
+            guard response.status.code < 300 else { benchFail("\(response.status): \(response.body)") }
+            return response.json
+        }
+        var setups: [(token: String, list: String)] = []
+        for i in 0..<accounts {
+            let created = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))
+            let token = created["auth_token"]!.stringValue!
+            _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
+                "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
+            ]).canonicalJSON))
+            stack.trello.addList(id: "L\(i)", boardID: "B\(i)")
+            let list = try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Bench","trello_board_id":"B\#(i)","trello_list_id":"L\#(i)"}"#))
+            setups.append((token, list["sync_list_id"]!.stringValue!))
+        }
+        func change(_ op: String, _ list: String, _ n: Int, _ fields: [String: JSONValue], _ changed: [String]?) -> JSONValue {
+            var object: [String: JSONValue] = [
+                "op": .string(op), "sync_list_id": .string(list), "reminder_id": .string("r\(n)"), "fields": .object(fields),
+                "modified_at": .string(Timestamp.now()),
+            ]
+            if let changed { object["changed_fields"] = .array(changed.map(JSONValue.string)) }
+            return .object(object)
+        }
+        let started = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for setup in setups {
+                group.addTask {
+                    let phases: [(String, (Int) -> ([String: JSONValue], [String]?))] = [
+                        ("create", { n in (["title": .string("Bench task \(n)"), "notes": "from the bench"], nil) }),
+                        ("update", { n in (["title": .string("Bench task \(n), renamed")], ["title"]) }),
+                        ("complete", { _ in ([:], nil) }),
+                    ]
+                    for (op, make) in phases {
+                        for start in stride(from: 0, to: items, by: 500) {
+                            let changes = (start..<min(items, start + 500)).map { n in
+                                let (fields, changed) = make(n)
+                                return change(op, setup.list, n, fields, changed)
+                            }
+                            let body = JSONValue.object(["device_id": "bench", "changes": .array(changes)]).canonicalJSON
+                            var job = try json(try await stack.callAPI(.POST, "/dailyroundup/sync", token: setup.token, body: body))
+                            let id = job["job_id"]!.stringValue!
+                            while job["status"]?.stringValue == "running" {
+                                try await Task.sleep(for: .milliseconds(20))
+                                job = try json(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: setup.token))
+                            }
+                            let failed = (job["results"]?.arrayValue ?? []).filter { $0["status"]?.stringValue != "ok" }
+                            if job["status"]?.stringValue != "completed" || !failed.isEmpty { benchFail("job \(id): \(job["status"] ?? .null) \(failed.prefix(3))") }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        await stack.trello.waitForWebhookDeliveries()
+        _ = await TestSupport.eventually(timeout: .seconds(120)) { (try? await stack.streamLength()) == 0 }
+        try await Task.sleep(for: .seconds(1))
+        var leaked = 0
+        for setup in setups {
+            leaked += (try json(try await stack.callAPI(.GET, "/dailyroundup/changes?limit=500", token: setup.token))["changes"]?.arrayValue ?? []).count
+        }
+        let echoes = stack.trello.webhooksSent
+        let total = accounts * items * 3
+        print(String(format: "sync: %d accounts x %d items x 3 ops = %d items in %.2f s = %.0f items/s; Trello sent %d webhooks back, %d became changes for the apps (suppression %.2f%%); cards created %d",
+                     accounts, items, total, seconds, Double(total) / seconds, echoes, leaked, echoes == 0 ? 0 : 100 * Double(echoes - leaked) / Double(echoes), stack.trello.cardsCreated))
+        await stack.shutdown()
+    }
+}
+
+func benchFail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("roundup-bench: \(message)\n".utf8))
+    exit(2)
+}
