@@ -208,7 +208,8 @@ public final class FakeTrello: Sendable {
             let now = ContinuousClock.now
             let recent = state.arrivals[token, default: []].reversed().prefix(while: { now - $0 < Self.rateWindow }).count
             state.arrivals[token, default: []].append(now)
-            let ceiling = state.tokenLimit ?? 100
+            // No limit set: a fake Trello "with no rate limit" advertises one nobody reaches.
+            let ceiling = state.tokenLimit ?? 1_000_000
             if let limit = state.tokenLimit, recent >= limit {
                 return .failure(Refusal(response: Self.tokenLimitExceeded(limit: limit, retryAfter: false)))
             }
