@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "roundup-worker", targets: ["roundup-worker"]),
         .executable(name: "roundup-api", targets: ["roundup-api"]),
         .executable(name: "roundupctl", targets: ["roundupctl"]),
+        .executable(name: "roundup-pusher", targets: ["roundup-pusher"]),
         .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
@@ -21,6 +22,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -109,6 +111,34 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // roundup-pusher: APNs over SwiftNIO's HTTP/2 streams (one layer under AsyncHTTPClient, for the push rate).
+        .target(
+            name: "RoundupPush",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupRouting",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "roundup-pusher",
+            dependencies: [
+                "RoundupPush", "RoundupCore",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -209,6 +239,10 @@ let package = Package(
             name: "RoundupTesting",
             dependencies: [
                 "RoundupCore", "RoundupRedis",
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -221,12 +255,13 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello",
+                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello", "RoundupPush",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -234,8 +269,9 @@ let package = Package(
             name: "RoundupTests",
             dependencies: [
                 "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -53,6 +53,18 @@ public struct RoundupConfiguration: Sendable {
     public var trelloKeyLimit: Int
     /// Seconds a fingerprint of our own Trello write is kept, so its webhook echo is recognised.
     public var echoTTLSeconds: Int
+    /// APNs (roundup-pusher): the .p8 key, its id, the team, the app's bundle id, the endpoints.
+    public var apnsKeyFile: String?
+    public var apnsKeyID: String?
+    public var apnsTeamID: String?
+    public var apnsTopic: String?
+    public var apnsURL: String
+    public var apnsSandboxURL: String
+    public var apnsCAFile: String?
+    public var apnsConnections: Int
+    public var pusherPort: Int
+    /// At most one background push per device in this window.
+    public var pushWindowSeconds: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
@@ -61,6 +73,8 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
+        "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
+        "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -141,6 +155,19 @@ public struct RoundupConfiguration: Sendable {
         trelloTokenLimit = try integer("ROUNDUP_TRELLO_TOKEN_LIMIT", default: 100, range: 1...100_000)
         trelloKeyLimit = try integer("ROUNDUP_TRELLO_KEY_LIMIT", default: 300, range: 1...100_000)
         echoTTLSeconds = try integer("ROUNDUP_ECHO_TTL_SECONDS", default: 120, range: 5...86_400)
+        apnsKeyFile = value("ROUNDUP_APNS_KEY_FILE")
+        apnsKeyID = value("ROUNDUP_APNS_KEY_ID")
+        apnsTeamID = value("ROUNDUP_APNS_TEAM_ID")
+        apnsTopic = value("ROUNDUP_APNS_TOPIC")
+        apnsURL = try url("ROUNDUP_APNS_URL", default: "https://api.push.apple.com", schemes: ["https"])!
+        apnsSandboxURL = try url("ROUNDUP_APNS_SANDBOX_URL", default: "https://api.sandbox.push.apple.com", schemes: ["https"])!
+        apnsCAFile = value("ROUNDUP_APNS_CA_FILE")
+        if let ca = apnsCAFile, !FileManager.default.isReadableFile(atPath: ca) {
+            throw ConfigurationError(key: "ROUNDUP_APNS_CA_FILE", problem: "names a file that cannot be read: \(ca)")
+        }
+        apnsConnections = try integer("ROUNDUP_APNS_CONNECTIONS", default: 2, range: 1...64)
+        pusherPort = try integer("ROUNDUP_PUSHER_PORT", default: 9102, range: 0...65535)
+        pushWindowSeconds = try integer("ROUNDUP_PUSH_WINDOW_SECONDS", default: 30, range: 0...3600)
     }
 
     /// The SQLite file path, when the database URL names one.
@@ -149,6 +176,12 @@ public struct RoundupConfiguration: Sendable {
     }
 
     public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix) }
+
+    /// The APNs settings roundup-pusher cannot start without that are not set.
+    public var missingAPNsKeys: [String] {
+        [("ROUNDUP_APNS_KEY_FILE", apnsKeyFile), ("ROUNDUP_APNS_KEY_ID", apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", apnsTeamID), ("ROUNDUP_APNS_TOPIC", apnsTopic)]
+            .filter { $0.1 == nil }.map(\.0)
+    }
 }
 
 extension RoundupConfiguration {

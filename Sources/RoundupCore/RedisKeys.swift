@@ -35,4 +35,10 @@ public struct RedisKeys: Sendable {
     public func trelloWindow(_ hashedCredential: String) -> String { prefix + "trello:window:" + hashedCredential }
     /// Set while Trello has told us to back off for a token.
     public func trelloPause(_ hashedCredential: String) -> String { prefix + "trello:pause:" + hashedCredential }
+    /// The consumer group of roundup-pusher on the push stream.
+    public var pusherGroup: String { "pushers" }
+    /// Set while a device had a background push within the window.
+    public func recentPush(account: String, device: String) -> String { prefix + "push:recent:" + account + ":" + device }
+    /// Sorted set of "account|device" waiting for the end of their window (score: when, in ms).
+    public var deferredPushes: String { prefix + "push:deferred" }
 }

@@ -8,6 +8,8 @@ import RoundupCore
 struct ChangeApplier {
     let db: Database
     private(set) var written = 0
+    /// Accounts that got at least one change (their devices get a background push).
+    private(set) var accounts = Set<String>()
     private let now = Timestamp.now()
 
     init(db: Database) { self.db = db }
@@ -141,6 +143,7 @@ struct ChangeApplier {
                 JSONValue.object(fields).canonicalJSON, o.cardID, o.actionID, now,
             ])
         written += 1
+        accounts.insert(o.accountID)
     }
 }
 

@@ -163,11 +163,15 @@ public final class SQLiteStore: SyncStore {
     }
 
     public func apply(_ observations: [CardObservation]) async throws -> Int {
-        guard !observations.isEmpty else { return 0 }
+        try await applyReportingAccounts(observations).written
+    }
+
+    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> (written: Int, accounts: Set<String>) {
+        guard !observations.isEmpty else { return (0, []) }
         return try await pool.write { db in
             var applier = ChangeApplier(db: db)
             for observation in observations { try applier.apply(observation) }
-            return applier.written
+            return (applier.written, applier.accounts)
         }
     }
 

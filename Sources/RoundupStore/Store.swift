@@ -222,6 +222,8 @@ public protocol SyncStore: Sendable {
     func lookup(_ items: [BatchLookup]) async throws -> BatchContext
     /// Applies observations in one transaction; returns the number of pending-change rows written.
     func apply(_ observations: [CardObservation]) async throws -> Int
+    /// The same, also telling which accounts got changes (for their pushes).
+    func applyReportingAccounts(_ observations: [CardObservation]) async throws -> (written: Int, accounts: Set<String>)
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
 
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]

@@ -124,6 +124,35 @@ public final class Stack: @unchecked Sendable {
         return process
     }
 
+    public private(set) var pushers: [ManagedProcess] = []
+    /// Each pusher's /healthz and /metrics port, by name.
+    public private(set) var pusherPorts: [String: Int] = [:]
+
+    /// Starts `roundup-pusher` against a fake APNs (both production and sandbox URLs point at it).
+    @discardableResult
+    public func startPusher(apns: FakeAPNs, name: String = "p1", extra: [String: String] = [:]) async throws -> ManagedProcess {
+        let port = try TestSupport.freePort()
+        var env = environment
+        env["ROUNDUP_PUSHER_PORT"] = String(port)
+        env["ROUNDUP_WORKER_NAME"] = name
+        env["ROUNDUP_APNS_KEY_FILE"] = apns.keyFile
+        env["ROUNDUP_APNS_KEY_ID"] = apns.keyID
+        env["ROUNDUP_APNS_TEAM_ID"] = apns.teamID
+        env["ROUNDUP_APNS_TOPIC"] = apns.topic
+        env["ROUNDUP_APNS_URL"] = apns.url
+        env["ROUNDUP_APNS_SANDBOX_URL"] = apns.url
+        env["ROUNDUP_APNS_CA_FILE"] = apns.caFile
+        for (k, v) in extra { env[k] = v }
+        let process = try ManagedProcess(
+            name: "pusher-\(name)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"),
+            environment: env, logDirectory: directory)
+        pushers.append(process)
+        pusherPorts[name] = port
+        let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get(port: port, "/healthz").status) == .ok }
+        guard up else { throw StackError("pusher \(name) did not come up: \(process.output)") }
+        return process
+    }
+
     public struct Response: Sendable {
         public var status: HTTPResponseStatus
         public var body: String
@@ -188,6 +217,7 @@ public final class Stack: @unchecked Sendable {
     public func shutdown() async {
         isShutDown = true
         for worker in workers { await worker.stop() }
+        for pusher in pushers { await pusher.stop() }
         if let ingress { await ingress.stop() }
         if let api { await api.stop() }
         await trello.stop()

@@ -124,6 +124,13 @@ public struct WebhookConsumer: Service {
             commands.append(RedisCommand("XDEL", [RedisArgument(stream)] + ids))
             commands.append(RedisCommand("HDEL", [RedisArgument(options.keys.webhookErrors)] + ids))
         }
+        // New changes: a background push to the account's devices (roundup-pusher coalesces them per device).
+        for account in outcome.accountsWithChanges.sorted() {
+            commands.append(RedisCommand("XADD", [
+                RedisArgument(options.keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(account), "kind", "background",
+                "reason", "changes",
+            ]))
+        }
         for (id, error) in outcome.retry {
             commands.append(RedisCommand("HSET", [RedisArgument(options.keys.webhookErrors), RedisArgument(id), RedisArgument(String(error.prefix(500)))]))
         }

@@ -33,6 +33,8 @@ public struct BatchOutcome: Sendable {
     public var poison: [(id: String, error: String)] = []
     public var dropped = 0
     public var changesWritten = 0
+    /// Accounts whose apps have new changes: each gets a background push.
+    public var accountsWithChanges = Set<String>()
     /// Action type of each entry, for metrics by type.
     public var types: [String: String] = [:]
 }
@@ -207,7 +209,9 @@ public final class WebhookProcessor: Sendable {
         while true {
             attempt += 1
             do {
-                outcome.changesWritten = try await store.apply(observations)
+                let result = try await store.applyReportingAccounts(observations)
+                outcome.changesWritten = result.written
+                outcome.accountsWithChanges = result.accounts
                 outcome.done.append(contentsOf: applied)
                 break
             } catch {

@@ -42,6 +42,11 @@ if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
 // binary's directory) against the fake Trello with no rate limit: each account posts ITEMS creates, then ITEMS updates,
 // then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello sent back
 // for those writes, how many did not become changes for the apps.
+if args.count == 3, args[1] == "apns", let pushes = Int(args[2]) {
+    try await APNsBench.run(pushes: pushes)
+    exit(0)
+}
+
 if args.count == 4, args[1] == "sync", let accounts = Int(args[2]), let items = Int(args[3]) {
     try await SyncBench.run(accounts: accounts, items: items)
     exit(0)
@@ -107,6 +112,8 @@ let worker = try ManagedProcess(
         "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
         "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
         "ROUNDUP_WORKER_NAME": "bench",
+        // The fake Trello has no rate limit; ours (100 per 10 s per token by default) would pace the card fetches.
+        "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000",
     ],
     logDirectory: directory)
 let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .milliseconds(10)) {

@@ -1,0 +1,294 @@
+import Foundation
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import NIOCore
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import ServiceLifecycle
+
+/// Sends one notification with the response rules APNs asks for: 200 done; 410 `Unregistered`, 400 `BadDeviceToken`
+/// or `DeviceTokenNotForTopic` remove the device and never retry; 403 `ExpiredProviderToken` renews the token once and
+/// retries; 429, 500, 503 and requests APNs did not process retry with backoff; 413 is dropped and logged.
+public struct PushSender: Sendable {
+    public enum Outcome: Sendable, Equatable {
+        case sent
+        case deviceRemoved(String)
+        case dropped(String)
+        case failed(String)
+    }
+
+    let production: APNsClient
+    let sandbox: APNsClient
+    let tokens: APNsTokenProvider
+    let maxAttempts: Int
+    let logger: Logger
+
+    public init(production: APNsClient, sandbox: APNsClient, tokens: APNsTokenProvider, maxAttempts: Int = 5, logger: Logger) {
+        self.production = production
+        self.sandbox = sandbox
+        self.tokens = tokens
+        self.maxAttempts = maxAttempts
+        self.logger = logger
+    }
+
+    static func count(_ status: String, _ reason: String) {
+        Counter(label: "roundup_apns_sends_total", dimensions: [("status", status), ("reason", reason)]).increment()
+    }
+
+    public func send(_ request: APNsRequest, sandbox useSandbox: Bool) async -> Outcome {
+        let client = useSandbox ? sandbox : production
+        var renewed = false
+        var attempt = 0
+        while true {
+            attempt += 1
+            let token = tokens.token()
+            let started = ContinuousClock.now
+            let response: APNsResponse
+            do {
+                response = try await client.send(request, token: token.value)
+            } catch {
+                Self.count("error", error is APNsError ? String(describing: error).components(separatedBy: ":").first ?? "error" : "error")
+                guard attempt < maxAttempts else { return .failed("\(error)") }
+                try? await Task.sleep(for: .milliseconds(Self.backoff(attempt)))
+                continue
+            }
+            let elapsed = (ContinuousClock.now - started).components
+            Metrics.Timer(label: "roundup_apns_send_duration_seconds").recordNanoseconds(elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
+            Self.count(String(response.status), response.reason ?? "none")
+            switch (response.status, response.reason) {
+            case (200, _):
+                return .sent
+            case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+                return .deviceRemoved(response.reason ?? "Unregistered")
+            case (403, "ExpiredProviderToken") where !renewed:
+                renewed = true
+                tokens.expire(token)
+                continue
+            case (429, _), (500, _), (503, _):
+                guard attempt < maxAttempts else { return .failed("\(response.status) \(response.reason ?? "")") }
+                try? await Task.sleep(for: .milliseconds(Self.backoff(attempt)))
+            case (413, _):
+                logger.error("push dropped: payload too large", metadata: ["bytes": "\(request.payload.readableBytes)"])
+                return .dropped("PayloadTooLarge")
+            default:
+                logger.error("push refused", metadata: ["status": "\(response.status)", "reason": "\(response.reason ?? "")"])
+                return .dropped("\(response.status) \(response.reason ?? "")")
+            }
+        }
+    }
+
+    static func backoff(_ attempt: Int) -> Int {
+        let base = 100 * (1 << min(attempt - 1, 6))
+        return base + Int.random(in: 0...base)
+    }
+}
+
+/// roundup-pusher's loop on the push stream (consumer group `pushers`): each entry asks for a push to an account's
+/// devices (all but the one whose sync caused it). Background pushes are coalesced per device: at most one per window,
+/// the rest folded into one sent when the window ends (a deferred set in Redis, shared by every pusher process).
+public struct PushConsumer: Service {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var consumer: String
+        public var topic: String
+        public var window: Duration
+        public var concurrency: Int = 256
+        public init(keys: RedisKeys, consumer: String, topic: String, window: Duration) {
+            self.keys = keys
+            self.consumer = consumer
+            self.topic = topic
+            self.window = window
+        }
+    }
+
+    let options: Options
+    let redis: RedisClient
+    let store: any SyncStore
+    let sender: PushSender
+    let logger: Logger
+
+    public init(options: Options, redis: RedisClient, store: any SyncStore, sender: PushSender, logger: Logger) {
+        self.options = options
+        self.redis = redis
+        self.store = store
+        self.sender = sender
+        self.logger = logger
+    }
+
+    var stream: String { options.keys.pushStream }
+    var group: String { options.keys.pusherGroup }
+    var windowMilliseconds: Int { Int(options.window.components.seconds * 1000 + options.window.components.attoseconds / 1_000_000_000_000_000) }
+
+    public func run() async throws {
+        await withDiscardingTaskGroup { tasks in
+            tasks.addTask { await self.deferredLoop() }
+            var reader: RedisConnection?
+            var backoff = Duration.milliseconds(100)
+            var lastClaim = ContinuousClock.now - .seconds(3600)
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
+                do {
+                    if reader == nil || reader?.isActive == false {
+                        try await ensureGroup()
+                        reader = try await redis.dedicatedConnection().get()
+                        logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
+                    }
+                    // Entries left pending (a pusher died, or the store could not be read) are taken over after 30 s.
+                    var entries: [(id: String, fields: [String: String])] = []
+                    if ContinuousClock.now - lastClaim > .seconds(5) {
+                        lastClaim = .now
+                        entries = try await reclaim()
+                    }
+                    if entries.isEmpty { entries = try await read(reader!, id: ">", block: true) }
+                    await withTaskGroup(of: Void.self) { batch in
+                        for entry in entries { batch.addTask { await self.handle(entry) } }
+                    }
+                    backoff = .milliseconds(100)
+                } catch {
+                    if Task.isShuttingDownGracefully { break }
+                    logger.warning("push loop error", metadata: ["error": "\(error)"])
+                    reader?.close().whenComplete { _ in }
+                    reader = nil
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(5))
+                }
+            }
+            reader?.close().whenComplete { _ in }
+            tasks.cancelAll()
+        }
+        logger.notice("push consumer stopped", metadata: ["consumer": "\(options.consumer)"])
+    }
+
+    private func read(_ connection: RedisConnection, id: String, block: Bool) async throws -> [(id: String, fields: [String: String])] {
+        var arguments: [RedisArgument] = ["GROUP", RedisArgument(group), RedisArgument(options.consumer), "COUNT", "256"]
+        if block { arguments += ["BLOCK", "1000"] }
+        arguments += ["STREAMS", RedisArgument(stream), RedisArgument(id)]
+        let reply = try await connection.send(RedisCommand("XREADGROUP", arguments), timeout: TimeAmount.seconds(6)).get()
+        guard let streams = reply.array else { return [] }
+        return streams.flatMap { item -> [(id: String, fields: [String: String])] in
+            guard let pair = item.array, pair.count == 2 else { return [] }
+            return pair[1].streamEntries.map { entry in
+                (entry.id, entry.fields.mapValues { String(decoding: $0, as: UTF8.self) })
+            }
+        }
+    }
+
+    func reclaim() async throws -> [(id: String, fields: [String: String])] {
+        let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
+            RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), "30000", "0-0", "COUNT", "256",
+        ]))
+        guard let parts = reply.array, parts.count >= 2 else { return [] }
+        return parts[1].streamEntries.map { ($0.id, $0.fields.mapValues { String(decoding: $0, as: UTF8.self) }) }
+    }
+
+    func ensureGroup() async throws {
+        do {
+            _ = try await redis.send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
+        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
+        }
+    }
+
+    func handle(_ entry: (id: String, fields: [String: String])) async {
+        guard let account = entry.fields["account"] else {
+            await settle(entry.id)
+            return
+        }
+        let devices: [DeviceRecord]
+        do {
+            devices = try await store.devices(accountID: account).filter { $0.deviceID != entry.fields["exclude_device"] }
+        } catch {
+            logger.warning("devices not readable; the push entry stays pending", metadata: ["error": "\(error)"])
+            return
+        }
+        switch entry.fields["kind"] {
+        case "alert":
+            let ids = (entry.fields["conflict_ids"] ?? "").split(separator: ",").compactMap { Int($0) }
+            let payload = Self.alertPayload(reason: entry.fields["reason"] ?? "conflict", conflictIDs: ids)
+            await withTaskGroup(of: Void.self) { group in
+                for device in devices {
+                    group.addTask { await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil) }
+                }
+            }
+        default:
+            await withTaskGroup(of: Void.self) { group in
+                for device in devices { group.addTask { await self.background(device: device, account: account) } }
+            }
+        }
+        await settle(entry.id)
+    }
+
+    /// Sends now if the device had no background push in the window; otherwise defers one to the window's end.
+    func background(device: DeviceRecord, account: String) async {
+        let recent = options.keys.recentPush(account: account, device: device.deviceID)
+        guard windowMilliseconds > 0 else {
+            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+            return
+        }
+        do {
+            let replies = try await redis.pipeline([
+                RedisCommand("SET", [RedisArgument(recent), "1", "NX", "PX", RedisArgument(windowMilliseconds)]),
+                RedisCommand("PTTL", [RedisArgument(recent)]),
+            ])
+            if case .status = replies[0] {
+                await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+            } else {
+                let due = Int(Date().timeIntervalSince1970 * 1000) + max(0, replies[1].int ?? windowMilliseconds)
+                _ = try await redis.send(RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(due), RedisArgument(account + "|" + device.deviceID)]))
+                Counter(label: "roundup_push_coalesced_total").increment()
+            }
+        } catch {
+            // Without Redis there is no window to respect; a background push is cheap to send once more.
+            logger.warning("push window unavailable, sending", metadata: ["error": "\(error)"])
+            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+        }
+    }
+
+    /// Sends the background pushes whose window ended; ZREM decides which pusher sends each.
+    func deferredLoop() async {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            try? await Task.sleep(for: .milliseconds(250))
+            let now = Int(Date().timeIntervalSince1970 * 1000)
+            guard let due = try? await redis.send(RedisCommand("ZRANGEBYSCORE", [
+                RedisArgument(options.keys.deferredPushes), "-inf", RedisArgument(now), "LIMIT", "0", "256",
+            ])).array else { continue }
+            for member in due.compactMap(\.string) {
+                guard (try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(member)])).int) == 1 else { continue }
+                let parts = member.split(separator: "|", maxSplits: 1).map(String.init)
+                guard parts.count == 2, let device = try? await store.devices(accountID: parts[0]).first(where: { $0.deviceID == parts[1] }) else { continue }
+                _ = try? await redis.send(RedisCommand("SET", [RedisArgument(options.keys.recentPush(account: parts[0], device: parts[1])), "1", "PX", RedisArgument(windowMilliseconds)]))
+                await deliver(.background, payload: Self.backgroundPayload, device: device, account: parts[0], collapseID: "roundup-sync")
+            }
+        }
+    }
+
+    func deliver(_ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?) async {
+        let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
+        let request = APNsRequest(deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
+        switch await sender.send(request, sandbox: device.environment == "sandbox") {
+        case .sent:
+            break
+        case .deviceRemoved(let reason):
+            _ = try? await store.deleteDevice(accountID: account, deviceID: device.deviceID)
+            Counter(label: "roundup_apns_devices_removed_total", dimensions: [("reason", reason)]).increment()
+            logger.notice("device removed", metadata: ["account": "\(account)", "device": "\(device.deviceID)", "reason": "\(reason)"])
+        case .dropped(let why), .failed(let why):
+            logger.warning("push not delivered", metadata: ["account": "\(account)", "device": "\(device.deviceID)", "why": "\(why)"])
+        }
+    }
+
+    private func settle(_ id: String) async {
+        _ = try? await redis.pipeline([
+            RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group), RedisArgument(id)]),
+            RedisCommand("XDEL", [RedisArgument(stream), RedisArgument(id)]),
+        ])
+    }
+
+    /// Only `content-available` and our own small keys, as Apple asks of background pushes.
+    static let backgroundPayload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)
+
+    static func alertPayload(reason: String, conflictIDs: [Int]) -> ByteBuffer {
+        let ids = conflictIDs.prefix(50).map(String.init).joined(separator: ",")
+        return ByteBuffer(string: #"{"aps":{"alert":{"title":"Sync conflict","body":"A reminder was changed in Trello and on this device. Choose which to keep."},"category":"ROUNDUP_CONFLICT","sound":"default"},"roundup":{"reason":"\#(reason)","conflict_ids":[\#(ids)]}}"#)
+    }
+}

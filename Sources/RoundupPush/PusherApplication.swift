@@ -1,0 +1,62 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import Prometheus
+import RoundupCore
+import RoundupRedis
+import RoundupRouting
+import RoundupStore
+import ServiceLifecycle
+
+/// Everything `roundup-pusher` runs: the APNs clients (production and sandbox), the token provider, the consumer on
+/// the push stream and the health/metrics endpoint.
+public enum PusherApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+        let missing = configuration.missingAPNsKeys
+        guard missing.isEmpty else {
+            throw ConfigurationError(key: missing.joined(separator: ", "), problem: "must be set: roundup-pusher cannot sign APNs requests without them")
+        }
+        let tokens: APNsTokenProvider
+        do {
+            tokens = try APNsTokenProvider(keyFile: configuration.apnsKeyFile!, keyID: configuration.apnsKeyID!, teamID: configuration.apnsTeamID!)
+        } catch {
+            throw ConfigurationError(key: "ROUNDUP_APNS_KEY_FILE", problem: "is not a readable .p8 (PKCS#8 PEM P-256) key: \(error)")
+        }
+        let production = try APNsClient(
+            endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile, connections: configuration.apnsConnections, logger: logger)
+        let sandbox = try APNsClient(
+            endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
+        let store = try await SQLiteStore.open(configuration: configuration)
+        let redis = try RedisClient.make(configuration: configuration, logger: logger)
+        let consumer = PushConsumer(
+            options: .init(
+                keys: configuration.redisKeys, consumer: configuration.workerConsumerName, topic: configuration.apnsTopic!,
+                window: .seconds(configuration.pushWindowSeconds)),
+            redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), logger: logger)
+        let ops = SimpleHTTPService(name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger) { request in
+            switch request.path {
+            case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
+            case "/readyz":
+                do {
+                    _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(1))
+                    try await store.ping()
+                } catch {
+                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"Redis or the store is not reachable"}}"#)
+                }
+                return .json(.ok, #"{"status":"ready"}"#)
+            case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
+            default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
+            }
+        }
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: ops),
+            .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+        ]
+        try await RoundupServices.run(services, configuration: configuration, logger: logger) {
+            production.shutdown()
+            sandbox.shutdown()
+            await redis.shutdown()
+        }
+    }
+}

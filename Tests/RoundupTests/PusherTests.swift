@@ -1,0 +1,188 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// roundup-pusher, the real process, against a fake APNs over HTTP/2 and TLS.
+@Suite(.serialized) struct PusherTests {
+    static func deviceToken(_ n: Int) -> String { String(format: "%064x", n + 0xABCDEF00) }
+
+    /// An account with devices registered through the API.
+    func account(_ stack: Stack, devices: [(id: String, environment: String)]) async throws -> (account: String, token: String) {
+        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: SyncSetup.bootstrap)
+        let account = try #require(created.json["account_id"]?.stringValue)
+        let token = try #require(created.json["auth_token"]?.stringValue)
+        for (index, device) in devices.enumerated() {
+            let body = #"{"device_id":"\#(device.id)","apns_token":"\#(Self.deviceToken(index))","platform":"ios","environment":"\#(device.environment)"}"#
+            let response = try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body)
+            #expect(response.status == .created, "\(response.body)")
+        }
+        return (account, token)
+    }
+
+    func push(_ stack: Stack, account: String, kind: String, exclude: String? = nil, conflictIDs: String? = nil) async throws {
+        var arguments: [RedisArgument] = [RedisArgument(stack.keys.pushStream), "*", "account", RedisArgument(account), "kind", RedisArgument(kind)]
+        if let exclude { arguments += ["exclude_device", RedisArgument(exclude)] }
+        if let conflictIDs { arguments += ["reason", "conflict", "conflict_ids", RedisArgument(conflictIDs)] }
+        _ = try await stack.redis.send(RedisCommand("XADD", arguments))
+    }
+
+    func start(window: Int = 30, extra: [String: String] = [:]) async throws -> (Stack, FakeAPNs) {
+        let stack = try await Stack()
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let apns = try await FakeAPNs.start()
+        try await stack.startPusher(apns: apns, extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": String(window)].merging(extra) { $1 })
+        return (stack, apns)
+    }
+
+    @Test func backgroundAndAlertPushesCarryTheRightHeadersAndSkipTheSyncingDevice() async throws {
+        let (stack, apns) = try await start()
+        defer { Task { await stack.shutdown(); await apns.stop() } }
+        let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "sandbox"), ("ipad", "production")])
+        try await push(stack, account: account, kind: "background", exclude: "ipad")
+        #expect(await TestSupport.eventually { apns.delivered.count == 2 })
+        let background = apns.delivered
+        #expect(Set(background.map(\.deviceToken)) == [Self.deviceToken(0), Self.deviceToken(1)])
+        for push in background {
+            #expect(push.headers["apns-push-type"] == "background" && push.headers["apns-priority"] == "5")
+            #expect(push.headers["apns-topic"] == apns.topic && push.headers["apns-collapse-id"] == "roundup-sync")
+            #expect(Int(push.headers["apns-expiration"] ?? "") ?? 0 > Int(Date().timeIntervalSince1970))
+            let payload = try JSONParser.parse(Array(push.payload.utf8))
+            #expect(payload["aps"] == .object(["content-available": .number(1)]), "\(push.payload)")
+            #expect(push.headers["apns-id"] == push.apnsID && UUID(uuidString: push.apnsID) != nil)
+        }
+        try await push(stack, account: account, kind: "alert", conflictIDs: "7,9")
+        #expect(await TestSupport.eventually { apns.delivered.count == 5 })
+        let alerts = apns.delivered.dropFirst(2)
+        for push in alerts {
+            #expect(push.headers["apns-push-type"] == "alert" && push.headers["apns-priority"] == "10")
+            let payload = try JSONParser.parse(Array(push.payload.utf8))
+            #expect(payload["aps"]?["category"] == "ROUNDUP_CONFLICT")
+            #expect(payload["roundup"]?["conflict_ids"] == .array([.number(7), .number(9)]))
+        }
+        // One provider token for all of them: made once, not per request.
+        #expect(Set(apns.delivered.map(\.token)).count == 1)
+        await stack.shutdown()
+        await apns.stop()
+    }
+
+    @Test func backgroundPushesAreCoalescedPerDeviceWithinTheWindow() async throws {
+        let (stack, apns) = try await start(window: 2)
+        defer { Task { await stack.shutdown(); await apns.stop() } }
+        let (account, _) = try await account(stack, devices: [("iphone", "production")])
+        for _ in 0..<6 { try await push(stack, account: account, kind: "background") }
+        #expect(await TestSupport.eventually { apns.delivered.count >= 1 })
+        try await Task.sleep(for: .milliseconds(800))
+        #expect(apns.delivered.count == 1, "the window lets one through at once")
+        // The rest fold into one more, sent when the window ends.
+        #expect(await TestSupport.eventually(timeout: .seconds(6)) { apns.delivered.count == 2 })
+        try await Task.sleep(for: .seconds(2.5))
+        #expect(apns.delivered.count == 2)
+        await stack.shutdown()
+        await apns.stop()
+    }
+
+    @Test func unregisteredAndBadTokensRemoveTheDeviceAndAreNeverRetried() async throws {
+        let (stack, apns) = try await start(window: 0)
+        defer { Task { await stack.shutdown(); await apns.stop() } }
+        let (account, token) = try await account(stack, devices: [("gone", "production"), ("bad", "production"), ("busy", "production"), ("ok", "production")])
+        apns.fail(token: Self.deviceToken(0), status: 410, reason: "Unregistered")
+        apns.fail(token: Self.deviceToken(1), status: 400, reason: "BadDeviceToken")
+        apns.fail(token: Self.deviceToken(2), status: 503, reason: "ServiceUnavailable", times: 2)
+        try await push(stack, account: account, kind: "background")
+        let removed = await TestSupport.eventually {
+            let devices = (try? await stack.callAPI(.GET, "/dailyroundup/devices", token: token).json["devices"]?.arrayValue) ?? []
+            return Set(devices.compactMap { $0["device_id"]?.stringValue }) == ["busy", "ok"]
+        }
+        #expect(removed)
+        #expect(await TestSupport.eventually { Set(apns.delivered.map(\.deviceToken)) == [Self.deviceToken(2), Self.deviceToken(3)] })
+        let answered = apns.state.withLockedValue { $0.answered }
+        #expect(answered.filter { $0.token == Self.deviceToken(0) }.count == 1)
+        #expect(answered.filter { $0.token == Self.deviceToken(1) }.count == 1)
+        // 503 twice, then delivered: retried with backoff.
+        #expect(answered.filter { $0.token == Self.deviceToken(2) }.map(\.status) == [503, 503, 200])
+        let metrics = try await stack.get(port: stack.pusherPorts["p1"] ?? 0, "/metrics").body
+        #expect(metrics.contains(#"roundup_apns_sends_total{reason="Unregistered",status="410"} 1"#) || metrics.contains(#"roundup_apns_sends_total{status="410",reason="Unregistered"} 1"#), "\(metrics)")
+        await stack.shutdown()
+        await apns.stop()
+    }
+
+    @Test func anExpiredProviderTokenIsRenewedOnceAndThenReused() async throws {
+        let (stack, apns) = try await start(window: 0)
+        defer { Task { await stack.shutdown(); await apns.stop() } }
+        let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "production")])
+        try await push(stack, account: account, kind: "background")
+        #expect(await TestSupport.eventually { apns.delivered.count == 2 })
+        let first = try #require(apns.delivered.first)
+        try await Task.sleep(for: .milliseconds(1100))
+        apns.state.withLockedValue { $0.expiredBefore = first.issuedAt + 1 }
+        for _ in 0..<3 { try await push(stack, account: account, kind: "background") }
+        #expect(await TestSupport.eventually { apns.delivered.count == 8 })
+        let tokens = apns.delivered.map(\.token)
+        #expect(Set(tokens).count == 2, "renewed once, then reused")
+        #expect(apns.delivered.dropFirst(2).allSatisfy { $0.issuedAt > first.issuedAt })
+        let expired = apns.state.withLockedValue { $0.answered.filter { $0.reason == "ExpiredProviderToken" }.count }
+        #expect(expired >= 1 && expired <= 2, "\(expired) requests saw the old token")
+        await stack.shutdown()
+        await apns.stop()
+    }
+
+    @Test func aGoAwayMidBurstLosesNoPushAndSendsNoneTwice() async throws {
+        let (stack, apns) = try await start(window: 0, extra: ["ROUNDUP_APNS_CONNECTIONS": "1"])
+        defer { Task { await stack.shutdown(); await apns.stop() } }
+        let devices = (0..<60).map { (id: "d\($0)", environment: "production") }
+        let (account, _) = try await account(stack, devices: devices)
+        apns.state.withLockedValue { $0.goAwayAfter = 20 }
+        try await push(stack, account: account, kind: "alert", conflictIDs: "1")
+        #expect(await TestSupport.eventually(timeout: .seconds(30)) { apns.delivered.count >= 60 })
+        try await Task.sleep(for: .milliseconds(500))
+        let delivered = apns.delivered
+        #expect(delivered.count == 60, "\(delivered.count) delivered")
+        #expect(Set(delivered.map(\.deviceToken)).count == 60)
+        #expect(Set(delivered.map(\.apnsID)).count == 60)
+        #expect(apns.state.withLockedValue { $0.goAwaysSent } == 1)
+        #expect(Set(delivered.map(\.connection)).count >= 2, "the rest went over a new connection")
+        await stack.shutdown()
+        await apns.stop()
+    }
+
+    @Test func withoutCredentialsThePusherRefusesToStartNamingTheKeys() async throws {
+        let stack = try await Stack()
+        defer { Task { await stack.shutdown() } }
+        var env = stack.environment
+        env["ROUNDUP_APNS_TOPIC"] = "app.dailyroundup.ios"
+        let process = try ManagedProcess(
+            name: "pusher-nokeys", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"), environment: env, logDirectory: stack.directory)
+        let code = await process.wait(timeout: .seconds(20))
+        #expect(code == 78)
+        #expect(process.output.contains("ROUNDUP_APNS_KEY_FILE") && process.output.contains("ROUNDUP_APNS_KEY_ID") && process.output.contains("ROUNDUP_APNS_TEAM_ID"))
+        #expect(!process.output.contains("ROUNDUP_APNS_TOPIC,"))
+        await stack.shutdown()
+    }
+
+    @Test func aSignedTrelloWebhookEndsAsAPushOnTheDevice() async throws {
+        let stack = try await Stack()
+        defer { Task { await stack.shutdown() } }
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let apns = try await FakeAPNs.start()
+        try await stack.startPusher(apns: apns)
+        let s = try await SyncSetup.make(stack, list: "Lpush", board: "Bpush")
+        let device = #"{"device_id":"iphone","apns_token":"\#(Self.deviceToken(42))","platform":"ios","environment":"production"}"#
+        #expect(try await stack.callAPI(.POST, "/dailyroundup/devices", token: s.token, body: device).status == .created)
+        // Someone adds a card in Trello: Trello signs the webhook, the ingress takes it, the worker makes a change,
+        // and the phone is woken.
+        let card = stack.trello.userCreateCard(listID: "Lpush", name: "Pick up the parcel")
+        #expect(await TestSupport.eventually(timeout: .seconds(20)) { apns.delivered.contains { $0.deviceToken == Self.deviceToken(42) } })
+        let changes = try await s.changes()
+        #expect(changes.map { $0["trello_card_id"] } == [.string(card)])
+        #expect(apns.delivered.first?.headers["apns-push-type"] == "background")
+        await stack.shutdown()
+        await apns.stop()
+    }
+}
