@@ -176,7 +176,7 @@ let package = Package(
         .executableTarget(
             name: "roundupctl",
             dependencies: [
-                "RoundupOps", "RoundupCore", "RoundupRedis", "RoundupRouting", "RoundupStore",
+                "RoundupOps", "RoundupCore", "RoundupPush", "RoundupRedis", "RoundupRouting", "RoundupStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -28,6 +28,8 @@ extension API {
             "trello_webhook_secret": maskSecret(a.trelloWebhookSecret).json,
             "conflict_policy": .string(a.conflictPolicy), "delete_mode": .string(a.deleteMode),
             "created_at": .string(a.createdAt), "updated_at": .string(a.updatedAt),
+            // Set when the user must act (e.g. `trello_token_revoked`: send a new trello_token); cleared by doing so.
+            "needs_attention": a.needsAttention.json,
         ])
     }
 

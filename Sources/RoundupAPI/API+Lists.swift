@@ -11,6 +11,7 @@ extension API {
         .object([
             "sync_list_id": .string(list.id), "name": .string(list.name), "trello_list_id": .string(list.trelloListID),
             "trello_board_id": .string(list.trelloBoardID), "created_at": list.createdAt.json,
+            "last_reconciled_at": list.lastReconciledAt.json, "last_reconcile_error": list.lastReconcileError.json,
         ])
     }
 

@@ -43,6 +43,15 @@ extension API {
         return try await answer(submission, account: account)
     }
 
+    /// `POST /dailyroundup/lists/{id}/reconcile`: a job that compares the list with Trello now (and repairs its webhooks).
+    func reconcileList(_ account: String, _ id: String) async throws -> Response {
+        guard try await store.syncList(accountID: account, id: id) != nil else { throw APIError.notFound("no list \(id)") }
+        let submission = try await store.submitJob(
+            accountID: account, kind: "reconcile", deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
+            total: 1, staleAfter: options.staleAfter)
+        return try await answer(submission, account: account)
+    }
+
     private func answer(_ submission: JobSubmission, account: String) async throws -> Response {
         switch submission {
         case .busy(let running):

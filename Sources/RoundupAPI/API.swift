@@ -64,6 +64,7 @@ public struct API: Sendable {
         (.get, "/dailyroundup/conflicts"), (.get, "/dailyroundup/duplicates"),
         (.post, "/dailyroundup/sync"), (.get, "/dailyroundup/sync/jobs/{job_id}"), (.post, "/dailyroundup/lists/{id}/import"),
         (.post, "/dailyroundup/conflicts/{id}/resolve"), (.post, "/dailyroundup/duplicates/{id}/resolve"),
+        (.post, "/dailyroundup/lists/{id}/reconcile"),
     ]
 
     /// "METHOD /path" for each route.
@@ -113,6 +114,7 @@ public struct API: Sendable {
         case (.post, "/dailyroundup/sync"): return try await submitSync(account, request, context)
         case (.get, "/dailyroundup/sync/jobs/{job_id}"): return try await getJob(account, try context.parameters.require("job_id"))
         case (.post, "/dailyroundup/lists/{id}/import"): return try await importList(account, try context.parameters.require("id"))
+        case (.post, "/dailyroundup/lists/{id}/reconcile"): return try await reconcileList(account, try context.parameters.require("id"))
         case (.post, "/dailyroundup/conflicts/{id}/resolve"): return try await resolveConflict(account, try context.parameters.require("id"), request, context)
         case (.post, "/dailyroundup/duplicates/{id}/resolve"): return try await resolveDuplicate(account, try context.parameters.require("id"), request, context)
         default: throw APIError.notFound("no such path")

@@ -65,6 +65,8 @@ public struct RoundupConfiguration: Sendable {
     public var pusherPort: Int
     /// At most one background push per device in this window.
     public var pushWindowSeconds: Int
+    /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
+    public var reconcileIntervalSeconds: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
@@ -75,6 +77,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
+        "ROUNDUP_RECONCILE_INTERVAL_SECONDS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -168,6 +171,7 @@ public struct RoundupConfiguration: Sendable {
         apnsConnections = try integer("ROUNDUP_APNS_CONNECTIONS", default: 2, range: 1...64)
         pusherPort = try integer("ROUNDUP_PUSHER_PORT", default: 9102, range: 0...65535)
         pushWindowSeconds = try integer("ROUNDUP_PUSH_WINDOW_SECONDS", default: 30, range: 0...3600)
+        reconcileIntervalSeconds = try integer("ROUNDUP_RECONCILE_INTERVAL_SECONDS", default: 900, range: 0...604_800)
     }
 
     /// The SQLite file path, when the database URL names one.

@@ -45,6 +45,11 @@ public enum QueueInspector {
         try await report(redis: redis, stream: keys.jobStream, group: keys.workerGroup, deadLetterStream: nil, now: now)
     }
 
+    /// The push stream, read by roundup-pusher's group.
+    public static func pushReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
+        try await report(redis: redis, stream: keys.pushStream, group: keys.pusherGroup, deadLetterStream: nil, now: now)
+    }
+
     public static func report(redis: RedisClient, stream: String, group: String, deadLetterStream: String?, now: Date = Date()) async throws -> StreamReport {
         let replies = try await redis.pipeline([
             RedisCommand("XLEN", [RedisArgument(stream)]),

@@ -139,6 +139,7 @@ public struct PushConsumer: Service {
                     if ContinuousClock.now - lastClaim > .seconds(5) {
                         lastClaim = .now
                         entries = try await reclaim()
+                        await recordGauges()
                     }
                     if entries.isEmpty { entries = try await read(reader!, id: ">", block: true) }
                     await withTaskGroup(of: Void.self) { batch in
@@ -180,6 +181,18 @@ public struct PushConsumer: Service {
         ]))
         guard let parts = reply.array, parts.count >= 2 else { return [] }
         return parts[1].streamEntries.map { ($0.id, $0.fields.mapValues { String(decoding: $0, as: UTF8.self) }) }
+    }
+
+    /// `roundup_stream_*{stream="push"}` and the deferred (coalesced) pushes waiting.
+    func recordGauges() async {
+        guard let replies = try? await redis.pipeline([
+            RedisCommand("XLEN", [RedisArgument(stream)]),
+            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
+            RedisCommand("ZCARD", [RedisArgument(options.keys.deferredPushes)]),
+        ]) else { return }
+        if let length = replies[0].int { Gauge(label: "roundup_stream_length", dimensions: [("stream", "push")]).record(length) }
+        if let summary = replies[1].array { Gauge(label: "roundup_stream_pending", dimensions: [("stream", "push")]).record(summary.first?.int ?? 0) }
+        if let deferred = replies[2].int { Gauge(label: "roundup_push_deferred").record(deferred) }
     }
 
     func ensureGroup() async throws {

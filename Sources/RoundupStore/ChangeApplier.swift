@@ -10,6 +10,8 @@ struct ChangeApplier {
     private(set) var written = 0
     /// Accounts that got at least one change (their devices get a background push).
     private(set) var accounts = Set<String>()
+    /// Rows written by change type (after folding), for reconciliation's drift figures.
+    private(set) var types: [String: Int] = [:]
     private let now = Timestamp.now()
 
     init(db: Database) { self.db = db }
@@ -144,6 +146,7 @@ struct ChangeApplier {
             ])
         written += 1
         accounts.insert(o.accountID)
+        types[type, default: 0] += 1
     }
 }
 

@@ -216,6 +216,15 @@ enum SQLiteMigrations {
                 CREATE INDEX background_jobs_created ON background_jobs(created_at);
                 """)
         }
+        migrator.registerMigration("v4-reconciliation") { db in
+            // When each list was last reconciled with Trello (and the last run's error); an account whose Trello
+            // token was revoked is flagged instead of failing forever.
+            try db.execute(sql: """
+                ALTER TABLE sync_lists ADD COLUMN last_reconciled_at TEXT;
+                ALTER TABLE sync_lists ADD COLUMN last_reconcile_error TEXT;
+                ALTER TABLE accounts ADD COLUMN needs_attention TEXT;
+                """)
+        }
         return migrator
     }
 }

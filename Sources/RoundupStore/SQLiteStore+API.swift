@@ -25,14 +25,15 @@ extension SQLiteStore {
         try Row.fetchOne(
             db,
             sql: """
-                SELECT id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at
+                SELECT id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at,
+                       needs_attention
                 FROM accounts WHERE id = ?
                 """,
             arguments: [id]
         ).map {
             AccountDetails(
                 id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], conflictPolicy: $0[4],
-                deleteMode: $0[5], createdAt: $0[6], updatedAt: $0[7])
+                deleteMode: $0[5], createdAt: $0[6], updatedAt: $0[7], needsAttention: $0[8])
         }
     }
 
@@ -42,10 +43,14 @@ extension SQLiteStore {
                 sql: """
                     UPDATE accounts SET trello_api_key = COALESCE(?, trello_api_key), trello_token = COALESCE(?, trello_token),
                         trello_webhook_secret = COALESCE(?, trello_webhook_secret), conflict_policy = COALESCE(?, conflict_policy),
-                        delete_mode = COALESCE(?, delete_mode), updated_at = ?
+                        delete_mode = COALESCE(?, delete_mode), updated_at = ?,
+                        needs_attention = CASE WHEN ? IS NOT NULL OR ? IS NOT NULL THEN NULL ELSE needs_attention END
                     WHERE id = ?
                     """,
-                arguments: [update.trelloAPIKey, update.trelloToken, update.trelloWebhookSecret, update.conflictPolicy, update.deleteMode, Timestamp.now(), id])
+                arguments: [
+                    update.trelloAPIKey, update.trelloToken, update.trelloWebhookSecret, update.conflictPolicy, update.deleteMode, Timestamp.now(),
+                    update.trelloToken, update.trelloAPIKey, id,
+                ])
             return try Self.accountDetails(db, id: id)
         }
     }
@@ -64,7 +69,10 @@ extension SQLiteStore {
     }
 
     static func syncLists(_ db: Database, accountID: String, id: String? = nil) throws -> [SyncListRecord] {
-        var sql = "SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at FROM sync_lists WHERE account_id = ?"
+        var sql = """
+            SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error
+            FROM sync_lists WHERE account_id = ?
+            """
         var arguments: StatementArguments = [accountID]
         if let id {
             sql += " AND id = ?"
@@ -73,7 +81,7 @@ extension SQLiteStore {
         return try Row.fetchAll(db, sql: sql + " ORDER BY created_at, id", arguments: arguments).map {
             SyncListRecord(
                 id: $0[0], accountID: accountID, name: $0[1], trelloBoardID: $0[2], trelloListID: $0[3], listWebhookID: $0[4],
-                boardWebhookID: $0[5], createdAt: $0[6])
+                boardWebhookID: $0[5], createdAt: $0[6], lastReconciledAt: $0[7], lastReconcileError: $0[8])
         }
     }
 

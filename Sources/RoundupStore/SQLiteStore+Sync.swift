@@ -30,7 +30,8 @@ extension SQLiteStore: SyncJobStore {
             {
                 return .replayed(Self.job(existing))
             }
-            if let holder = try String.fetchOne(db, sql: "SELECT job_id FROM sync_lease WHERE account_id = ?", arguments: [accountID]) {
+            let takesLease = kind != "reconcile"
+            if takesLease, let holder = try String.fetchOne(db, sql: "SELECT job_id FROM sync_lease WHERE account_id = ?", arguments: [accountID]) {
                 if let running = try Self.fetchJob(db, id: holder), running.status == "running" {
                     if !running.isStale(now: now, staleAfter: staleAfter) { return .busy(runningJobID: holder) }
                     try db.execute(sql: "UPDATE background_jobs SET status = 'error', error = 'stale' WHERE id = ? AND status = 'running'", arguments: [holder])
@@ -44,9 +45,11 @@ extension SQLiteStore: SyncJobStore {
                     VALUES (?, ?, ?, 'running', ?, ?, 0, ?, ?, '[]', ?, ?)
                     """,
                 arguments: [id, accountID, kind, idempotencyKey, deviceID, total, payloadText, nowText, nowText])
-            try db.execute(
-                sql: "INSERT INTO sync_lease (account_id, job_id, holder, expires_at, updated_at) VALUES (?, ?, 'api', ?, ?)",
-                arguments: [accountID, id, Timestamp.string(now.addingTimeInterval(staleAfter)), nowText])
+            if takesLease {
+                try db.execute(
+                    sql: "INSERT INTO sync_lease (account_id, job_id, holder, expires_at, updated_at) VALUES (?, ?, 'api', ?, ?)",
+                    arguments: [accountID, id, Timestamp.string(now.addingTimeInterval(staleAfter)), nowText])
+            }
             return .created(try Self.fetchJob(db, id: id)!)
         }
     }
@@ -67,6 +70,12 @@ extension SQLiteStore: SyncJobStore {
                 // The app has been told: it stopped polling and may have resubmitted. Never resume it.
                 try Self.markStale(db, job: job)
                 return .skip(reason: "stale")
+            }
+            if job.kind == "reconcile" {
+                try db.execute(sql: "UPDATE background_jobs SET updated_at = ? WHERE id = ?", arguments: [nowText, id])
+                var started = job
+                started.updatedAt = nowText
+                return .run(started)
             }
             let leaseHolder = try String.fetchOne(db, sql: "SELECT job_id FROM sync_lease WHERE account_id = ?", arguments: [job.accountID])
             if let leaseHolder, leaseHolder != id {

@@ -166,12 +166,12 @@ public final class SQLiteStore: SyncStore {
         try await applyReportingAccounts(observations).written
     }
 
-    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> (written: Int, accounts: Set<String>) {
-        guard !observations.isEmpty else { return (0, []) }
+    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges {
+        guard !observations.isEmpty else { return AppliedChanges() }
         return try await pool.write { db in
             var applier = ChangeApplier(db: db)
             for observation in observations { try applier.apply(observation) }
-            return (applier.written, applier.accounts)
+            return AppliedChanges(written: applier.written, accounts: applier.accounts, types: applier.types)
         }
     }
 

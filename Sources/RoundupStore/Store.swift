@@ -27,6 +27,8 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var listWebhookID: String? = nil
     public var boardWebhookID: String? = nil
     public var createdAt: String? = nil
+    public var lastReconciledAt: String? = nil
+    public var lastReconcileError: String? = nil
 }
 
 /// An account as the API shows it (credentials still whole here; the API masks them).
@@ -39,6 +41,8 @@ public struct AccountDetails: Sendable, Equatable {
     public var deleteMode: String
     public var createdAt: String
     public var updatedAt: String
+    /// Why the account needs its user (e.g. `trello_token_revoked`), or nil.
+    public var needsAttention: String? = nil
 }
 
 /// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.
@@ -210,6 +214,18 @@ public struct RoutingSnapshot: Sendable, Equatable {
     public var routes: [String: Set<String>]
 }
 
+/// What one apply wrote: rows, the accounts that got them, and how many of each change type.
+public struct AppliedChanges: Sendable, Equatable {
+    public var written: Int
+    public var accounts: Set<String>
+    public var types: [String: Int]
+    public init(written: Int = 0, accounts: Set<String> = [], types: [String: Int] = [:]) {
+        self.written = written
+        self.accounts = accounts
+        self.types = types
+    }
+}
+
 /// The persistence seam: SQLite (GRDB) now, PostgreSQL later.
 public protocol SyncStore: Sendable {
     func migrate() async throws
@@ -223,7 +239,7 @@ public protocol SyncStore: Sendable {
     /// Applies observations in one transaction; returns the number of pending-change rows written.
     func apply(_ observations: [CardObservation]) async throws -> Int
     /// The same, also telling which accounts got changes (for their pushes).
-    func applyReportingAccounts(_ observations: [CardObservation]) async throws -> (written: Int, accounts: Set<String>)
+    func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
 
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]

@@ -51,6 +51,8 @@ public struct SyncItemResult: Sendable, Equatable {
     public var error: String?
     public var conflictIDs: [Int64]
     public var duplicateID: Int64?
+    /// A reconciliation's figures (changes emitted by type, cards seen, webhooks registered again).
+    public var summary: [String: JSONValue]?
 
     public init(reminderID: String?, op: String, status: String, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [], duplicateID: Int64? = nil) {
         self.reminderID = reminderID
@@ -69,6 +71,7 @@ public struct SyncItemResult: Sendable, Equatable {
         ]
         if !conflictIDs.isEmpty { object["conflict_ids"] = .array(conflictIDs.map { .number(Double($0)) }) }
         if let duplicateID { object["duplicate_id"] = .number(Double(duplicateID)) }
+        if let summary { object["summary"] = .object(summary) }
         return .object(object)
     }
 
@@ -83,6 +86,7 @@ public struct SyncItemResult: Sendable, Equatable {
         self.init(
             reminderID: json["reminder_id"]?.stringValue, op: op, status: status, trelloCardID: json["trello_card_id"]?.stringValue,
             error: json["error"]?.stringValue, conflictIDs: conflicts, duplicateID: duplicate)
+        self.summary = json["summary"]?.objectValue
     }
 }
 
@@ -225,6 +229,7 @@ public struct DuplicateDetail: Sendable, Equatable {
 public protocol SyncJobStore: Sendable {
     /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
     /// that holds the lease). A lease whose job went stale is taken over, and that job is marked `stale`.
+    /// A `reconcile` job takes no lease (a per-list lock in Redis keeps runs of one list apart instead).
     func submitJob(accountID: String, kind: String, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
     func job(accountID: String, id: String) async throws -> SyncJob?
     /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.

@@ -9,7 +9,7 @@ import RoundupStore
 import RoundupTrello
 import ServiceLifecycle
 
-public typealias OutboundStore = SyncStore & SyncJobStore
+public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore
 
 /// An item that cannot succeed as it is: reported in the item's result, never retried.
 struct ItemFailure: Error, CustomStringConvertible {
@@ -39,8 +39,11 @@ public struct SyncEngine: Sendable {
     let echo: EchoFingerprints
     let redis: RedisClient
     let logger: Logger
+    /// Runs `reconcile` jobs (nil: such jobs fail saying so).
+    let reconciler: Reconciler?
 
-    public init(options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, logger: Logger) {
+    public init(options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil, logger: Logger) {
+        self.reconciler = reconciler
         self.options = options
         self.store = store
         self.trello = trello
@@ -112,6 +115,7 @@ public struct SyncEngine: Sendable {
     }
 
     private func work(_ job: SyncJob, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+        if job.kind == "reconcile" { return await runReconcile(job) }
         let state: JobState
         do {
             state = try await makeState(accountID: job.accountID, jobID: job.id)
@@ -507,6 +511,25 @@ public struct SyncEngine: Sendable {
             return .failed("import failed: \(error)")
         }
         return .completed
+    }
+
+    // MARK: Reconcile
+
+    /// An on-demand reconciliation: waits (up to a minute) for a scheduled run of the same list to finish.
+    private func runReconcile(_ job: SyncJob) async -> RunOutcome {
+        guard let reconciler else { return .failed("this worker does not reconcile") }
+        guard let listID = job.payload["sync_list_id"]?.stringValue else { return .failed("the job names no list") }
+        do {
+            guard let list = try await store.syncList(accountID: job.accountID, id: listID) else { return .failed("the list is no longer synced") }
+            let outcome = try await reconciler.run(list, wait: .seconds(60))
+            let result = SyncItemResult(reminderID: nil, op: "reconcile", status: "ok")
+            var withSummary = result
+            withSummary.summary = outcome.summary
+            guard try await store.recordResult(jobID: job.id, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter) else { return .lost }
+            return .completed
+        } catch {
+            return .failed("\(error)")
+        }
     }
 
     // MARK: Pushes

@@ -503,7 +503,7 @@ extension FakeTrello.State {
     ) -> [FakeTrello.Delivery] {
         guard deliverWebhooks else { return [] }
         let boardID = card["idBoard"]?.stringValue ?? ""
-        let hooks = webhooks.values.filter { $0.idModel == boardID || watched.contains($0.idModel) }.sorted { $0.id < $1.id }
+        let hooks = webhooks.values.filter { ($0.idModel == boardID || watched.contains($0.idModel)) && !inactiveWebhooks.contains($0.id) }.sorted { $0.id < $1.id }
         guard !hooks.isEmpty else { return [] }
         let cardID = card["id"]?.stringValue ?? ""
         var cardRef: [String: JSONValue] = [
@@ -545,4 +545,21 @@ extension FakeTrello {
         ])
         state.withLockedValue { $0.customFields[boardID] = [field] }
     }
+}
+
+extension FakeTrello {
+    /// Trello deactivates a webhook whose callback kept failing: it stays, `active: false`, and delivers nothing.
+    public func deactivateWebhook(id: String) { state.withLockedValue { _ = $0.inactiveWebhooks.insert(id) } }
+    /// Someone deleted the webhook (in Trello, or its model went away).
+    public func removeWebhook(id: String) { state.withLockedValue { _ = $0.webhooks.removeValue(forKey: id) } }
+    /// The user revoked the app's token: every request with it is answered 401 "invalid token".
+    public func revokeToken(_ token: String) {
+        state.withLockedValue { state in
+            state.tokens.remove(token)
+            if state.token == token { state.token = "revoked-" + token }
+        }
+    }
+    /// The most `GET /1/lists/{id}/cards` requests for one list ever in flight at once.
+    public func maxConcurrentListReads(_ listID: String) -> Int { state.withLockedValue { $0.listReadsMax[listID] ?? 0 } }
+    public func listReads(_ listID: String) -> Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/lists/\(listID)/cards") }.count } }
 }

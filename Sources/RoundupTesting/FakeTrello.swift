@@ -31,6 +31,11 @@ public final class FakeTrello: Sendable {
         public var cardDelay: Duration = .zero
         /// How long every authorized request takes (a slow Trello for every path).
         public var requestDelay: Duration = .zero
+        /// Webhooks Trello has deactivated (kept, `active: false`, delivering nothing).
+        public var inactiveWebhooks: Set<String> = []
+        /// `GET /1/lists/{id}/cards` in flight per list, and the most ever at once.
+        public var listReadsInFlight: [String: Int] = [:]
+        public var listReadsMax: [String: Int] = [:]
         /// Webhooks by id, as Trello keeps them.
         public var webhooks: [String: Webhook] = [:]
         public var nextID = 1
@@ -185,6 +190,15 @@ public final class FakeTrello: Sendable {
         case .failure(let refusal): return refusal.response
         case .success(let admitted): grant = admitted
         }
+        let parts = path.split(separator: "/")
+        let listRead = request.method == .GET && parts.count == 4 && parts[1] == "lists" && parts[3] == "cards" ? String(parts[2]) : nil
+        if let listRead {
+            state.withLockedValue { state in
+                state.listReadsInFlight[listRead, default: 0] += 1
+                state.listReadsMax[listRead] = Swift.max(state.listReadsMax[listRead] ?? 0, state.listReadsInFlight[listRead]!)
+            }
+        }
+        defer { if let listRead { state.withLockedValue { $0.listReadsInFlight[listRead, default: 1] -= 1 } } }
         if grant.delay > .zero { try? await Task.sleep(for: grant.delay) }
         var response: SimpleHTTPResponse
         if let params = Self.parameters(of: request, query: query) {
@@ -247,6 +261,14 @@ public final class FakeTrello: Sendable {
         switch (method, p.count) {
         case (.POST, 2) where p[1] == "webhooks":
             return await createWebhook(params)
+        case (.GET, 3) where p[1] == "webhooks":
+            guard let hook = state.withLockedValue({ state in state.webhooks[p[2]].map { ($0, !state.inactiveWebhooks.contains($0.id)) } }) else {
+                return .text(.notFound, "The requested resource was not found.")
+            }
+            return .json(.ok, JSONValue.object([
+                "id": .string(hook.0.id), "idModel": .string(hook.0.idModel), "callbackURL": .string(hook.0.callbackURL),
+                "description": .string(hook.0.description), "active": .bool(hook.1), "consecutiveFailures": .number(hook.1 ? 0 : 1000),
+            ]).canonicalJSON)
         case (.DELETE, 3) where p[1] == "webhooks":
             let removed = state.withLockedValue { $0.webhooks.removeValue(forKey: p[2]) }
             return removed == nil ? .text(.notFound, "model not found") : .json(.ok, #"{"_value":null}"#)

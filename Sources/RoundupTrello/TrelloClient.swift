@@ -97,6 +97,22 @@ public struct TrelloClient: Sendable {
         _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
+    public struct WebhookInfo: Sendable, Equatable {
+        public var id: String
+        public var idModel: String
+        public var callbackURL: String
+        public var active: Bool
+    }
+
+    /// A webhook as Trello has it; nil when it no longer exists.
+    public func webhook(id: String, credentials: TrelloCredentialsValue) async throws -> WebhookInfo? {
+        guard let value = try await get("/webhooks/\(Self.escape(id))", credentials: credentials, notFoundIsNil: true) else { return nil }
+        guard let hookID = value["id"]?.stringValue, let model = value["idModel"]?.stringValue, let callback = value["callbackURL"]?.stringValue else {
+            throw TrelloError(status: 200, message: "webhook \(id) reply is not a webhook", isTransient: false)
+        }
+        return WebhookInfo(id: hookID, idModel: model, callbackURL: callback, active: value["active"]?.boolValue ?? true)
+    }
+
     // MARK: Card writes
 
     /// Creates a card (`attributes`: name, desc, due, start, dueComplete). Not retried after a timeout or a 5xx:

@@ -24,11 +24,17 @@ public enum WorkerApplication {
         let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
         let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
         let processor = WebhookProcessor(store: store, cards: trello, logger: logger, echo: echo)
+        let reconciler = Reconciler(
+            store: store, trello: trello, redis: redis, keys: configuration.redisKeys, publicURL: configuration.publicURL, logger: logger)
         let engine = SyncEngine(
             options: .init(
                 keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds),
                 heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
-            store: store, trello: trello.with(maxAttempts: 2), echo: echo, redis: redis, logger: logger)
+            store: store, trello: trello.with(maxAttempts: 2), echo: echo, redis: redis, reconciler: reconciler, logger: logger)
+        let interval = TimeInterval(configuration.reconcileIntervalSeconds)
+        let scheduler = ReconcileScheduler(
+            store: store, reconciler: reconciler, redis: redis, keys: configuration.redisKeys, interval: interval,
+            tick: .milliseconds(Int(max(0.2, min(5, interval / 4)) * 1000)), logger: logger)
         let jobs = JobConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName, concurrency: configuration.jobConcurrency,
@@ -77,6 +83,7 @@ public enum WorkerApplication {
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+            .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
         try await RoundupServices.run(services, configuration: configuration, logger: logger) {
             try? await http.shutdown()

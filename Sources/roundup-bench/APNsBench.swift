@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -9,10 +10,23 @@ import RoundupTesting
 /// over one and over four connections to the fake APNs (HTTP/2, TLS, JWT checked), beside h2load against the same
 /// endpoint in the same run, with the same headers and payload.
 enum APNsBench {
+    /// Against the fake APNs (which checks every request).
     static func run(pushes: Int) async throws {
         let apns = try await FakeAPNs.start(maxConcurrentStreams: 1000)
         apns.state.withLockedValue { $0.record = false }
         let tokens = try APNsTokenProvider(keyFile: apns.keyFile, keyID: apns.keyID, teamID: apns.teamID)
+        try await measure(pushes: pushes, url: apns.url, caFile: apns.caFile, topic: apns.topic, tokens: tokens, label: "the fake APNs")
+        await apns.stop()
+    }
+
+    /// Against any HTTP/2 TLS endpoint (nghttpd --echo-upload in scripts/bench): what the sender can do when the
+    /// server is not the limit. A throwaway P-256 key signs the tokens (such an endpoint checks none).
+    static func run(pushes: Int, url: String, caFile: String) async throws {
+        let tokens = APNsTokenProvider(key: P256.Signing.PrivateKey(), keyID: "BENCHKEY01", teamID: "BENCHTEAM1")
+        try await measure(pushes: pushes, url: url, caFile: caFile, topic: "app.dailyroundup.ios", tokens: tokens, label: url)
+    }
+
+    static func measure(pushes: Int, url: String, caFile: String, topic: String, tokens: APNsTokenProvider, label: String) async throws {
         let payload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)
         let device = String(repeating: "ab", count: 32)
         let logger = Logger(label: "bench")
@@ -21,14 +35,14 @@ enum APNsBench {
         var h2loadRate: Double?
         let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("apns-payload-\(UUID().uuidString).json")
         try #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#.write(to: payloadFile, atomically: true, encoding: .utf8)
-        let token = try apns.validProviderToken()
+        let token = tokens.token().value
         for path in ["/usr/bin/h2load", "/usr/local/bin/h2load"] where FileManager.default.isExecutableFile(atPath: path) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: path)
             process.arguments = [
                 "-n", String(pushes), "-c", "1", "-m", "100", "-d", payloadFile.path,
-                "-H", "authorization: bearer \(token)", "-H", "apns-topic: \(apns.topic)", "-H", "apns-push-type: background",
-                "-H", "apns-priority: 5", "-H", "content-type: application/json", "\(apns.url)/3/device/\(device)",
+                "-H", "authorization: bearer \(token)", "-H", "apns-topic: \(topic)", "-H", "apns-push-type: background",
+                "-H", "apns-priority: 5", "-H", "content-type: application/json", "\(url)/3/device/\(device)",
             ]
             let pipe = Pipe()
             process.standardOutput = pipe
@@ -48,11 +62,11 @@ enum APNsBench {
 
         var results: [(connections: Int, rate: Double, ok: Int)] = []
         for connections in [1, 4] {
-            let endpoint = try APNsClient.Endpoint(url: apns.url)
-            let client = try APNsClient(endpoint: endpoint, caFile: apns.caFile, connections: connections, logger: logger)
+            let endpoint = try APNsClient.Endpoint(url: url)
+            let client = try APNsClient(endpoint: endpoint, caFile: caFile, connections: connections, logger: logger)
             // Warm the connections up.
             for _ in 0..<connections * 2 {
-                _ = try await client.send(APNsRequest(deviceToken: device, topic: apns.topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)), token: tokens.token().value)
+                _ = try await client.send(APNsRequest(deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)), token: tokens.token().value)
             }
             let inFlight = 100 * connections
             let started = ContinuousClock.now
@@ -63,7 +77,7 @@ enum APNsBench {
                     guard sent < pushes else { return }
                     sent += 1
                     group.addTask {
-                        let request = APNsRequest(deviceToken: device, topic: apns.topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
+                        let request = APNsRequest(deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
                         return (try? await client.send(request, token: tokens.token().value).status) == 200 ? 1 : 0
                     }
                 }
@@ -79,12 +93,11 @@ enum APNsBench {
             results.append((connections, Double(pushes) / seconds, ok))
             client.shutdown()
         }
-        await apns.stop()
         for r in results {
             let share = h2loadRate.map { String(format: " = %.0f%% of h2load", 100 * r.rate / $0) } ?? ""
-            print(String(format: "apns sender, %d connection(s), %d in flight: %d pushes in %.0f/s (%d answered 200)%@",
-                         r.connections, 100 * r.connections, pushes, r.rate, r.ok, share))
+            print(String(format: "%@: our sender, %d connection(s), %d in flight: %d pushes at %.0f/s (%d answered 200)%@",
+                         label, r.connections, 100 * r.connections, pushes, r.rate, r.ok, share))
         }
-        print(h2loadRate.map { String(format: "h2load -c1 -m100 against the same endpoint: %.0f requests/s", $0) } ?? "h2load not installed (apt-get install nghttp2-client)")
+        print(h2loadRate.map { String(format: "%@: h2load -c1 -m100: %.0f requests/s", label, $0) } ?? "h2load not installed (apt-get install nghttp2-client)")
     }
 }

@@ -42,8 +42,13 @@ if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
 // binary's directory) against the fake Trello with no rate limit: each account posts ITEMS creates, then ITEMS updates,
 // then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello sent back
 // for those writes, how many did not become changes for the apps.
+// usage: roundup-bench apns PUSHES [URL CA_FILE] — the APNs sender beside h2load, against the fake APNs or URL.
 if args.count == 3, args[1] == "apns", let pushes = Int(args[2]) {
     try await APNsBench.run(pushes: pushes)
+    exit(0)
+}
+if args.count == 5, args[1] == "apns", let pushes = Int(args[2]) {
+    try await APNsBench.run(pushes: pushes, url: args[3], caFile: args[4])
     exit(0)
 }
 

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import RoundupCore
 import RoundupOps
+import RoundupPush
 import RoundupRedis
 import RoundupRouting
 import RoundupStore
@@ -15,7 +16,7 @@ struct RoundupCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "roundupctl",
         abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
-        subcommands: [Queues.self, DLQ.self, Jobs.self, Accounts.self, Routes.self, Migrate.self, Check.self])
+        subcommands: [Queues.self, DLQ.self, Jobs.self, Accounts.self, Lists.self, Reconcile.self, Routes.self, Migrate.self, Check.self])
 
     static func main() async {
         do {
@@ -57,7 +58,7 @@ struct Context {
 func printJSON(_ value: JSONValue) { print(value.canonicalJSON) }
 
 struct Queues: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook and job streams.")
+    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
 
     @Flag(help: "One JSON object, for tools.") var json = false
     @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
@@ -68,11 +69,14 @@ struct Queues: AsyncParsableCommand {
         repeat {
             let report = try await QueueInspector.webhookReport(redis: context.redis, keys: context.configuration.redisKeys)
             let jobs = try await QueueInspector.jobReport(redis: context.redis, keys: context.configuration.redisKeys)
-            if json { printJSON(.object(["streams": .array([report.json, jobs.json])])) } else {
+            let pushes = try await QueueInspector.pushReport(redis: context.redis, keys: context.configuration.redisKeys)
+            if json { printJSON(.object(["streams": .array([report.json, jobs.json, pushes.json])])) } else {
                 if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
                 print(QueueInspector.table(report))
                 print("")
                 print(QueueInspector.table(jobs))
+                print("")
+                print(QueueInspector.table(pushes))
             }
             if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
         } while watch != nil
@@ -250,6 +254,26 @@ struct Migrate: AsyncParsableCommand {
 }
 
 struct Check: AsyncParsableCommand {
+    /// APNs credentials as roundup-pusher needs them (only checked when any of them is set).
+    static func apnsProblems(_ c: RoundupConfiguration) -> [String] {
+        let given = [c.apnsKeyFile, c.apnsKeyID, c.apnsTeamID, c.apnsTopic].compactMap { $0 }
+        guard !given.isEmpty else { return [] }
+        var problems = c.missingAPNsKeys.map { "\($0) is not set (roundup-pusher needs it)" }
+        if let file = c.apnsKeyFile {
+            do {
+                _ = try APNsTokenProvider(keyFile: file, keyID: c.apnsKeyID ?? "", teamID: c.apnsTeamID ?? "")
+            } catch {
+                problems.append("ROUNDUP_APNS_KEY_FILE \(file) is not a P-256 .p8 key: \(error)")
+            }
+        }
+        for (name, value) in [("ROUNDUP_APNS_KEY_ID", c.apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", c.apnsTeamID)] {
+            if let value, !(value.count == 10 && value.allSatisfy { $0.isLetter || $0.isNumber }) {
+                problems.append("\(name) should be Apple's 10-character identifier")
+            }
+        }
+        return problems
+    }
+
     static let configuration = CommandConfiguration(abstract: "Reach Redis and the store; check stored credentials look right. Exits 1 when anything is wrong.")
     func run() async throws {
         let context = try Context.make()
@@ -277,8 +301,61 @@ struct Check: AsyncParsableCommand {
             problems.append("store: \(error)")
         }
         if context.configuration.publicURL == nil { problems.append("ROUNDUP_PUBLIC_URL is not set (the ingress and the API need it)") }
+        problems += Self.apnsProblems(context.configuration)
+        if context.configuration.missingAPNsKeys.isEmpty, Self.apnsProblems(context.configuration).isEmpty {
+            print("ok    apns key \(context.configuration.apnsKeyID ?? "") (team \(context.configuration.apnsTeamID ?? ""), topic \(context.configuration.apnsTopic ?? ""))")
+        }
         await context.redis.shutdown()
         for problem in problems { print("FAIL  \(problem)") }
         if !problems.isEmpty { throw ExitCode(1) }
+    }
+}
+
+struct Lists: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Every synced list with its last successful reconciliation with Trello.")
+    @Flag var json = false
+    func run() async throws {
+        let context = try Context.make()
+        await context.redis.shutdown()
+        let store = try await SQLiteStore.open(configuration: context.configuration)
+        let lists = try await store.allSyncLists()
+        if json {
+            printJSON(.array(lists.map { item in
+                .object([
+                    "sync_list_id": .string(item.list.id), "account_id": .string(item.list.accountID), "name": .string(item.list.name),
+                    "trello_list_id": .string(item.list.trelloListID), "last_reconciled_at": item.list.lastReconciledAt.map(JSONValue.string) ?? .null,
+                    "last_reconcile_error": item.list.lastReconcileError.map(JSONValue.string) ?? .null, "account_needs_attention": .bool(item.needsAttention),
+                ])
+            }))
+            return
+        }
+        if lists.isEmpty { print("no lists") }
+        for (list, flagged) in lists {
+            let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", Date().timeIntervalSince($0)) } ?? "never"
+            print("\(list.id)  \(list.name)  trello \(list.trelloListID)  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \($0))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
+        }
+    }
+}
+
+struct Reconcile: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Queue a reconciliation with Trello of one list, or of every list; a worker runs it.")
+    @Option(help: "The sync_list_id; every list when omitted.") var list: String?
+    func run() async throws {
+        let context = try Context.make()
+        defer { Task { await context.redis.shutdown() } }
+        let store = try await SQLiteStore.open(configuration: context.configuration)
+        let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
+        guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
+        for item in lists {
+            guard case .created(let job) = try await store.submitJob(
+                accountID: item.accountID, kind: "reconcile", deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
+                total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
+            else { continue }
+            _ = try await context.redis.send(RedisCommand("XADD", [
+                RedisArgument(context.configuration.redisKeys.jobStream), "*", "job", RedisArgument(job.id), "account", RedisArgument(item.accountID),
+                "kind", "reconcile",
+            ]))
+            print("queued \(job.id) for list \(item.id) (\(item.name)); roundupctl jobs show \(job.id)")
+        }
     }
 }

@@ -76,6 +76,15 @@ import Testing
         let good = try await run(stack, ["check"])
         #expect(good.code == 1, "\(good.output)")  // the seeded key is not 32 hex characters: a real finding
         #expect(good.output.contains("trello_api_key is not 32 hex"))
+        // APNs credentials are checked when any is set: a key file that is not a .p8, a short key id, a missing topic.
+        let badKey = stack.directory.appendingPathComponent("not-a-key.p8")
+        try "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n".write(to: badKey, atomically: true, encoding: .utf8)
+        let apns = try await run(stack, ["check"], extra: [
+            "ROUNDUP_APNS_KEY_FILE": badKey.path, "ROUNDUP_APNS_KEY_ID": "SHORT", "ROUNDUP_APNS_TEAM_ID": "ABCDE12345",
+        ])
+        #expect(apns.code == 1)
+        #expect(apns.output.contains("ROUNDUP_APNS_KEY_FILE") && apns.output.contains("not a P-256 .p8 key"), "\(apns.output)")
+        #expect(apns.output.contains("ROUNDUP_APNS_KEY_ID should be") && apns.output.contains("ROUNDUP_APNS_TOPIC is not set"))
         let noRedis = try await run(stack, ["check"], extra: ["ROUNDUP_REDIS_URL": "redis://127.0.0.1:1/0"])
         #expect(noRedis.code == 1 && noRedis.output.contains("FAIL  redis"))
         let accounts = try await run(stack, ["accounts", "list", "--json"])
@@ -95,7 +104,7 @@ import Testing
         let fresh = Timestamp.now()
         let old = Timestamp.string(Date().addingTimeInterval(-300))
         _ = store
-        // The job runner comes with the sync-jobs issue; until then the rows are written here as it would write them.
+        // Rows as the job runner writes them, with one heartbeat fresh and one five minutes old.
         let db = try DatabaseQueue(path: stack.databasePath)
         try await db.write { db in
             for (id, processed, total, updated) in [("job-live", 3, 10, fresh), ("job-dead", 1, 5, old)] {

@@ -182,6 +182,12 @@ extension Stack {
         #expect(again["results"]?[1]?["status"] == "error")
         #expect(again["results"]?[1]?["error"]?.stringValue?.contains("deleted") == true)
         #expect(stack.trello.cardsCreated == 2)
+        // The worker's /metrics count what happened.
+        let metrics = try await stack.get(port: stack.workerPorts["w1"] ?? 0, "/metrics").body
+        #expect(metrics.contains(#"roundup_sync_jobs_total{kind="sync",status="completed"} 5"#), "\(metrics)")
+        #expect(metrics.contains(#"roundup_sync_items_total{op="create",status="ok"} 2"#))
+        #expect(metrics.contains(#"roundup_sync_items_total{op="update",status="error"} 1"#))
+        #expect(metrics.contains("roundup_trello_requests_total{status=\"2xx\"}"))
         await stack.shutdown()
     }
 

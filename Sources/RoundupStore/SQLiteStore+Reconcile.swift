@@ -1,0 +1,68 @@
+import Foundation
+import GRDB
+import RoundupCore
+
+/// What reconciliation and webhook health need from the store.
+public protocol ReconcileStore: Sendable {
+    /// Every synced list of every account, with whether its account needs its user (then it is not reconciled).
+    func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)]
+    /// Records a run: its time when it succeeded, its error either way (nil clears it).
+    func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws
+    func setNeedsAttention(accountID: String, reason: String?) async throws
+    /// Cards the store holds as present in the list.
+    func liveCardIDs(accountID: String, syncListID: String) async throws -> [String]
+    /// A webhook was registered again: every list of the account that named the old one names the new one.
+    func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws
+}
+
+extension SQLiteStore: ReconcileStore {
+    public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
+                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL
+                FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
+                """
+            ).map { row in
+                (SyncListRecord(
+                    id: row[0], accountID: row[1], name: row[2], trelloBoardID: row[3], trelloListID: row[4], listWebhookID: row[5],
+                    boardWebhookID: row[6], createdAt: row[7], lastReconciledAt: row[8], lastReconcileError: row[9]), row[10])
+            }
+        }
+    }
+
+    public func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
+        let now = Timestamp.now()
+        try await pool.write { db in
+            if succeeded {
+                try db.execute(sql: "UPDATE sync_lists SET last_reconciled_at = ?, last_reconcile_error = ? WHERE id = ?", arguments: [now, error, syncListID])
+            } else {
+                try db.execute(sql: "UPDATE sync_lists SET last_reconcile_error = ? WHERE id = ?", arguments: [error, syncListID])
+            }
+        }
+    }
+
+    public func setNeedsAttention(accountID: String, reason: String?) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
+        }
+    }
+
+    public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(
+                db, sql: "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND deleted = 0 AND trello_card_id NOT LIKE 'pending:%'",
+                arguments: [accountID, syncListID])
+        }
+    }
+
+    public func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
+        let column = board ? "board_webhook_id" : "list_webhook_id"
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sync_lists SET \(column) = ?, updated_at = ? WHERE id = ?", arguments: [new, Timestamp.now(), syncListID])
+            if let old {
+                try db.execute(sql: "UPDATE sync_lists SET \(column) = ? WHERE account_id = ? AND \(column) = ?", arguments: [new, accountID, old])
+            }
+        }
+    }
+}

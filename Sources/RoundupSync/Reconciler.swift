@@ -1,0 +1,193 @@
+import Foundation
+import Logging
+import Metrics
+import NIOCore
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTrello
+
+/// The periodic delta pass that heals what webhooks missed, and the repair of the webhooks themselves.
+/// For one list: check the list and board webhooks (missing, inactive or pointing at another callback URL → registered
+/// again, Trello's HEAD check included), then page through the list's open cards and hand every card, plus a removal
+/// for every card the store holds that Trello no longer shows in the list, to the same comparison webhooks go through —
+/// so it emits exactly the changes webhooks would have, and nothing for a list in sync. One run per list at a time
+/// across every worker (a lock in Redis).
+public struct Reconciler: Sendable {
+    public struct Outcome: Sendable, Equatable {
+        public var cards = 0
+        public var changes: [String: Int] = [:]
+        public var webhooksRegistered = 0
+        public var trelloRequests = 0
+
+        public var summary: [String: JSONValue] {
+            [
+                "cards": .number(Double(cards)), "changes": .object(changes.mapValues { .number(Double($0)) }),
+                "webhooks_registered": .number(Double(webhooksRegistered)),
+            ]
+        }
+    }
+
+    public enum Failure: Error, Sendable, CustomStringConvertible {
+        /// Another run of this list holds the lock.
+        case busy
+        case noCredentials
+        /// Trello says the token is not valid any more: the account is flagged, not retried.
+        case tokenRevoked
+        public var description: String {
+            switch self {
+            case .busy: return "another reconciliation of this list is running"
+            case .noCredentials: return "the account has no Trello key and token"
+            case .tokenRevoked: return "the account's Trello token was revoked"
+            }
+        }
+    }
+
+    let store: any OutboundStore
+    let trello: TrelloClient
+    let redis: RedisClient
+    let keys: RedisKeys
+    let publicURL: String?
+    let pageSize: Int
+    let logger: Logger
+
+    public init(store: any OutboundStore, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000, logger: Logger) {
+        self.store = store
+        self.trello = trello
+        self.redis = redis
+        self.keys = keys
+        self.publicURL = publicURL
+        self.pageSize = pageSize
+        self.logger = logger
+    }
+
+    static let release = RedisScript(
+        name: "reconcile-unlock",
+        source: """
+            if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+            return 0
+            """)
+
+    /// Runs the list; waits up to `wait` for a run that holds the lock (an on-demand request behind a scheduled run).
+    public func run(_ list: SyncListRecord, wait: Duration = .zero) async throws -> Outcome {
+        let lock = keys.prefix + "reconcile:lock:" + list.id
+        let owner = UUID().uuidString
+        let deadline = ContinuousClock.now + wait
+        while true {
+            let reply = try await redis.send(RedisCommand("SET", [RedisArgument(lock), RedisArgument(owner), "NX", "PX", "600000"]))
+            if case .status = reply { break }
+            guard ContinuousClock.now < deadline else { throw Failure.busy }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        defer {
+            let redis = self.redis
+            Task { _ = try? await redis.evaluate(Self.release, keys: [RedisArgument(lock)], arguments: [RedisArgument(owner)]) }
+        }
+        guard let account = try await store.account(id: list.accountID), let key = account.trelloAPIKey, let token = account.trelloToken else {
+            try await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.noCredentials.description)
+            throw Failure.noCredentials
+        }
+        let credentials = TrelloCredentialsValue(apiKey: key, token: token)
+        do {
+            var outcome = Outcome()
+            outcome.webhooksRegistered = try await checkWebhooks(list, credentials: credentials)
+            try await reconcileCards(list, credentials: credentials, outcome: &outcome)
+            try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
+            Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "ok")]).increment()
+            for (type, count) in outcome.changes where count > 0 {
+                Counter(label: "roundup_reconcile_changes_total", dimensions: [("type", type)]).increment(by: count)
+            }
+            logger.info("list reconciled", metadata: [
+                "list": "\(list.id)", "cards": "\(outcome.cards)", "changes": "\(outcome.changes)", "webhooks_registered": "\(outcome.webhooksRegistered)",
+            ])
+            return outcome
+        } catch let error as TrelloError where error.status == 401 && error.message.lowercased().contains("token") {
+            try? await store.setNeedsAttention(accountID: list.accountID, reason: "trello_token_revoked")
+            try? await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.tokenRevoked.description)
+            Counter(label: "roundup_trello_token_revoked_total").increment()
+            Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "token_revoked")]).increment()
+            _ = try? await redis.send(RedisCommand("XADD", [
+                RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "alert",
+                "reason", "trello_token_revoked",
+            ]))
+            logger.warning("trello token revoked; account flagged", metadata: ["account": "\(list.accountID)"])
+            throw Failure.tokenRevoked
+        } catch {
+            try? await store.markReconciled(syncListID: list.id, succeeded: false, error: "\(error)")
+            Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "error")]).increment()
+            throw error
+        }
+    }
+
+    /// Registers the list's and board's webhooks again where Trello lost, deactivated or misdirects them.
+    func checkWebhooks(_ list: SyncListRecord, credentials: TrelloCredentialsValue) async throws -> Int {
+        guard let publicURL else { return 0 }
+        let callback = publicURL + "/dailyroundup/webhook/trello/" + list.accountID
+        var registered = 0
+        for (board, id, model) in [(false, list.listWebhookID, list.trelloListID), (true, list.boardWebhookID, list.trelloBoardID)] {
+            let info = try await id.asyncMap { try await trello.webhook(id: $0, credentials: credentials) } ?? nil
+            if let info, info.active, info.callbackURL == callback, info.idModel == model { continue }
+            if let info { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
+            let reason = info == nil ? (id == nil ? "none" : "missing") : (!info!.active ? "inactive" : "callback_changed")
+            let newID = try await trello.createWebhook(
+                callbackURL: callback, modelID: model, description: "roundup \(board ? "board" : "list") \(list.name)", credentials: credentials)
+            try await store.replaceWebhook(accountID: list.accountID, old: id, new: newID, board: board, syncListID: list.id)
+            Counter(label: "roundup_webhooks_reregistered_total", dimensions: [("reason", reason)]).increment()
+            logger.notice("webhook registered again", metadata: ["list": "\(list.id)", "model": "\(model)", "reason": "\(reason)"])
+            registered += 1
+        }
+        return registered
+    }
+
+    func reconcileCards(_ list: SyncListRecord, credentials: TrelloCredentialsValue, outcome: inout Outcome) async throws {
+        // Every observation is dated when the reading began: a webhook for a later edit still wins, and a card
+        // created after the reading began is not taken for gone.
+        let started = Date()
+        var priority = try await store.priorityField(accountID: list.accountID, boardID: list.trelloBoardID)
+        if priority == nil {
+            priority = try await trello.priorityField(boardID: list.trelloBoardID, credentials: credentials)
+            if let priority { try await store.savePriorityField(accountID: list.accountID, boardID: list.trelloBoardID, field: priority) }
+        }
+        var seen = Set<String>()
+        var before: String?
+        var observations: [CardObservation] = []
+        while true {
+            let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: pageSize, credentials: credentials)
+            for card in page {
+                guard let id = card["id"]?.stringValue, card["idList"]?.stringValue ?? list.trelloListID == list.trelloListID else { continue }
+                seen.insert(id)
+                observations.append(CardObservation(
+                    accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started,
+                    kind: .fields(CardMapper.fields(fromCard: card, priority: priority), full: true)))
+            }
+            outcome.trelloRequests += 1
+            guard page.count == pageSize, let last = page.last?["id"]?.stringValue else { break }
+            before = last
+        }
+        outcome.cards = seen.count
+        for id in try await store.liveCardIDs(accountID: list.accountID, syncListID: list.id) where !seen.contains(id) {
+            observations.append(CardObservation(accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started, kind: .removed))
+        }
+        var written = 0
+        for start in stride(from: 0, to: observations.count, by: 500) {
+            let applied = try await store.applyReportingAccounts(Array(observations[start..<min(observations.count, start + 500)]))
+            written += applied.written
+            outcome.changes.merge(applied.types) { $0 + $1 }
+        }
+        if written > 0 {
+            _ = try? await redis.send(RedisCommand("XADD", [
+                RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "background",
+                "reason", "reconcile",
+            ]))
+        }
+    }
+}
+
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        switch self {
+        case .some(let value): return try await transform(value)
+        case .none: return nil
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import Logging
+import Metrics
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupSync
+import ServiceLifecycle
+
+/// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all
+/// fire at once), one list at a time per worker and — through the reconciler's lock — one run per list across all
+/// workers. Yields while the webhook stream has a backlog; skips accounts flagged for their user.
+public struct ReconcileScheduler: Service {
+    let store: any OutboundStore
+    let reconciler: Reconciler
+    let redis: RedisClient
+    let keys: RedisKeys
+    let interval: TimeInterval
+    let tick: Duration
+    let logger: Logger
+
+    public init(store: any OutboundStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
+        self.store = store
+        self.reconciler = reconciler
+        self.redis = redis
+        self.keys = keys
+        self.interval = interval
+        self.tick = tick
+        self.logger = logger
+    }
+
+    /// A stable offset in [0, interval) from the list id (Swift's own hash differs per process).
+    static func offset(_ id: String, interval: TimeInterval) -> TimeInterval {
+        var hash: UInt64 = 1_469_598_103_934_665_603
+        for byte in id.utf8 { hash = (hash ^ UInt64(byte)) &* 1_099_511_628_211 }
+        return Double(hash % 1_000_000) / 1_000_000 * interval
+    }
+
+    func due(_ list: SyncListRecord, now: Date) -> Bool {
+        if let last = list.lastReconciledAt.flatMap(Timestamp.date) { return now.timeIntervalSince(last) >= interval }
+        let created = list.createdAt.flatMap(Timestamp.date) ?? now
+        return now.timeIntervalSince(created) >= Self.offset(list.id, interval: interval)
+    }
+
+    public func run() async throws {
+        guard interval > 0 else { return }
+        var retryAfter: [String: Date] = [:]
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            try? await Task.sleep(for: tick)
+            if Task.isShuttingDownGracefully { break }
+            // Webhooks first: with a backlog on the stream, wait for the next tick.
+            if let backlog = try? await redis.send(RedisCommand("XLEN", [RedisArgument(keys.webhookStream)])).int, backlog > 1000 { continue }
+            guard let lists = try? await store.allSyncLists() else { continue }
+            let now = Date()
+            var oldest = 0.0
+            for (list, flagged) in lists where !flagged {
+                let last = list.lastReconciledAt.flatMap(Timestamp.date) ?? list.createdAt.flatMap(Timestamp.date) ?? now
+                oldest = max(oldest, now.timeIntervalSince(last))
+            }
+            Gauge(label: "roundup_reconcile_oldest_age_seconds").record(oldest)
+            for (list, flagged) in lists where !flagged && due(list, now: now) {
+                if let wait = retryAfter[list.id], wait > now { continue }
+                if Task.isShuttingDownGracefully { break }
+                do {
+                    _ = try await reconciler.run(list)
+                    retryAfter[list.id] = nil
+                } catch Reconciler.Failure.busy {
+                    continue  // another worker has it
+                } catch {
+                    retryAfter[list.id] = now.addingTimeInterval(min(interval, 60))
+                    logger.warning("reconciliation failed", metadata: ["list": "\(list.id)", "error": "\(error)"])
+                }
+            }
+        }
+    }
+}
