@@ -31,10 +31,12 @@ public final class APNsTokenProvider: Sendable {
         self.init(key: try P256.Signing.PrivateKey(pemRepresentation: pem), keyID: keyID, teamID: teamID, lifetime: lifetime)
     }
 
-    /// The token to send now.
-    public func token(now: Date = Date()) -> Token {
+    /// The token to send now. (The time is read under the lock: a caller holding an older "now" must not take a token
+    /// made a moment later for one from the future and make yet another.)
+    public func token(now given: Date? = nil) -> Token {
         current.withLockedValue { current in
-            if let token = current, now.timeIntervalSince(token.issuedAt) < lifetime, now >= token.issuedAt { return token }
+            let now = given ?? Date()
+            if let token = current, now.timeIntervalSince(token.issuedAt) < lifetime, now.timeIntervalSince(token.issuedAt) > -300 { return token }
             let token = Token(value: Self.make(key: key, keyID: keyID, teamID: teamID, issuedAt: now), issuedAt: now)
             current = token
             Counter(label: "roundup_apns_token_renewals_total").increment()

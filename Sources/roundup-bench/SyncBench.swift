@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
 import RoundupStore
@@ -92,4 +93,54 @@ enum SyncBench {
 func benchFail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("roundup-bench: \(message)\n".utf8))
     exit(2)
+}
+
+/// `roundup-bench reconcile CARDS`: one list of CARDS cards in the fake Trello (no rate limit) that the server has never
+/// heard of; times an on-demand reconciliation (every card a create), then a second one (in sync, nothing emitted), and
+/// counts the Trello requests each cost.
+enum ReconcileBench {
+    static func run(cards: Int) async throws {
+        let unlimited = [
+            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_API_RATE_LIMIT": "1000000",
+            "ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0", "LOG_LEVEL": "warning",
+        ]
+        let stack = try await Stack(privateRedis: true)
+        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
+        try await stack.startWorker(name: "bench", extra: unlimited)
+        let bootstrap = "bench-bootstrap-0123456789"
+        try await stack.startAPI(bootstrapToken: bootstrap, extra: unlimited)
+        func json(_ response: Stack.Response) throws -> JSONValue {
+            guard response.status.code < 300 else { benchFail("\(response.status): \(response.body)") }
+            return response.json
+        }
+        let token = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))["auth_token"]!.stringValue!
+        _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
+            "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
+        ]).canonicalJSON))
+        stack.trello.addList(id: "Lbench", boardID: "Bbench")
+        let list = try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Bench","trello_board_id":"Bbench","trello_list_id":"Lbench"}"#))["sync_list_id"]!.stringValue!
+        for i in 0..<cards {
+            stack.trello.setCard(FakeTrello.card(id: String(format: "%024x", 0x5000_0000 + i), listID: "Lbench", boardID: "Bbench", name: "Card \(i)", desc: "Notes for card \(i)"))
+        }
+        var lines: [String] = []
+        for label in ["first run (every card new)", "second run (in sync)"] {
+            let requestsBefore = stack.trello.state.withLockedValue { $0.requests.count }
+            let started = ContinuousClock.now
+            var job = try json(try await stack.callAPI(.POST, "/dailyroundup/lists/\(list)/reconcile", token: token))
+            let id = job["job_id"]!.stringValue!
+            while job["status"]?.stringValue == "running" {
+                try await Task.sleep(for: .milliseconds(10))
+                job = try json(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: token))
+            }
+            let elapsed = ContinuousClock.now - started
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            guard job["status"]?.stringValue == "completed" else { benchFail("reconcile: \(job)") }
+            let requests = stack.trello.state.withLockedValue { $0.requests.count } - requestsBefore
+            let changes = job["results"]?.arrayValue?.first?["summary"]?["changes"]?.canonicalJSON ?? "?"
+            lines.append(String(format: "reconcile, %@: %d cards in %.2f s = %.0f cards/s; %d Trello requests; changes emitted %@",
+                                label, cards, seconds, Double(cards) / seconds, requests, changes))
+        }
+        await stack.shutdown()
+        for line in lines { print(line) }
+    }
 }

@@ -52,6 +52,11 @@ if args.count == 5, args[1] == "apns", let pushes = Int(args[2]) {
     exit(0)
 }
 
+if args.count == 3, args[1] == "reconcile", let cards = Int(args[2]) {
+    try await ReconcileBench.run(cards: cards)
+    exit(0)
+}
+
 if args.count == 4, args[1] == "sync", let accounts = Int(args[2]), let items = Int(args[3]) {
     try await SyncBench.run(accounts: accounts, items: items)
     exit(0)
