@@ -62,23 +62,25 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
 final class APNsConnection: Sendable {
     let channel: any Channel
     let multiplexer: NIOHTTP2Handler.StreamMultiplexer
-    private let goingAway = NIOLockedValueBox(false)
+    /// Set by a GOAWAY (with its last stream id), a closed connection, or a request that got no answer in time.
+    let goAway: GoAwayState
     private let lastActivity = NIOLockedValueBox(NIODeadline.now())
 
-    init(channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer) {
+    init(channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, goAway: GoAwayState) {
         self.channel = channel
         self.multiplexer = multiplexer
+        self.goAway = goAway
     }
 
-    var isUsable: Bool { channel.isActive && !goingAway.withLockedValue { $0 } }
+    var isUsable: Bool { channel.isActive && !goAway.isGoingAway }
 
-    func markGoingAway() { goingAway.withLockedValue { $0 = true } }
+    func markGoingAway() { goAway.mark(lastStreamID: nil) }
 
     static func connect(
         host: String, port: Int, tls: NIOSSLContext, group: any EventLoopGroup, idlePing: TimeAmount, logger: Logger
     ) async throws -> APNsConnection {
         let serverName = host.first?.isNumber == true || host.contains(":") ? nil : host
-        let box = NIOLockedValueBox<APNsConnection?>(nil)
+        let goAway = GoAwayState()
         let (channel, multiplexer) = try await ClientBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.so_keepalive), value: 1)
             .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
@@ -87,15 +89,15 @@ final class APNsConnection: Sendable {
                 channel.eventLoop.makeCompletedFuture { () -> (any Channel, NIOHTTP2Handler.StreamMultiplexer) in
                     let ssl = try NIOSSLClientHandler(context: tls, serverHostname: serverName)
                     try channel.pipeline.syncOperations.addHandler(ssl)
+                    try channel.pipeline.syncOperations.addHandler(FlushCoalescer())
                     let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
                         mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
                     ) { stream in stream.close() }  // APNs never opens streams
-                    try channel.pipeline.syncOperations.addHandler(ConnectionWatcher(onGoAway: { box.withLockedValue { $0?.markGoingAway() } }))
+                    try channel.pipeline.syncOperations.addHandler(ConnectionWatcher(goAway: goAway))
                     return (channel, multiplexer)
                 }
             }
-        let connection = APNsConnection(channel: channel, multiplexer: multiplexer)
-        box.withLockedValue { $0 = connection }
+        let connection = APNsConnection(channel: channel, multiplexer: multiplexer, goAway: goAway)
         connection.schedulePing(every: idlePing)
         logger.info("apns connected", metadata: ["host": "\(host)", "port": "\(port)"])
         return connection
@@ -135,37 +137,74 @@ final class APNsConnection: Sendable {
         headers.add(name: "content-length", value: String(request.payload.readableBytes))
         let payload = request.payload
         let sendHeaders = headers
+        let goAway = self.goAway
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(headers: sendHeaders, body: payload, promise: promise))
+                try stream.pipeline.syncOperations.addHandler(
+                    APNsStreamHandler(headers: sendHeaders, body: payload, promise: promise, timeout: timeout, goAway: goAway))
             }
         }.whenFailure { error in
             promise.fail(APNsError.notProcessed("stream not opened: \(error)"))
         }
-        let deadline = channel.eventLoop.scheduleTask(in: timeout) {
-            promise.fail(APNsError.noResponse("no answer within \(timeout.nanoseconds / 1_000_000) ms"))
+        do {
+            return try await promise.futureResult.get()
+        } catch APNsError.noResponse(let why) where why.hasPrefix("no answer within") {
+            // A connection that stops answering is replaced (PINGs alone would take minutes to tell).
+            markGoingAway()
+            throw APNsError.noResponse(why)
         }
-        defer { deadline.cancel() }
-        return try await promise.futureResult.get()
     }
 
     func close() { channel.close(promise: nil) }
 }
 
-/// Sees connection-level frames: a GOAWAY means no new streams here.
+/// Every stream's request is flushed on its own (NIOHTTP2 flushes the connection per stream outside a read), which
+/// costs a TLS record and a write per push. This defers the connection's flush to the end of the event loop's current
+/// batch of tasks, so a burst of pushes leaves in one write.
+private final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    private var scheduled = false
+
+    func flush(context: ChannelHandlerContext) {
+        guard !scheduled else { return }
+        scheduled = true
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = loopBound.value
+            handler.scheduled = false
+            context.flush()
+        }
+    }
+}
+
+/// Whether a connection is going away, and the last stream the server said it processes (GOAWAY's lastStreamID).
+final class GoAwayState: Sendable {
+    private let state = NIOLockedValueBox<(goingAway: Bool, lastStreamID: Int?)>((false, nil))
+    var isGoingAway: Bool { state.withLockedValue { $0.goingAway } }
+    var lastStreamID: Int? { state.withLockedValue { $0.lastStreamID } }
+    func mark(lastStreamID: Int?) {
+        state.withLockedValue { value in
+            value.goingAway = true
+            if let lastStreamID { value.lastStreamID = min(value.lastStreamID ?? Int.max, lastStreamID) }
+        }
+    }
+}
+
+/// Sees connection-level frames: a GOAWAY means no new streams here, and streams above its last id were not processed.
 private final class ConnectionWatcher: ChannelInboundHandler, Sendable {
     typealias InboundIn = HTTP2Frame
-    let onGoAway: @Sendable () -> Void
-    init(onGoAway: @escaping @Sendable () -> Void) { self.onGoAway = onGoAway }
+    let goAway: GoAwayState
+    init(goAway: GoAwayState) { self.goAway = goAway }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        if case .goAway = frame.payload { onGoAway() }
+        if case .goAway(let last, _, _) = frame.payload { goAway.mark(lastStreamID: Int(last)) }
         context.fireChannelRead(data)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        onGoAway()
+        goAway.mark(lastStreamID: nil)
         context.fireChannelInactive()
     }
 }
@@ -178,19 +217,42 @@ private final class APNsStreamHandler: ChannelInboundHandler {
     let headers: HPACKHeaders
     let body: ByteBuffer
     let promise: EventLoopPromise<APNsResponse>
+    let timeout: TimeAmount
+    let goAway: GoAwayState
     var status: Int?
     var apnsID: String?
     var responseBody = ByteBuffer()
     var done = false
+    var deadline: Scheduled<Void>?
 
-    init(headers: HPACKHeaders, body: ByteBuffer, promise: EventLoopPromise<APNsResponse>) {
+    init(headers: HPACKHeaders, body: ByteBuffer, promise: EventLoopPromise<APNsResponse>, timeout: TimeAmount, goAway: GoAwayState) {
         self.headers = headers
         self.body = body
         self.promise = promise
+        self.timeout = timeout
+        self.goAway = goAway
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        // The deadline closes the stream too (RST_STREAM, or dropped while still queued), so a request that timed
+        // out cannot still reach APNs after we have moved on and retried it.
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) {
+            let (handler, context) = loopBound.value
+            guard !handler.done else { return }
+            handler.fail(.noResponse("no answer within \(handler.timeout.nanoseconds / 1_000_000) ms"))
+            context.close(promise: nil)
+        }
         if context.channel.isActive { write(context: context) }
+    }
+
+    /// A stream that closed without an answer was not processed if it never got an id, or its id is above the last one
+    /// a GOAWAY promised to process.
+    private func closedWithoutAnswer(_ context: ChannelHandlerContext, _ why: String) -> APNsError {
+        let id = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) }
+        if id == nil { return .notProcessed("\(why) before the stream opened") }
+        if let last = goAway.lastStreamID, let id, id > last { return .notProcessed("refused by GOAWAY (stream \(id) > \(last))") }
+        return .noResponse(why)
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -223,27 +285,26 @@ private final class APNsStreamHandler: ChannelInboundHandler {
         }
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        // Closed by GOAWAY: the reason is refusedStream and the server did not process the request.
-        if let closed = event as? StreamClosedEvent, !done {
-            fail(closed.reason == .refusedStream ? APNsError.notProcessed("refused by GOAWAY") : APNsError.noResponse("stream closed: \(String(describing: closed.reason))"))
-        }
-        context.fireUserInboundEventTriggered(event)
-    }
-
     func channelInactive(context: ChannelHandlerContext) {
-        fail(APNsError.noResponse("stream closed before the response"))
+        if !done { fail(closedWithoutAnswer(context, "stream closed before the response")) }
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        fail(APNsError.noResponse("\(error)"))
+        if !done {
+            if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .refusedStream {
+                fail(.notProcessed("stream refused"))
+            } else {
+                fail(closedWithoutAnswer(context, "\(error)"))
+            }
+        }
         context.close(promise: nil)
     }
 
     private func finish(context: ChannelHandlerContext) {
         guard !done else { return }
         done = true
+        deadline?.cancel()
         var reason: String?
         if responseBody.readableBytes > 0, let text = responseBody.getString(at: responseBody.readerIndex, length: responseBody.readableBytes),
            let range = text.range(of: #""reason":""#)
@@ -257,6 +318,7 @@ private final class APNsStreamHandler: ChannelInboundHandler {
     private func fail(_ error: APNsError) {
         guard !done else { return }
         done = true
+        deadline?.cancel()
         promise.fail(error)
     }
 }
@@ -317,9 +379,11 @@ public final class APNsClient: Sendable {
         do {
             let connection = try await future.get()
             if connection.isUsable { return connection }
-            // Gone away: replace it (once; whoever gets here first).
+            // Gone away: replace it (once; whoever gets here first). Not closed at once: after a GOAWAY the server is
+            // still answering the streams it kept; it closes the connection itself, or we do once those had their time.
             slot.withLockedValue { if $0 === future { $0 = nil } }
-            connection.close()
+            let channel = connection.channel
+            channel.eventLoop.scheduleTask(in: timeout + .seconds(1)) { channel.close(promise: nil) }
             return try await self.connection()
         } catch {
             slot.withLockedValue { if $0 === future { $0 = nil } }

@@ -48,8 +48,16 @@ public struct PushSender: Sendable {
             let response: APNsResponse
             do {
                 response = try await client.send(request, token: token.value)
+            } catch APNsError.noResponse(let why) {
+                // APNs may have it. A background push again is harmless (collapse id, content-available); an alert
+                // twice is two banners: not resent.
+                Self.count("error", "no_response")
+                guard request.pushType == .background, attempt < maxAttempts else { return .failed("no response: \(why)") }
+                try? await Task.sleep(for: .milliseconds(Self.backoff(attempt)))
+                continue
             } catch {
-                Self.count("error", error is APNsError ? String(describing: error).components(separatedBy: ":").first ?? "error" : "error")
+                // Not processed (refused by GOAWAY, stream or connection not opened): safe to send again.
+                Self.count("error", "not_processed")
                 guard attempt < maxAttempts else { return .failed("\(error)") }
                 try? await Task.sleep(for: .milliseconds(Self.backoff(attempt)))
                 continue
@@ -134,7 +142,7 @@ public struct PushConsumer: Service {
                         reader = try await redis.dedicatedConnection().get()
                         logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
                     }
-                    // Entries left pending (a pusher died, or the store could not be read) are taken over after 30 s.
+                    // Entries left pending (a pusher died, or the store could not be read) are taken over after 120 s.
                     var entries: [(id: String, fields: [String: String])] = []
                     if ContinuousClock.now - lastClaim > .seconds(5) {
                         lastClaim = .now
@@ -177,7 +185,7 @@ public struct PushConsumer: Service {
 
     func reclaim() async throws -> [(id: String, fields: [String: String])] {
         let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
-            RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), "30000", "0-0", "COUNT", "256",
+            RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), "120000", "0-0", "COUNT", "256",
         ]))
         guard let parts = reply.array, parts.count >= 2 else { return [] }
         return parts[1].streamEntries.map { ($0.id, $0.fields.mapValues { String(decoding: $0, as: UTF8.self) }) }
@@ -244,6 +252,8 @@ public struct PushConsumer: Service {
                 RedisCommand("PTTL", [RedisArgument(recent)]),
             ])
             if case .status = replies[0] {
+                // Sent now: a push deferred to the end of the last window is covered by this one.
+                _ = try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(account + "|" + device.deviceID)]))
                 await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
             } else {
                 let due = Int(Date().timeIntervalSince1970 * 1000) + max(0, replies[1].int ?? windowMilliseconds)
@@ -268,7 +278,16 @@ public struct PushConsumer: Service {
             for member in due.compactMap(\.string) {
                 guard (try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(member)])).int) == 1 else { continue }
                 let parts = member.split(separator: "|", maxSplits: 1).map(String.init)
-                guard parts.count == 2, let device = try? await store.devices(accountID: parts[0]).first(where: { $0.deviceID == parts[1] }) else { continue }
+                guard parts.count == 2 else { continue }
+                let devices: [DeviceRecord]
+                do {
+                    devices = try await store.devices(accountID: parts[0])
+                } catch {
+                    // Put it back for a moment later rather than lose the window's last push.
+                    _ = try? await redis.send(RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(now + 1000), RedisArgument(member)]))
+                    continue
+                }
+                guard let device = devices.first(where: { $0.deviceID == parts[1] }) else { continue }
                 _ = try? await redis.send(RedisCommand("SET", [RedisArgument(options.keys.recentPush(account: parts[0], device: parts[1])), "1", "PX", RedisArgument(windowMilliseconds)]))
                 await deliver(.background, payload: Self.backgroundPayload, device: device, account: parts[0], collapseID: "roundup-sync")
             }
@@ -282,7 +301,8 @@ public struct PushConsumer: Service {
         case .sent:
             break
         case .deviceRemoved(let reason):
-            _ = try? await store.deleteDevice(accountID: account, deviceID: device.deviceID)
+            // Only this registration: the app may have registered a new token for the device since.
+            _ = try? await store.deleteDevice(accountID: account, deviceID: device.deviceID, apnsToken: device.apnsToken)
             Counter(label: "roundup_apns_devices_removed_total", dimensions: [("reason", reason)]).increment()
             logger.notice("device removed", metadata: ["account": "\(account)", "device": "\(device.deviceID)", "reason": "\(reason)"])
         case .dropped(let why), .failed(let why):

@@ -179,6 +179,14 @@ extension SQLiteStore {
         }
     }
 
+    /// Deletes the device only while it still has this token (APNs refused that token; a newer one may be registered).
+    public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ? AND apns_token = ?", arguments: [accountID, deviceID, apnsToken])
+            return db.changesCount > 0
+        }
+    }
+
     public func conflicts(accountID: String) async throws -> [ConflictRecord] {
         try await pool.read { db in
             try Row.fetchAll(

@@ -8,7 +8,9 @@ public protocol ReconcileStore: Sendable {
     func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)]
     /// Records a run: its time when it succeeded, its error either way (nil clears it).
     func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws
-    func setNeedsAttention(accountID: String, reason: String?) async throws
+    /// Flags (or clears) the account; with `whileToken`, only if that is still its Trello token. Returns whether it changed.
+    @discardableResult
+    func setNeedsAttention(accountID: String, reason: String?, whileToken: String?) async throws -> Bool
     /// Cards the store holds as present in the list.
     func liveCardIDs(accountID: String, syncListID: String) async throws -> [String]
     /// A webhook was registered again: every list of the account that named the old one names the new one.
@@ -42,9 +44,15 @@ extension SQLiteStore: ReconcileStore {
         }
     }
 
-    public func setNeedsAttention(accountID: String, reason: String?) async throws {
+    @discardableResult
+    public func setNeedsAttention(accountID: String, reason: String?, whileToken: String?) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
+            if let token = whileToken {
+                try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ? AND trello_token = ?", arguments: [reason, accountID, token])
+            } else {
+                try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
+            }
+            return db.changesCount == 1
         }
     }
 

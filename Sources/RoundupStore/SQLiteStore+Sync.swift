@@ -82,6 +82,13 @@ extension SQLiteStore: SyncJobStore {
                 try db.execute(sql: "UPDATE background_jobs SET status = 'error', error = 'lease lost', updated_at = ? WHERE id = ?", arguments: [nowText, id])
                 return .skip(reason: "another job holds the account's lease")
             }
+            // Its stream entry looked idle, but the worker running it still beats: leave it to that worker.
+            if let lease = try Row.fetchOne(db, sql: "SELECT holder, updated_at FROM sync_lease WHERE job_id = ?", arguments: [id]),
+               (lease[0] as String) != holder, (lease[0] as String) != "api",
+               let beat = Timestamp.date(lease[1]), now.timeIntervalSince(beat) < staleAfter / 4
+            {
+                return .skip(reason: "running on \(lease[0] as String)")
+            }
             try db.execute(
                 sql: """
                     INSERT INTO sync_lease (account_id, job_id, holder, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)
@@ -100,28 +107,34 @@ extension SQLiteStore: SyncJobStore {
         try db.execute(sql: "DELETE FROM sync_lease WHERE account_id = ? AND job_id = ?", arguments: [job.accountID, job.id])
     }
 
-    /// Moves the heartbeat, unless the job is no longer running or already reads as stale.
-    private static func beat(_ db: Database, jobID: String, staleAfter: TimeInterval, now: Date, extra: String = "", arguments extraArguments: StatementArguments = []) throws -> Bool {
+    /// Moves the heartbeat, unless the job is no longer running, already reads as stale, or is no longer this holder's
+    /// (another worker took it over: the lease names that worker now).
+    private static func beat(
+        _ db: Database, jobID: String, holder: String, staleAfter: TimeInterval, now: Date, extra: String = "", arguments extraArguments: StatementArguments = []
+    ) throws -> Bool {
         let nowText = Timestamp.string(now)
         let cutoff = Timestamp.string(now.addingTimeInterval(-staleAfter))
         try db.execute(
-            sql: "UPDATE background_jobs SET updated_at = ?\(extra) WHERE id = ? AND status = 'running' AND updated_at >= ?",
-            arguments: [nowText] + extraArguments + [jobID, cutoff])
+            sql: """
+                UPDATE background_jobs SET updated_at = ?\(extra) WHERE id = ? AND status = 'running' AND updated_at >= ?
+                AND (kind = 'reconcile' OR EXISTS (SELECT 1 FROM sync_lease WHERE job_id = background_jobs.id AND holder = ?))
+                """,
+            arguments: [nowText] + extraArguments + [jobID, cutoff, holder])
         guard db.changesCount == 1 else {
-            if let job = try fetchJob(db, id: jobID), job.status == "running" { try markStale(db, job: job) }
+            if let job = try fetchJob(db, id: jobID), job.isStale(now: now, staleAfter: staleAfter) { try markStale(db, job: job) }
             return false
         }
         try db.execute(
-            sql: "UPDATE sync_lease SET expires_at = ?, updated_at = ? WHERE job_id = ?",
-            arguments: [Timestamp.string(now.addingTimeInterval(staleAfter)), nowText, jobID])
+            sql: "UPDATE sync_lease SET expires_at = ?, updated_at = ? WHERE job_id = ? AND holder = ?",
+            arguments: [Timestamp.string(now.addingTimeInterval(staleAfter)), nowText, jobID, holder])
         return true
     }
 
-    public func heartbeat(jobID: String, staleAfter: TimeInterval) async throws -> Bool {
-        try await pool.write { db in try Self.beat(db, jobID: jobID, staleAfter: staleAfter, now: Date()) }
+    public func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+        try await pool.write { db in try Self.beat(db, jobID: jobID, holder: holder, staleAfter: staleAfter, now: Date()) }
     }
 
-    public func recordResult(jobID: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool {
+    public func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool {
         try await pool.write { db in
             guard let text = try String.fetchOne(db, sql: "SELECT results FROM background_jobs WHERE id = ?", arguments: [jobID]) else { return false }
             var results = (try? JSONParser.parse(Array(text.utf8)))?.arrayValue ?? []
@@ -132,7 +145,7 @@ extension SQLiteStore: SyncJobStore {
                 extra += ", total = ?"
                 arguments += [total]
             }
-            return try Self.beat(db, jobID: jobID, staleAfter: staleAfter, now: Date(), extra: extra, arguments: arguments)
+            return try Self.beat(db, jobID: jobID, holder: holder, staleAfter: staleAfter, now: Date(), extra: extra, arguments: arguments)
         }
     }
 
@@ -211,6 +224,14 @@ extension SQLiteStore: SyncJobStore {
                     ON CONFLICT (account_id, trello_card_id) DO UPDATE SET updated_at = excluded.updated_at
                     """,
                 arguments: [accountID, syncListID, SyncTaskRecord.placeholderPrefix + reminderID, reminderID, now, now])
+        }
+    }
+
+    public func releaseCreate(accountID: String, reminderID: String) async throws {
+        try await pool.write { db in
+            try db.execute(
+                sql: "DELETE FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
+                arguments: [accountID, SyncTaskRecord.placeholderPrefix + reminderID])
         }
     }
 

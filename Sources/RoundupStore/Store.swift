@@ -266,6 +266,7 @@ public protocol SyncStore: Sendable {
     func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool)
     func devices(accountID: String) async throws -> [DeviceRecord]
     func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
+    func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool
     func conflicts(accountID: String) async throws -> [ConflictRecord]
     func duplicates(accountID: String) async throws -> [DuplicateRecord]
     /// A cheap query, for readiness checks.

@@ -235,9 +235,11 @@ public protocol SyncJobStore: Sendable {
     /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.
     func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart
     /// Advances the heartbeat; false when the job is no longer running (it was given up as stale).
-    func heartbeat(jobID: String, staleAfter: TimeInterval) async throws -> Bool
+    func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool
     /// Stores one item's result and advances `processed` (and the heartbeat); false when the job was given up as stale.
-    func recordResult(jobID: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool
+    func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool
+    /// A create that Trello certainly did not perform: its placeholder goes.
+    func releaseCreate(accountID: String, reminderID: String) async throws
     /// Ends the job (completed or error) and releases the lease.
     func finishJob(jobID: String, status: String, error: String?) async throws
 

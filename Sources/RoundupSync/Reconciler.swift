@@ -49,9 +49,15 @@ public struct Reconciler: Sendable {
     let keys: RedisKeys
     let publicURL: String?
     let pageSize: Int
+    /// Our own writes in flight (a sync job between its Trello write and its bookkeeping) are not drift.
+    let echo: EchoFingerprints?
     let logger: Logger
 
-    public init(store: any OutboundStore, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000, logger: Logger) {
+    public init(
+        store: any OutboundStore, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000,
+        echo: EchoFingerprints? = nil, logger: Logger
+    ) {
+        self.echo = echo
         self.store = store
         self.trello = trello
         self.redis = redis
@@ -69,7 +75,8 @@ public struct Reconciler: Sendable {
             """)
 
     /// Runs the list; waits up to `wait` for a run that holds the lock (an on-demand request behind a scheduled run).
-    public func run(_ list: SyncListRecord, wait: Duration = .zero) async throws -> Outcome {
+    /// `skipIfReconciledWithin`: a scheduled run that finds the list done meanwhile (by another worker) does nothing.
+    public func run(_ list: SyncListRecord, wait: Duration = .zero, skipIfReconciledWithin: TimeInterval? = nil) async throws -> Outcome {
         let lock = keys.prefix + "reconcile:lock:" + list.id
         let owner = UUID().uuidString
         let deadline = ContinuousClock.now + wait
@@ -79,9 +86,21 @@ public struct Reconciler: Sendable {
             guard ContinuousClock.now < deadline else { throw Failure.busy }
             try await Task.sleep(for: .milliseconds(250))
         }
-        defer {
-            let redis = self.redis
-            Task { _ = try? await redis.evaluate(Self.release, keys: [RedisArgument(lock)], arguments: [RedisArgument(owner)]) }
+        do {
+            let outcome = try await locked(list, skipIfReconciledWithin: skipIfReconciledWithin)
+            _ = try? await redis.evaluate(Self.release, keys: [RedisArgument(lock)], arguments: [RedisArgument(owner)], timeout: .seconds(2))
+            return outcome
+        } catch {
+            _ = try? await redis.evaluate(Self.release, keys: [RedisArgument(lock)], arguments: [RedisArgument(owner)], timeout: .seconds(2))
+            throw error
+        }
+    }
+
+    private func locked(_ stale: SyncListRecord, skipIfReconciledWithin: TimeInterval?) async throws -> Outcome {
+        // Read again under the lock: another worker may have just run it, or changed its webhook ids.
+        guard let list = try await store.syncList(accountID: stale.accountID, id: stale.id) else { return Outcome() }
+        if let window = skipIfReconciledWithin, let last = list.lastReconciledAt.flatMap(Timestamp.date), Date().timeIntervalSince(last) < window {
+            return Outcome()
         }
         guard let account = try await store.account(id: list.accountID), let key = account.trelloAPIKey, let token = account.trelloToken else {
             try await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.noCredentials.description)
@@ -102,15 +121,18 @@ public struct Reconciler: Sendable {
             ])
             return outcome
         } catch let error as TrelloError where error.status == 401 && error.message.lowercased().contains("token") {
-            try? await store.setNeedsAttention(accountID: list.accountID, reason: "trello_token_revoked")
+            // Only if the token Trello refused is still the stored one (the user may have just sent a new one).
+            let flagged = (try? await store.setNeedsAttention(accountID: list.accountID, reason: "trello_token_revoked", whileToken: token)) ?? false
             try? await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.tokenRevoked.description)
-            Counter(label: "roundup_trello_token_revoked_total").increment()
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "token_revoked")]).increment()
-            _ = try? await redis.send(RedisCommand("XADD", [
-                RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "alert",
-                "reason", "trello_token_revoked",
-            ]))
-            logger.warning("trello token revoked; account flagged", metadata: ["account": "\(list.accountID)"])
+            if flagged {
+                Counter(label: "roundup_trello_token_revoked_total").increment()
+                _ = try? await redis.send(RedisCommand("XADD", [
+                    RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "alert",
+                    "reason", "trello_token_revoked",
+                ]))
+                logger.warning("trello token revoked; account flagged", metadata: ["account": "\(list.accountID)"])
+            }
             throw Failure.tokenRevoked
         } catch {
             try? await store.markReconciled(syncListID: list.id, succeeded: false, error: "\(error)")
@@ -127,10 +149,14 @@ public struct Reconciler: Sendable {
         for (board, id, model) in [(false, list.listWebhookID, list.trelloListID), (true, list.boardWebhookID, list.trelloBoardID)] {
             let info = try await id.asyncMap { try await trello.webhook(id: $0, credentials: credentials) } ?? nil
             if let info, info.active, info.callbackURL == callback, info.idModel == model { continue }
-            if let info { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
             let reason = info == nil ? (id == nil ? "none" : "missing") : (!info!.active ? "inactive" : "callback_changed")
+            // Same callback and model: Trello refuses a second one, so the old goes first. A new callback URL: the new
+            // webhook first (its HEAD check may fail), the old one after, so the list is never left without.
+            let sameTarget = info.map { $0.callbackURL == callback && $0.idModel == model } ?? false
+            if let info, sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
             let newID = try await trello.createWebhook(
                 callbackURL: callback, modelID: model, description: "roundup \(board ? "board" : "list") \(list.name)", credentials: credentials)
+            if let info, !sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
             try await store.replaceWebhook(accountID: list.accountID, old: id, new: newID, board: board, syncListID: list.id)
             Counter(label: "roundup_webhooks_reregistered_total", dimensions: [("reason", reason)]).increment()
             logger.notice("webhook registered again", metadata: ["list": "\(list.id)", "model": "\(model)", "reason": "\(reason)"])
@@ -161,13 +187,15 @@ public struct Reconciler: Sendable {
                     kind: .fields(CardMapper.fields(fromCard: card, priority: priority), full: true)))
             }
             outcome.trelloRequests += 1
-            guard page.count == pageSize, let last = page.last?["id"]?.stringValue else { break }
+            guard page.count == pageSize, let last = page.last?["id"]?.stringValue, last != before else { break }
             before = last
         }
         outcome.cards = seen.count
-        for id in try await store.liveCardIDs(accountID: list.accountID, syncListID: list.id) where !seen.contains(id) {
+        let live = Set(try await store.liveCardIDs(accountID: list.accountID, syncListID: list.id))
+        for id in live where !seen.contains(id) {
             observations.append(CardObservation(accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started, kind: .removed))
         }
+        if let echo { observations = await echo.withoutEchoes(observations, logger: logger) { _, card in live.contains(card) } }
         var written = 0
         for start in stride(from: 0, to: observations.count, by: 500) {
             let applied = try await store.applyReportingAccounts(Array(observations[start..<min(observations.count, start + 500)]))

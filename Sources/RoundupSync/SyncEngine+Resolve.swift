@@ -48,7 +48,8 @@ extension SyncEngine {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
                 record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
                 record.winning = [field: chosen]
-                if choice == "value" { record.toApps = [field: chosen] }
+                // The apps may have applied Trello's value meanwhile: send them the chosen one either way.
+                record.toApps = [field: chosen]
             } else {
                 let priority = try await priorityField(list, state: &state)
                 let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null

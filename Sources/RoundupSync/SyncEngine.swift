@@ -76,7 +76,7 @@ public struct SyncEngine: Sendable {
 
     /// Runs a job from where it stands (`processed`), with a heartbeat beside it. `beat` runs with each heartbeat
     /// (the consumer keeps its stream entry from looking idle).
-    public func run(_ job: SyncJob, beat: @escaping @Sendable () async -> Void = {}) async -> RunOutcome {
+    public func run(_ job: SyncJob, holder: String, beat: @escaping @Sendable () async -> Void = {}) async -> RunOutcome {
         let lost = NIOLockedValueBox(false)
         let outcome: RunOutcome = await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -84,7 +84,7 @@ public struct SyncEngine: Sendable {
                     try? await Task.sleep(for: self.options.heartbeat)
                     if Task.isCancelled { return }
                     do {
-                        if try await !self.store.heartbeat(jobID: job.id, staleAfter: self.options.staleAfter) {
+                        if try await !self.store.heartbeat(jobID: job.id, holder: holder, staleAfter: self.options.staleAfter) {
                             lost.withLockedValue { $0 = true }
                             return
                         }
@@ -94,7 +94,7 @@ public struct SyncEngine: Sendable {
                     await beat()
                 }
             }
-            let outcome = await self.work(job, lost: lost)
+            let outcome = await self.work(job, holder: holder, lost: lost)
             group.cancelAll()
             return outcome
         }
@@ -114,8 +114,8 @@ public struct SyncEngine: Sendable {
         return outcome
     }
 
-    private func work(_ job: SyncJob, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
-        if job.kind == "reconcile" { return await runReconcile(job) }
+    private func work(_ job: SyncJob, holder: String, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+        if job.kind == "reconcile" { return await runReconcile(job, holder: holder) }
         let state: JobState
         do {
             state = try await makeState(accountID: job.accountID, jobID: job.id)
@@ -125,16 +125,19 @@ public struct SyncEngine: Sendable {
             return .failed("the store could not be read: \(error)")
         }
         var running = state
-        if job.kind == "import" { return await runImport(job, state: &running, lost: lost) }
+        if job.kind == "import" { return await runImport(job, holder: holder, state: &running, lost: lost) }
         let items = job.items
         for index in job.processed..<items.count {
             if Task.isShuttingDownGracefully { return .interrupted }
             if lost.withLockedValue({ $0 }) { return .lost }
             let item = items[index]
-            let result = await processWithRetries(item, state: &running)
+            guard let result = await processWithRetries(item, state: &running, lost: lost) else {
+                // Shutting down, or given up as stale, in the middle of retries: the item stays unprocessed.
+                return lost.withLockedValue({ $0 }) ? .lost : .interrupted
+            }
             Counter(label: "roundup_sync_items_total", dimensions: [("op", item.op), ("status", result.status)]).increment()
             do {
-                guard try await store.recordResult(jobID: job.id, index: index, result: result, total: nil, staleAfter: options.staleAfter) else { return .lost }
+                guard try await store.recordResult(jobID: job.id, holder: holder, index: index, result: result, total: nil, staleAfter: options.staleAfter) else { return .lost }
             } catch {
                 return .failed("the store could not record a result: \(error)")
             }
@@ -154,7 +157,7 @@ public struct SyncEngine: Sendable {
             lists: Dictionary(lists.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
     }
 
-    private func processWithRetries(_ item: SyncItem, state: inout JobState) async -> SyncItemResult {
+    private func processWithRetries(_ item: SyncItem, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> SyncItemResult? {
         var attempt = 0
         while true {
             attempt += 1
@@ -166,7 +169,8 @@ public struct SyncEngine: Sendable {
                 return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: error.description)
             } catch {
                 // Transient: Trello 429/5xx/timeouts, Redis or the store briefly away. The heartbeat keeps going.
-                guard attempt < options.itemAttempts, !Task.isShuttingDownGracefully else {
+                if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
+                guard attempt < options.itemAttempts else {
                     return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: "gave up after \(attempt) attempts: \(error)")
                 }
                 let delay = min(8_000, 250 * (1 << (attempt - 1)))
@@ -216,6 +220,7 @@ public struct SyncEngine: Sendable {
         _ item: SyncItem, fields appFields: [String: JSONValue], changed: [String], cardID: String, task: SyncTaskRecord?,
         list: SyncListRecord, state: inout JobState
     ) async throws -> SyncItemResult {
+        let readTime = Date().timeIntervalSince1970
         guard let card = try await trello.card(id: cardID, credentials: state.credentials) else {
             throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
         }
@@ -232,12 +237,17 @@ public struct SyncEngine: Sendable {
         var winning: [String: JSONValue] = [:]
         var toApps: [String: JSONValue] = [:]
         var conflicts: [NewConflict] = []
+        var agreed: [String: JSONValue] = [:]
         for field in Set(changed).sorted() {
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
-            if mine == theirs { continue }
             let stamp = task?.stamps[field]
             let pendingValue = pending.flatMap { $0.changeType == "delete" ? nil : $0.fields[field] }
+            if mine == theirs {
+                // Both sides agree (an earlier attempt wrote it, say): make the stamp say so too.
+                if pendingValue == nil, stamp?.hash != theirs.fieldHash { agreed[field] = theirs }
+                continue
+            }
             let trelloChanged = (stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil
             if !trelloChanged {
                 write[field] = mine
@@ -271,8 +281,8 @@ public struct SyncEngine: Sendable {
         record.toApps = toApps
         record.conflicts = conflicts
         record.jobID = state.jobID
-        let now = Date().timeIntervalSince1970
-        for (field, value) in toApps { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+        // Dated when the card was read: a Trello edit made after that read still counts as newer.
+        for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime) }
         var marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
         record.stamps.merge(try await writeFields(write, card: card, list: list, marks: &marks, state: &state)) { _, new in new }
         let conflictIDs = try await store.recordSyncWrite(record)
@@ -410,7 +420,6 @@ public struct SyncEngine: Sendable {
 
     /// Makes the card and maps it to the reminder; returns its id.
     func createCard(_ fields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState) async throws -> String {
-        try await store.reserveCreate(accountID: list.accountID, syncListID: list.id, reminderID: reminderID)
         let title = fields[SyncField.title]?.stringValue ?? ""
         let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
         try await echo.mark([createMark])
@@ -418,7 +427,16 @@ public struct SyncEngine: Sendable {
         for (field, value) in fields {
             if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
         }
-        let card = try await trello.createCard(listID: list.trelloListID, attributes: attributes, credentials: state.credentials)
+        // The placeholder says "a card may exist for this reminder" — only while Trello may have made one.
+        try await store.reserveCreate(accountID: list.accountID, syncListID: list.id, reminderID: reminderID)
+        let card: [String: JSONValue]
+        do {
+            card = try await trello.createCard(listID: list.trelloListID, attributes: attributes, credentials: state.credentials)
+        } catch let error as TrelloError where (error.status ?? 0) >= 400 && (error.status ?? 0) < 500 {
+            try? await store.releaseCreate(accountID: list.accountID, reminderID: reminderID)
+            await echo.clear([createMark])
+            throw error
+        }
         let cardID = card["id"]!.stringValue!
         state.openCards[list.id, default: []].append(card)
         let priority = try await priorityField(list, state: &state)
@@ -482,7 +500,7 @@ public struct SyncEngine: Sendable {
 
     // MARK: Import
 
-    private func runImport(_ job: SyncJob, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+    private func runImport(_ job: SyncJob, holder: String, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
         guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
             return .failed("the list is no longer synced")
         }
@@ -501,10 +519,10 @@ public struct SyncEngine: Sendable {
                 _ = try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards)
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: "create", status: "ok", trelloCardID: card.cardID)
-                    guard try await store.recordResult(jobID: job.id, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
+                    guard try await store.recordResult(jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
                     processed += 1
                 }
-                guard page.count == 100, let last = page.last?["id"]?.stringValue else { break }
+                guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { break }
                 before = last
             }
         } catch {
@@ -516,7 +534,7 @@ public struct SyncEngine: Sendable {
     // MARK: Reconcile
 
     /// An on-demand reconciliation: waits (up to a minute) for a scheduled run of the same list to finish.
-    private func runReconcile(_ job: SyncJob) async -> RunOutcome {
+    private func runReconcile(_ job: SyncJob, holder: String) async -> RunOutcome {
         guard let reconciler else { return .failed("this worker does not reconcile") }
         guard let listID = job.payload["sync_list_id"]?.stringValue else { return .failed("the job names no list") }
         do {
@@ -525,7 +543,7 @@ public struct SyncEngine: Sendable {
             let result = SyncItemResult(reminderID: nil, op: "reconcile", status: "ok")
             var withSummary = result
             withSummary.summary = outcome.summary
-            guard try await store.recordResult(jobID: job.id, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter) else { return .lost }
+            guard try await store.recordResult(jobID: job.id, holder: holder, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter) else { return .lost }
             return .completed
         } catch {
             return .failed("\(error)")

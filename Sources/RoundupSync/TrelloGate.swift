@@ -6,6 +6,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupStore
 import RoundupTrello
 
 /// Trello's rate limits, shared by every process through Redis: at most `tokenLimit` requests per token and
@@ -129,7 +130,7 @@ public struct EchoFingerprints: Sendable {
     }
 
     public func createKey(account: String, syncList: String, title: String) -> String {
-        keys.echoCreate(account: account, syncList: syncList, titleHash: JSONValue.string(title).fieldHash)
+        keys.echoCreate(account: account, syncList: syncList, titleHash: JSONValue.string(SyncFields.normalizedTitle(title)).fieldHash)
     }
 
     /// Must succeed before the write: a write without its fingerprint could come back as an edit.
@@ -152,5 +153,64 @@ public struct EchoFingerprints: Sendable {
         let reply = try await redis.send(RedisCommand("MGET", names.map { RedisArgument($0) }), timeout: .seconds(2))
         let values = reply.array ?? []
         return names.indices.map { $0 < values.count && !values[$0].isNull }
+    }
+}
+
+extension EchoFingerprints {
+    /// Drops what our own writes to Trello caused: field values we wrote (fingerprinted before the write), cards we
+    /// created (by list and title, until the store knows their ids) and cards we deleted. The field-hash comparison in
+    /// the store catches echoes that arrive after the write was recorded; this catches the ones that arrive before.
+    /// When Redis cannot answer, that comparison is all there is. `isLive` says whether the store holds the card as
+    /// present (a card it does not know may be one we are creating).
+    public func withoutEchoes(
+        _ observations: [CardObservation], logger: Logger, isLive: (_ account: String, _ card: String) -> Bool
+    ) async -> [CardObservation] {
+        var names: [String] = []
+        var ranges: [Range<Int>] = []
+        for o in observations {
+            let start = names.count
+            switch o.kind {
+            case .removed:
+                names.append(fieldKey(account: o.accountID, card: o.cardID, field: Self.removedField, value: .bool(true)))
+            case .fields(let fields, let full):
+                for name in fields.keys.sorted() { names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: fields[name]!)) }
+                if full, !isLive(o.accountID, o.cardID), let title = fields[SyncField.title]?.stringValue {
+                    names.append(createKey(account: o.accountID, syncList: o.syncListID, title: title))
+                }
+            }
+            ranges.append(start..<names.count)
+        }
+        let present: [Bool]
+        do {
+            present = try await self.present(names)
+        } catch {
+            logger.warning("echo fingerprints unavailable", metadata: ["error": "\(error)"])
+            return observations
+        }
+        var kept: [CardObservation] = []
+        var suppressed = 0
+        for (o, range) in zip(observations, ranges) {
+            switch o.kind {
+            case .removed:
+                if present[range.lowerBound] { suppressed += 1 } else { kept.append(o) }
+            case .fields(let fields, let full):
+                let sortedNames = fields.keys.sorted()
+                if full, range.count > sortedNames.count, present[range.upperBound - 1] {
+                    suppressed += 1  // the create we are making
+                    continue
+                }
+                var remaining = fields
+                for (offset, name) in sortedNames.enumerated() where present[range.lowerBound + offset] {
+                    remaining[name] = nil
+                }
+                if remaining.count < fields.count { suppressed += 1 }
+                if remaining.isEmpty { continue }
+                var copy = o
+                copy.kind = .fields(remaining, full: full)
+                kept.append(copy)
+            }
+        }
+        if suppressed > 0 { Counter(label: "roundup_echo_suppressed_total").increment(by: suppressed) }
+        return kept
     }
 }

@@ -138,10 +138,13 @@ public struct TrelloClient: Sendable {
     }
 
     /// One page of a list's open cards, newest first; pass the last card's id as `before` for the next page.
+    /// A list Trello no longer has answers 404: an error, never an empty list (which would read as every card gone).
     public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentialsValue) async throws -> [[String: JSONValue]] {
         var path = "/lists/\(Self.escape(listID))/cards?filter=open&\(Self.cardQuery)&limit=\(limit)"
         if let before { path += "&before=\(Self.escape(before))" }
-        guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else { return [] }
+        guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else {
+            throw TrelloError(status: 404, message: "list \(listID) not found in Trello", isTransient: false)
+        }
         return (value.arrayValue ?? []).compactMap(\.objectValue)
     }
 

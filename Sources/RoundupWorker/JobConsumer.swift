@@ -137,7 +137,7 @@ public struct JobConsumer: Service {
             logger.info("job skipped", metadata: ["job": "\(jobID)", "reason": "\(reason)"])
             await settle(entry.id)
         case .run(let job):
-            let outcome = await engine.run(job) {
+            let outcome = await engine.run(job, holder: options.consumer) {
                 // Keeps the entry from looking idle, so no other worker takes over a live job.
                 _ = try? await self.redis.send(RedisCommand("XCLAIM", [
                     RedisArgument(self.stream), RedisArgument(self.group), RedisArgument(self.options.consumer), "0", RedisArgument(entry.id), "JUSTID",

@@ -46,8 +46,9 @@ public struct ReconcileScheduler: Service {
         guard interval > 0 else { return }
         var retryAfter: [String: Date] = [:]
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            try? await Task.sleep(for: tick)
-            if Task.isShuttingDownGracefully { break }
+            // Woken at once by a graceful shutdown, so stopping the worker does not wait out the tick.
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: tick) }
+            if Task.isShuttingDownGracefully || Task.isCancelled { break }
             // Webhooks first: with a backlog on the stream, wait for the next tick.
             if let backlog = try? await redis.send(RedisCommand("XLEN", [RedisArgument(keys.webhookStream)])).int, backlog > 1000 { continue }
             guard let lists = try? await store.allSyncLists() else { continue }
@@ -62,7 +63,7 @@ public struct ReconcileScheduler: Service {
                 if let wait = retryAfter[list.id], wait > now { continue }
                 if Task.isShuttingDownGracefully { break }
                 do {
-                    _ = try await reconciler.run(list)
+                    _ = try await reconciler.run(list, skipIfReconciledWithin: interval / 2)
                     retryAfter[list.id] = nil
                 } catch Reconciler.Failure.busy {
                     continue  // another worker has it

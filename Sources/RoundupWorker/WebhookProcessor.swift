@@ -226,59 +226,10 @@ public final class WebhookProcessor: Sendable {
         return outcome
     }
 
-    /// Drops what our own writes to Trello caused: field values we wrote (fingerprinted before the write), cards
-    /// we created (by list and title, until the store knows their ids) and cards we deleted. The field-hash
-    /// comparison in the store catches echoes that arrive after the write was recorded; this catches the ones
-    /// that arrive before. When Redis cannot answer, that comparison is all there is.
     static func withoutEchoes(_ observations: [CardObservation], context: BatchContext, echo: EchoFingerprints, logger: Logger) async -> [CardObservation] {
-        var names: [String] = []
-        var ranges: [Range<Int>] = []
-        for o in observations {
-            let start = names.count
-            switch o.kind {
-            case .removed:
-                names.append(echo.fieldKey(account: o.accountID, card: o.cardID, field: EchoFingerprints.removedField, value: .bool(true)))
-            case .fields(let fields, let full):
-                for name in fields.keys.sorted() { names.append(echo.fieldKey(account: o.accountID, card: o.cardID, field: name, value: fields[name]!)) }
-                let task = context.tasks[AccountScoped(o.accountID, o.cardID)]
-                if full, task == nil || task!.deleted, let title = fields[SyncField.title]?.stringValue {
-                    names.append(echo.createKey(account: o.accountID, syncList: o.syncListID, title: title))
-                }
-            }
-            ranges.append(start..<names.count)
+        await echo.withoutEchoes(observations, logger: logger) { account, card in
+            context.tasks[AccountScoped(account, card)].map { !$0.deleted } ?? false
         }
-        let present: [Bool]
-        do {
-            present = try await echo.present(names)
-        } catch {
-            logger.warning("echo fingerprints unavailable", metadata: ["error": "\(error)"])
-            return observations
-        }
-        var kept: [CardObservation] = []
-        var suppressed = 0
-        for (o, range) in zip(observations, ranges) {
-            switch o.kind {
-            case .removed:
-                if present[range.lowerBound] { suppressed += 1 } else { kept.append(o) }
-            case .fields(let fields, let full):
-                let sortedNames = fields.keys.sorted()
-                if full, range.count > sortedNames.count, present[range.upperBound - 1] {
-                    suppressed += 1  // the create we are making
-                    continue
-                }
-                var remaining = fields
-                for (offset, name) in sortedNames.enumerated() where present[range.lowerBound + offset] {
-                    remaining[name] = nil
-                }
-                if remaining.count < fields.count { suppressed += 1 }
-                if remaining.isEmpty { continue }
-                var copy = o
-                copy.kind = .fields(remaining, full: full)
-                kept.append(copy)
-            }
-        }
-        if suppressed > 0 { Counter(label: "roundup_echo_suppressed_total").increment(by: suppressed) }
-        return kept
     }
 
     struct FetchedCard: Sendable {
