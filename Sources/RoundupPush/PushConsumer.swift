@@ -102,7 +102,6 @@ public struct PushConsumer: Service {
         public var consumer: String
         public var topic: String
         public var window: Duration
-        public var concurrency: Int = 256
         public init(keys: RedisKeys, consumer: String, topic: String, window: Duration) {
             self.keys = keys
             self.consumer = consumer

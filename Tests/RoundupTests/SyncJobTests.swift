@@ -268,6 +268,54 @@ extension Stack {
         await stack.shutdown()
     }
 
+    @Test func oneAccountsTokenReachesNoneOfAnotherAccountsJobsConflictsDuplicatesOrLists() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let owner = try await SyncSetup.make(stack, list: "Lown", board: "Bown", policy: "manual")
+        let intruder = try await SyncSetup.make(stack, list: "Lint", board: "Bint")
+        // The owner gets a job, a conflict and a duplicate.
+        let created = try await owner.sync([owner.change("create", reminder: "R1", fields: ["title": "Mine"])])
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+        stack.trello.userUpdateCard(id: card, ["name": "Mine (Trello)"])
+        try await stack.quiet()
+        let conflicted = try await owner.sync([owner.change("update", reminder: "R1", fields: ["title": "Mine (app)"], changed: ["title"])])
+        let conflictID = Int(conflicted["results"]?[0]?["conflict_ids"]?[0]?.numberValue ?? 0)
+        _ = stack.trello.userCreateCard(listID: "Lown", name: "Twin")
+        try await stack.quiet()
+        let duplicated = try await owner.sync([owner.change("create", reminder: "R2", fields: ["title": "twin"])])
+        let duplicateID = Int(duplicated["results"]?[0]?["duplicate_id"]?.numberValue ?? 0)
+        let jobID = try #require(created["job_id"]?.stringValue)
+        #expect(conflictID > 0 && duplicateID > 0)
+
+        let attempts: [(HTTPMethod, String, String?)] = [
+            (.GET, "/dailyroundup/sync/jobs/\(jobID)", nil),
+            (.POST, "/dailyroundup/conflicts/\(conflictID)/resolve", #"{"choice":"trello"}"#),
+            (.POST, "/dailyroundup/duplicates/\(duplicateID)/resolve", #"{"action":"keep_both"}"#),
+            (.POST, "/dailyroundup/lists/\(owner.listID)/import", nil),
+            (.POST, "/dailyroundup/lists/\(owner.listID)/reconcile", nil),
+        ]
+        for (method, path, body) in attempts {
+            let response = try await stack.callAPI(method, path, token: intruder.token, body: body)
+            #expect(response.status == .notFound, "\(method) \(path): \(response.status) \(response.body)")
+        }
+        // A sync naming the owner's list or card is refused before anything starts.
+        let foreignList = try await intruder.post([.object([
+            "op": "create", "sync_list_id": .string(owner.listID), "reminder_id": "X", "fields": .object(["title": "x"]),
+            "modified_at": .string(Timestamp.now()),
+        ])])
+        #expect(foreignList.status == .unprocessableEntity)
+        let foreignCard = try await intruder.post([intruder.change("update", reminder: "X", fields: ["title": "x"], changed: ["title"], card: card)])
+        #expect(foreignCard.status == .unprocessableEntity)
+        // Nothing of the owner's changed.
+        #expect(stack.trello.cardValue(card)?["name"] == "Mine (Trello)")
+        let conflicts = try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: owner.token).json["conflicts"]?.arrayValue ?? []
+        #expect(conflicts.first?["status"] == "open")
+        let intruderView = try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: intruder.token).json["conflicts"]?.arrayValue ?? []
+        #expect(intruderView.isEmpty)
+        await stack.shutdown()
+    }
+
     @Test func theEchoOfOurWriteIsSuppressedWhileAUserEditASecondLaterIsKept() async throws {
         let stack = try await startStack()
         defer { Task { await stack.shutdown() } }
