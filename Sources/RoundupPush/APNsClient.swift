@@ -345,6 +345,8 @@ public final class APNsClient: Sendable {
     let timeout: TimeAmount
     let logger: Logger
     private let slots: [NIOLockedValueBox<EventLoopFuture<APNsConnection>?>]
+    /// The connected connection of each slot, so the common case takes no hop through a future.
+    private let ready: [NIOLockedValueBox<APNsConnection?>]
     private let next = NIOLockedValueBox(0)
 
     public init(endpoint: Endpoint, caFile: String?, connections: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -359,6 +361,7 @@ public final class APNsClient: Sendable {
         self.timeout = timeout
         self.logger = logger
         self.slots = (0..<max(1, connections)).map { _ in NIOLockedValueBox(nil) }
+        self.ready = (0..<max(1, connections)).map { _ in NIOLockedValueBox(nil) }
     }
 
     private func connection() async throws -> APNsConnection {
@@ -366,6 +369,7 @@ public final class APNsClient: Sendable {
             defer { value = (value + 1) % size }
             return value
         }
+        if let connection = ready[index].withLockedValue({ $0 }), connection.isUsable { return connection }
         let slot = slots[index]
         let future: EventLoopFuture<APNsConnection> = slot.withLockedValue { current in
             if let current { return current }
@@ -378,7 +382,11 @@ public final class APNsClient: Sendable {
         }
         do {
             let connection = try await future.get()
-            if connection.isUsable { return connection }
+            if connection.isUsable {
+                ready[index].withLockedValue { $0 = connection }
+                return connection
+            }
+            ready[index].withLockedValue { if $0 === connection { $0 = nil } }
             // Gone away: replace it (once; whoever gets here first). Not closed at once: after a GOAWAY the server is
             // still answering the streams it kept; it closes the connection itself, or we do once those had their time.
             slot.withLockedValue { if $0 === future { $0 = nil } }
@@ -398,6 +406,7 @@ public final class APNsClient: Sendable {
     }
 
     public func shutdown() {
+        for box in ready { box.withLockedValue { $0 = nil } }
         for slot in slots {
             slot.withLockedValue { future in
                 future?.whenSuccess { $0.close() }
