@@ -5,36 +5,52 @@ import RoundupCore
 import RoundupStore
 import RoundupTesting
 
+/// The stack both API-driven benchmarks start: its own redis-server, the ingress, one worker and the API, with no rate
+/// limits of ours in the way (the fake Trello has none either).
+enum BenchStack {
+    static let bootstrap = "bench-bootstrap-0123456789"
+
+    static func start(worker extra: [String: String]) async throws -> Stack {
+        var settings = [
+            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_API_RATE_LIMIT": "1000000",
+            "LOG_LEVEL": "warning",
+        ]
+        for (key, value) in extra { settings[key] = value }
+        let stack = try await Stack(privateRedis: true)
+        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
+        try await stack.startWorker(name: "bench", extra: settings)
+        try await stack.startAPI(bootstrapToken: bootstrap, extra: settings)
+        return stack
+    }
+
+    /// A response's JSON, or the benchmark stops with the response.
+    static func json(_ response: Stack.Response) throws -> JSONValue {
+        guard response.status.code < 300 else { benchFail("\(response.status): \(response.body)") }
+        return response.json
+    }
+
+    /// An account with Trello credentials and one synced list; returns its API token and the list's id.
+    static func account(_ stack: Stack, list: String, board: String) async throws -> (token: String, list: String) {
+        let token = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))["auth_token"]!.stringValue!
+        _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
+            "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
+        ]).canonicalJSON))
+        stack.trello.addList(id: list, boardID: board)
+        let body = #"{"name":"Bench","trello_board_id":"\#(board)","trello_list_id":"\#(list)"}"#
+        return (token, try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: body))["sync_list_id"]!.stringValue!)
+    }
+}
+
 /// `roundup-bench sync ACCOUNTS ITEMS`: sync-job throughput through the real ingress, worker and API (from this
 /// binary's directory) against the fake Trello with no rate limit: each account posts ITEMS creates, then ITEMS
 /// updates, then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello
 /// sent back for those writes, how many did not become changes for the apps.
 enum SyncBench {
     static func run(accounts: Int, items: Int) async throws {
-        let unlimited = [
-            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_API_RATE_LIMIT": "1000000",
-            "ROUNDUP_JOB_CONCURRENCY": "16", "LOG_LEVEL": "warning",
-        ]
-        let stack = try await Stack(privateRedis: true)
-        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
-        try await stack.startWorker(name: "bench", extra: unlimited)
-        let bootstrap = "bench-bootstrap-0123456789"
-        try await stack.startAPI(bootstrapToken: bootstrap, extra: unlimited)
-        func json(_ response: Stack.Response) throws -> JSONValue {
-            guard response.status.code < 300 else { benchFail("\(response.status): \(response.body)") }
-            return response.json
-        }
+        let stack = try await BenchStack.start(worker: ["ROUNDUP_JOB_CONCURRENCY": "16"])
+        let json = BenchStack.json
         var setups: [(token: String, list: String)] = []
-        for i in 0..<accounts {
-            let created = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))
-            let token = created["auth_token"]!.stringValue!
-            _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
-                "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
-            ]).canonicalJSON))
-            stack.trello.addList(id: "L\(i)", boardID: "B\(i)")
-            let list = try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Bench","trello_board_id":"B\#(i)","trello_list_id":"L\#(i)"}"#))
-            setups.append((token, list["sync_list_id"]!.stringValue!))
-        }
+        for i in 0..<accounts { setups.append(try await BenchStack.account(stack, list: "L\(i)", board: "B\(i)")) }
         func change(_ op: String, _ list: String, _ n: Int, _ fields: [String: JSONValue], _ changed: [String]?) -> JSONValue {
             var object: [String: JSONValue] = [
                 "op": .string(op), "sync_list_id": .string(list), "reminder_id": .string("r\(n)"), "fields": .object(fields),
@@ -100,25 +116,9 @@ func benchFail(_ message: String) -> Never {
 /// counts the Trello requests each cost.
 enum ReconcileBench {
     static func run(cards: Int) async throws {
-        let unlimited = [
-            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_API_RATE_LIMIT": "1000000",
-            "ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0", "LOG_LEVEL": "warning",
-        ]
-        let stack = try await Stack(privateRedis: true)
-        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
-        try await stack.startWorker(name: "bench", extra: unlimited)
-        let bootstrap = "bench-bootstrap-0123456789"
-        try await stack.startAPI(bootstrapToken: bootstrap, extra: unlimited)
-        func json(_ response: Stack.Response) throws -> JSONValue {
-            guard response.status.code < 300 else { benchFail("\(response.status): \(response.body)") }
-            return response.json
-        }
-        let token = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))["auth_token"]!.stringValue!
-        _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
-            "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
-        ]).canonicalJSON))
-        stack.trello.addList(id: "Lbench", boardID: "Bbench")
-        let list = try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Bench","trello_board_id":"Bbench","trello_list_id":"Lbench"}"#))["sync_list_id"]!.stringValue!
+        let stack = try await BenchStack.start(worker: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        let json = BenchStack.json
+        let (token, list) = try await BenchStack.account(stack, list: "Lbench", board: "Bbench")
         for i in 0..<cards {
             stack.trello.setCard(FakeTrello.card(id: String(format: "%024x", 0x5000_0000 + i), listID: "Lbench", boardID: "Bbench", name: "Card \(i)", desc: "Notes for card \(i)"))
         }
