@@ -55,6 +55,8 @@ public struct SyncEngine: Sendable {
     /// What one job knows while it runs.
     struct JobState {
         var jobID: String?
+        /// The device whose sync this is: it already has its own values and gets no push for them.
+        var deviceID: String? = nil
         var credentials: TrelloCredentialsValue
         var policy: String
         var deleteMode: String
@@ -116,9 +118,10 @@ public struct SyncEngine: Sendable {
 
     private func work(_ job: SyncJob, holder: String, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
         if job.kind == "reconcile" { return await runReconcile(job, holder: holder) }
-        let state: JobState
+        var state: JobState
         do {
             state = try await makeState(accountID: job.accountID, jobID: job.id)
+            state.deviceID = job.deviceID
         } catch let failure as ItemFailure {
             return .failed(failure.description)
         } catch {
@@ -287,6 +290,8 @@ public struct SyncEngine: Sendable {
         record.stamps.merge(try await writeFields(write, card: card, list: list, marks: &marks, state: &state)) { _, new in new }
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
+        // Trello's side was kept for some fields: the other devices learn it from the change just written.
+        if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: "sync") }
         return SyncItemResult(
             reminderID: item.reminderID, op: item.op, status: conflictIDs.isEmpty ? "ok" : "conflict", trelloCardID: cardID, conflictIDs: conflictIDs)
     }
@@ -516,7 +521,9 @@ public struct SyncEngine: Sendable {
                     guard let id = card["id"]?.stringValue else { return nil }
                     return (id, CardMapper.fields(fromCard: card, priority: priority))
                 }
-                _ = try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards)
+                if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {
+                    await queueBackgroundPush(account: list.accountID, excludeDevice: nil, reason: "import")
+                }
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: "create", status: "ok", trelloCardID: card.cardID)
                     guard try await store.recordResult(jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
@@ -551,6 +558,16 @@ public struct SyncEngine: Sendable {
     }
 
     // MARK: Pushes
+
+    /// Queues a background push for the account's devices (roundup-pusher coalesces them per device).
+    func queueBackgroundPush(account: String, excludeDevice: String?, reason: String) async {
+        var arguments: [RedisArgument] = [
+            RedisArgument(options.keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(account), "kind", "background",
+            "reason", RedisArgument(reason),
+        ]
+        if let device = excludeDevice { arguments += ["exclude_device", RedisArgument(device)] }
+        _ = try? await redis.send(RedisCommand("XADD", arguments), timeout: .seconds(2))
+    }
 
     /// Queues an alert push for the account's devices (roundup-pusher sends it).
     func queueConflictPush(job: SyncJob, item: SyncItem, conflictIDs: [Int64]) async {

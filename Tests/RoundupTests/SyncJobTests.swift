@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
@@ -398,6 +399,30 @@ extension Stack {
             #expect(old["results"]?[0]?["status"] == "ok")
             #expect(stack.trello.cardValue(card)?["name"] == "Pay rent (Trello, later)")
         }
+        await stack.shutdown()
+    }
+
+    /// A Trello edit whose webhook has not arrived yet, kept by the policy: the job itself sends it to the apps, and
+    /// wakes every device but the one that synced.
+    @Test func aTrelloValueKeptBeforeItsWebhookReachesTheAppsAndWakesTheOtherDevices() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lkept", board: "Bkept", policy: "prefer_trello")
+        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Book flights"])])
+        let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+        stack.trello.state.withLockedValue { $0.deliverWebhooks = false }
+        stack.trello.userUpdateCard(id: card, ["name": "Book flights (Trello)"])
+        stack.trello.state.withLockedValue { $0.deliverWebhooks = true }
+        let result = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Book flights (app)"], changed: ["title"])])
+        #expect(result["results"]?[0]?["status"] == "ok")
+        #expect(stack.trello.cardValue(card)?["name"] == "Book flights (Trello)")
+        let changes = try await s.changes()
+        #expect(changes.count == 1 && changes.first?["fields"]?["title"] == "Book flights (Trello)", "\(changes)")
+        let pushes = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.pushStream), "-", "+").streamEntries
+        #expect(pushes.contains {
+            $0.fields["kind"] == Array("background".utf8) && $0.fields["reason"] == Array("sync".utf8) && $0.fields["exclude_device"] == Array("iphone-1".utf8)
+        }, "\(pushes.map { $0.fields.mapValues { String(decoding: $0, as: UTF8.self) } })")
         await stack.shutdown()
     }
 
