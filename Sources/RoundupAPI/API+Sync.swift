@@ -203,6 +203,7 @@ extension API {
         switch error {
         case .notFound: return APIError.notFound("no \(what)")
         case .alreadyResolved: return APIError.conflict("\(what) is already resolved")
+        case .inProgress: return APIError(.conflict, "resolving", "\(what) is being resolved by another request; read it again in a moment")
         case .invalid(let message): return APIError.unprocessable(message)
         case .trello(let message): return APIError.badGateway("Trello refused the write: \(message)")
         }

@@ -225,6 +225,13 @@ enum SQLiteMigrations {
                 ALTER TABLE accounts ADD COLUMN needs_attention TEXT;
                 """)
         }
+        migrator.registerMigration("v5-resolution-claims") { db in
+            // A resolution claims its row before it writes to Trello, so a double tap applies once.
+            try db.execute(sql: """
+                ALTER TABLE conflicts ADD COLUMN resolving_at TEXT;
+                ALTER TABLE potential_duplicates ADD COLUMN resolving_at TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -381,6 +381,27 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
+    /// Claims an open conflict or duplicate for one resolution at a time (a claim older than a minute has died);
+    /// false when it is resolved or another resolution holds it.
+    public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
+        let now = Date()
+        return try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE \(table.rawValue) SET resolving_at = ? WHERE account_id = ? AND id = ? AND status = 'open'
+                    AND (resolving_at IS NULL OR resolving_at < ?)
+                    """,
+                arguments: [Timestamp.string(now), accountID, id, Timestamp.string(now.addingTimeInterval(-60))])
+            return db.changesCount == 1
+        }
+    }
+
+    public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE \(table.rawValue) SET resolving_at = NULL WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+        }
+    }
+
     public func resolveDuplicate(accountID: String, id: Int64, status: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(

@@ -212,6 +212,11 @@ public struct NewDuplicate: Sendable, Equatable {
     }
 }
 
+public enum ResolutionTable: String, Sendable {
+    case conflicts
+    case duplicates = "potential_duplicates"
+}
+
 /// A conflict or duplicate as the resolve endpoints need it.
 public struct ConflictDetail: Sendable, Equatable {
     public var record: ConflictRecord
@@ -259,6 +264,8 @@ public protocol SyncJobStore: Sendable {
     func resolveConflict(accountID: String, id: Int64, resolution: String) async throws -> Bool
     func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail?
     func resolveDuplicate(accountID: String, id: Int64, status: String) async throws -> Bool
+    func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool
+    func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws
     /// Emits a `create` change for each card (mapping it to no reminder yet); returns how many were written.
     func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int
     func priorityField(accountID: String, boardID: String) async throws -> PriorityField?

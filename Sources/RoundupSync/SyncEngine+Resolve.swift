@@ -7,12 +7,22 @@ import RoundupTrello
 public enum ResolveError: Error, Sendable, Equatable {
     case notFound
     case alreadyResolved
+    /// Another request is resolving it right now.
+    case inProgress
     case invalid(String)
     /// Trello refused or could not be reached; nothing was marked resolved.
     case trello(String)
 }
 
 extension SyncEngine {
+    static func resolveError(_ error: any Error) -> any Error {
+        switch error {
+        case let error as TrelloError: return ResolveError.trello(error.description)
+        case let failure as ItemFailure: return ResolveError.invalid(failure.description)
+        default: return error
+        }
+    }
+
     /// Applies the user's choice for a conflict: Trello's value goes to the apps, or the reminder's (or a new)
     /// value goes to Trello (and to the apps), then the conflict is marked resolved.
     public func resolveConflict(accountID: String, id: Int64, choice: String, value: JSONValue?) async throws -> ConflictDetail {
@@ -35,6 +45,7 @@ extension SyncEngine {
             throw ResolveError.invalid("choice must be one of trello, reminders, value")
         }
         guard let cardID = conflict.record.trelloCardID, let listID = conflict.record.syncListID else { throw ResolveError.notFound }
+        guard try await store.claimResolution(accountID: accountID, table: .conflicts, id: id) else { throw ResolveError.inProgress }
         do {
             var state = try await makeState(accountID: accountID, jobID: nil)
             guard let list = state.lists[listID] else { throw ResolveError.invalid("the list is no longer synced") }
@@ -58,10 +69,9 @@ extension SyncEngine {
             }
             _ = try await store.recordSyncWrite(record)
             await echo.clear(marks)
-        } catch let error as TrelloError {
-            throw ResolveError.trello(error.description)
-        } catch let failure as ItemFailure {
-            throw ResolveError.invalid(failure.description)
+        } catch {
+            try? await store.releaseResolution(accountID: accountID, table: .conflicts, id: id)
+            throw Self.resolveError(error)
         }
         guard try await store.resolveConflict(accountID: accountID, id: id, resolution: choice) else { throw ResolveError.alreadyResolved }
         return try await store.conflict(accountID: accountID, id: id)!
@@ -74,6 +84,7 @@ extension SyncEngine {
         guard duplicate.record.status == "open" else { throw ResolveError.alreadyResolved }
         guard action == "merge" || action == "keep_both" else { throw ResolveError.invalid("action must be merge or keep_both") }
         guard let reminderID = duplicate.record.reminderID else { throw ResolveError.invalid("the duplicate has no reminder") }
+        guard try await store.claimResolution(accountID: accountID, table: .duplicates, id: id) else { throw ResolveError.inProgress }
         do {
             var state = try await makeState(accountID: accountID, jobID: nil)
             guard let list = state.lists[duplicate.record.syncListID] else { throw ResolveError.invalid("the list is no longer synced") }
@@ -95,10 +106,9 @@ extension SyncEngine {
             } else {
                 _ = try await createCard(duplicate.fields, reminderID: reminderID, list: list, state: &state)
             }
-        } catch let error as TrelloError {
-            throw ResolveError.trello(error.description)
-        } catch let failure as ItemFailure {
-            throw ResolveError.invalid(failure.description)
+        } catch {
+            try? await store.releaseResolution(accountID: accountID, table: .duplicates, id: id)
+            throw Self.resolveError(error)
         }
         guard try await store.resolveDuplicate(accountID: accountID, id: id, status: action == "merge" ? "merged" : "kept_both") else {
             throw ResolveError.alreadyResolved

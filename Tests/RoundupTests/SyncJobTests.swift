@@ -491,6 +491,26 @@ extension Stack {
         await stack.shutdown()
     }
 
+    @Test func aDoubleTapOnResolveAppliesOnce() async throws {
+        let stack = try await startStack()
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Ltap", board: "Btap")
+        _ = stack.trello.userCreateCard(listID: "Ltap", name: "Water the garden")
+        try await stack.quiet()
+        let result = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "water the garden"])])
+        let id = Int(try #require(result["results"]?[0]?["duplicate_id"]?.numberValue))
+        // Trello is slow, and the app sends "keep both" twice at once.
+        stack.trello.setRequestDelay(.milliseconds(400))
+        async let first = stack.callAPI(.POST, "/dailyroundup/duplicates/\(id)/resolve", token: s.token, body: #"{"action":"keep_both"}"#)
+        async let second = stack.callAPI(.POST, "/dailyroundup/duplicates/\(id)/resolve", token: s.token, body: #"{"action":"keep_both"}"#)
+        let answers = try await [first, second]
+        stack.trello.setRequestDelay(.zero)
+        #expect(answers.map(\.status.code).sorted() == [200, 409], "\(answers.map(\.body))")
+        #expect(stack.trello.cardsCreated == 1)
+        #expect(stack.trello.openCards(inList: "Ltap").count == 2)
+        await stack.shutdown()
+    }
+
     @Test func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard() async throws {
         let stack = try await startStack(extra: Self.fast)
         defer { Task { await stack.shutdown() } }
