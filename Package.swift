@@ -104,6 +104,7 @@ let package = Package(
             name: "RoundupSync",
             dependencies: [
                 "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

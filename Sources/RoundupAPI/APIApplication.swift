@@ -21,9 +21,7 @@ public enum APIApplication {
         let store = try await SQLiteStore.open(configuration: configuration)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        let gate = RedisTrelloGate(
-            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
-        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
+        let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let engine = SyncEngine(
             options: .init(keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds), heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
             store: store, trello: trello, echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds),

@@ -1,4 +1,6 @@
 import CoreMetrics
+import Logging
+import NIOHTTP1
 import Prometheus
 
 /// The process's Prometheus registry, behind swift-metrics. Executables call `bootstrap()` once;
@@ -21,5 +23,26 @@ public enum RoundupMetrics {
         var bytes: [UInt8] = []
         registry.emit(into: &bytes)
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension SimpleHTTPService {
+    /// A background process's own endpoints: `/healthz` (alive), `/readyz` (`notReady` returns what is unreachable,
+    /// or nil when all is well) and `/metrics`.
+    public static func operations(
+        name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry,
+        notReady: @escaping @Sendable () async -> String?
+    ) -> SimpleHTTPService {
+        SimpleHTTPService(name: name, host: host, port: port, logger: logger) { request in
+            switch request.path {
+            case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
+            case "/readyz":
+                guard let problem = await notReady() else { return .json(.ok, #"{"status":"ready"}"#) }
+                let body = JSONValue.object(["error": .object(["code": "unavailable", "message": .string(problem)])]).canonicalJSON
+                return .json(.serviceUnavailable, body)
+            case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
+            default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
+            }
+        }
     }
 }

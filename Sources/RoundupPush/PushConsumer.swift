@@ -137,7 +137,7 @@ public struct PushConsumer: Service {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 do {
                     if reader == nil || reader?.isActive == false {
-                        try await ensureGroup()
+                        try await redis.createGroupIfMissing(stream: stream, group: group)
                         reader = try await redis.dedicatedConnection().get()
                         logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
                     }
@@ -202,16 +202,10 @@ public struct PushConsumer: Service {
         if let deferred = replies[2].int { Gauge(label: "roundup_push_deferred").record(deferred) }
     }
 
-    func ensureGroup() async throws {
-        do {
-            _ = try await redis.send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
-        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
-        }
-    }
 
     func handle(_ entry: (id: String, fields: [String: String])) async {
         guard let account = entry.fields["account"] else {
-            await settle(entry.id)
+            await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
             return
         }
         let devices: [DeviceRecord]
@@ -235,7 +229,7 @@ public struct PushConsumer: Service {
                 for device in devices { group.addTask { await self.background(device: device, account: account) } }
             }
         }
-        await settle(entry.id)
+        await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
     }
 
     /// Sends now if the device had no background push in the window; otherwise defers one to the window's end.
@@ -309,12 +303,6 @@ public struct PushConsumer: Service {
         }
     }
 
-    private func settle(_ id: String) async {
-        _ = try? await redis.pipeline([
-            RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group), RedisArgument(id)]),
-            RedisCommand("XDEL", [RedisArgument(stream), RedisArgument(id)]),
-        ])
-    }
 
     /// Only `content-available` and our own small keys, as Apple asks of background pushes.
     static let backgroundPayload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)

@@ -34,20 +34,12 @@ public enum PusherApplication {
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName, topic: configuration.apnsTopic!,
                 window: .seconds(configuration.pushWindowSeconds)),
             redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), logger: logger)
-        let ops = SimpleHTTPService(name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger) { request in
-            switch request.path {
-            case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
-            case "/readyz":
-                do {
-                    _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(1))
-                    try await store.ping()
-                } catch {
-                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"Redis or the store is not reachable"}}"#)
-                }
-                return .json(.ok, #"{"status":"ready"}"#)
-            case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
-            default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
-            }
+        let ops = SimpleHTTPService.operations(
+            name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry
+        ) {
+            if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
+            if (try? await store.ping()) == nil { return "the store is not reachable" }
+            return nil
         }
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Crypto
 import Foundation
 import Logging
@@ -212,5 +213,14 @@ extension EchoFingerprints {
         }
         if suppressed > 0 { Counter(label: "roundup_echo_suppressed_total").increment(by: suppressed) }
         return kept
+    }
+}
+
+extension TrelloClient {
+    /// The Trello client every process uses: `ROUNDUP_TRELLO_API_URL`, behind the rate limits shared through Redis.
+    public static func make(configuration: RoundupConfiguration, http: HTTPClient, redis: RedisClient, logger: Logger) -> TrelloClient {
+        let gate = RedisTrelloGate(
+            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
+        return TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
     }
 }

@@ -76,19 +76,7 @@ public final class FakeAPNs: Sendable {
 
     public static func start(topic: String = "app.dailyroundup.ios", maxConcurrentStreams: Int = 1000, port: Int = 0) async throws -> FakeAPNs {
         let dir = try TestSupport.temporaryDirectory("apns")
-        let script = """
-            set -e; cd '\(dir.path)'
-            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=roundup-test-apns-ca 2>/dev/null
-            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
-            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf
-            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext.cnf 2>/dev/null
-            """
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/bin/sh")
-        openssl.arguments = ["-c", script]
-        try openssl.run()
-        openssl.waitUntilExit()
-        guard openssl.terminationStatus == 0 else { throw StackError("openssl could not make the fake APNs certificate") }
+        try TestSupport.makeTestCertificates(in: dir, name: "roundup-test-apns")
 
         // The provider's signing key, as a .p8 file (PKCS#8 PEM) the pusher reads.
         let key = P256.Signing.PrivateKey()

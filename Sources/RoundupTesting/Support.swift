@@ -150,3 +150,23 @@ public final class ManagedProcess: @unchecked Sendable {
         }
     }
 }
+
+extension TestSupport {
+    /// A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost, made with openssl in `directory`:
+    /// `ca.crt`, `server.crt`, `server.key`.
+    public static func makeTestCertificates(in directory: URL, name: String) throws {
+        let script = """
+            set -e; cd '\(directory.path)'
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=\(name)-ca 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext.cnf 2>/dev/null
+            """
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/bin/sh")
+        openssl.arguments = ["-c", script]
+        try openssl.run()
+        openssl.waitUntilExit()
+        guard openssl.terminationStatus == 0 else { throw StackError("openssl could not make test certificates in \(directory.path)") }
+    }
+}

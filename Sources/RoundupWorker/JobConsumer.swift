@@ -55,7 +55,7 @@ public struct JobConsumer: Service {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 do {
                     if reader == nil || reader?.isActive == false {
-                        try await ensureGroup()
+                        try await redis.createGroupIfMissing(stream: stream, group: group)
                         reader = try await redis.dedicatedConnection().get()
                     }
                     var claimed: [StreamEntry] = []
@@ -99,12 +99,6 @@ public struct JobConsumer: Service {
         logger.notice("job consumer stopped", metadata: ["consumer": "\(options.consumer)"])
     }
 
-    func ensureGroup() async throws {
-        do {
-            _ = try await redis.send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
-        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
-        }
-    }
 
     /// Entries idle longer than the claim timeout: their worker died (a live one refreshes them with each heartbeat).
     func reclaim(limit: Int) async throws -> [StreamEntry] {
@@ -121,7 +115,7 @@ public struct JobConsumer: Service {
 
     func handle(_ entry: StreamEntry) async {
         guard let jobID = entry.string("job") else {
-            await settle(entry.id)
+            await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
             return
         }
         let start: JobStart
@@ -135,7 +129,7 @@ public struct JobConsumer: Service {
         case .skip(let reason):
             if reason == "stale" { Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", entry.string("kind") ?? "sync"), ("status", "stale")]).increment() }
             logger.info("job skipped", metadata: ["job": "\(jobID)", "reason": "\(reason)"])
-            await settle(entry.id)
+            await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
         case .run(let job):
             let outcome = await engine.run(job, holder: options.consumer) {
                 // Keeps the entry from looking idle, so no other worker takes over a live job.
@@ -143,7 +137,7 @@ public struct JobConsumer: Service {
                     RedisArgument(self.stream), RedisArgument(self.group), RedisArgument(self.options.consumer), "0", RedisArgument(entry.id), "JUSTID",
                 ]))
             }
-            if outcome != .interrupted { await settle(entry.id) }
+            if outcome != .interrupted { await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id]) }
         }
     }
 
@@ -165,12 +159,6 @@ public struct JobConsumer: Service {
         }
     }
 
-    private func settle(_ id: String) async {
-        _ = try? await redis.pipeline([
-            RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group), RedisArgument(id)]),
-            RedisCommand("XDEL", [RedisArgument(stream), RedisArgument(id)]),
-        ])
-    }
 }
 
 /// Stream entries whose jobs run in this process.

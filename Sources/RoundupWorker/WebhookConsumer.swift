@@ -65,7 +65,7 @@ public struct WebhookConsumer: Service {
             do {
                 if reader == nil || reader?.isActive == false {
                     prefetched = nil
-                    try await ensureGroup()
+                    try await redis.createGroupIfMissing(stream: stream, group: group)
                     reader = try await redis.dedicatedConnection().get()
                     logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
                 }
@@ -102,14 +102,6 @@ public struct WebhookConsumer: Service {
         return connection.send(RedisCommand("XREADGROUP", arguments), timeout: options.block + .seconds(5))
     }
 
-    /// Creates the consumer group (from the stream's start, so nothing enqueued before is skipped).
-    func ensureGroup() async throws {
-        do {
-            _ = try await redis.send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
-        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
-            // Already there.
-        }
-    }
 
     /// Processes entries and settles each: ack+delete when done, record the error when it should be retried,
     /// dead-letter when it never can succeed.

@@ -19,9 +19,7 @@ public enum WorkerApplication {
         let store = try await SQLiteStore.open(configuration: configuration)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        let gate = RedisTrelloGate(
-            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
-        let trello = TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
+        let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
         let processor = WebhookProcessor(store: store, cards: trello, logger: logger, echo: echo)
         let reconciler = Reconciler(
@@ -60,24 +58,12 @@ public enum WorkerApplication {
             }
         }
 
-        let ops = SimpleHTTPService(name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger) { request in
-            switch request.path {
-            case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
-            case "/readyz":
-                do {
-                    _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(1))
-                } catch {
-                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"Redis is not reachable"}}"#)
-                }
-                do {
-                    try await store.ping()
-                } catch {
-                    return .json(.serviceUnavailable, #"{"error":{"code":"unavailable","message":"the store is not reachable"}}"#)
-                }
-                return .json(.ok, #"{"status":"ready"}"#)
-            case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
-            default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
-            }
+        let ops = SimpleHTTPService.operations(
+            name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger, registry: registry
+        ) {
+            if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
+            if (try? await store.ping()) == nil { return "the store is not reachable" }
+            return nil
         }
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),

@@ -99,19 +99,7 @@ import Testing
 
     @Test func talksTLSToRedissURLs() async throws {
         let dir = try TestSupport.temporaryDirectory("tls")
-        let script = """
-            set -e; cd '\(dir.path)'
-            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=roundup-test-ca 2>/dev/null
-            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
-            printf 'subjectAltName=IP:127.0.0.1\\n' > ext.cnf
-            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext.cnf 2>/dev/null
-            """
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/bin/sh")
-        openssl.arguments = ["-c", script]
-        try openssl.run()
-        openssl.waitUntilExit()
-        #expect(openssl.terminationStatus == 0)
+        try TestSupport.makeTestCertificates(in: dir, name: "roundup-test")
         let tlsPort = try TestSupport.freePort()
         let server = try await RedisServer(extraArguments: [
             "--tls-port", String(tlsPort), "--tls-cert-file", dir.appendingPathComponent("server.crt").path,
