@@ -18,7 +18,7 @@ public enum APIApplication {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
         }
-        let store = try await SQLiteStore.open(configuration: configuration)
+        let store = try await Stores.open(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)

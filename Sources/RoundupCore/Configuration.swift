@@ -67,6 +67,9 @@ public struct RoundupConfiguration: Sendable {
     public var pushWindowSeconds: Int
     /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
     public var reconcileIntervalSeconds: Int
+    /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
+    public var databasePoolSize: Int
+    public var databaseCAFile: String?
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
@@ -77,7 +80,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
-        "ROUNDUP_RECONCILE_INTERVAL_SECONDS",
+        "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -172,12 +175,23 @@ public struct RoundupConfiguration: Sendable {
         pusherPort = try integer("ROUNDUP_PUSHER_PORT", default: 9102, range: 0...65535)
         pushWindowSeconds = try integer("ROUNDUP_PUSH_WINDOW_SECONDS", default: 30, range: 0...3600)
         reconcileIntervalSeconds = try integer("ROUNDUP_RECONCILE_INTERVAL_SECONDS", default: 900, range: 0...604_800)
+        databasePoolSize = try integer("ROUNDUP_DATABASE_POOL_SIZE", default: 10, range: 1...500)
+        databaseCAFile = value("ROUNDUP_DATABASE_CA_FILE")
+        if let ca = databaseCAFile, !FileManager.default.isReadableFile(atPath: ca) {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_CA_FILE", problem: "names a file that cannot be read: \(ca)")
+        }
+        if sqlitePath == nil {
+            _ = try PostgresURL(databaseURL)
+        }
     }
 
     /// The SQLite file path, when the database URL names one.
     public var sqlitePath: String? {
         databaseURL.hasPrefix("sqlite:") ? String(databaseURL.dropFirst("sqlite:".count)) : nil
     }
+
+    /// The PostgreSQL settings, when the database URL names a server.
+    public var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
 
     public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix) }
 
@@ -198,4 +212,38 @@ extension RoundupConfiguration {
             exit(78)  // EX_CONFIG
         }
     }
+}
+
+/// `postgres://user:password@host:port/database?sslmode=disable|prefer|require|verify-full`, checked once at start.
+public struct PostgresURL: Sendable, Equatable {
+    public enum TLSMode: String, Sendable { case disable, prefer, require, verifyFull = "verify-full" }
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    public var tls: TLSMode
+
+    public init(_ text: String) throws {
+        let key = "ROUNDUP_DATABASE_URL"
+        guard let c = URLComponents(string: text), c.scheme == "postgres" || c.scheme == "postgresql", let host = c.host, !host.isEmpty else {
+            throw ConfigurationError(key: key, problem: "must look like postgres://user:password@host:port/database")
+        }
+        guard let user = c.user, !user.isEmpty else { throw ConfigurationError(key: key, problem: "must name a user (postgres://USER@host/db)") }
+        let database = String(c.path.drop { $0 == "/" })
+        guard !database.isEmpty else { throw ConfigurationError(key: key, problem: "must name a database (postgres://user@host/DATABASE)") }
+        self.host = host
+        self.port = c.port ?? 5432
+        self.username = user.removingPercentEncoding ?? user
+        self.password = c.password.map { $0.removingPercentEncoding ?? $0 }
+        self.database = database
+        let mode = c.queryItems?.first { $0.name == "sslmode" }?.value ?? "prefer"
+        guard let tls = TLSMode(rawValue: mode) else {
+            throw ConfigurationError(key: key, problem: "sslmode must be disable, prefer, require or verify-full (got \(mode))")
+        }
+        self.tls = tls
+    }
+
+    /// The URL with its password masked, for logs and `roundupctl check`.
+    public var masked: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)" }
 }

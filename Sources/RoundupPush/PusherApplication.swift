@@ -27,7 +27,7 @@ public enum PusherApplication {
             endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile, connections: configuration.apnsConnections, logger: logger)
         let sandbox = try APNsClient(
             endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
-        let store = try await SQLiteStore.open(configuration: configuration)
+        let store = try await Stores.open(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let consumer = PushConsumer(
             options: .init(

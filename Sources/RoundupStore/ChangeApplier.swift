@@ -2,11 +2,24 @@ import Foundation
 import GRDB
 import RoundupCore
 
+/// The rows `ChangeApplier` reads and writes, keyed by (account, card). SQLite runs each call as a statement inside
+/// its write transaction; PostgreSQL reads every row a batch needs up front and writes the result in a few statements.
+protocol ChangeRows {
+    mutating func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow?
+    /// Changes stamps (and `deleted`, when given) of an existing task.
+    mutating func updateTask(accountID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], deleted: Bool?, actionID: String?, now: String) throws
+    /// Creates the task, or puts an existing one (deleted, or in another list) back in `syncListID`.
+    mutating func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], actionID: String?, now: String) throws
+    /// The card's newest change the apps have not acknowledged.
+    mutating func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow?
+    mutating func supersede(changeID: Int64) throws
+    mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) throws
+}
+
 /// Applies card observations inside one write transaction: compares field hashes with `sync_tasks`,
 /// writes pending changes, and merges a card's new change into its unacknowledged one.
-/// Statements are prepared once per connection (GRDB's statement cache): this runs for every event.
-struct ChangeApplier {
-    let db: Database
+struct ChangeApplier<Rows: ChangeRows> {
+    var rows: Rows
     private(set) var written = 0
     /// Accounts that got at least one change (their devices get a background push).
     private(set) var accounts = Set<String>()
@@ -14,46 +27,39 @@ struct ChangeApplier {
     private(set) var types: [String: Int] = [:]
     private let now = Timestamp.now()
 
-    init(db: Database) { self.db = db }
+    init(rows: Rows) { self.rows = rows }
 
-    /// A field's hash and the time (seconds since 1970) of the action that set it.
-    struct Stamp: Equatable {
-        var hash: String
-        var time: Double
-    }
-
-    private struct Task {
-        var id: Int64
+    struct TaskRow {
         var syncListID: String
         var stamps: [String: Stamp]
         var deleted: Bool
     }
 
-    /// The stamp that records when the card last entered or left the list.
-    static let membership = "_membership"
-
-    /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`.
-    static func encode(_ stamps: [String: Stamp]) -> String {
-        JSONValue.object(stamps.mapValues { .array([.string($0.hash), .number($0.time)]) }).canonicalJSON
+    struct ChangeRow {
+        var id: Int64
+        var type: String
+        var changedFields: [String]
+        var fields: [String: JSONValue]
     }
 
-    static func decodeStamps(_ text: String) -> [String: Stamp] {
-        guard case .object(let object)? = try? JSONParser.parse(Array(text.utf8)) else { return [:] }
-        var stamps: [String: Stamp] = [:]
-        for (name, value) in object {
-            guard let pair = value.arrayValue, pair.count == 2, let hash = pair[0].stringValue, case .number(let time) = pair[1] else { continue }
-            stamps[name] = Stamp(hash: hash, time: time)
-        }
-        return stamps
+    struct NewChange {
+        var accountID: String
+        var syncListID: String
+        var type: String
+        var changedFieldsJSON: String
+        var fieldsJSON: String
+        var cardID: String
+        var actionID: String?
+        var changedFields: [String]
+        var fields: [String: JSONValue]
     }
+
+    typealias Stamp = FieldStamps.Stamp
+    static var membership: String { FieldStamps.membership }
+    static func encode(_ stamps: [String: Stamp]) -> String { FieldStamps.encode(stamps) }
 
     mutating func apply(_ o: CardObservation) throws {
-        let task = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT id, sync_list_id, field_hashes, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
-            arguments: [o.accountID, o.cardID]
-        ).map { row in
-            Task(id: row[0], syncListID: row[1], stamps: Self.decodeStamps(row[2]), deleted: row[3])
-        }
+        let task = try rows.task(accountID: o.accountID, cardID: o.cardID)
         let time = o.actionDate.timeIntervalSince1970
 
         switch o.kind {
@@ -63,8 +69,7 @@ struct ChangeApplier {
             if let latest = task.stamps.values.map(\.time).max(), latest > time { return }
             var stamps = task.stamps
             stamps[Self.membership] = Stamp(hash: "removed", time: time)
-            try db.cachedStatement(sql: "UPDATE sync_tasks SET deleted = 1, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE id = ?")
-                .execute(arguments: [Self.encode(stamps), o.actionID, now, task.id])
+            try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: true, actionID: o.actionID, now: now)
             try writeChange(o, type: "delete", changed: [], fields: [:])
 
         case .fields(let fields, let full):
@@ -84,8 +89,7 @@ struct ChangeApplier {
                     changed[name] = value
                 }
                 guard !changed.isEmpty else { return }
-                try db.cachedStatement(sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE id = ?")
-                    .execute(arguments: [Self.encode(stamps), o.actionID, now, task.id])
+                try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
                 let type = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? "complete" : "update"
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
             } else {
@@ -94,13 +98,7 @@ struct ChangeApplier {
                 if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
-                try db.cachedStatement(sql: """
-                    INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, 0, ?, ?, ?)
-                    ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                        field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
-                        updated_at = excluded.updated_at
-                    """).execute(arguments: [o.accountID, o.syncListID, o.cardID, Self.encode(stamps), o.actionID, now, now])
+                try rows.upsertTask(accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
                 try writeChange(o, type: full ? "create" : "update", changed: fields.keys.sorted(), fields: fields)
             }
         }
@@ -111,15 +109,11 @@ struct ChangeApplier {
         var type = type
         var changed = changed
         var fields = fields
-        if let previous = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"),
-            arguments: [o.accountID, o.cardID])
-        {
-            let previousID: Int64 = previous[0]
-            let previousType: String = previous[1]
-            let previousChanged = PendingChangeCoding.changedFields(previous[2])
-            let previousFields = PendingChangeCoding.fields(previous[3])
-            try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [previousID])
+        if let previous = try rows.latestChange(accountID: o.accountID, cardID: o.cardID) {
+            let previousType = previous.type
+            let previousChanged = previous.changedFields
+            let previousFields = previous.fields
+            try rows.supersede(changeID: previous.id)
             switch (previousType, type) {
             case (_, "delete"), (_, "create"):
                 // The newer state replaces the older one whole. A create followed by a delete still sends the delete:
@@ -137,13 +131,12 @@ struct ChangeApplier {
                 type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? "complete" : "update"
             }
         }
-        try db.cachedStatement(sql: """
-            INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [
-                o.accountID, o.syncListID, type, JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
-                JSONValue.object(fields).canonicalJSON, o.cardID, o.actionID, now,
-            ])
+        try rows.insertChange(
+            NewChange(
+                accountID: o.accountID, syncListID: o.syncListID, type: type, changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
+                fieldsJSON: JSONValue.object(fields).canonicalJSON, cardID: o.cardID, actionID: o.actionID,
+                changedFields: changed, fields: fields),
+            now: now)
         written += 1
         accounts.insert(o.accountID)
         types[type, default: 0] += 1
@@ -158,5 +151,86 @@ enum PendingChangeCoding {
 
     static func fields(_ text: String) -> [String: JSONValue] {
         (try? JSONParser.parse(Array(text.utf8)))?.objectValue ?? [:]
+    }
+}
+
+/// `sync_tasks.field_hashes`, the same on both back ends.
+enum FieldStamps {
+    /// A field's hash and the time (seconds since 1970) of the action that set it.
+    struct Stamp: Equatable {
+        var hash: String
+        var time: Double
+    }
+
+    /// The stamp that records when the card last entered or left the list.
+    static let membership = "_membership"
+
+    /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`.
+    static func encode(_ stamps: [String: Stamp]) -> String {
+        JSONValue.object(stamps.mapValues { .array([.string($0.hash), .number($0.time)]) }).canonicalJSON
+    }
+
+    static func decodeStamps(_ text: String) -> [String: Stamp] {
+        guard case .object(let object)? = try? JSONParser.parse(Array(text.utf8)) else { return [:] }
+        var stamps: [String: Stamp] = [:]
+        for (name, value) in object {
+            guard let pair = value.arrayValue, pair.count == 2, let hash = pair[0].stringValue, case .number(let time) = pair[1] else { continue }
+            stamps[name] = Stamp(hash: hash, time: time)
+        }
+        return stamps
+    }
+}
+
+/// The SQLite rows: one prepared statement per call, in the caller's write transaction.
+struct SQLiteChangeRows: ChangeRows {
+    let db: Database
+
+    func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT sync_list_id, field_hashes, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+            arguments: [accountID, cardID]
+        ).map { row in
+            .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2])
+        }
+    }
+
+    func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) throws {
+        if let deleted {
+            try db.cachedStatement(sql: "UPDATE sync_tasks SET deleted = ?, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
+                .execute(arguments: [deleted, FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+        } else {
+            try db.cachedStatement(sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
+                .execute(arguments: [FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+        }
+    }
+
+    func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
+            VALUES (?, ?, ?, ?, 0, ?, ?, ?)
+            ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
+                updated_at = excluded.updated_at
+            """).execute(arguments: [accountID, syncListID, cardID, FieldStamps.encode(stamps), actionID, now, now])
+    }
+
+    func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"),
+            arguments: [accountID, cardID]
+        ).map { row in
+            .init(id: row[0], type: row[1], changedFields: PendingChangeCoding.changedFields(row[2]), fields: PendingChangeCoding.fields(row[3]))
+        }
+    }
+
+    func supersede(changeID: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [changeID])
+    }
+
+    func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
     }
 }

@@ -165,7 +165,7 @@ extension SQLiteStore: SyncJobStore {
     private static func task(_ row: Row) -> SyncTaskRecord {
         SyncTaskRecord(
             syncListID: row[0], cardID: row[1], reminderID: row[2], deleted: row[3],
-            stamps: ChangeApplier.decodeStamps(row[4]).mapValues { FieldStamp(hash: $0.hash, time: $0.time) }, lastSyncedAt: row[5])
+            stamps: FieldStamps.decodeStamps(row[4]).mapValues { FieldStamp(hash: $0.hash, time: $0.time) }, lastSyncedAt: row[5])
     }
 
     public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
@@ -239,16 +239,16 @@ extension SQLiteStore: SyncJobStore {
         let now = Date()
         let nowText = Timestamp.string(now)
         return try await pool.write { db in
-            var applier = ChangeApplier(db: db)
+            var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
             let existing = try Row.fetchOne(
                 db, sql: "SELECT field_hashes, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?", arguments: [w.accountID, w.cardID])
-            var stamps = existing.map { ChangeApplier.decodeStamps($0[0]) } ?? [:]
-            for (field, stamp) in w.stamps { stamps[field] = ChangeApplier.Stamp(hash: stamp.hash, time: stamp.time) }
+            var stamps = existing.map { FieldStamps.decodeStamps($0[0]) } ?? [:]
+            for (field, stamp) in w.stamps { stamps[field] = FieldStamps.Stamp(hash: stamp.hash, time: stamp.time) }
             let wasDeleted = existing.map { $0[1] as Bool } ?? true
             if w.deleted {
-                stamps[ChangeApplier.membership] = ChangeApplier.Stamp(hash: "removed", time: now.timeIntervalSince1970)
+                stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "removed", time: now.timeIntervalSince1970)
             } else if wasDeleted {
-                stamps[ChangeApplier.membership] = ChangeApplier.Stamp(hash: "present", time: now.timeIntervalSince1970)
+                stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
             }
             try db.execute(
                 sql: """
@@ -258,7 +258,7 @@ extension SQLiteStore: SyncJobStore {
                         reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes,
                         deleted = excluded.deleted, last_synced_at = excluded.last_synced_at, updated_at = excluded.updated_at
                     """,
-                arguments: [w.accountID, w.syncListID, w.cardID, w.reminderID, ChangeApplier.encode(stamps), w.deleted, nowText, nowText, nowText])
+                arguments: [w.accountID, w.syncListID, w.cardID, w.reminderID, FieldStamps.encode(stamps), w.deleted, nowText, nowText, nowText])
             if let reminder = w.reminderID {
                 try db.execute(
                     sql: "DELETE FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
@@ -418,7 +418,7 @@ extension SQLiteStore: SyncJobStore {
         let now = Date()
         let nowText = Timestamp.string(now)
         return try await pool.write { db in
-            var applier = ChangeApplier(db: db)
+            var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
             for card in cards {
                 if let mapped = try Row.fetchOne(
                     db, sql: "SELECT reminder_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?", arguments: [accountID, card.cardID]),
@@ -426,8 +426,8 @@ extension SQLiteStore: SyncJobStore {
                 {
                     continue  // already on the devices
                 }
-                var stamps = card.fields.mapValues { ChangeApplier.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
-                stamps[ChangeApplier.membership] = ChangeApplier.Stamp(hash: "present", time: now.timeIntervalSince1970)
+                var stamps = card.fields.mapValues { FieldStamps.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
+                stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
                 try db.execute(
                     sql: """
                         INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, created_at, updated_at)
@@ -435,7 +435,7 @@ extension SQLiteStore: SyncJobStore {
                         ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
                             field_hashes = excluded.field_hashes, deleted = 0, updated_at = excluded.updated_at
                         """,
-                    arguments: [accountID, syncListID, card.cardID, ChangeApplier.encode(stamps), nowText, nowText])
+                    arguments: [accountID, syncListID, card.cardID, FieldStamps.encode(stamps), nowText, nowText])
                 let observation = CardObservation(accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
                 try applier.writeChange(observation, type: "create", changed: card.fields.keys.sorted(), fields: card.fields)
             }

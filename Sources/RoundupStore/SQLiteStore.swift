@@ -169,7 +169,7 @@ public final class SQLiteStore: SyncStore {
     public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         return try await pool.write { db in
-            var applier = ChangeApplier(db: db)
+            var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
             for observation in observations { try applier.apply(observation) }
             return AppliedChanges(written: applier.written, accounts: applier.accounts, types: applier.types)
         }
@@ -313,7 +313,7 @@ extension SQLiteStore {
     /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names.
     public static func open(configuration: RoundupConfiguration) async throws -> SQLiteStore {
         guard let path = configuration.sqlitePath else {
-            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL, which this build does not support yet; use sqlite:PATH")
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL: open it with Stores.open")
         }
         let store = try SQLiteStore(path: path)
         try await store.migrate()

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupStore
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
 /// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,
@@ -17,7 +18,11 @@ public final class Stack: @unchecked Sendable {
     public let redis: RedisClient
     public let trello: FakeTrello
     public let directory: URL
+    /// The SQLite file when the tests run on SQLite (see `TestStore`).
     public let databasePath: String
+    /// `ROUNDUP_DATABASE_URL` of every process of this stack: that file, or a database of its own on the test server.
+    public let databaseURL: String
+    private var openedStore: (any ServerStore)?
     /// Trello calls the ingress at this URL: the real ingress on loopback, so the fake Trello's HEAD check reaches it.
     public var publicURL: String { "http://127.0.0.1:\(ingressPort)" }
     /// Created last in `init`, so a failed set-up never drops a client that was not shut down.
@@ -26,6 +31,8 @@ public final class Stack: @unchecked Sendable {
     public let ingressPort: Int
     public private(set) var api: ManagedProcess?
     public private(set) var apiPort = 0
+    /// Every API process started, with its port (`apiPort` is the latest).
+    public private(set) var apis: [(process: ManagedProcess, port: Int)] = []
     public private(set) var workers: [ManagedProcess] = []
     /// Each worker's /healthz and /metrics port, by worker name.
     public private(set) var workerPorts: [String: Int] = [:]
@@ -33,6 +40,7 @@ public final class Stack: @unchecked Sendable {
     public init(privateRedis wantsPrivate: Bool = false) async throws {
         directory = try TestSupport.temporaryDirectory("stack")
         databasePath = directory.appendingPathComponent("roundup.sqlite").path
+        databaseURL = try await TestStore.makeURL(in: directory)
         ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
@@ -51,7 +59,7 @@ public final class Stack: @unchecked Sendable {
 
     public var environment: [String: String] {
         [
-            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
+            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": prefix, "ROUNDUP_DATABASE_URL": databaseURL,
             "ROUNDUP_PUBLIC_URL": publicURL, "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_HOST": "127.0.0.1",
             "LOG_LEVEL": "info",
         ]
@@ -79,6 +87,7 @@ public final class Stack: @unchecked Sendable {
             name: "api-\(apiPort)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-api"),
             environment: env, logDirectory: directory)
         api = process
+        apis.append((process, apiPort))
         let up = await TestSupport.eventually(timeout: .seconds(20)) {
             (try? await self.callAPI(.GET, "/healthz", token: nil).status) == .ok
         }
@@ -88,9 +97,9 @@ public final class Stack: @unchecked Sendable {
     /// A request to roundup-api; `body` is sent as JSON unless `contentType` says otherwise.
     public func callAPI(
         _ method: HTTPMethod, _ path: String, token: String?, body: String? = nil, contentType: String? = "application/json",
-        headers extra: [String: String] = [:]
+        headers extra: [String: String] = [:], port: Int? = nil
     ) async throws -> Response {
-        var request = HTTPClientRequest(url: "http://127.0.0.1:\(apiPort)\(path)")
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port ?? apiPort)\(path)")
         request.method = method
         if let token { request.headers.add(name: "authorization", value: "Bearer \(token)") }
         if let body {
@@ -214,12 +223,21 @@ public final class Stack: @unchecked Sendable {
         if !isShutDown { try? http.syncShutdown() }
     }
 
+    /// The stack's store, opened (and migrated) once, as its processes see it.
+    public func store() async throws -> any ServerStore {
+        if let openedStore { return openedStore }
+        let store = try await TestStore.open(url: databaseURL)
+        openedStore = store
+        return store
+    }
+
     public func shutdown() async {
         isShutDown = true
+        (openedStore as? PostgresStore)?.shutdown()
         for worker in workers { await worker.stop() }
         for pusher in pushers { await pusher.stop() }
         if let ingress { await ingress.stop() }
-        if let api { await api.stop() }
+        for (process, _) in apis { await process.stop() }
         await trello.stop()
         try? await http.shutdown()
         await redis.shutdown()

@@ -48,6 +48,7 @@ public struct WebhookConsumer: Service {
         var reader: RedisConnection?
         defer { if let reader { reader.close().whenComplete { _ in } } }
         var backoff = Duration.milliseconds(100)
+        var storeBackoff = Duration.milliseconds(200)
 
         // The next batch is requested before the current one is processed, so Redis sends it while we work.
         var prefetched: EventLoopFuture<RedisValue>?
@@ -58,7 +59,7 @@ public struct WebhookConsumer: Service {
                 prefetched = nil
                 if let reply = try? await pending.get() {
                     let entries = StreamEntry.parse(read: reply)
-                    if !entries.isEmpty { try? await handle(entries) }
+                    if !entries.isEmpty { _ = try? await handle(entries) }
                 }
                 continue
             }
@@ -80,7 +81,13 @@ public struct WebhookConsumer: Service {
                 if !entries.isEmpty {
                     // A full batch suggests more is waiting: ask for it now, without blocking.
                     if entries.count == options.batchSize { prefetched = read(on: reader!, block: false) }
-                    try await handle(entries)
+                    if try await handle(entries) {
+                        // The store is unreachable: stop taking new entries for a while; they wait in the stream.
+                        try? await Task.sleep(for: storeBackoff)
+                        storeBackoff = min(storeBackoff * 2, .seconds(5))
+                    } else {
+                        storeBackoff = .milliseconds(200)
+                    }
                 }
                 backoff = .milliseconds(100)
             } catch {
@@ -104,8 +111,9 @@ public struct WebhookConsumer: Service {
 
 
     /// Processes entries and settles each: ack+delete when done, record the error when it should be retried,
-    /// dead-letter when it never can succeed.
-    func handle(_ entries: [StreamEntry]) async throws {
+    /// dead-letter when it never can succeed. Returns whether the store could not be reached.
+    @discardableResult
+    func handle(_ entries: [StreamEntry]) async throws -> Bool {
         let started = ContinuousClock.now
         let outcome = await processor.process(entries)
         var commands: [RedisCommand] = []
@@ -156,24 +164,44 @@ public struct WebhookConsumer: Service {
             "entries": "\(entries.count)", "done": "\(outcome.done.count)", "changes": "\(outcome.changesWritten)",
             "duration_ms": "\(nanoseconds / 1_000_000)",
         ])
+        return outcome.retry.contains { WebhookProcessor.isStoreFailure($0.error) }
     }
 
     /// Takes over entries that sat pending with any consumer longer than the idle timeout
     /// (a worker that died, or an entry whose processing failed), or dead-letters them after too many deliveries.
     func reclaim() async throws {
+        // After an outage many entries wait at once: keep taking full pages (up to 64 of them) before reading new ones.
+        for _ in 0..<64 {
+            guard try await reclaimPage() == options.batchSize else { return }
+        }
+    }
+
+    /// One page of `reclaim`; returns how many pending entries it looked at.
+    private func reclaimPage() async throws -> Int {
         let idleMS = Int(options.claimIdle.nanoseconds / 1_000_000)
         let reply = try await redis.send(
             RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group), "IDLE", RedisArgument(idleMS), "-", "+", RedisArgument(options.batchSize)]))
         var claim: [String] = []
+        var exhausted: [(id: String, deliveries: Int)] = []
+        let seen = reply.array?.count ?? 0
         for item in reply.array ?? [] {
             guard let fields = item.array, fields.count >= 4, let id = fields[0].string, let deliveries = fields[3].int else { continue }
-            if deliveries >= options.maxDeliveries {
-                try await deadLetter(id: id, deliveries: deliveries, error: "delivered \(deliveries) times without success")
-            } else {
-                claim.append(id)
+            if deliveries >= options.maxDeliveries { exhausted.append((id, deliveries)) } else { claim.append(id) }
+        }
+        if !exhausted.isEmpty {
+            // An event that failed only because the store was unreachable is not at fault: it waits in the stream
+            // for the store to come back instead of going to the dead letters.
+            let errors = try await redis.send(RedisCommand("HMGET", [RedisArgument(options.keys.webhookErrors)] + exhausted.map { RedisArgument($0.id) }))
+            for (index, entry) in exhausted.enumerated() {
+                let error = errors.array?[index].string
+                if error.map(WebhookProcessor.isStoreFailure) == true {
+                    claim.append(entry.id)
+                } else {
+                    try await deadLetter(id: entry.id, deliveries: entry.deliveries, error: error ?? "delivered \(entry.deliveries) times without success")
+                }
             }
         }
-        guard !claim.isEmpty else { return }
+        guard !claim.isEmpty else { return seen }
         let claimed = try await redis.send(
             RedisCommand("XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), RedisArgument(idleMS)] + claim.map { RedisArgument($0) }))
         let entries = StreamEntry.parse(entries: claimed)
@@ -182,10 +210,11 @@ public struct WebhookConsumer: Service {
         if !gone.isEmpty {
             _ = try await redis.send(RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group)] + gone.map { RedisArgument($0) }))
         }
-        guard !entries.isEmpty else { return }
+        guard !entries.isEmpty else { return seen }
         metrics.reclaimed.increment(by: entries.count)
         logger.info("reclaimed pending events", metadata: ["count": "\(entries.count)"])
-        try await handle(entries)
+        // The store still failing: stop here, the next round tries again.
+        return try await handle(entries) ? 0 : seen
     }
 
     func deadLetter(id: String, deliveries: Int, error: String) async throws {

@@ -50,6 +50,9 @@ public final class WebhookProcessor: Sendable {
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
 
+    /// A retry whose cause is the store (unreachable, restarting), not the event.
+    static func isStoreFailure(_ error: String) -> Bool { error.hasPrefix("store ") }
+
     public init(store: any SyncStore, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
         self.echo = echo
         self.store = store

@@ -16,7 +16,7 @@ import ServiceLifecycle
 /// the consumer loop and the health/metrics endpoint, in one service group.
 public enum WorkerApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
-        let store = try await SQLiteStore.open(configuration: configuration)
+        let store = try await Stores.open(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)

@@ -9,6 +9,8 @@ import RoundupTesting
 // Worker throughput benchmark: fills the webhook stream, starts the real `roundup-worker` binary and times how
 // long it takes to drain the stream into `pending_changes`.
 // usage: roundup-bench worker REDIS_URL WORKER_BINARY SCENARIO(update|create) EVENTS
+// BENCH_WORKERS (default 1) worker processes; the store is a new SQLite file, or with ROUNDUP_TEST_STORE=postgres and
+// ROUNDUP_TEST_POSTGRES_URL a new database on that server.
 
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("roundup-bench: \(message)\n".utf8))
@@ -17,10 +19,11 @@ func fail(_ message: String) -> Never {
 
 let args = CommandLine.arguments
 
-// usage: roundup-bench api-seed SQLITE_PATH CHANGES — an account (its token printed) with that many pending changes.
+// usage: roundup-bench api-seed DATABASE CHANGES — an account (its token printed) with that many pending changes.
+// DATABASE is a SQLite path or a ROUNDUP_DATABASE_URL (sqlite:PATH, postgres://…).
 if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
-    let store = try SQLiteStore(path: args[2])
-    try await store.migrate()
+    let url = args[2].hasPrefix("sqlite:") || args[2].contains("://") ? args[2] : "sqlite:" + args[2]
+    let store = try await TestStore.open(url: url)
     let token = "rt_bench_" + UUID().uuidString
     let hash = SHA256Hex.of(token)
     let account = try await store.createAccount(authTokenHash: hash)
@@ -71,14 +74,14 @@ let scenario = args[4]
 guard scenario == "update" || scenario == "create" else { fail("scenario must be update or create") }
 
 let directory = try TestSupport.temporaryDirectory("bench")
-let databasePath = directory.appendingPathComponent("roundup.sqlite").path
+let databaseURL = try await TestStore.makeURL(in: directory)
+let workerCount = Int(ProcessInfo.processInfo.environment["BENCH_WORKERS"] ?? "1") ?? 1
 let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):")
 let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
 let trello = try await FakeTrello.start()
 
 // An account, a list, and (for updates) 1,000 cards the worker already knows, their creates acknowledged.
-let store = try SQLiteStore(path: databasePath)
-try await store.migrate()
+let store = try await TestStore.open(url: databaseURL)
 let account = try await store.createAccount(authTokenHash: UUID().uuidString)
 try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "bench-secret")
 let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
@@ -116,29 +119,32 @@ for i in 0..<events {
 let bodySize = WebhookBodies.body(type: "updateCard", actionID: "act-0", cardID: "card-0", listID: "L1", boardID: "B1", card: ["name": .string("Renamed 0")], old: ["name": .string("Card")], padding: 3_000).count
 
 let started = ContinuousClock.now
-let worker = try ManagedProcess(
-    name: "bench-worker", executable: workerBinary,
-    environment: [
-        "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": "sqlite:\(databasePath)",
-        "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
-        "ROUNDUP_WORKER_NAME": "bench",
-        // The fake Trello has no rate limit; ours (100 per 10 s per token by default) would pace the card fetches.
-        "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000",
-    ],
-    logDirectory: directory)
+var workers: [ManagedProcess] = []
+for n in 1...workerCount {
+    workers.append(try ManagedProcess(
+        name: "bench-worker-\(n)", executable: workerBinary,
+        environment: [
+            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": databaseURL,
+            "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
+            "ROUNDUP_WORKER_NAME": "bench-\(n)",
+            // The fake Trello has no rate limit; ours (100 per 10 s per token by default) would pace the card fetches.
+            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000",
+        ],
+        logDirectory: directory))
+}
 let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .milliseconds(10)) {
     let length = (try? await redis.send("XLEN", RedisArgument(keys.webhookStream)).int) ?? -1
     return length == 0
 }
 let elapsed = ContinuousClock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-let rss = (try? String(contentsOfFile: "/proc/\(worker.pid)/status", encoding: .utf8))?
+let rss = (try? String(contentsOfFile: "/proc/\(workers[0].pid)/status", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("VmHWM") }.map(String.init) ?? "VmHWM: ?"
-await worker.stop()
+for worker in workers { await worker.stop() }
 let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
-guard drained else { fail("worker did not drain the stream: \(worker.output.suffix(2000))") }
-print(String(format: "worker %@: %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
-             scenario, events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
+guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
+print(String(format: "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
+             scenario, TestStore.name, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
 await redis.shutdown()
 

@@ -173,8 +173,8 @@ struct Jobs: AsyncParsableCommand {
         @Flag var json = false
         func run() async throws {
             let context = try Context.make()
-            let store = try await SQLiteStore.open(configuration: context.configuration)
-            let jobs = try await store.jobs(limit: limit)
+            let store = try await Stores.open(configuration: context.configuration)
+            let jobs = try await store.jobs(limit: limit, id: nil)
             let now = Date()
             let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
             if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
@@ -191,7 +191,7 @@ struct Jobs: AsyncParsableCommand {
         @Argument var id: String
         func run() async throws {
             let context = try Context.make()
-            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let store = try await Stores.open(configuration: context.configuration)
             await context.redis.shutdown()
             guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
             printJSON(Jobs.json(job, now: Date(), staleAfter: TimeInterval(context.configuration.jobStaleSeconds)))
@@ -205,7 +205,7 @@ struct Accounts: AsyncParsableCommand {
         @Flag var json = false
         func run() async throws {
             let context = try Context.make()
-            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let store = try await Stores.open(configuration: context.configuration)
             let accounts = try await store.allAccounts()
             let rows: [JSONValue] = accounts.map { a in
                 .object([
@@ -232,7 +232,7 @@ struct Routes: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Republish every account secret and model route from the store to Redis.")
         func run() async throws {
             let context = try Context.make()
-            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let store = try await Stores.open(configuration: context.configuration)
             var logger = Logger(label: "roundupctl")
             logger.logLevel = .error
             try await RoutePublisher.publishAll(store: store, redis: context.redis, keys: context.configuration.redisKeys, logger: logger)
@@ -247,7 +247,7 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Apply the store's migrations.")
     func run() async throws {
         let context = try Context.make()
-        _ = try await SQLiteStore.open(configuration: context.configuration)
+        _ = try await Stores.open(configuration: context.configuration)
         print("store is at the latest schema")
         await context.redis.shutdown()
     }
@@ -285,9 +285,9 @@ struct Check: AsyncParsableCommand {
             problems.append("redis: \(error)")
         }
         do {
-            let store = try await SQLiteStore.open(configuration: context.configuration)
+            let store = try await Stores.open(configuration: context.configuration)
             try await store.ping()
-            print("ok    store \(context.configuration.databaseURL)")
+            print("ok    store \(context.configuration.postgresURL?.masked ?? context.configuration.databaseURL)")
             for account in try await store.allAccounts() {
                 let d = account.details
                 if let key = d.trelloAPIKey, !(key.count == 32 && key.allSatisfy(\.isHexDigit)) {
@@ -317,7 +317,7 @@ struct Lists: AsyncParsableCommand {
     func run() async throws {
         let context = try Context.make()
         await context.redis.shutdown()
-        let store = try await SQLiteStore.open(configuration: context.configuration)
+        let store = try await Stores.open(configuration: context.configuration)
         let lists = try await store.allSyncLists()
         if json {
             printJSON(.array(lists.map { item in
@@ -343,7 +343,7 @@ struct Reconcile: AsyncParsableCommand {
     func run() async throws {
         let context = try Context.make()
         defer { Task { await context.redis.shutdown() } }
-        let store = try await SQLiteStore.open(configuration: context.configuration)
+        let store = try await Stores.open(configuration: context.configuration)
         let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
         guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
         for item in lists {

@@ -139,7 +139,7 @@ import Testing
         let (a, tokenA) = try await createAccount(stack)
         let (_, tokenB) = try await createAccount(stack)
         // Give A a list, a pending change and a device, straight in the store the API reads.
-        let store = try SQLiteStore(path: stack.databasePath)
+        let store = try await stack.store()
         let list = try await store.createSyncList(accountID: a, name: "A's", trelloBoardID: "BA", trelloListID: "LA")
         _ = try await store.apply([CardObservation(accountID: a, syncListID: list.id, cardID: "CA", actionID: "X", actionDate: Date(), kind: .fields(["title": "secret plans"], full: true))])
         let change = try #require(try await store.pendingChanges(accountID: a, afterID: 0, limit: 1).first)

@@ -11,9 +11,8 @@ import Testing
     static let secret = "whsec-0123456789abcdef"
 
     /// An account with a synced list (L1 on board B1), created in the store before the worker starts.
-    func seed(_ stack: Stack) async throws -> (store: SQLiteStore, account: String) {
-        let store = try SQLiteStore(path: stack.databasePath)
-        try await store.migrate()
+    func seed(_ stack: Stack) async throws -> (store: any ServerStore, account: String) {
+        let store = try await stack.store()
         let account = try await store.createAccount(authTokenHash: UUID().uuidString)
         try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: Self.secret)
         _ = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: "B1", trelloListID: "L1")
@@ -197,7 +196,7 @@ import Testing
 @Suite(.serialized) struct DeadLetterTests {
     /// One createCard whose card fetch keeps failing with `status`, delivered through the ingress to a worker that
     /// gives up after two deliveries; returns once it is in the dead-letter stream.
-    static func deadLetterOne(_ stack: Stack, card: String, action: String, status: Int) async throws -> (store: SQLiteStore, account: String) {
+    static func deadLetterOne(_ stack: Stack, card: String, action: String, status: Int) async throws -> (store: any ServerStore, account: String) {
         let e2e = EndToEndTests()
         let (store, account) = try await e2e.seed(stack)
         try await e2e.publish(stack, account: account)

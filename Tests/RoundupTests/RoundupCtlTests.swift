@@ -98,7 +98,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func jobsShowProgressAndStaleness() async throws {
+    /// Writes rows with a GRDB connection (a five-minute-old heartbeat cannot be made through the store): SQLite only.
+    @Test(.enabled(if: !TestStore.isPostgres)) func jobsShowProgressAndStaleness() async throws {
         let stack = try await Stack()
         let (store, account) = try await EndToEndTests().seed(stack)
         let fresh = Timestamp.now()

@@ -4,17 +4,15 @@ import RoundupStore
 import RoundupTesting
 import Testing
 
-/// A fresh SQLite file with one account and one synced list.
+/// A fresh store (a SQLite file, or a PostgreSQL database: see `TestStore`) with one account and one synced list.
 struct StoreFixture {
-    let store: SQLiteStore
-    let path: String
+    let store: any ServerStore
+    let url: String
     let account: String
     let list: SyncListRecord
 
     init(listID: String = "list-1", boardID: String = "board-1") async throws {
-        path = try TestSupport.temporaryDirectory("store").appendingPathComponent("roundup.sqlite").path
-        store = try SQLiteStore(path: path)
-        try await store.migrate()
+        (store, url) = try await TestStore.make("store")
         account = try await store.createAccount(authTokenHash: UUID().uuidString)
         try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "secret")
         list = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: boardID, trelloListID: listID)
@@ -34,7 +32,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
 }
 
 @Suite struct StoreTests {
-    @Test func migrationsCreateTheSixteenTablesInWALMode() async throws {
+    @Test func migrationsCreateTheSixteenTables() async throws {
         let f = try await StoreFixture()
         let tables = try await f.store.tableNames()
         #expect(Set(tables) == [
@@ -42,7 +40,10 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
             "sync_custom_fields", "sync_locations", "sync_lease", "trello_card_labels", "sync_checklists",
             "sync_checklist_items", "trello_card_custom_field_values", "background_jobs", "potential_duplicates",
         ])
-        #expect(try await f.store.journalMode() == "wal")
+        if let sqlite = f.store as? SQLiteStore { #expect(try await sqlite.journalMode() == "wal") }
+        if let postgres = f.store as? PostgresStore {
+            #expect(try await postgres.appliedMigrations() == ["v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims"])
+        }
         try await f.store.migrate()  // a second run changes nothing and does not fail
         #expect(try await f.store.tableNames().count == 16)
     }

@@ -1,0 +1,370 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RoundupCore
+
+/// Accounts, lists, the worker's batch and the apps' changes, on PostgreSQL.
+extension PostgresStore: SyncStore {
+    public func createAccount(authTokenHash: String) async throws -> String {
+        let id = UUID().uuidString.lowercased()
+        let now = Timestamp.now()
+        try await write { c in
+            try await c.run("INSERT INTO accounts (id, auth_token_hash, created_at, updated_at) VALUES (\(id), \(authTokenHash), \(now), \(now))", logger)
+        }
+        return id
+    }
+
+    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
+        let now = Timestamp.now()
+        try await write { c in
+            try await c.run(
+                """
+                UPDATE accounts SET trello_api_key = COALESCE(\(apiKey)::text, trello_api_key), trello_token = COALESCE(\(token)::text, trello_token),
+                trello_webhook_secret = COALESCE(\(webhookSecret)::text, trello_webhook_secret), updated_at = \(now) WHERE id = \(id)
+                """, logger)
+        }
+    }
+
+    public func account(id: String) async throws -> AccountRecord? {
+        try await read { c in
+            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret FROM accounts WHERE id = \(id)", logger).first.map {
+                AccountRecord(id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2), trelloWebhookSecret: try $0.optionalText(3))
+            }
+        }
+    }
+
+    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
+        let now = Timestamp.now()
+        let record = SyncListRecord(
+            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID,
+            trelloListID: trelloListID, createdAt: now)
+        do {
+            try await write { c in
+                try await c.run(
+                    """
+                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
+                    VALUES (\(record.id), \(accountID), \(name), \(trelloBoardID), \(trelloListID), \(now), \(now))
+                    """, logger)
+            }
+        } catch where Self.sqlState(error) == "23505" {
+            throw StoreError.duplicateList
+        }
+        return record
+    }
+
+    // MARK: The worker's batch
+
+    /// The same answer as SQLite's lookup, in five queries whatever the batch's size.
+    public func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
+        var listAccounts: [String] = [], listIDs: [String] = []
+        var boardAccounts: [String] = [], boardIDs: [String] = []
+        var taskAccounts: [String] = [], cardIDs: [String] = []
+        for item in items {
+            for list in item.listIDs {
+                listAccounts.append(item.accountID)
+                listIDs.append(list)
+            }
+            if let board = item.boardID {
+                boardAccounts.append(item.accountID)
+                boardIDs.append(board)
+            }
+            taskAccounts.append(item.accountID)
+            cardIDs.append(item.cardID)
+        }
+        let accounts = Array(Set(items.map(\.accountID)))
+        return try await read { c in
+            var context = BatchContext()
+            for row in try await c.rows(
+                """
+                SELECT l.account_id, l.trello_list_id, l.id, l.name, l.trello_board_id FROM sync_lists l
+                JOIN unnest(\(listAccounts)::text[], \(listIDs)::text[]) AS k(a, t) ON l.account_id = k.a AND l.trello_list_id = k.t
+                """, logger)
+            {
+                let account = try row.text(0), list = try row.text(1)
+                context.lists[AccountScoped(account, list)] = SyncListRecord(
+                    id: try row.text(2), accountID: account, name: try row.text(3), trelloBoardID: try row.text(4), trelloListID: list)
+            }
+            for row in try await c.rows(
+                """
+                SELECT DISTINCT l.account_id, l.trello_board_id FROM sync_lists l
+                JOIN unnest(\(boardAccounts)::text[], \(boardIDs)::text[]) AS k(a, b) ON l.account_id = k.a AND l.trello_board_id = k.b
+                """, logger)
+            {
+                context.boards.insert(AccountScoped(try row.text(0), try row.text(1)))
+            }
+            if !context.boards.isEmpty {
+                for row in try await c.rows(
+                    """
+                    SELECT f.account_id, f.trello_board_id, f.trello_field_id, f.options FROM sync_custom_fields f
+                    JOIN unnest(\(boardAccounts)::text[], \(boardIDs)::text[]) AS k(a, b) ON f.account_id = k.a AND f.trello_board_id = k.b
+                    WHERE lower(f.name) = 'priority'
+                    """, logger)
+                {
+                    context.priorityFields[AccountScoped(try row.text(0), try row.text(1))] = Self.priorityField(fieldID: try row.text(2), options: try row.text(3))
+                }
+            }
+            for row in try await c.rows(
+                """
+                SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.deleted FROM sync_tasks t
+                JOIN unnest(\(taskAccounts)::text[], \(cardIDs)::text[]) AS k(a, c) ON t.account_id = k.a AND t.trello_card_id = k.c
+                """, logger)
+            {
+                context.tasks[AccountScoped(try row.text(0), try row.text(1))] = TaskState(syncListID: try row.text(2), deleted: try row.bool(3))
+            }
+            for row in try await c.rows(
+                "SELECT id, trello_api_key, trello_token FROM accounts WHERE id = ANY(\(accounts)::text[]) AND trello_api_key IS NOT NULL AND trello_token IS NOT NULL",
+                logger)
+            {
+                context.credentials[try row.text(0)] = TrelloCredentials(apiKey: try row.text(1), token: try row.text(2))
+            }
+            return context
+        }
+    }
+
+    static func priorityField(fieldID: String, options: String) -> PriorityField {
+        let parsed = ((try? JSONParser.parse(Array(options.utf8)))?.objectValue ?? [:]).compactMapValues(\.stringValue)
+        return PriorityField(fieldID: fieldID, options: parsed)
+    }
+
+    static func priorityField(_ c: PostgresConnection, accountID: String, boardID: String, logger: Logger) async throws -> PriorityField? {
+        try await c.rows(
+            """
+            SELECT trello_field_id, options FROM sync_custom_fields
+            WHERE account_id = \(accountID) AND trello_board_id = \(boardID) AND lower(name) = 'priority'
+            """, logger
+        ).first.map { priorityField(fieldID: try $0.text(0), options: try $0.text(1)) }
+    }
+
+    public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
+        guard let field else { return }
+        let options = JSONValue.object(field.options.mapValues(JSONValue.string)).canonicalJSON
+        let now = Timestamp.now()
+        try await write { c in
+            try await c.run(
+                """
+                INSERT INTO sync_custom_fields (account_id, trello_board_id, trello_field_id, name, type, options, fetched_at)
+                VALUES (\(accountID), \(boardID), \(field.fieldID), 'Priority', 'list', \(options), \(now))
+                ON CONFLICT (account_id, trello_board_id, trello_field_id) DO UPDATE SET options = excluded.options, fetched_at = excluded.fetched_at
+                """, logger)
+        }
+    }
+
+    public func apply(_ observations: [CardObservation]) async throws -> Int {
+        try await applyReportingAccounts(observations).written
+    }
+
+    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges {
+        guard !observations.isEmpty else { return AppliedChanges() }
+        let keys = observations.map { AccountScoped($0.accountID, $0.cardID) }
+        return try await write { c in
+            try await Self.lockCards(c, keys, logger: logger)
+            var applier = ChangeApplier(rows: try await PostgresChangeRows.load(c, keys: keys, logger: logger))
+            for observation in observations { try applier.apply(observation) }
+            try await applier.rows.flush(c, logger: logger)
+            return AppliedChanges(written: applier.written, accounts: applier.accounts, types: applier.types)
+        }
+    }
+
+    // MARK: Reading changes
+
+    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+        try await read { c in
+            try await c.rows(
+                """
+                SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id,
+                       p.created_at, t.reminder_id
+                FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
+                WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
+                """, logger
+            ).map { row in
+                PendingChange(
+                    id: try row.int64(0), accountID: accountID, syncListID: try row.text(1), changeType: try row.text(2),
+                    changedFields: PendingChangeCoding.changedFields(try row.text(3)), fields: PendingChangeCoding.fields(try row.text(4)),
+                    trelloCardID: try row.text(5), trelloActionID: try row.optionalText(6), reminderID: try row.optionalText(8),
+                    createdAt: Timestamp.date(try row.text(7)) ?? Date(timeIntervalSince1970: 0))
+            }
+        }
+    }
+
+    public func pendingChangesText(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChangeText] {
+        try await read { c in
+            try await c.rows(
+                """
+                SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, t.reminder_id, p.created_at
+                FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
+                WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
+                """, logger
+            ).map { row in
+                PendingChangeText(
+                    id: try row.int64(0), syncListID: try row.text(1), changeType: try row.text(2), changedFieldsJSON: try row.text(3),
+                    fieldsJSON: try row.text(4), trelloCardID: try row.text(5), reminderID: try row.optionalText(6), createdAt: try row.text(7))
+            }
+        }
+    }
+
+    public func acknowledge(accountID: String, ids: [Int64]) async throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        return try await write { c in
+            var deleted = 0
+            for id in ids {
+                guard let card = try await c.rows("SELECT trello_card_id FROM pending_changes WHERE account_id = \(accountID) AND id = \(id)", logger).first
+                else { continue }
+                let cardID = try card.text(0)
+                try await Self.lockCards(c, [AccountScoped(accountID, cardID)], logger: logger)
+                deleted += try await c.run("DELETE FROM pending_changes WHERE id = \(id) RETURNING 1", logger)
+                try await c.run(
+                    "DELETE FROM pending_changes WHERE account_id = \(accountID) AND trello_card_id = \(cardID) AND superseded AND id < \(id)", logger)
+            }
+            return deleted
+        }
+    }
+
+    /// Every pending change of every account, oldest first (tests and operators).
+    public func allPendingChanges() async throws -> [PendingChange] {
+        let accounts = try await read { c in
+            try await c.rows("SELECT DISTINCT account_id FROM pending_changes", logger).map { try $0.text(0) }
+        }
+        var all: [PendingChange] = []
+        for account in accounts { all += try await pendingChanges(accountID: account, afterID: 0, limit: Int.max) }
+        return all.sorted { $0.id < $1.id }
+    }
+
+    public func routingSnapshot() async throws -> RoutingSnapshot {
+        try await read { c in
+            var secrets: [String: String] = [:]
+            for row in try await c.rows("SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL", logger) {
+                secrets[try row.text(0)] = try row.text(1)
+            }
+            var routes: [String: Set<String>] = [:]
+            for row in try await c.rows("SELECT account_id, trello_list_id, trello_board_id FROM sync_lists", logger) {
+                let account = try row.text(0)
+                routes[try row.text(1), default: []].insert(account)
+                routes[try row.text(2), default: []].insert(account)
+            }
+            return RoutingSnapshot(secrets: secrets, routes: routes)
+        }
+    }
+}
+
+/// `ChangeApplier`'s rows on PostgreSQL: every task and unacknowledged change of the batch's cards is read in two
+/// queries, the applier works in memory, and `flush` writes the outcome in three statements. The caller holds the
+/// cards' advisory locks, so nothing else changes those rows in between.
+struct PostgresChangeRows: ChangeRows {
+    private struct TaskWrite {
+        var syncListID: String
+        var stamps: String
+        var deleted: Bool
+        var actionID: String?
+        var now: String
+    }
+
+    private var tasks: [AccountScoped: ChangeApplier<Self>.TaskRow] = [:]
+    private var latest: [AccountScoped: ChangeApplier<Self>.ChangeRow] = [:]
+    private var taskWrites: [AccountScoped: TaskWrite] = [:]
+    private var taskOrder: [AccountScoped] = []
+    private var supersededIDs: [Int64] = []
+    private var inserts: [(change: ChangeApplier<Self>.NewChange, now: String, superseded: Bool)] = []
+
+    static func load(_ c: PostgresConnection, keys: [AccountScoped], logger: Logger) async throws -> Self {
+        var rows = Self()
+        let accounts = keys.map(\.accountID), cards = keys.map(\.id)
+        for row in try await c.rows(
+            """
+            SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.field_hashes, t.deleted FROM sync_tasks t
+            JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON t.account_id = u.a AND t.trello_card_id = u.k
+            """, logger)
+        {
+            rows.tasks[AccountScoped(try row.text(0), try row.text(1))] = .init(
+                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4))
+        }
+        for row in try await c.rows(
+            """
+            SELECT DISTINCT ON (p.account_id, p.trello_card_id) p.account_id, p.trello_card_id, p.id, p.change_type, p.changed_fields, p.fields
+            FROM pending_changes p
+            JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON p.account_id = u.a AND p.trello_card_id = u.k
+            WHERE NOT p.superseded ORDER BY p.account_id, p.trello_card_id, p.id DESC
+            """, logger)
+        {
+            rows.latest[AccountScoped(try row.text(0), try row.text(1))] = .init(
+                id: try row.int64(2), type: try row.text(3), changedFields: PendingChangeCoding.changedFields(try row.text(4)),
+                fields: PendingChangeCoding.fields(try row.text(5)))
+        }
+        return rows
+    }
+
+    func task(accountID: String, cardID: String) -> ChangeApplier<Self>.TaskRow? {
+        tasks[AccountScoped(accountID, cardID)]
+    }
+
+    private mutating func recordTask(_ key: AccountScoped, _ write: TaskWrite) {
+        if taskWrites.updateValue(write, forKey: key) == nil { taskOrder.append(key) }
+    }
+
+    mutating func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) {
+        let key = AccountScoped(accountID, cardID)
+        guard var task = tasks[key] else { return }
+        task.stamps = stamps
+        if let deleted { task.deleted = deleted }
+        tasks[key] = task
+        recordTask(key, TaskWrite(syncListID: task.syncListID, stamps: FieldStamps.encode(stamps), deleted: task.deleted, actionID: actionID, now: now))
+    }
+
+    mutating func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) {
+        let key = AccountScoped(accountID, cardID)
+        tasks[key] = .init(syncListID: syncListID, stamps: stamps, deleted: false)
+        recordTask(key, TaskWrite(syncListID: syncListID, stamps: FieldStamps.encode(stamps), deleted: false, actionID: actionID, now: now))
+    }
+
+    func latestChange(accountID: String, cardID: String) -> ChangeApplier<Self>.ChangeRow? {
+        latest[AccountScoped(accountID, cardID)]
+    }
+
+    /// Ids below zero are rows of this batch not yet written (-1 is the first).
+    mutating func supersede(changeID: Int64) {
+        if changeID < 0 {
+            inserts[Int(-changeID) - 1].superseded = true
+        } else {
+            supersededIDs.append(changeID)
+        }
+        if let key = latest.first(where: { $0.value.id == changeID })?.key { latest[key] = nil }
+    }
+
+    mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) {
+        inserts.append((change, now, false))
+        latest[AccountScoped(change.accountID, change.cardID)] = .init(
+            id: -Int64(inserts.count), type: change.type, changedFields: change.changedFields, fields: change.fields)
+    }
+
+    func flush(_ c: PostgresConnection, logger: Logger) async throws {
+        if !taskOrder.isEmpty {
+            let writes = taskOrder.map { taskWrites[$0]! }
+            // Arrays cannot hold NULL through these bindings: an absent action id travels as "".
+            try await c.run(
+                """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
+                SELECT a, l, k, h, d, NULLIF(x, ''), n, n
+                FROM unnest(\(taskOrder.map(\.accountID))::text[], \(writes.map(\.syncListID))::text[], \(taskOrder.map(\.id))::text[],
+                            \(writes.map(\.stamps))::text[], \(writes.map(\.deleted))::bool[], \(writes.map { $0.actionID ?? "" })::text[],
+                            \(writes.map(\.now))::text[]) AS t(a, l, k, h, d, x, n)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id, field_hashes = excluded.field_hashes,
+                    deleted = excluded.deleted, last_action_id = excluded.last_action_id, updated_at = excluded.updated_at
+                """, logger)
+        }
+        if !supersededIDs.isEmpty {
+            try await c.run("UPDATE pending_changes SET superseded = true WHERE id = ANY(\(supersededIDs)::int8[])", logger)
+        }
+        if !inserts.isEmpty {
+            let changes = inserts.map(\.change)
+            try await c.run(
+                """
+                INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded)
+                SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s
+                FROM unnest(\(changes.map(\.accountID))::text[], \(changes.map(\.syncListID))::text[], \(changes.map(\.type))::text[],
+                            \(changes.map(\.changedFieldsJSON))::text[], \(changes.map(\.fieldsJSON))::text[], \(changes.map(\.cardID))::text[],
+                            \(changes.map { $0.actionID ?? "" })::text[], \(inserts.map(\.now))::text[], \(inserts.map(\.superseded))::bool[])
+                     WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o)
+                ORDER BY o
+                """, logger)
+        }
+    }
+}

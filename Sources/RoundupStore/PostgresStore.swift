@@ -1,0 +1,199 @@
+import Foundation
+import Logging
+import Metrics
+import NIOSSL
+import PostgresNIO
+import RoundupCore
+
+/// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.
+/// The same tables, columns and timestamp encoding (ISO-8601 text, UTC, milliseconds) as `SQLiteStore`, so both back
+/// ends answer alike; flags are booleans here.
+///
+/// Concurrency: every write runs in one transaction, retried on serialization failures and deadlocks. Transactions
+/// that write an account's tasks or changes take a transaction-scoped advisory lock per account (`lockCards`), always
+/// in one order, so two workers folding changes of one card run one after the other and an account's change ids become
+/// visible in order. Leases and job claims run SERIALIZABLE.
+public final class PostgresStore: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+    private let runner: Task<Void, Never>
+
+    public init(url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, logger: Logger = Logger(label: "roundup.postgres")) throws {
+        var tls: PostgresClient.Configuration.TLS
+        switch url.tls {
+        case .disable:
+            tls = .disable
+        case .prefer, .require:
+            // libpq's meaning: encrypted, certificate not checked.
+            var config = TLSConfiguration.makeClientConfiguration()
+            config.certificateVerification = .none
+            tls = url.tls == .prefer ? .prefer(config) : .require(config)
+        case .verifyFull:
+            var config = TLSConfiguration.makeClientConfiguration()
+            if let caFile { config.trustRoots = .file(caFile) }
+            tls = .require(config)
+        }
+        var configuration = PostgresClient.Configuration(
+            host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: tls)
+        configuration.options.maximumConnections = poolSize
+        configuration.options.minimumConnections = min(2, poolSize)
+        configuration.options.connectTimeout = .seconds(5)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.logger = logger
+        runner = Task { await client.run() }
+    }
+
+    /// Closes the pool's connections.
+    public func shutdown() {
+        runner.cancel()
+    }
+
+    deinit { runner.cancel() }
+
+    // MARK: Transactions
+
+    enum Isolation: String {
+        case readCommitted = "READ COMMITTED"
+        case serializable = "SERIALIZABLE"
+    }
+
+    /// Runs `body` in one transaction on a pooled connection; a serialization failure (40001) or deadlock (40P01)
+    /// rolls back and runs it again, up to eight times, with a short random pause.
+    @discardableResult
+    func write<T: Sendable>(_ isolation: Isolation = .readCommitted, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withConnection { connection in
+                    _ = try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation.rawValue)"), logger: logger)
+                    do {
+                        let result = try await body(connection)
+                        _ = try await connection.query("COMMIT", logger: logger)
+                        return result
+                    } catch {
+                        _ = try? await connection.query("ROLLBACK", logger: logger)
+                        throw error
+                    }
+                }
+            } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
+                Self.retries.increment()
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 << min(attempt, 5)))))
+            }
+        }
+    }
+
+    /// Runs `body` on a pooled connection without a transaction (single reads).
+    func read<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection { connection in try await body(connection) }
+    }
+
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40001" || state == "40P01"
+    }
+
+    static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+
+    static let retries = Counter(label: "roundup_store_transaction_retries_total")
+
+    /// Takes, for the rest of the transaction, the advisory lock of every account these cards belong to, in one order.
+    ///
+    /// Per account rather than per card: besides keeping two writers of one card apart, it makes an account's
+    /// `pending_changes` ids commit in the order they were drawn. An app pages with `after_id`; without the lock a
+    /// change with a smaller id could commit after the app had read past it, and the app would never see it.
+    static func lockCards(_ connection: PostgresConnection, _ keys: [AccountScoped], logger: Logger) async throws {
+        guard !keys.isEmpty else { return }
+        let ids = Set(keys.map { Self.lockID(accountID: $0.accountID) }).sorted()
+        _ = try await connection.query("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(\(ids)::int8[]) AS t(k)", logger: logger).collect()
+    }
+
+    /// A stable 64-bit FNV-1a of the account id (Swift's `hashValue` changes from process to process).
+    static func lockID(accountID: String) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in accountID.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return Int64(bitPattern: hash)
+    }
+
+    // MARK: Migrations
+
+    public func migrate() async throws {
+        try await PostgresMigrations.migrate(self)
+    }
+
+    /// The names of the tables, for tests and `roundupctl`.
+    public func tableNames() async throws -> [String] {
+        try await read { c in
+            try await c.query(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'roundup_migrations' ORDER BY tablename",
+                logger: logger
+            ).collect().map { try $0.decode(String.self) }
+        }
+    }
+
+    /// Migration versions applied, in order.
+    public func appliedMigrations() async throws -> [String] {
+        try await read { c in
+            try await c.query("SELECT version FROM roundup_migrations ORDER BY version", logger: logger).collect().map { try $0.decode(String.self) }
+        }
+    }
+}
+
+extension PostgresConnection {
+    /// All rows of a query.
+    func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRow] {
+        try await self.query(query, logger: logger).collect()
+    }
+
+    /// Runs a statement; with `RETURNING 1` the result is the number of rows it touched.
+    @discardableResult
+    func run(_ query: PostgresQuery, _ logger: Logger) async throws -> Int {
+        try await self.query(query, logger: logger).collect().count
+    }
+}
+
+extension PostgresRow {
+    func text(_ column: Int) throws -> String { try self[column].decode(String.self) }
+    func optionalText(_ column: Int) throws -> String? { try self[column].decode(String?.self) }
+    func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
+    func int(_ column: Int) throws -> Int { try self[column].decode(Int.self) }
+    func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
+    subscript(column: Int) -> PostgresCell { PostgresRandomAccessRow(self)[column] }
+}
+
+/// What operators read, on either back end.
+public protocol OperatorStore: Sendable {
+    func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)]
+    func jobs(limit: Int, id: String?) async throws -> [JobRecord]
+    func allPendingChanges() async throws -> [PendingChange]
+    func tableNames() async throws -> [String]
+}
+
+/// Everything a process may need of the store.
+public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore
+
+extension SQLiteStore: OperatorStore {}
+extension PostgresStore: OperatorStore {}
+
+public enum Stores {
+    /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.
+    public static func open(configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store")) async throws -> any ServerStore {
+        if let url = configuration.postgresURL {
+            let store = try PostgresStore(url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile, logger: logger)
+            do {
+                try await store.migrate()
+            } catch {
+                store.shutdown()
+                throw error
+            }
+            return store
+        }
+        return try await SQLiteStore.open(configuration: configuration)
+    }
+}

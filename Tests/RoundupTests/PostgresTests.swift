@@ -1,0 +1,173 @@
+import Foundation
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+/// Scale-out on PostgreSQL: several API and worker processes against one database and one Redis, and a database
+/// restart under load. These run in scripts/test's PostgreSQL pass (`ROUNDUP_TEST_STORE=postgres`).
+@Suite(.serialized, .enabled(if: TestStore.isPostgres)) struct PostgresTests {
+    static let bootstrap = "bootstrap-0123456789abcdef"
+    static let secret = EndToEndTests.secret
+
+    /// An account made through the API, with list L1 on board B1 written straight to the store (no Trello set-up).
+    func account(_ stack: Stack) async throws -> (account: String, token: String) {
+        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.bootstrap)
+        #expect(created.status == .created)
+        let account = try #require(created.json["account_id"]?.stringValue)
+        let token = try #require(created.json["auth_token"]?.stringValue)
+        let store = try await stack.store()
+        try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: Self.secret)
+        _ = try await store.createSyncList(accountID: account, name: "Burst", trelloBoardID: "B1", trelloListID: "L1")
+        return (account, token)
+    }
+
+    /// Webhooks posted `width` at a time, with `pause` between groups.
+    func post(_ stack: Stack, account: String, bodies: [[UInt8]], width: Int = 8, pause: Duration = .zero) async throws -> [Int] {
+        var statuses: [Int] = []
+        for start in stride(from: 0, to: bodies.count, by: width) {
+            if pause > .zero { try await Task.sleep(for: pause) }
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for body in bodies[start..<min(start + width, bodies.count)] {
+                    group.addTask {
+                        Int(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret).status.code)
+                    }
+                }
+                for try await status in group { statuses.append(status) }
+            }
+        }
+        return statuses
+    }
+
+    /// What an app does: pages through its changes with `after_id`, acks each page, alternating between API processes.
+    /// Returns every change it received, in order.
+    final class App: @unchecked Sendable {
+        // @unchecked: used from the one test task.
+        var received: [JSONValue] = []
+        var afterID: Int64 = 0
+        var turn = 0
+
+        func pull(_ stack: Stack, token: String) async throws {
+            while true {
+                let port = stack.apis[turn % stack.apis.count].port
+                turn += 1
+                let page = try await stack.callAPI(.GET, "/dailyroundup/changes?after_id=\(afterID)&limit=50", token: token, port: port)
+                #expect(page.status == .ok)
+                let changes = page.json["changes"]?.arrayValue ?? []
+                guard !changes.isEmpty else { return }
+                received += changes
+                let ids = changes.compactMap { $0["id"]?.numberValue.map { Int64($0) } }
+                afterID = ids.max() ?? afterID
+                let acks = ids.map { #"{"id":\#($0),"reminder_id":"r-\#($0)"}"# }.joined(separator: ",")
+                let ack = try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"acks":[\#(acks)]}"#, port: stack.apis[turn % stack.apis.count].port)
+                #expect(ack.status == .ok, "\(ack.body)")
+                if page.json["has_more"] != .bool(true) { return }
+            }
+        }
+    }
+
+    @Test func twoAPIsAndTwoWorkersApplyABurstExactlyOnce() async throws {
+        let stack = try await Stack()
+        try await stack.startAPI(bootstrapToken: Self.bootstrap)
+        try await stack.startAPI(bootstrapToken: Self.bootstrap)
+        let (account, token) = try await account(stack)
+        let count = 300
+        for i in 0..<count { stack.trello.setCard(FakeTrello.card(id: "P\(i)", listID: "L1", boardID: "B1", name: "Task \(i)")) }
+        // No scheduled reconciliation: this is about the webhook path alone.
+        let options = ["ROUNDUP_WORKER_BATCH": "25", "ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"]
+        try await stack.startWorker(name: "w1", extra: options)
+        try await stack.startWorker(name: "w2", extra: options)
+        try await stack.startIngress()
+
+        // The burst: every card created, a third of them delivered twice (Trello retries), while the app pulls
+        // through both APIs; then every card renamed, and the app pulls again.
+        let creates = (0..<count).map { i in
+            WebhookBodies.body(type: "createCard", actionID: "create-\(i)", cardID: "P\(i)", listID: "L1", boardID: "B1")
+        }
+        let app = App()
+        async let pulled: Void = {
+            for _ in 0..<20 {
+                try await app.pull(stack, token: token)
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }()
+        let statuses = try await post(stack, account: account, bodies: creates + creates.enumerated().filter { $0.offset % 3 == 0 }.map(\.element))
+        try await pulled
+        #expect(statuses.allSatisfy { $0 == 200 })
+        for i in 0..<count { stack.trello.setCard(FakeTrello.card(id: "P\(i)", listID: "L1", boardID: "B1", name: "Renamed \(i)")) }
+        let renames = (0..<count).map { i in
+            WebhookBodies.body(
+                type: "updateCard", actionID: "rename-\(i)", cardID: "P\(i)", listID: "L1", boardID: "B1", card: ["name": .string("Renamed \(i)")],
+                old: ["name": .string("Task \(i)")], date: "2026-11-22T10:05:00.000Z")
+        }
+        #expect(try await post(stack, account: account, bodies: renames).allSatisfy { $0 == 200 })
+        #expect(try await TestSupport.eventually(timeout: .seconds(60)) { try await stack.streamLength() == 0 })
+        try await app.pull(stack, token: token)
+
+        // Exactly once: one create per card, no card missing, and each card's last value is its new name.
+        var creates_ = [String: Int](), lastTitle = [String: String]()
+        for change in app.received {
+            guard let card = change["trello_card_id"]?.stringValue else { continue }
+            if change["change_type"] == .string("create") { creates_[card, default: 0] += 1 }
+            if let title = change["fields"]?["title"]?.stringValue { lastTitle[card] = title }
+        }
+        #expect(creates_.count == count)
+        #expect(creates_.values.allSatisfy { $0 == 1 })
+        #expect((0..<count).allSatisfy { lastTitle["P\($0)"] == "Renamed \($0)" })
+        // Ids handed out in order: the app never saw an id below one it had already read past.
+        let ids = app.received.compactMap { $0["id"]?.numberValue }
+        #expect(ids == ids.sorted())
+        // Each accepted event processed by exactly one worker, once.
+        var processed = 0.0
+        for (_, port) in stack.workerPorts {
+            let metrics = try await stack.get(port: port, "/metrics").body
+            processed += OperationsTests.value(metrics, #"roundup_worker_events_total{result="processed"}"#) ?? 0
+        }
+        #expect(processed == Double(2 * count))
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        await stack.shutdown()
+    }
+
+    @Test func aPostgresRestartUnderLoadLosesNothing() async throws {
+        let stack = try await Stack()
+        try await stack.startAPI(bootstrapToken: Self.bootstrap)
+        let (account, token) = try await account(stack)
+        let count = 240
+        for i in 0..<count { stack.trello.setCard(FakeTrello.card(id: "R\(i)", listID: "L1", boardID: "B1", name: "Task \(i)")) }
+        // Short claim and few deliveries: without the store-outage rule these events would be dead-lettered.
+        let options = [
+            "ROUNDUP_WORKER_BATCH": "10", "ROUNDUP_CLAIM_IDLE_MS": "500", "ROUNDUP_MAX_DELIVERIES": "3", "ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0",
+        ]
+        try await stack.startWorker(name: "w1", extra: options)
+        try await stack.startIngress()
+        let creates = (0..<count).map { i in
+            WebhookBodies.body(type: "createCard", actionID: "restart-\(i)", cardID: "R\(i)", listID: "L1", boardID: "B1")
+        }
+        // A steady load of about six seconds; PostgreSQL stops a quarter of the way in and is down for three seconds.
+        async let load = post(stack, account: account, bodies: creates, width: 2, pause: .milliseconds(50))
+        try await Task.sleep(for: .milliseconds(1500))
+        try await TestStore.postgresControl("stop")
+        try await Task.sleep(for: .seconds(3))
+        try await TestStore.postgresControl("start")
+        let statuses = try await load
+        // The ingress never touches the database: every webhook got its 200 while the store was down.
+        #expect(statuses.allSatisfy { $0 == 200 })
+
+        let app = App()
+        let all = try await TestSupport.eventually(timeout: .seconds(60)) {
+            try await stack.streamLength() == 0
+        }
+        #expect(all)
+        try await app.pull(stack, token: token)
+        let cards = app.received.compactMap { $0["trello_card_id"]?.stringValue }
+        #expect(cards.count == count)
+        #expect(Set(cards).count == count)
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        let metrics = try await stack.get(port: try #require(stack.workerPorts["w1"]), "/metrics").body
+        // The outage was real: the worker retried events while the store was down.
+        #expect((OperationsTests.value(metrics, #"roundup_worker_events_total{result="retry"}"#) ?? 0) > 0)
+        await stack.shutdown()
+    }
+}
