@@ -121,11 +121,8 @@ extension PostgresStore {
         guard !acks.isEmpty else { return .acked([]) }
         let ids = acks.map(\.id)
         return try await write { c in
-            // Lock the cards of this account's acked rows, then read them again under the locks (as SQLiteStore does).
-            let cards = try await c.rows(
-                "SELECT DISTINCT trello_card_id FROM pending_changes WHERE account_id = \(accountID) AND id = ANY(\(ids))", logger
-            ).map { try $0.text(0) }
-            try await Self.lockCards(c, cards.map { AccountScoped(accountID, $0) }, logger: logger)
+            // The account's lock first, then the rows: no worker folds a change into one being acked meanwhile.
+            try await Self.lockAccounts(c, [accountID], logger: logger)
 
             // Check every id first: all or nothing.
             let highest = try await c.rows(

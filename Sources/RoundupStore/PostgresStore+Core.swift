@@ -157,7 +157,7 @@ extension PostgresStore: SyncStore {
         guard !observations.isEmpty else { return AppliedChanges() }
         let keys = observations.map { AccountScoped($0.accountID, $0.cardID) }
         return try await write { c in
-            try await Self.lockCards(c, keys, logger: logger)
+            try await Self.lockAccounts(c, keys.map(\.accountID), logger: logger)
             var applier = ChangeApplier(rows: try await PostgresChangeRows.load(c, keys: keys, logger: logger))
             for observation in observations { try applier.apply(observation) }
             try await applier.rows.flush(c, logger: logger)
@@ -210,7 +210,7 @@ extension PostgresStore: SyncStore {
                 guard let card = try await c.rows("SELECT trello_card_id FROM pending_changes WHERE account_id = \(accountID) AND id = \(id)", logger).first
                 else { continue }
                 let cardID = try card.text(0)
-                try await Self.lockCards(c, [AccountScoped(accountID, cardID)], logger: logger)
+                try await Self.lockAccounts(c, [accountID], logger: logger)
                 deleted += try await c.run("DELETE FROM pending_changes WHERE id = \(id) RETURNING 1", logger)
                 try await c.run(
                     "DELETE FROM pending_changes WHERE account_id = \(accountID) AND trello_card_id = \(cardID) AND superseded AND id < \(id)", logger)

@@ -4,7 +4,7 @@ import PostgresNIO
 import RoundupCore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on PostgreSQL (as `SQLiteStore+Sync`).
-/// The lease and job claims run SERIALIZABLE.
+/// Every write to a job or the lease first takes its account's advisory lock (`lockAccounts`).
 extension PostgresStore: SyncJobStore {
     private static let jobColumns = "id, account_id, kind, status, device_id, processed, total, payload, results, error, created_at, updated_at"
 
@@ -29,7 +29,8 @@ extension PostgresStore: SyncJobStore {
         let nowText = Timestamp.string(now)
         let expires = Timestamp.string(now.addingTimeInterval(staleAfter))
         let payloadText = payload.canonicalJSON
-        return try await write(.serializable) { c in
+        return try await write { c in
+            try await Self.lockAccounts(c, [accountID], logger: logger)
             if let key = idempotencyKey,
                let existing = try await c.rows(
                    "SELECT \(unescaped: Self.jobColumns) FROM background_jobs WHERE account_id = \(accountID) AND idempotency_key = \(key)", logger
@@ -73,7 +74,8 @@ extension PostgresStore: SyncJobStore {
         let now = Date()
         let nowText = Timestamp.string(now)
         let expires = Timestamp.string(now.addingTimeInterval(staleAfter))
-        return try await write(.serializable) { c in
+        return try await write { c in
+            try await Self.lockJobAccount(c, jobID: id, logger: logger)
             guard let job = try await Self.fetchJob(c, id: id, logger: logger) else { return .skip(reason: "no such job") }
             guard job.status == "running" else { return .skip(reason: "already \(job.status)") }
             if job.isStale(now: now, staleAfter: staleAfter) {
@@ -153,14 +155,16 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
-        try await write(.serializable) { c in
-            try await Self.beat(c, jobID: jobID, holder: holder, staleAfter: staleAfter, now: Date(), logger: logger)
+        try await write { c in
+            try await Self.lockJobAccount(c, jobID: jobID, logger: logger)
+            return try await Self.beat(c, jobID: jobID, holder: holder, staleAfter: staleAfter, now: Date(), logger: logger)
         }
     }
 
     public func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool {
         let json = result.json
-        return try await write(.serializable) { c in
+        return try await write { c in
+            try await Self.lockJobAccount(c, jobID: jobID, logger: logger)
             guard let text = try await c.rows("SELECT results FROM background_jobs WHERE id = \(jobID)", logger).first?.text(0) else { return false }
             var results = (try? JSONParser.parse(Array(text.utf8)))?.arrayValue ?? []
             if index < results.count { results[index] = json } else { results.append(json) }
@@ -172,7 +176,8 @@ extension PostgresStore: SyncJobStore {
 
     public func finishJob(jobID: String, status: String, error: String?) async throws {
         let now = Timestamp.now()
-        try await write(.serializable) { c in
+        try await write { c in
+            try await Self.lockJobAccount(c, jobID: jobID, logger: logger)
             _ = try await c.run(
                 "UPDATE background_jobs SET status = \(status), error = \(error), updated_at = \(now) WHERE id = \(jobID) AND status = 'running'", logger)
             _ = try await c.run("DELETE FROM sync_lease WHERE job_id = \(jobID)", logger)
@@ -269,7 +274,7 @@ extension PostgresStore: SyncJobStore {
         let nowText = Timestamp.string(now)
         return try await write { c in
             let key = AccountScoped(w.accountID, w.cardID)
-            try await Self.lockCards(c, [key], logger: logger)
+            try await Self.lockAccounts(c, [key.accountID], logger: logger)
             let existing = try await c.rows(
                 "SELECT field_hashes, deleted FROM sync_tasks WHERE account_id = \(w.accountID) AND trello_card_id = \(w.cardID)", logger
             ).first
@@ -443,7 +448,8 @@ extension PostgresStore: SyncJobStore {
         let now = Date()
         let nowText = Timestamp.string(now)
         let expired = Timestamp.string(now.addingTimeInterval(-60))
-        return try await write(.serializable) { c in
+        // One UPDATE: PostgreSQL re-checks its WHERE on the locked row, so two claims cannot both succeed.
+        return try await write { c in
             try await c.run(
                 """
                 UPDATE \(unescaped: table.rawValue) SET resolving_at = \(nowText) WHERE account_id = \(accountID) AND id = \(id) AND status = 'open'
@@ -479,7 +485,7 @@ extension PostgresStore: SyncJobStore {
         let nowText = Timestamp.string(now)
         return try await write { c in
             let cardIDs = Array(Set(cards.map { $0.cardID }))
-            try await Self.lockCards(c, cardIDs.map { AccountScoped(accountID, $0) }, logger: logger)
+            try await Self.lockAccounts(c, [accountID], logger: logger)
             var mapped: [String: (reminderID: String?, deleted: Bool)] = [:]
             for row in try await c.rows(
                 "SELECT trello_card_id, reminder_id, deleted FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = ANY(\(cardIDs))", logger)

@@ -10,9 +10,9 @@ import RoundupCore
 /// ends answer alike; flags are booleans here.
 ///
 /// Concurrency: every write runs in one transaction, retried on serialization failures and deadlocks. Transactions
-/// that write an account's tasks or changes take a transaction-scoped advisory lock per account (`lockCards`), always
-/// in one order, so two workers folding changes of one card run one after the other and an account's change ids become
-/// visible in order. Leases and job claims run SERIALIZABLE.
+/// that write an account's tasks, changes, jobs or lease take a transaction-scoped advisory lock per account
+/// (`lockAccounts`), always in one order, so two workers folding changes of one card run one after the other, one sync
+/// job per account holds, and an account's change ids become visible in order.
 public final class PostgresStore: Sendable {
     let client: PostgresClient
     let logger: Logger
@@ -80,13 +80,19 @@ public final class PostgresStore: Sendable {
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
                 Self.retries.increment()
                 try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 << min(attempt, 5)))))
+            } catch {
+                throw PostgresStoreError(error)
             }
         }
     }
 
     /// Runs `body` on a pooled connection without a transaction (single reads).
     func read<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection { connection in try await body(connection) }
+        do {
+            return try await client.withConnection { connection in try await body(connection) }
+        } catch {
+            throw PostgresStoreError(error)
+        }
     }
 
     static func isRetryable(_ error: PSQLError) -> Bool {
@@ -95,24 +101,33 @@ public final class PostgresStore: Sendable {
     }
 
     static func sqlState(_ error: any Error) -> String? {
-        (error as? PSQLError)?.serverInfo?[.sqlState]
+        (error as? PostgresStoreError)?.sqlState ?? (error as? PSQLError)?.serverInfo?[.sqlState]
     }
 
     static let retries = Counter(label: "roundup_store_transaction_retries_total")
 
-    /// Takes, for the rest of the transaction, the advisory lock of every account these cards belong to, in one order.
+    /// Takes, for the rest of the transaction, the advisory lock of each of these accounts, in one order.
     ///
-    /// Per account rather than per card: besides keeping two writers of one card apart, it makes an account's
-    /// `pending_changes` ids commit in the order they were drawn. An app pages with `after_id`; without the lock a
-    /// change with a smaller id could commit after the app had read past it, and the app would never see it.
-    static func lockCards(_ connection: PostgresConnection, _ keys: [AccountScoped], logger: Logger) async throws {
-        guard !keys.isEmpty else { return }
-        let ids = Set(keys.map { Self.lockID(accountID: $0.accountID) }).sorted()
+    /// Every transaction that writes an account's tasks, changes, jobs or lease takes it first. Besides keeping two
+    /// writers of one card or one job apart, it makes an account's `pending_changes` ids commit in the order they were
+    /// drawn: an app pages with `after_id`, and without the lock a change with a smaller id could commit after the app
+    /// had read past it. (Plain SERIALIZABLE was tried first for leases and jobs: with two dozen accounts syncing at once
+    /// its predicate locks on shared index pages failed hundreds of unrelated transactions.)
+    static func lockAccounts(_ connection: PostgresConnection, _ accountIDs: [String], logger: Logger) async throws {
+        guard !accountIDs.isEmpty else { return }
+        let ids = Set(accountIDs.map(Self.lockID)).sorted()
         _ = try await connection.query("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(\(ids)::int8[]) AS t(k)", logger: logger).collect()
     }
 
+    /// The account lock of a job's account (a job never changes account, so reading it before the lock is safe).
+    static func lockJobAccount(_ connection: PostgresConnection, jobID: String, logger: Logger) async throws {
+        if let account = try await connection.rows("SELECT account_id FROM background_jobs WHERE id = \(jobID)", logger).first {
+            try await lockAccounts(connection, [try account.text(0)], logger: logger)
+        }
+    }
+
     /// A stable 64-bit FNV-1a of the account id (Swift's `hashValue` changes from process to process).
-    static func lockID(accountID: String) -> Int64 {
+    static func lockID(_ accountID: String) -> Int64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in accountID.utf8 {
             hash ^= UInt64(byte)
@@ -195,5 +210,29 @@ public enum Stores {
             return store
         }
         return try await SQLiteStore.open(configuration: configuration)
+    }
+}
+
+/// A PostgreSQL failure as operators need it in logs: `PSQLError`'s own description is deliberately generic. Only the
+/// SQLSTATE, the server's message and the client's error code are kept: never the query, its values, or the server's
+/// `detail` (which can quote a row).
+public struct PostgresStoreError: Error, CustomStringConvertible, Sendable {
+    public var sqlState: String?
+    public var description: String
+
+    init(_ error: any Error) {
+        if let already = error as? PostgresStoreError {
+            self = already
+        } else if let psql = error as? PSQLError {
+            sqlState = psql.serverInfo?[.sqlState]
+            if let sqlState, let message = psql.serverInfo?[.message] {
+                description = "postgres \(sqlState): \(message)"
+            } else {
+                description = "postgres \(psql.code)"
+            }
+        } else {
+            sqlState = nil
+            description = "\(error)"
+        }
     }
 }
