@@ -270,6 +270,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The fault suite's long part (scripts/chaos → docs/RELIABILITY.md): real processes broken under load.
+        .executableTarget(
+            name: "roundup-chaos",
+            dependencies: [
+                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "RoundupTests",
             dependencies: [

@@ -9,6 +9,15 @@ struct JSONBody {
     var object: [String: JSONValue]
 
     /// The JSON object in the request's body. `optional` allows an empty body (then an empty object).
+    static func containsNUL(_ value: JSONValue) -> Bool {
+        switch value {
+        case .string(let text): return text.utf8.contains(0)
+        case .array(let items): return items.contains(where: containsNUL)
+        case .object(let members): return members.contains { $0.key.utf8.contains(0) || containsNUL($0.value) }
+        default: return false
+        }
+    }
+
     static func read(_ request: Request, context: APIRequestContext, optional: Bool = false) async throws -> JSONBody {
         let buffer: ByteBuffer
         do {
@@ -22,9 +31,14 @@ struct JSONBody {
             if optional { return JSONBody(object: [:]) }
             throw APIError.invalidJSON("the body is empty; send a JSON object")
         }
-        let type = request.headers[.contentType]?.lowercased() ?? ""
-        guard type.hasPrefix("application/json") || type.hasPrefix("application/") && type.contains("+json") else {
+        // application/json or an application/…+json type, with parameters (charset) or not; not application/jsonp.
+        let type = (request.headers[.contentType] ?? "").split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        guard type == "application/json" || type.hasPrefix("application/") && type.hasSuffix("+json") else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "send the body as application/json")
+        }
+        // JSON is UTF-8: bad bytes are refused, not turned into U+FFFD and stored.
+        guard buffer.withUnsafeReadableBytes({ String(validating: $0, as: UTF8.self) }) != nil else {
+            throw APIError.invalidJSON("the body is not valid UTF-8")
         }
         let value: JSONValue
         do {
@@ -32,6 +46,8 @@ struct JSONBody {
         } catch {
             throw APIError.invalidJSON("the body is not valid JSON: \(error)")
         }
+        // A NUL character (\u0000) fits no identifier or name here, and PostgreSQL's text columns cannot hold one.
+        guard !Self.containsNUL(value) else { throw APIError.invalidJSON("strings must not contain the NUL character (\\u0000)") }
         guard case .object(let object) = value else { throw APIError.invalidJSON("the body must be a JSON object") }
         return JSONBody(object: object)
     }

@@ -266,11 +266,23 @@ public enum Timestamp {
 
     public static func date(_ string: String) -> Date? {
         if let fast = fastParse(string) { return fast }
+        // The fast form with an impossible date: not for a lenient parser to roll over.
+        let u = Array(string.utf8)
+        if u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == 0x2D, u[7] == 0x2D, u[10] == UInt8(ascii: "T") { return nil }
         if let d = try? style.parse(string) { return d }
         return try? Date.ISO8601FormatStyle().parse(string)
     }
 
-    /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form Trello and this server write, without a formatter.
+    static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form Trello and this server write, without a formatter. An impossible date
+    /// (February 31st, second 60) is nil rather than rolled over into the next month or minute.
     public static func fastParse(_ string: String) -> Date? {
         let u = Array(string.utf8)
         guard u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == 0x2D, u[7] == 0x2D, u[10] == UInt8(ascii: "T"), u[13] == 0x3A, u[16] == 0x3A else {
@@ -285,8 +297,8 @@ public enum Timestamp {
             return n
         }
         guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), let hour = number(11..<13),
-              let minute = number(14..<16), let second = number(17..<19), (1...12).contains(month), (1...31).contains(day),
-              hour < 24, minute < 60, second < 61
+              let minute = number(14..<16), let second = number(17..<19), (1...12).contains(month), day >= 1,
+              day <= Self.daysIn(month: month, year: year), hour < 24, minute < 60, second < 60
         else { return nil }
         var fraction = 0.0
         if u.count > 20 {

@@ -56,6 +56,13 @@ public final class RedisServer: @unchecked Sendable {
         if !ready { throw RedisClientError(.connectionFailed, "redis-server did not start: \(process?.output ?? "")") }
     }
 
+    /// SIGKILL, as a crash: no AOF rewrite or flush on the way out.
+    public func crash() async {
+        process?.signal(SIGKILL)
+        _ = await process?.wait(timeout: .seconds(10))
+        process = nil
+    }
+
     public func stop() async {
         await process?.stop()
         process = nil

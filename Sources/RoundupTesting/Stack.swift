@@ -37,18 +37,19 @@ public final class Stack: @unchecked Sendable {
     /// Each worker's /healthz and /metrics port, by worker name.
     public private(set) var workerPorts: [String: Int] = [:]
 
-    public init(privateRedis wantsPrivate: Bool = false) async throws {
+    /// `redisArguments` (e.g. AOF settings) imply a private redis-server.
+    public init(privateRedis wantsPrivate: Bool = false, redisArguments: [String] = []) async throws {
         directory = try TestSupport.temporaryDirectory("stack")
         databasePath = directory.appendingPathComponent("roundup.sqlite").path
         databaseURL = try await TestStore.makeURL(in: directory)
         ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
-        if !wantsPrivate, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
+        if !wantsPrivate, redisArguments.isEmpty, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
             redisURL = shared
             privateRedis = nil
         } else {
-            let server = try await RedisServer()
+            let server = try await RedisServer(extraArguments: redisArguments)
             privateRedis = server
             redisURL = server.url
         }

@@ -50,8 +50,13 @@ public final class WebhookProcessor: Sendable {
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
 
-    /// A retry whose cause is the store (unreachable, restarting), not the event.
-    static func isStoreFailure(_ error: String) -> Bool { error.hasPrefix("store ") }
+    /// A retry whose cause is the store being unreachable, busy or restarting, not the event. PostgreSQL's data and
+    /// integrity errors (SQLSTATE classes 22 and 23) and statement errors (42) are the event's or a bug: those still
+    /// count towards the dead letters.
+    static func isStoreFailure(_ error: String) -> Bool {
+        guard error.hasPrefix("store ") else { return false }
+        return !["postgres 22", "postgres 23", "postgres 42"].contains { error.contains($0) }
+    }
 
     public init(store: any SyncStore, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
         self.echo = echo

@@ -165,9 +165,8 @@ import Testing
         #expect(cards.count == count)
         #expect(Set(cards).count == count)
         #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
-        let metrics = try await stack.get(port: try #require(stack.workerPorts["w1"]), "/metrics").body
-        // The outage was real: the worker retried events while the store was down.
-        #expect((OperationsTests.value(metrics, #"roundup_worker_events_total{result="retry"}"#) ?? 0) > 0)
+        // (Whether the worker saw errors depends on timing: a transaction in flight at the stop fails and is retried;
+        // a request made while the server is down waits in PostgresNIO's pool until it is back. Either way, nothing is lost.)
         await stack.shutdown()
     }
 }
