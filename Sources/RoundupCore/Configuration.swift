@@ -70,6 +70,8 @@ public struct RoundupConfiguration: Sendable {
     /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
     public var databasePoolSize: Int
     public var databaseCAFile: String?
+    /// PostgreSQL: seconds one store operation may take, waiting for a connection included, before it fails (and is retried).
+    public var databaseTimeoutSeconds: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
@@ -81,6 +83,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
         "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
+        "ROUNDUP_DATABASE_TIMEOUT_SECONDS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -177,6 +180,7 @@ public struct RoundupConfiguration: Sendable {
         reconcileIntervalSeconds = try integer("ROUNDUP_RECONCILE_INTERVAL_SECONDS", default: 900, range: 0...604_800)
         databasePoolSize = try integer("ROUNDUP_DATABASE_POOL_SIZE", default: 10, range: 1...500)
         databaseCAFile = value("ROUNDUP_DATABASE_CA_FILE")
+        databaseTimeoutSeconds = try integer("ROUNDUP_DATABASE_TIMEOUT_SECONDS", default: 30, range: 1...3600)
         if let ca = databaseCAFile, !FileManager.default.isReadableFile(atPath: ca) {
             throw ConfigurationError(key: "ROUNDUP_DATABASE_CA_FILE", problem: "names a file that cannot be read: \(ca)")
         }

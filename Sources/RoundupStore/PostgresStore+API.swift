@@ -60,6 +60,8 @@ extension PostgresStore {
 
     public func deleteAccount(id: String) async throws -> [SyncListRecord] {
         try await write { c in
+            // The account's lock: a second delete running at once finds nothing, as on SQLite.
+            try await Self.lockAccounts(c, [id], logger: logger)
             let lists = try await Self.syncLists(c, accountID: id, logger: logger)
             // Foreign keys cascade to lists, tasks, changes, devices and the rest.
             _ = try await c.run("DELETE FROM accounts WHERE id = \(id)", logger)
@@ -111,6 +113,7 @@ extension PostgresStore {
 
     public func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
         try await write { c in
+            try await Self.lockAccounts(c, [accountID], logger: logger)
             guard let list = try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first else { return nil }
             _ = try await c.run("DELETE FROM sync_lists WHERE account_id = \(accountID) AND id = \(id)", logger)
             return list
@@ -125,6 +128,8 @@ extension PostgresStore {
             try await Self.lockAccounts(c, [accountID], logger: logger)
 
             // Check every id first: all or nothing.
+            // "Issued" = drawn from the sequence; unlike sqlite_sequence it also counts ids of rolled-back inserts, so acking one
+            // of those answers as acked (nothing is deleted) where SQLite says not found.
             let highest = try await c.rows(
                 "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('pending_changes', 'id')), 0)", logger
             ).first?.int64(0) ?? 0
@@ -180,21 +185,17 @@ extension PostgresStore {
     public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool) {
         try await write { c in
             let now = Timestamp.now()
-            let created = try await c.run(
+            // One statement: it inserts, or updates and locks the existing row, so a concurrent delete (APNs refused
+            // the old token) cannot slip between a check and the update. `xmax = 0` only for a row just inserted.
+            let created = try await c.rows(
                 """
                 INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at)
                 VALUES (\(accountID), \(deviceID), \(apnsToken), \(platform), \(environment), \(now), \(now))
-                ON CONFLICT (account_id, device_id) DO NOTHING RETURNING 1
+                ON CONFLICT (account_id, device_id) DO UPDATE SET apns_token = excluded.apns_token, platform = excluded.platform,
+                    environment = excluded.environment, updated_at = excluded.updated_at
+                RETURNING (xmax = 0)
                 """,
-                logger) == 1
-            if !created {
-                _ = try await c.run(
-                    """
-                    UPDATE devices SET apns_token = \(apnsToken), platform = \(platform), environment = \(environment), updated_at = \(now)
-                    WHERE account_id = \(accountID) AND device_id = \(deviceID)
-                    """,
-                    logger)
-            }
+                logger)[0].bool(0)
             let device = try await Self.devices(c, accountID: accountID, logger: logger).first { $0.deviceID == deviceID }!
             return (device, created)
         }

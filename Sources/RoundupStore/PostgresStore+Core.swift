@@ -72,7 +72,7 @@ extension PostgresStore: SyncStore {
             cardIDs.append(item.cardID)
         }
         let accounts = Array(Set(items.map(\.accountID)))
-        return try await read { c in
+        return try await read { [listAccounts, listIDs, boardAccounts, boardIDs, taskAccounts, cardIDs] c in
             var context = BatchContext()
             for row in try await c.rows(
                 """
@@ -100,7 +100,9 @@ extension PostgresStore: SyncStore {
                     WHERE lower(f.name) = 'priority'
                     """, logger)
                 {
-                    context.priorityFields[AccountScoped(try row.text(0), try row.text(1))] = Self.priorityField(fieldID: try row.text(2), options: try row.text(3))
+                    let board = AccountScoped(try row.text(0), try row.text(1))
+                    guard context.boards.contains(board) else { continue }  // only boards the account syncs, as on SQLite
+                    context.priorityFields[board] = Self.priorityField(fieldID: try row.text(2), options: try row.text(3))
                 }
             }
             for row in try await c.rows(

@@ -371,6 +371,7 @@ extension PostgresStore: SyncJobStore {
         let now = Timestamp.now()
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await write { c in
+            try await Self.lockAccounts(c, [accountID], logger: logger)
             if let id = try await c.rows(
                 "SELECT id FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) AND status = 'open'", logger
             ).first?.int64(0) {

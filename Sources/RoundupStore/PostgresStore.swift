@@ -16,9 +16,13 @@ import RoundupCore
 public final class PostgresStore: Sendable {
     let client: PostgresClient
     let logger: Logger
+    let timeout: Duration
     private let runner: Task<Void, Never>
 
-    public init(url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, logger: Logger = Logger(label: "roundup.postgres")) throws {
+    public init(
+        url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, timeout: Duration = .seconds(30), logger: Logger = Logger(label: "roundup.postgres")
+    ) throws {
+        self.timeout = timeout
         var tls: PostgresClient.Configuration.TLS
         switch url.tls {
         case .disable:
@@ -61,21 +65,26 @@ public final class PostgresStore: Sendable {
     /// Runs `body` in one transaction on a pooled connection; a serialization failure (40001) or deadlock (40P01)
     /// rolls back and runs it again, up to eight times, with a short random pause.
     @discardableResult
-    func write<T: Sendable>(_ isolation: Isolation = .readCommitted, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func write<T: Sendable>(_ isolation: Isolation = .readCommitted, _ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await client.withConnection { connection in
-                    _ = try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation.rawValue)"), logger: logger)
-                    do {
-                        let result = try await body(connection)
-                        _ = try await connection.query("COMMIT", logger: logger)
-                        return result
-                    } catch {
-                        _ = try? await connection.query("ROLLBACK", logger: logger)
-                        throw error
+                // The body runs in the deadline's child task, which ends before this returns: it does not escape.
+                return try await withoutActuallyEscaping(body) { body in
+                  try await withDeadline { [client, logger] in
+                    try await client.withConnection { connection in
+                        _ = try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation.rawValue)"), logger: logger)
+                        do {
+                            let result = try await body(connection)
+                            _ = try await connection.query("COMMIT", logger: logger)
+                            return result
+                        } catch {
+                            _ = try? await connection.query("ROLLBACK", logger: logger)
+                            throw error
+                        }
                     }
+                  }
                 }
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
                 Self.retries.increment()
@@ -87,11 +96,28 @@ public final class PostgresStore: Sendable {
     }
 
     /// Runs `body` on a pooled connection without a transaction (single reads).
-    func read<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await client.withConnection { connection in try await body(connection) }
+            return try await withoutActuallyEscaping(body) { body in
+                try await withDeadline { [client] in try await client.withConnection { connection in try await body(connection) } }
+            }
         } catch {
             throw PostgresStoreError(error)
+        }
+    }
+
+    /// Gives up on an operation after `ROUNDUP_DATABASE_TIMEOUT_SECONDS` (waiting for a pooled connection included):
+    /// a worker whose query never returns (a connection lost in a way the pool has not noticed) fails its batch, which
+    /// is retried, instead of holding it forever.
+    func withDeadline<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { try await operation() }
+            group.addTask { [timeout] in
+                try await Task.sleep(for: timeout)
+                throw PostgresStoreError(timeoutAfter: timeout)
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
         }
     }
 
@@ -200,7 +226,9 @@ public enum Stores {
     /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.
     public static func open(configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store")) async throws -> any ServerStore {
         if let url = configuration.postgresURL {
-            let store = try PostgresStore(url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile, logger: logger)
+            let store = try PostgresStore(
+                url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile,
+                timeout: .seconds(configuration.databaseTimeoutSeconds), logger: logger)
             do {
                 try await store.migrate()
             } catch {
@@ -219,6 +247,11 @@ public enum Stores {
 public struct PostgresStoreError: Error, CustomStringConvertible, Sendable {
     public var sqlState: String?
     public var description: String
+
+    init(timeoutAfter timeout: Duration) {
+        sqlState = nil
+        description = "postgres: no answer within \(timeout)"
+    }
 
     init(_ error: any Error) {
         if let already = error as? PostgresStoreError {
