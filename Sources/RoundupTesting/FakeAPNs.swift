@@ -47,6 +47,9 @@ public final class FakeAPNs: Sendable {
         public var expiredBefore: Int?
         /// The connection whose Nth request arrives answers it and the ones before, sends GOAWAY and drops the rest.
         public var goAwayAfter: Int?
+        /// The next this-many requests are never answered (their streams stay open): the client's timeout must fire.
+        public var stallNext = 0
+        public var stalled = 0
         public var goAwaysSent = 0
         public var connections = 0
         /// Record payloads (off for benchmarks).
@@ -226,6 +229,13 @@ final class FakeAPNsStreamHandler: ChannelInboundHandler {
             return  // after our GOAWAY: not processed, never answered (the client sees it refused)
         }
         connection.requests += 1
+        let stall = fake.state.withLockedValue { state -> Bool in
+            guard state.stallNext > 0 else { return false }
+            state.stallNext -= 1
+            state.stalled += 1
+            return true
+        }
+        if stall { return }
         let goAwayNow = fake.state.withLockedValue { state -> Bool in
             guard let after = state.goAwayAfter, connection.requests >= after else { return false }
             state.goAwayAfter = nil

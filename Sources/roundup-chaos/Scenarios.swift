@@ -242,4 +242,33 @@ enum ChaosScenarios {
         await apns.stop()
         return row
     }
+
+    static func apnsTimeouts() async throws -> ChaosRow {
+        var row = ChaosRow(name: "apns-timeouts", fault: "APNs never answers the next 4 pushes (the pusher's 10 s timeout fires)")
+        let stack = try await Stack()
+        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
+        let apns = try await FakeAPNs.start()
+        let prefix = "Cstall"
+        let (account, token) = try await apiAccount(stack, cards: 100, prefix: prefix)
+        let device = String(format: "%064x", 0x57A11)
+        let body = #"{"device_id":"phone","apns_token":"\#(device)","platform":"ios","environment":"production"}"#
+        guard try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body).status == .created else { throw StackError("device") }
+        apns.state.withLockedValue { $0.stallNext = 4 }
+        try await stack.startPusher(apns: apns, name: "p1", extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": "0"])
+        try await stack.startWorker(name: "w1", extra: Chaos.worker)
+        try await stack.startIngress()
+        row.sent = 100
+        let done = await WebhookLoad(count: 100, perSecond: 50).run(stack, account: account, cardPrefix: prefix)
+        try await Chaos.settle(stack, account: account, accepted: done, row: &row)
+        let settled = await TestSupport.eventually(timeout: .seconds(90), interval: .milliseconds(500)) {
+            (try? await stack.redis.send("XLEN", RedisArgument(stack.keys.pushStream)).int) == 0
+        }
+        let stalled = apns.state.withLockedValue { $0.stalled }
+        let delivered = apns.delivered.filter { $0.deviceToken == device }.count
+        row.notes.append("\(stalled) pushes went unanswered and were sent again after the timeout; \(delivered) delivered; push entries settled: \(settled)")
+        if !settled || delivered == 0 || stalled != 4 { row.lost += 1 }
+        await stack.shutdown()
+        await apns.stop()
+        return row
+    }
 }

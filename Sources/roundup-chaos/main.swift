@@ -86,6 +86,7 @@ let scenarios: [Scenario] = [
     }),
     ("trello-deleted-card", { try await ChaosScenarios.deletedCards() }),
     ("apns-faults", { try await ChaosScenarios.apnsFaults() }),
+    ("apns-timeouts", { try await ChaosScenarios.apnsTimeouts() }),
 ]
 
 let wanted = Set(CommandLine.arguments.dropFirst())
