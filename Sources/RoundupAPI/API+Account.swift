@@ -42,9 +42,9 @@ extension API {
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["trello_api_key", "trello_token", "trello_webhook_secret", "conflict_policy", "delete_mode"])
         let update = AccountUpdate(
-            trelloAPIKey: try body.string("trello_api_key", required: false, maxLength: 200),
-            trelloToken: try body.string("trello_token", required: false, maxLength: 500),
-            trelloWebhookSecret: try body.string("trello_webhook_secret", required: false, maxLength: 500),
+            trelloAPIKey: try body.credential("trello_api_key", required: false, maxLength: 200),
+            trelloToken: try body.credential("trello_token", required: false, maxLength: 500),
+            trelloWebhookSecret: try body.credential("trello_webhook_secret", required: false, maxLength: 500),
             conflictPolicy: try body.oneOf("conflict_policy", ["manual", "lww", "prefer_trello", "prefer_reminders"], required: false),
             deleteMode: try body.oneOf("delete_mode", ["archive", "delete"], required: false))
         guard update != AccountUpdate() else {

@@ -71,6 +71,15 @@ struct JSONBody {
         return trimmed
     }
 
+    /// A credential or secret: printable ASCII without spaces (it travels in an HTTP header or an HMAC key), never echoed.
+    func credential(_ name: String, required: Bool, maxLength: Int) throws -> String? {
+        guard let value = try string(name, required: required, maxLength: maxLength) else { return nil }
+        guard value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw APIError.unprocessable("\(name) must be printable ASCII without spaces")
+        }
+        return value
+    }
+
     func oneOf(_ name: String, _ allowed: [String], required: Bool) throws -> String? {
         guard let value = try string(name, required: required) else { return nil }
         guard allowed.contains(value) else { throw APIError.unprocessable("\(name) must be one of \(allowed.joined(separator: ", "))") }

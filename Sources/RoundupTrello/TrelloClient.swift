@@ -36,6 +36,14 @@ public struct TrelloClient: Sendable {
     let logger: Logger
     let gate: (any TrelloRequestGate)?
 
+    /// A transport error without its associated values: AsyncHTTPClient's can quote the request's headers, and the
+    /// Authorization header holds the account's key and token. This text reaches logs and API error bodies.
+    public static func describe(_ error: any Error) -> String {
+        let text = String(describing: error)
+        guard error is HTTPClientError, let open = text.firstIndex(of: "(") else { return text }
+        return String(text[..<open])
+    }
+
     public init(baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, gate: (any TrelloRequestGate)? = nil, logger: Logger) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.http = http
@@ -202,7 +210,7 @@ public struct TrelloClient: Sendable {
         do {
             response = try await http.execute(request, timeout: timeout, logger: logger)
         } catch {
-            throw TrelloError(status: nil, message: "request failed: \(error)", isTransient: true)
+            throw TrelloError(status: nil, message: "request failed: \(Self.describe(error))", isTransient: true)
         }
         let text = try await response.body.collect(upTo: 8 << 20)
         let status = Int(response.status.code)

@@ -50,6 +50,21 @@ enum ChaosScenarios {
         }
     }
 
+    /// A stack with the API and a fake APNs, an account with `cards` cards and these devices (id → APNs token).
+    static func pushStack(cards: Int, prefix: String, devices: [(id: String, token: String)]) async throws -> (Stack, FakeAPNs, account: String) {
+        let stack = try await Stack()
+        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
+        let apns = try await FakeAPNs.start()
+        let (account, token) = try await apiAccount(stack, cards: cards, prefix: prefix)
+        for device in devices {
+            let body = #"{"device_id":"\#(device.id)","apns_token":"\#(device.token)","platform":"ios","environment":"production"}"#
+            guard try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body).status == .created else {
+                throw StackError("could not register device \(device.id)")
+            }
+        }
+        return (stack, apns, account)
+    }
+
     static func killAPI() async throws -> ChaosRow {
         var row = ChaosRow(name: "kill-api", fault: "SIGKILL the API ×3 while an app pulls and acks")
         let stack = try await Stack()
@@ -90,13 +105,8 @@ enum ChaosScenarios {
 
     static func killPusher() async throws -> ChaosRow {
         var row = ChaosRow(name: "kill-pusher", fault: "SIGKILL the pusher ×3 while changes queue pushes")
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
-        let apns = try await FakeAPNs.start()
         let prefix = "Cpush"
-        let (account, token) = try await apiAccount(stack, cards: 300, prefix: prefix)
-        let device = #"{"device_id":"phone","apns_token":"\#(String(format: "%064x", 0xC4A05))","platform":"ios","environment":"production"}"#
-        guard try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: device).status == .created else { throw StackError("device") }
+        let (stack, apns, account) = try await pushStack(cards: 300, prefix: prefix, devices: [("phone", String(format: "%064x", 0xC4A05))])
         let pusherEnv = ["ROUNDUP_PUSH_WINDOW_SECONDS": "0"]
         try await stack.startPusher(apns: apns, name: "p1", extra: pusherEnv)
         try await stack.startWorker(name: "w1", extra: Chaos.worker)
@@ -192,16 +202,9 @@ enum ChaosScenarios {
 
     static func apnsFaults() async throws -> ChaosRow {
         var row = ChaosRow(name: "apns-faults", fault: "APNs: GOAWAY after 5 streams, 503 ×3, 410 for one device, provider token expired mid-run")
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
-        let apns = try await FakeAPNs.start()
         let prefix = "Capns"
-        let (account, token) = try await apiAccount(stack, cards: 200, prefix: prefix)
         let good = String(format: "%064x", 0xA11CE), stale = String(format: "%064x", 0xDEAD)
-        for (id, apnsToken) in [("phone", good), ("old-ipad", stale)] {
-            let body = #"{"device_id":"\#(id)","apns_token":"\#(apnsToken)","platform":"ios","environment":"production"}"#
-            guard try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body).status == .created else { throw StackError("device") }
-        }
+        let (stack, apns, account) = try await pushStack(cards: 200, prefix: prefix, devices: [("phone", good), ("old-ipad", stale)])
         apns.fail(token: stale, status: 410, reason: "Unregistered")
         apns.fail(token: good, status: 503, reason: "ServiceUnavailable", times: 3)
         apns.state.withLockedValue { $0.goAwayAfter = 5 }
@@ -245,14 +248,9 @@ enum ChaosScenarios {
 
     static func apnsTimeouts() async throws -> ChaosRow {
         var row = ChaosRow(name: "apns-timeouts", fault: "APNs never answers the next 4 pushes (the pusher's 10 s timeout fires)")
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
-        let apns = try await FakeAPNs.start()
         let prefix = "Cstall"
-        let (account, token) = try await apiAccount(stack, cards: 100, prefix: prefix)
         let device = String(format: "%064x", 0x57A11)
-        let body = #"{"device_id":"phone","apns_token":"\#(device)","platform":"ios","environment":"production"}"#
-        guard try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body).status == .created else { throw StackError("device") }
+        let (stack, apns, account) = try await pushStack(cards: 100, prefix: prefix, devices: [("phone", device)])
         apns.state.withLockedValue { $0.stallNext = 4 }
         try await stack.startPusher(apns: apns, name: "p1", extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": "0"])
         try await stack.startWorker(name: "w1", extra: Chaos.worker)

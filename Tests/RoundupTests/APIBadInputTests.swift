@@ -6,6 +6,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupStore
 import RoundupTesting
+import RoundupTrello
 import Testing
 
 /// A corpus of bad requests against the real roundup-api process: every one gets the exact 4xx its handler gives,
@@ -174,6 +175,10 @@ import Testing
             Case(name: "account: NUL byte in a string", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"arch"#) + [0] + raw(#"ive"}"#), expect: .badRequest),
             Case(name: "account: invalid UTF-8 outside strings", method: .PUT, path: accountPath, body: raw("{") + invalidUTF8 + raw("}"), expect: .badRequest),
             Case(name: "account: invalid UTF-8 bytes only", method: .PUT, path: accountPath, body: invalidUTF8, expect: .badRequest),
+            // Found by schemathesis: a key with control characters was stored, then broke the Trello request's header.
+            Case(name: "account: trello_token with a control character", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"abc\u001bdef"}"#), expect: .unprocessableEntity),
+            Case(name: "account: trello_api_key not ASCII", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":"clé-0123456789"}"#), expect: .unprocessableEntity),
+            Case(name: "account: trello_webhook_secret with a space", method: .PUT, path: accountPath, body: raw(#"{"trello_webhook_secret":"two words"}"#), expect: .unprocessableEntity),
             Case(name: "account: NUL in a string", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"abc\u0000def"}"#), expect: .badRequest),
             Case(name: "account: NUL in a key", method: .PUT, path: accountPath, body: raw(#"{"conflict\u0000policy":"lww"}"#), expect: .badRequest),
             Case(name: "account: content type application/jsonp", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"lww"}"#), type: "application/jsonp", expect: .unsupportedMediaType),
@@ -459,5 +464,15 @@ import Testing
         #expect(valid.status == .accepted, "\(valid.body)")
         #expect(try await jobStreamLength(stack) == before.jobStream + 1)
         await stack.shutdown()
+    }
+}
+
+@Suite struct TransportErrorTextTests {
+    /// AsyncHTTPClient's header error quotes the header's value; the Authorization header holds the Trello key and token.
+    @Test func aTransportErrorNeverCarriesTheRequestsHeaders() {
+        let error = HTTPClientError.invalidHeaderFieldValues([#"OAuth oauth_consumer_key="key-123", oauth_token="secret-456""#])
+        let text = TrelloClient.describe(error)
+        #expect(text == "HTTPClientError.invalidHeaderFieldValues")
+        #expect(!text.contains("secret-456") && !text.contains("key-123"))
     }
 }
