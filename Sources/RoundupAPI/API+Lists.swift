@@ -77,7 +77,16 @@ extension API {
             for hook in made { try? await trello.deleteWebhook(id: hook, credentials: credentials) }
             _ = try? await store.deleteSyncList(accountID: account, id: list.id)
             if let trelloError = error as? TrelloError {
-                throw APIError.badGateway("Trello refused the webhook: \(trelloError.message)")
+                // The app's ids or the account's credentials are wrong: the request's fault (422). Trello unreachable,
+                // failing, or unable to reach our ingress (its HEAD check): not the app's (502), try again later.
+                switch trelloError.status {
+                case 401?, 403?:
+                    throw APIError.unprocessable("Trello refused the account's trello_api_key or trello_token: \(trelloError.message)")
+                case 400? where !trelloError.message.contains("did not return 200"), 404? where !trelloError.message.contains("did not return 200"):
+                    throw APIError.unprocessable("Trello refused the webhook for these ids: \(trelloError.message)")
+                default:
+                    throw APIError.badGateway("Trello refused the webhook: \(trelloError.message)")
+                }
             }
             if error is APIError { throw error }
             throw APIError.unavailable("the list could not be set up (\(type(of: error))); nothing was kept, try again")

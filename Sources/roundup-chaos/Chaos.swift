@@ -115,3 +115,25 @@ enum Chaos {
         return row
     }
 }
+
+/// `roundup-chaos serve STOPFILE`: a whole stack (ingress, worker, API, fake Trello) for schemathesis to call, with an
+/// account whose Trello credentials the fake accepts. Prints `API_PORT TOKEN`, then runs until STOPFILE exists.
+enum ChaosServe {
+    static func run(stopFile: String) async throws {
+        let stack = try await Stack()
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: Chaos.worker)
+        try await stack.startAPI(bootstrapToken: Chaos.bootstrap)
+        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Chaos.bootstrap)
+        guard let token = created.json["auth_token"]?.stringValue else { throw StackError("account: \(created.body)") }
+        let credentials = #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"\#(Chaos.secret)"}"#
+        guard try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: credentials).status == .ok else {
+            throw StackError("could not set the account's Trello credentials")
+        }
+        FileHandle.standardOutput.write(Data("\(stack.apiPort) \(token)\n".utf8))
+        while !FileManager.default.fileExists(atPath: stopFile) { try await Task.sleep(for: .milliseconds(200)) }
+        let apiAlive = stack.api?.isRunning == true
+        await stack.shutdown()
+        FileHandle.standardOutput.write(Data("api-alive \(apiAlive)\n".utf8))
+    }
+}

@@ -89,6 +89,11 @@ let scenarios: [Scenario] = [
     ("apns-timeouts", { try await ChaosScenarios.apnsTimeouts() }),
 ]
 
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "serve" {
+    try await ChaosServe.run(stopFile: CommandLine.arguments[2])
+    exit(0)
+}
+
 let wanted = Set(CommandLine.arguments.dropFirst())
 let unknown = wanted.subtracting(scenarios.map(\.name))
 guard unknown.isEmpty else {
