@@ -45,34 +45,37 @@ stop_redis() {
 RUNTIME_PACKAGES=(libhiredis-dev libsqlite3-dev redis-server redis-tools python3)
 
 # Starts a throwaway PostgreSQL cluster (initdb + pg_ctl from Debian's postgresql package) on a free loopback port;
-# sets PG_PORT, PG_DIR and PG_URL (the `postgres` database, user `roundup`, trust auth on loopback only).
+# sets PG_PORT, PG_DIR, PG_BIN and PG_URL (the `postgres` database, user `roundup`, trust auth on loopback only), and
+# writes $PG_DIR/pgctl (stop | start), which the PostgreSQL restart tests and scripts/chaos call.
 # initdb refuses to run as root, so as root the cluster belongs to the `postgres` user the package creates.
 start_postgres() {
-  local bin
-  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  [ -x "$bin/initdb" ] || { echo "initdb not found: install postgresql" >&2; return 1; }
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -x "$PG_BIN/initdb" ] || { echo "initdb not found: install postgresql" >&2; return 1; }
   PG_PORT=$(free_port)
   PG_DIR=$(mktemp -d /tmp/roundup-pg.XXXXXX)
-  local as=()
+  local as=""
   if [ "$(id -u)" -eq 0 ]; then
     chown postgres:postgres "$PG_DIR"
-    as=(runuser -u postgres --)
+    as="runuser -u postgres --"
   fi
-  "${as[@]}" "$bin/initdb" -D "$PG_DIR/data" -U roundup --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 \
+  $as "$PG_BIN/initdb" -D "$PG_DIR/data" -U roundup --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; return 1; }
   # fsync stays on: the restart and crash tests mean something only with a durable server.
-  "${as[@]}" "$bin/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DIR -c max_connections=400 -c shared_buffers=256MB" start >/dev/null \
-    || { cat "$PG_DIR/server.log" >&2; return 1; }
-  PG_BIN=$bin
+  cat >"$PG_DIR/pgctl" <<CTL
+#!/usr/bin/env bash
+# stop | start: the throwaway cluster in $PG_DIR.
+if [ "\$1" = stop ]; then exec $as "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop; fi
+exec $as "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \\
+  -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DIR -c max_connections=400 -c shared_buffers=256MB" start
+CTL
+  chmod 755 "$PG_DIR/pgctl"
+  "$PG_DIR/pgctl" start >/dev/null || { cat "$PG_DIR/server.log" >&2; return 1; }
   PG_URL="postgres://roundup@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 }
 
 stop_postgres() {
   [ -n "${PG_DIR:-}" ] || return 0
-  local as=()
-  [ "$(id -u)" -eq 0 ] && as=(runuser -u postgres --)
-  "${as[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+  "$PG_DIR/pgctl" stop >/dev/null 2>&1 || true
   rm -rf "$PG_DIR"
   PG_DIR=""
 }

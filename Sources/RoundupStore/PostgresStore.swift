@@ -57,15 +57,10 @@ public final class PostgresStore: Sendable {
 
     // MARK: Transactions
 
-    enum Isolation: String {
-        case readCommitted = "READ COMMITTED"
-        case serializable = "SERIALIZABLE"
-    }
-
     /// Runs `body` in one transaction on a pooled connection; a serialization failure (40001) or deadlock (40P01)
     /// rolls back and runs it again, up to eight times, with a short random pause.
     @discardableResult
-    func write<T: Sendable>(_ isolation: Isolation = .readCommitted, _ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func write<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
@@ -74,7 +69,7 @@ public final class PostgresStore: Sendable {
                 return try await withoutActuallyEscaping(body) { body in
                   try await withDeadline { [client, logger] in
                     try await client.withConnection { connection in
-                        _ = try await connection.query(PostgresQuery(unsafeSQL: "BEGIN ISOLATION LEVEL \(isolation.rawValue)"), logger: logger)
+                        _ = try await connection.query("BEGIN", logger: logger)  // READ COMMITTED; the account locks do the rest
                         do {
                             let result = try await body(connection)
                             _ = try await connection.query("COMMIT", logger: logger)
