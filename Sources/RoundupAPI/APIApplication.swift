@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
+import NIOHTTPTypes
 import Prometheus
 import RoundupCore
 import RoundupRedis
@@ -34,9 +36,16 @@ public enum APIApplication {
                 publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
                 rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds)),
             store: store, redis: redis, trello: trello, engine: engine, logger: logger, metricsText: { RoundupMetrics.render(registry) })
+        let limits = configuration.httpLimits
         let app = Application(
             router: api.router(),
-            configuration: .init(address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api"),
+            server: .http1(configuration: .init(
+                additionalChannelHandlers: [HTTPDeadlineHandler<HTTPRequestPart, HTTPResponsePart>(limits: limits, server: "api")],
+                httpDecoderConfiguration: .init(
+                    maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: 100))),
+            configuration: .init(
+                address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api",
+                availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),
             logger: logger)
         try await RoundupServices.run([.init(service: app)], configuration: configuration, logger: logger) {
             try? await http.shutdown()

@@ -72,6 +72,13 @@ public struct RoundupConfiguration: Sendable {
     public var databaseCAFile: String?
     /// PostgreSQL: seconds one store operation may take, waiting for a connection included, before it fails (and is retried).
     public var databaseTimeoutSeconds: Int
+    /// Connection hygiene of the ingress and the API (they face the internet without a proxy in front).
+    public var httpLimits: HTTPLimits
+    /// Webhook events waiting in the stream beyond which the ingress answers 503 (Trello retries later); 0: no bound.
+    public var maxBacklog: Int
+    /// Dead letters kept at most, and for at most this many days; older ones are trimmed (counted and logged).
+    public var deadLetterMax: Int
+    public var deadLetterMaxAgeDays: Int
 
     public static let keys: [String] = [
         "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
@@ -83,7 +90,9 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
         "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
-        "ROUNDUP_DATABASE_TIMEOUT_SECONDS",
+        "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
+        "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
+        "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -181,6 +190,15 @@ public struct RoundupConfiguration: Sendable {
         databasePoolSize = try integer("ROUNDUP_DATABASE_POOL_SIZE", default: 10, range: 1...500)
         databaseCAFile = value("ROUNDUP_DATABASE_CA_FILE")
         databaseTimeoutSeconds = try integer("ROUNDUP_DATABASE_TIMEOUT_SECONDS", default: 30, range: 1...3600)
+        httpLimits = HTTPLimits(
+            headTimeoutSeconds: try integer("ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", default: 10, range: 1...600),
+            bodyTimeoutSeconds: try integer("ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS", default: 30, range: 1...3600),
+            idleTimeoutSeconds: try integer("ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", default: 60, range: 1...3600),
+            maxHeaderBytes: try integer("ROUNDUP_HTTP_MAX_HEADER_BYTES", default: 16_384, range: 1024...1_048_576),
+            maxConnections: try integer("ROUNDUP_HTTP_MAX_CONNECTIONS", default: 4096, range: 1...1_000_000))
+        maxBacklog = try integer("ROUNDUP_MAX_BACKLOG", default: 100_000, range: 0...100_000_000)
+        deadLetterMax = try integer("ROUNDUP_DEAD_LETTER_MAX", default: 10_000, range: 1...10_000_000)
+        deadLetterMaxAgeDays = try integer("ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", default: 180, range: 1...3650)
         if let ca = databaseCAFile, !FileManager.default.isReadableFile(atPath: ca) {
             throw ConfigurationError(key: "ROUNDUP_DATABASE_CA_FILE", problem: "names a file that cannot be read: \(ca)")
         }

@@ -36,12 +36,16 @@ public struct JSONParser: ~Copyable {
         public var actionID: String?
         public var actionType: String?
         public var modelID: String?
+        /// The ids of `action.data.card`, `list`, `listBefore`, `listAfter` and `board`, as they came (strings only;
+        /// a member that is not an object or an `id` that is not a string is left out), for checking their shape.
+        public var dataIDs: [String] = []
 
-        public init(hasAction: Bool = false, actionID: String? = nil, actionType: String? = nil, modelID: String? = nil) {
+        public init(hasAction: Bool = false, actionID: String? = nil, actionType: String? = nil, modelID: String? = nil, dataIDs: [String] = []) {
             self.hasAction = hasAction
             self.actionID = actionID
             self.actionType = actionType
             self.modelID = modelID
+            self.dataIDs = dataIDs
         }
     }
 
@@ -65,6 +69,18 @@ public struct JSONParser: ~Copyable {
                         switch key {
                         case "id": envelope.actionID = try parser.stringOrSkip()
                         case "type": envelope.actionType = try parser.stringOrSkip()
+                        case "data":
+                            guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                            try parser.object { parser, key in
+                                switch key {
+                                case "card", "list", "listBefore", "listAfter", "board":
+                                    guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                                    try parser.object { parser, key in
+                                        if key == "id", let id = try parser.stringOrSkip() { envelope.dataIDs.append(id) } else { try parser.skip() }
+                                    }
+                                default: try parser.skip()
+                                }
+                            }
                         default: try parser.skip()
                         }
                     }

@@ -1,3 +1,5 @@
+import Crypto
+
 /// Every Redis key the server uses, under one prefix (`ROUNDUP_REDIS_PREFIX`).
 public struct RedisKeys: Sendable {
     public let prefix: String
@@ -16,8 +18,14 @@ public struct RedisKeys: Sendable {
     public var webhookSecrets: String { prefix + "webhook-secrets" }
     /// Set of the account ids watching a Trello model (list or board).
     public func modelRoute(_ modelID: String) -> String { prefix + "route:" + modelID }
-    /// Marks an action already accepted for an account, so redeliveries are not enqueued twice.
-    public func seenAction(account: String, action: String) -> String { prefix + "seen:" + account + ":" + action }
+    /// Marks an action already accepted for an account, so redeliveries are not enqueued twice. The action id is
+    /// hashed, so every such key has one size whatever a client sends.
+    public func seenAction(account: String, action: String) -> String {
+        prefix + "seen:" + account + ":" + SHA256.hash(data: Array(action.utf8)).prefix(16).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
 
     /// Sync and import jobs for the workers (consumer group `workerGroup`).
     public var jobStream: String { prefix + "stream:jobs" }

@@ -19,7 +19,8 @@ public enum IngressApplication {
         let ingress = IngressService(
             options: .init(
                 host: configuration.host, port: configuration.ingressPort, publicURL: publicURL,
-                keys: configuration.redisKeys, dedupeTTLSeconds: configuration.dedupeTTLSeconds),
+                keys: configuration.redisKeys, dedupeTTLSeconds: configuration.dedupeTTLSeconds, maxBacklog: configuration.maxBacklog,
+                limits: configuration.httpLimits),
             redis: redis, logger: logger, metricsText: { RoundupMetrics.render(registry) })
         try await RoundupServices.run([.init(service: ingress)], configuration: configuration, logger: logger) {
             await redis.shutdown()

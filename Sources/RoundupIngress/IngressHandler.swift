@@ -13,6 +13,8 @@ struct IngressContext: Sendable {
     var directory: SecretDirectory
     var publicURL: String
     var dedupeTTLSeconds: Int
+    /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
+    var maxBacklog: Int
     var redisTimeout: TimeAmount
     var answerDeadline: TimeAmount
     var metrics: IngressMetrics
@@ -30,7 +32,7 @@ final class IngressHandler: ChannelInboundHandler {
     static let webhookPath = "/dailyroundup/webhook/trello"
 
     private let shared: IngressContext
-    private var head: HTTPRequestHead?
+    private var route: Route?
     private var body: ByteBuffer?
     private var discarding = false
     private var started = NIODeadline.now()
@@ -41,46 +43,106 @@ final class IngressHandler: ChannelInboundHandler {
 
     init(context: IngressContext) { self.shared = context }
 
+    /// What a request head asks for, decided before its body is read.
+    private enum Route {
+        case health, ready, metrics
+        /// `HEAD` on a webhook path: Trello's check of a callback URL.
+        case callbackCheck
+        /// A webhook delivery, for an account named in the path or (nil) found from `model.id`.
+        case webhook(account: String?, head: HTTPRequestHead)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
-            self.head = head
+            self.route = nil
             self.body = nil
             self.discarding = false
             self.answered = false
             self.started = .now()
             self.generation &+= 1
-            if head.method == .POST, let length = head.headers.first(name: "content-length").flatMap(Int.init), length > Self.maxBody {
+            switch Self.route(head) {
+            case .success(let route):
+                self.route = route
+                if case .webhook = route, let length = head.headers.first(name: "content-length").flatMap(Int.init), length > Self.maxBody {
+                    discarding = true
+                    respondError(context: context, .payloadTooLarge, "payload_too_large", "body is over 1 MiB", close: true)
+                }
+            case .failure(let rejection):
+                // Answered from the head alone: the body is never read, and the connection is closed with it.
                 discarding = true
-                respondError(context: context, .payloadTooLarge, "payload_too_large", "body is over 1 MiB", close: true)
+                if rejection.status == .notFound, rejection.code == "unknown_account" { shared.metrics.unknownAccount.increment() }
+                respondError(context: context, rejection.status, rejection.code, rejection.message, close: true, extra: rejection.headers)
             }
         case .body(var chunk):
             guard !discarding else { return }
-            if body == nil {
-                body = chunk
+            if var buffer = body {
+                body = nil  // one owner of the storage while it grows
+                buffer.writeBuffer(&chunk)
+                body = buffer
             } else {
-                body!.writeBuffer(&chunk)
+                body = chunk
             }
-            if body!.readableBytes > Self.maxBody {
+            if (body?.readableBytes ?? 0) > Self.maxBody {
                 discarding = true
                 body = nil
                 respondError(context: context, .payloadTooLarge, "payload_too_large", "body is over 1 MiB", close: true)
             }
         case .end:
-            guard let head, !discarding else { return }
-            self.head = nil
-            route(context: context, head: head, body: body ?? ByteBuffer())
-            body = nil
+            guard let route, !discarding else { return }
+            self.route = nil
+            let body = self.body ?? ByteBuffer()
+            self.body = nil
+            handle(context: context, route: route, body: body)
         }
     }
 
-    private func route(context: ChannelHandlerContext, head: HTTPRequestHead, body: ByteBuffer) {
+    private struct Rejection: Error {
+        var status: HTTPResponseStatus
+        var code: String
+        var message: String
+        var headers: HTTPHeaders = [:]
+    }
+
+    /// Routes on the path and method alone. A path segment that is not an account id's shape is answered as an
+    /// unknown account at once, before any lookup: nothing a client puts in the path becomes a cache entry or a key.
+    private static func route(_ head: HTTPRequestHead) -> Result<Route, Rejection> {
         let uri = head.uri
-        let path = uri.firstIndex(of: "?").map { String(uri[..<$0]) } ?? uri
-        if path == "/healthz", head.method == .GET || head.method == .HEAD {
-            return respond(context: context, .ok, json: #"{"status":"ok"}"#)
+        let path = uri.firstIndex(of: "?").map { uri[..<$0] } ?? uri[...]
+        switch path {
+        case "/healthz" where head.method == .GET || head.method == .HEAD: return .success(.health)
+        case "/readyz" where head.method == .GET: return .success(.ready)
+        case "/metrics" where head.method == .GET: return .success(.metrics)
+        default: break
         }
-        if path == "/readyz", head.method == .GET {
+        let account: String?
+        if path == webhookPath || path == webhookPath + "/" {
+            account = nil
+        } else if path.hasPrefix(webhookPath + "/") {
+            let rest = path.dropFirst(webhookPath.count + 1)
+            guard !rest.isEmpty, !rest.contains("/") else { return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path")) }
+            guard IdentifierShape.isAccountID(rest) else {
+                return .failure(Rejection(status: .notFound, code: "unknown_account", message: "no account receives webhooks here"))
+            }
+            account = String(rest)
+        } else {
+            return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path"))
+        }
+        switch head.method {
+        case .HEAD: return .success(.callbackCheck)
+        case .POST: return .success(.webhook(account: account, head: head))
+        default:
+            var headers = HTTPHeaders()
+            headers.add(name: "allow", value: "HEAD, POST")
+            return .failure(Rejection(status: .methodNotAllowed, code: "method_not_allowed", message: "use POST (or HEAD)", headers: headers))
+        }
+    }
+
+    private func handle(context: ChannelHandlerContext, route: Route, body: ByteBuffer) {
+        switch route {
+        case .health:
+            respond(context: context, .ok, json: #"{"status":"ok"}"#)
+        case .ready:
             // Ready when Redis answers: the ingress needs nothing else.
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             shared.redis.send(RedisCommand("PING"), timeout: shared.redisTimeout, on: context.eventLoop)
@@ -93,33 +155,13 @@ final class IngressHandler: ChannelInboundHandler {
                         this.respondError(context: context, .serviceUnavailable, "unavailable", "Redis is not reachable")
                     }
                 }
-            return
-        }
-        if path == "/metrics", head.method == .GET {
-            return respond(context: context, .ok, body: ByteBuffer(string: shared.metricsText()), contentType: "text/plain; version=0.0.4")
-        }
-        let account: String?
-        if path == Self.webhookPath || path == Self.webhookPath + "/" {
-            account = nil
-        } else if path.hasPrefix(Self.webhookPath + "/") {
-            let rest = path.dropFirst(Self.webhookPath.count + 1)
-            guard !rest.isEmpty, !rest.contains("/") else {
-                return respondError(context: context, .notFound, "not_found", "no such path")
-            }
-            account = String(rest)
-        } else {
-            return respondError(context: context, .notFound, "not_found", "no such path")
-        }
-        switch head.method {
-        case .HEAD:
+        case .metrics:
+            respond(context: context, .ok, body: ByteBuffer(string: shared.metricsText()), contentType: "text/plain; version=0.0.4")
+        case .callbackCheck:
             // Trello checks a callback URL with HEAD before it creates a webhook.
-            return respond(context: context, .ok, body: nil)
-        case .POST:
+            respond(context: context, .ok, body: nil)
+        case .webhook(let account, let head):
             receive(context: context, head: head, account: account, body: body)
-        default:
-            var headers = HTTPHeaders()
-            headers.add(name: "allow", value: "HEAD, POST")
-            respondError(context: context, .methodNotAllowed, "method_not_allowed", "use POST (or HEAD)", extra: headers)
         }
     }
 
@@ -138,6 +180,12 @@ final class IngressHandler: ChannelInboundHandler {
         guard envelope.hasAction else {
             shared.metrics.malformed.increment()
             return respondError(context: context, .badRequest, "missing_action", "body has no action")
+        }
+        // Ids are checked for their shape before anything is looked up or stored (no NUL, no control characters,
+        // nothing hundreds of KB long).
+        if let bad = Self.badID(envelope) {
+            shared.metrics.malformed.increment()
+            return respondError(context: context, .badRequest, "invalid_id", "\(bad) is not a Trello id (1 to 64 letters, digits, - or _)")
         }
         guard let signature = head.headers.first(name: "x-trello-webhook"), !signature.isEmpty else {
             shared.metrics.badSignature.increment()
@@ -198,6 +246,7 @@ final class IngressHandler: ChannelInboundHandler {
             guard let actionID = envelope.actionID, !actionID.isEmpty else { return eventLoop.makeSucceededFuture(.noActionID) }
             let fields: [RedisArgument] = [
                 RedisArgument(shared.dedupeTTLSeconds),
+                RedisArgument(shared.maxBacklog),
                 "account", RedisArgument(account),
                 "action", RedisArgument(actionID),
                 "type", RedisArgument(type),
@@ -209,7 +258,13 @@ final class IngressHandler: ChannelInboundHandler {
                 IngressScripts.enqueue,
                 keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],
                 arguments: fields, timeout: timeout, on: eventLoop
-            ).hop(to: eventLoop).map { reply in reply.isNull ? .duplicate : .enqueued }
+            ).hop(to: eventLoop).map { reply in
+                switch reply.int {
+                case 0: .duplicate
+                case -1: .backlogFull
+                default: .enqueued
+                }
+            }
         }.whenComplete { result in
             deadline.cancel()
             let (this, context) = loopBound.value
@@ -228,6 +283,12 @@ final class IngressHandler: ChannelInboundHandler {
             case .success(.badSignature):
                 this.shared.metrics.badSignature.increment()
                 this.respondError(context: context, .unauthorized, "bad_signature", "X-Trello-Webhook does not match the body and callback URL")
+            case .success(.backlogFull):
+                // Redis keeps room for the accounts already waiting; Trello retries this delivery later.
+                this.shared.metrics.backlogFull.increment()
+                var headers = HTTPHeaders()
+                headers.add(name: "retry-after", value: "30")
+                this.respondError(context: context, .serviceUnavailable, "backlog_full", "too many events are waiting, retry later", extra: headers)
             case .success(.noActionID):
                 this.shared.metrics.malformed.increment()
                 this.respondError(context: context, .badRequest, "missing_action_id", "action has no id")
@@ -244,7 +305,15 @@ final class IngressHandler: ChannelInboundHandler {
     }
 
     private enum Outcome {
-        case enqueued, duplicate, ignored, badSignature, noActionID
+        case enqueued, duplicate, ignored, badSignature, noActionID, backlogFull
+    }
+
+    /// The first id of the envelope whose shape is wrong, named as the field it came from.
+    private static func badID(_ envelope: JSONParser.Envelope) -> String? {
+        if let id = envelope.actionID, !id.isEmpty, !IdentifierShape.isTrelloID(id) { return "action.id" }
+        if let id = envelope.modelID, !IdentifierShape.isTrelloID(id) { return "model.id" }
+        if envelope.dataIDs.contains(where: { !IdentifierShape.isTrelloID($0) }) { return "an id in action.data" }
+        return nil
     }
 
     private enum IngressRejection: Error {
@@ -285,7 +354,18 @@ final class IngressHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // One bad peer cannot stop the server: drop its connection only.
+        // A request NIO's decoder refused (headers over the limit, broken framing) gets its JSON answer; then, as for
+        // any other error, only this peer's connection is dropped: one bad peer cannot stop the server.
+        if let parse = error as? HTTPParserError, context.channel.isActive {
+            discarding = true
+            answered = false
+            if case .headerOverflow = parse {
+                respondError(context: context, .init(statusCode: 431), "headers_too_large", "request headers are over the limit", close: true)
+            } else {
+                respondError(context: context, .badRequest, "bad_request", "not a valid HTTP/1.1 request", close: true)
+            }
+            return
+        }
         context.close(promise: nil)
     }
 }
@@ -300,12 +380,13 @@ struct IngressMetrics: Sendable {
     let malformed = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "invalid")])
     let unavailable = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unavailable")])
     let unknownAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unknown_account")])
+    let backlogFull = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "backlog_full")])
     let redisErrors = Counter(label: "roundup_ingress_redis_errors_total")
     /// From the webhook's arrival to Redis's answer to the enqueue.
     let enqueueDuration = Timer(label: "roundup_ingress_enqueue_duration_seconds")
     let duration = Timer(label: "roundup_ingress_request_duration_seconds")
     private let byStatus: [Int: Counter] = Dictionary(
-        uniqueKeysWithValues: [200, 400, 401, 404, 405, 413, 503].map {
+        uniqueKeysWithValues: [200, 400, 401, 404, 405, 413, 431, 503].map {
             ($0, Counter(label: "roundup_ingress_requests_total", dimensions: [("status", String($0))]))
         })
 

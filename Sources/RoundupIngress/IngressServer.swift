@@ -17,13 +17,18 @@ public struct IngressService: Service {
         public var secretCacheTTL: TimeAmount = .seconds(5)
         public var redisTimeout: TimeAmount = .milliseconds(800)
         public var answerDeadline: TimeAmount = .milliseconds(950)
+        /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
+        public var maxBacklog: Int
+        public var limits: HTTPLimits
 
-        public init(host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int) {
+        public init(host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int, maxBacklog: Int = 0, limits: HTTPLimits = HTTPLimits()) {
             self.host = host
             self.port = port
             self.publicURL = publicURL
             self.keys = keys
             self.dedupeTTLSeconds = dedupeTTLSeconds
+            self.maxBacklog = maxBacklog
+            self.limits = limits
         }
     }
 
@@ -48,15 +53,24 @@ public struct IngressService: Service {
         let context = IngressContext(
             redis: redis, keys: options.keys,
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),
-            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, redisTimeout: options.redisTimeout,
+            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog, redisTimeout: options.redisTimeout,
             answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger)
+        let limits = options.limits
+        let connectionLimit = ConnectionLimitHandler(limit: limits.maxConnections, server: "ingress")
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(connectionLimit) }
+            }
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    // The handler answers the decoder's errors itself, as JSON (withErrorHandling: false).
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
+                        withEncoderConfiguration: .init(), withDecoderLimitConfiguration: limits.decoderLimits)
+                    try channel.pipeline.syncOperations.addHandler(HTTPDeadlineHandler<HTTPServerRequestPart, HTTPServerResponsePart>(limits: limits, server: "ingress"))
                     try channel.pipeline.syncOperations.addHandler(IngressHandler(context: context))
                 }
             }

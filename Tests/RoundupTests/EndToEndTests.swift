@@ -259,7 +259,7 @@ final class BlackHoleServer: Sendable {
         let body = WebhookBodies.body(type: "createCard", actionID: "H-1", cardID: "H1", listID: "L1", boardID: "B1")
         for attempt in 1...3 {
             let started = ContinuousClock.now
-            let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/acct", body: body, secret: "s")
+            let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/00000000-0000-4000-8000-000000000000", body: body, secret: "s")
             let elapsed = ContinuousClock.now - started
             #expect(response.status == .serviceUnavailable, "attempt \(attempt): \(response.status) \(response.body)")
             #expect(response.body.contains(#""code":"unavailable""#))

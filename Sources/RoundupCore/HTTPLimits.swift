@@ -1,0 +1,186 @@
+import Metrics
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+
+/// Connection hygiene for the processes that face the internet without a proxy in front (the ingress and the API):
+/// how long a client may take to send a request head and a body, how long a kept-alive connection may idle, how large
+/// the head may be, and how many connections one process holds at once. README.md documents the keys.
+public struct HTTPLimits: Sendable, Equatable {
+    /// From the connection's start until its first request head is complete.
+    public var headTimeoutSeconds: Int
+    /// From a request's head until its body is complete.
+    public var bodyTimeoutSeconds: Int
+    /// From a response's end until the next request head is complete (a kept-alive connection doing nothing).
+    public var idleTimeoutSeconds: Int
+    /// The request line and headers together.
+    public var maxHeaderBytes: Int
+    public var maxConnections: Int
+
+    public init(headTimeoutSeconds: Int = 10, bodyTimeoutSeconds: Int = 30, idleTimeoutSeconds: Int = 60, maxHeaderBytes: Int = 16_384, maxConnections: Int = 4096) {
+        self.headTimeoutSeconds = headTimeoutSeconds
+        self.bodyTimeoutSeconds = bodyTimeoutSeconds
+        self.idleTimeoutSeconds = idleTimeoutSeconds
+        self.maxHeaderBytes = maxHeaderBytes
+        self.maxConnections = maxConnections
+    }
+
+    public var headTimeout: TimeAmount { .seconds(Int64(headTimeoutSeconds)) }
+    public var bodyTimeout: TimeAmount { .seconds(Int64(bodyTimeoutSeconds)) }
+    public var idleTimeout: TimeAmount { .seconds(Int64(idleTimeoutSeconds)) }
+
+    /// NIO's HTTP/1 decoder limits for these settings (one header field may use the whole budget).
+    public var decoderLimits: NIOHTTPDecoderLimitConfiguration {
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderFieldSize = maxHeaderBytes
+        limits.maxHeaderListSize = maxHeaderBytes
+        limits.maxHeaderFieldCount = 100
+        return limits
+    }
+}
+
+/// Where a request part stands in its request, so `HTTPDeadlineHandler` can work on NIO's HTTP/1 parts and on
+/// the HTTP-types parts Hummingbird uses alike.
+public enum HTTPMessagePhase: Sendable {
+    case head, body, end
+}
+
+public protocol HTTPDeadlineInbound {
+    var deadlinePhase: HTTPMessagePhase { get }
+}
+
+public protocol HTTPDeadlineOutbound {
+    var endsMessage: Bool { get }
+}
+
+extension HTTPPart: HTTPDeadlineInbound, HTTPDeadlineOutbound {
+    public var deadlinePhase: HTTPMessagePhase {
+        switch self {
+        case .head: .head
+        case .body: .body
+        case .end: .end
+        }
+    }
+
+    public var endsMessage: Bool {
+        if case .end = self { return true }
+        return false
+    }
+}
+
+/// What a connection's client is expected to send next.
+private enum ClientPhase: String {
+    case head, body, idle
+}
+
+/// Closes a connection whose client is too slow: no complete request head within `headTimeout` of connecting (or
+/// `idleTimeout` of the previous response), no complete body within `bodyTimeout` of its head. While the server
+/// itself works on a request no deadline runs: the handlers have their own. Sits after the HTTP decoder.
+public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = Inbound
+    public typealias InboundOut = Inbound
+    public typealias OutboundIn = Outbound
+    public typealias OutboundOut = Outbound
+
+    private let limits: HTTPLimits
+    private let server: String
+    private var timer: Scheduled<Void>?
+    private var armed = false
+
+    public init(limits: HTTPLimits, server: String) {
+        self.limits = limits
+        self.server = server
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { arm(.head, context: context) }
+    }
+
+    public func channelActive(context: ChannelHandlerContext) {
+        if !armed { arm(.head, context: context) }
+        context.fireChannelActive()
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        cancel()
+        context.fireChannelInactive()
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        cancel()
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data).deadlinePhase {
+        case .head: arm(.body, context: context)
+        case .body: break
+        case .end: cancel()  // the server's turn
+        }
+        context.fireChannelRead(data)
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if unwrapOutboundIn(data).endsMessage {
+            // The response is complete: the client has `idleTimeout` to send its next request head.
+            arm(.idle, context: context)
+        }
+        context.write(data, promise: promise)
+    }
+
+    private func arm(_ phase: ClientPhase, context: ChannelHandlerContext) {
+        cancel()
+        armed = true
+        let timeout = switch phase {
+        case .head: limits.headTimeout
+        case .body: limits.bodyTimeout
+        case .idle: limits.idleTimeout
+        }
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        let server = self.server
+        timer = context.eventLoop.scheduleTask(in: timeout) {
+            // A stalled client: the server closes, so it holds neither a file descriptor nor a buffer for it.
+            Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", phase.rawValue + "_timeout")]).increment()
+            loopBound.value.close(promise: nil)
+        }
+    }
+
+    private func cancel() {
+        timer?.cancel()
+        timer = nil
+    }
+}
+
+/// Caps the connections a server holds at once: past `limit`, a new connection is closed as soon as it is accepted
+/// (its client sees a reset and tries again), so a flood of idle sockets cannot exhaust file descriptors or memory.
+/// Add it to the server channel's pipeline.
+public final class ConnectionLimitHandler: ChannelInboundHandler, Sendable {
+    public typealias InboundIn = any Channel
+    public typealias InboundOut = any Channel
+
+    private let limit: Int
+    private let server: String
+    private let open = NIOLockedValueBox(0)
+
+    public init(limit: Int, server: String) {
+        self.limit = limit
+        self.server = server
+    }
+
+    public var openConnections: Int { open.withLockedValue { $0 } }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let child = unwrapInboundIn(data)
+        let admitted = open.withLockedValue { count -> Bool in
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
+        guard admitted else {
+            Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", "over_limit")]).increment()
+            child.close(promise: nil)
+            return
+        }
+        child.closeFuture.whenComplete { [open] _ in open.withLockedValue { $0 -= 1 } }
+        context.fireChannelRead(data)
+    }
+}
