@@ -22,3 +22,31 @@ public enum RoundupServices {
         try result.get()
     }
 }
+
+/// A start-up chore as a service: runs `operation` until it succeeds, with backoff (200 ms doubling to 5 s), beside
+/// the process's other services rather than before them; stops early on graceful shutdown.
+public struct RetryingTask: Service {
+    let name: String
+    let logger: Logger
+    let operation: @Sendable () async throws -> Void
+
+    public init(name: String, logger: Logger, operation: @escaping @Sendable () async throws -> Void) {
+        self.name = name
+        self.logger = logger
+        self.operation = operation
+    }
+
+    public func run() async throws {
+        var delay = Duration.milliseconds(200)
+        while !Task.isShuttingDownGracefully, !Task.isCancelled {
+            do {
+                try await operation()
+                return
+            } catch {
+                logger.warning("start-up task failed, retrying", metadata: ["task": "\(name)", "error": "\(error)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+    }
+}

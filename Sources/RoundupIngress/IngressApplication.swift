@@ -16,6 +16,13 @@ public enum IngressApplication {
         redisConfiguration.connectTimeout = .milliseconds(500)
         redisConfiguration.commandTimeout = .milliseconds(800)
         let redis = RedisClient(configuration: redisConfiguration, logger: logger)
+        // The workers' group, made now while Redis has room: a Redis that fills up before any worker has run would
+        // refuse to create it then, and nothing could drain the stream. Best effort; the workers create it too.
+        do {
+            try await redis.createGroupIfMissing(stream: configuration.redisKeys.webhookStream, group: configuration.redisKeys.workerGroup)
+        } catch {
+            logger.notice("consumer group not created yet", metadata: ["error": "\(error)"])
+        }
         let ingress = IngressService(
             options: .init(
                 host: configuration.host, port: configuration.ingressPort, publicURL: publicURL,

@@ -4,6 +4,13 @@ import NIOCore
 extension RedisClient {
     /// Creates the consumer group from the stream's start (so nothing enqueued before is skipped); one that exists is fine.
     public func createGroupIfMissing(stream: String, group: String) async throws {
+        // Read first: a Redis at its maxmemory refuses XGROUP CREATE (a command that may allocate) but answers XINFO,
+        // and a consumer that could not start would never drain what fills Redis.
+        if let groups = try? await send(RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)])),
+            groups.array?.contains(where: { $0.fieldMap["name"]?.string == group }) == true
+        {
+            return
+        }
         do {
             _ = try await send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
         } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {

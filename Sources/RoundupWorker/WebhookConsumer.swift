@@ -16,13 +16,21 @@ public struct WebhookConsumer: Service {
         public var maxDeliveries: Int
         public var claimIdle: TimeAmount
         public var block: TimeAmount = .milliseconds(1000)
+        /// Dead letters kept at most, and their age bound.
+        public var deadLetterMax: Int
+        public var deadLetterMaxAge: Duration
 
-        public init(keys: RedisKeys, consumer: String, batchSize: Int, maxDeliveries: Int, claimIdle: TimeAmount) {
+        public init(
+            keys: RedisKeys, consumer: String, batchSize: Int, maxDeliveries: Int, claimIdle: TimeAmount, deadLetterMax: Int = 10_000,
+            deadLetterMaxAge: Duration = .seconds(180 * 86_400)
+        ) {
             self.keys = keys
             self.consumer = consumer
             self.batchSize = batchSize
             self.maxDeliveries = maxDeliveries
             self.claimIdle = claimIdle
+            self.deadLetterMax = deadLetterMax
+            self.deadLetterMaxAge = deadLetterMaxAge
         }
     }
 
@@ -115,7 +123,7 @@ public struct WebhookConsumer: Service {
     @discardableResult
     func handle(_ entries: [StreamEntry]) async throws -> Bool {
         let started = ContinuousClock.now
-        let outcome = await processor.process(entries)
+        let outcome = await whileClaimed(entries.map(\.id)) { await self.processor.process(entries) }
         var commands: [RedisCommand] = []
         if !outcome.done.isEmpty {
             let ids = outcome.done.map { RedisArgument($0) }
@@ -124,6 +132,9 @@ public struct WebhookConsumer: Service {
             commands.append(RedisCommand("XDEL", [RedisArgument(stream)] + ids))
             commands.append(RedisCommand("HDEL", [RedisArgument(options.keys.webhookErrors)] + ids))
         }
+        // Acking and deleting only free memory, so a Redis at its maxmemory still takes them; what follows may be
+        // refused then (a push to wake the apps, an entry's last error), and its refusal must not stop the draining.
+        let essential = commands.count
         // New changes: a background push to the account's devices (roundup-pusher coalesces them per device).
         for account in outcome.accountsWithChanges.sorted() {
             commands.append(RedisCommand("XADD", [
@@ -136,8 +147,13 @@ public struct WebhookConsumer: Service {
         }
         if !commands.isEmpty {
             let replies = try await redis.pipeline(commands)
-            if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
+            if let failure = replies.prefix(essential).first(where: { if case .error = $0 { return true } else { return false } }) {
                 throw RedisClientError(.server, "settling batch: \(failure)")
+            }
+            let refused = replies.dropFirst(essential).filter { if case .error = $0 { return true } else { return false } }
+            if let first = refused.first {
+                metrics.settleWritesRefused.increment(by: refused.count)
+                logger.warning("redis refused bookkeeping writes", metadata: ["count": "\(refused.count)", "error": "\(first)"])
             }
         }
         for (id, error) in outcome.poison {
@@ -218,12 +234,49 @@ public struct WebhookConsumer: Service {
     }
 
     func deadLetter(id: String, deliveries: Int, error: String) async throws {
-        _ = try await redis.evaluate(
+        let now = Int(Date().timeIntervalSince1970 * 1000)
+        let oldestKept = max(0, now - Int(options.deadLetterMaxAge.components.seconds) * 1000)
+        let trimmed = try await redis.evaluate(
             WorkerScripts.deadLetter,
             keys: [RedisArgument(stream), RedisArgument(options.keys.deadLetterStream), RedisArgument(options.keys.webhookErrors)],
-            arguments: [RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(Int(Date().timeIntervalSince1970 * 1000))])
+            arguments: [
+                RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(now),
+                RedisArgument(options.deadLetterMax), RedisArgument(String(oldestKept)),
+            ]).int ?? 0
         metrics.deadLettered.increment()
         logger.error("event dead-lettered", metadata: ["entry": "\(id)", "deliveries": "\(deliveries)", "error": "\(error.prefix(200))"])
+        if trimmed > 0 {
+            metrics.deadLettersTrimmed.increment(by: trimmed)
+            logger.warning("old dead letters trimmed", metadata: [
+                "count": "\(trimmed)", "max": "\(options.deadLetterMax)", "max_age_days": "\(options.deadLetterMaxAge.components.seconds / 86_400)",
+            ])
+        }
+    }
+
+    /// Runs `work` while keeping the entries claimed by this consumer: every third of the claim timeout their idle time
+    /// is reset (`XCLAIM … JUSTID`, which does not count a delivery), so a batch slower than the claim timeout (a slow
+    /// Trello, rate-limit waits) is neither reclaimed by another worker nor processed twice.
+    func whileClaimed<T: Sendable>(_ ids: [String], _ work: @escaping @Sendable () async -> T) async -> T {
+        guard !ids.isEmpty else { return await work() }
+        let every = Duration.nanoseconds(max(20_000_000, min(10_000_000_000, options.claimIdle.nanoseconds / 3)))
+        let command = RedisCommand(
+            "XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), "0"] + ids.map { RedisArgument($0) } + ["JUSTID"])
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask { [redis, logger] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: every)
+                    guard !Task.isCancelled else { return }
+                    do {
+                        _ = try await redis.send(command)
+                    } catch {
+                        logger.warning("batch lease heartbeat failed", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+            let value = await work()
+            group.cancelAll()
+            return value
+        }
     }
 
     func recordStreamGauges() async {
@@ -262,6 +315,10 @@ struct WorkerMetrics: Sendable {
     let streamLength = Gauge(label: "roundup_stream_length", dimensions: [("stream", "webhooks")])
     let streamPending = Gauge(label: "roundup_stream_pending", dimensions: [("stream", "webhooks")])
     let deadLetters = Gauge(label: "roundup_stream_dead_letters")
+    /// Dead letters removed by the retention bounds (count and age).
+    let deadLettersTrimmed = Counter(label: "roundup_dead_letters_trimmed_total")
+    /// Writes Redis refused while a batch was settled (pushes, last errors), most likely at its maxmemory.
+    let settleWritesRefused = Counter(label: "roundup_worker_redis_writes_refused_total")
     let streamLag = Gauge(label: "roundup_stream_lag", dimensions: [("stream", "webhooks")])
     let oldestPendingAge = Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: [("stream", "webhooks")])
 }

@@ -42,20 +42,23 @@ public enum WorkerApplication {
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName,
                 batchSize: configuration.workerBatchSize, maxDeliveries: configuration.maxDeliveries,
-                claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds))),
+                claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds)), deadLetterMax: configuration.deadLetterMax,
+                deadLetterMaxAge: .seconds(configuration.deadLetterMaxAgeDays * 86_400)),
             redis: redis, processor: processor, logger: logger)
 
-        // Heal a flushed Redis: the ingress reads secrets and routes only from there. Retried until Redis answers.
-        var delay = Duration.milliseconds(200)
-        while true {
-            do {
-                try await RoutePublisher.publishAll(store: store, redis: redis, keys: configuration.redisKeys, logger: logger)
-                break
-            } catch {
-                logger.warning("publishing routes failed, retrying", metadata: ["error": "\(error)"])
-                try await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(5))
-            }
+        // Heal a flushed Redis: the ingress reads secrets and routes only from there. Retried until Redis takes them,
+        // beside the consumers: a Redis at its maxmemory refuses these writes, and only draining the stream frees it.
+        // One attempt before anything starts (the usual case: the ingress finds every account as soon as we are up).
+        let publish: @Sendable () async throws -> Void = {
+            try await RoutePublisher.publishAll(store: store, redis: redis, keys: configuration.redisKeys, logger: logger)
+        }
+        let publishedAtStart: Bool
+        do {
+            try await publish()
+            publishedAtStart = true
+        } catch {
+            logger.warning("publishing routes failed, retrying beside the consumers", metadata: ["error": "\(error)"])
+            publishedAtStart = false
         }
 
         let ops = SimpleHTTPService.operations(
@@ -65,12 +68,15 @@ public enum WorkerApplication {
             if (try? await store.ping()) == nil { return "the store is not reachable" }
             return nil
         }
-        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
+        if !publishedAtStart {
+            services.append(.init(service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
+        }
         try await RoundupServices.run(services, configuration: configuration, logger: logger) {
             try? await http.shutdown()
             await redis.shutdown()

@@ -1,12 +1,15 @@
 import RoundupRedis
 
 enum WorkerScripts {
-    /// Moves an entry to the dead-letter stream with its last error, then acks and deletes it.
+    /// Moves an entry to the dead-letter stream with its last error, then acks and deletes it, and trims the dead
+    /// letters to their retention bounds; returns how many old dead letters the trim removed. Under OOM the XADD, its
+    /// first write, is refused and nothing changes: the entry stays pending.
     static let deadLetter = RedisScript(
         name: "worker-dead-letter",
         source: """
             -- KEYS[1]: stream, KEYS[2]: dead-letter stream, KEYS[3]: errors hash
-            -- ARGV[1]: group, ARGV[2]: entry id, ARGV[3]: deliveries, ARGV[4]: error if none recorded, ARGV[5]: now (ms)
+            -- ARGV[1]: group, ARGV[2]: entry id, ARGV[3]: deliveries, ARGV[4]: error if none recorded, ARGV[5]: now (ms),
+            -- ARGV[6]: dead letters kept at most, ARGV[7]: the oldest id kept (ms of the age bound)
             local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
             local err = redis.call('HGET', KEYS[3], ARGV[2]) or ARGV[4]
             local fields = {}
@@ -19,6 +22,9 @@ enum WorkerScripts {
             redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
             redis.call('XDEL', KEYS[1], ARGV[2])
             redis.call('HDEL', KEYS[3], ARGV[2])
-            return 1
+            -- Retention, like Sidekiq's dead set: at most ARGV[6] letters, none older than ARGV[7] (a stream id).
+            local trimmed = redis.call('XTRIM', KEYS[2], 'MAXLEN', ARGV[6])
+            trimmed = trimmed + redis.call('XTRIM', KEYS[2], 'MINID', ARGV[7])
+            return trimmed
             """)
 }
