@@ -221,4 +221,91 @@ import Testing
         #expect(try await stack.get("/healthz").status == .ok)
         await stack.shutdown()
     }
+
+    // MARK: A full Redis
+
+    @Test func aFullRedisAnswers503LosesNothingAndHealsOnceWorkersReturn() async throws {
+        let stack = try await Stack(privateRedis: true)
+        let (store, account) = try await seed(stack)
+        try await stack.startIngress()
+        let path = "/dailyroundup/webhook/trello/\(account)"
+        let cards = 300
+        for i in 0..<cards {
+            stack.trello.setCard(FakeTrello.card(id: "F\(i)", listID: "L1", boardID: "B1", name: "Card \(i)", desc: ""))
+        }
+        // Room for a few hundred KB more than Redis holds now, and no eviction: the burst below fills it.
+        let info = try await stack.redis.send("INFO", "memory").string ?? ""
+        let used = try #require(info.split(separator: "\r\n").first { $0.hasPrefix("used_memory:") }.flatMap { Int($0.dropFirst("used_memory:".count)) })
+        _ = try await stack.redis.send("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        _ = try await stack.redis.send("CONFIG", "SET", "maxmemory", RedisArgument(String(used + 600 * 1024)))
+
+        // The workers are away. Trello delivers each action, retries it after a 503 (up to three times), and delivers
+        // some twice (once for the list, once for the board).
+        var accepted = Set<Int>()
+        var statuses: [HTTPResponseStatus: Int] = [:]
+        for i in 0..<cards {
+            let body = WebhookBodies.body(type: "createCard", actionID: "full-\(i)", cardID: "F\(i)", listID: "L1", boardID: "B1", padding: 3_000)
+            for _ in 0..<(i % 4 == 0 ? 2 : 1) {
+                for _ in 0..<3 {
+                    let response = try await stack.postWebhook(path: path, body: body, secret: Self.secret)
+                    statuses[response.status, default: 0] += 1
+                    if response.status == .ok {
+                        accepted.insert(i)
+                        break
+                    }
+                }
+            }
+        }
+        #expect(Set(statuses.keys).isSubset(of: [.ok, .serviceUnavailable]), "\(statuses)")
+        #expect((statuses[.serviceUnavailable] ?? 0) > 0, "Redis never filled: \(statuses)")
+        #expect(!accepted.isEmpty)
+        #expect(stack.ingress?.isRunning == true)
+
+        // The workers return: every action that ever got a 200 is applied, once.
+        try await stack.startWorker(name: "w1")
+        let drained = await TestSupport.eventually(timeout: .seconds(60)) {
+            (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 500).count) == accepted.count
+        }
+        let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 500)
+        #expect(drained, "\(changes.count) changes for \(accepted.count) accepted actions")
+        let cardsSeen = changes.map(\.trelloCardID)
+        #expect(Set(cardsSeen).count == cardsSeen.count, "a card arrived twice")
+        #expect(Set(cardsSeen) == Set(accepted.map { "F\($0)" }))
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+
+        // Redis has room again, and the ingress accepts by itself.
+        let healed = await TestSupport.eventually(timeout: .seconds(30)) {
+            let body = WebhookBodies.body(type: "createCard", actionID: "after-\(UUID().uuidString.prefix(8))", cardID: "F0", listID: "L1", boardID: "B1")
+            return (try? await stack.postWebhook(path: path, body: body, secret: Self.secret).status) == .ok
+        }
+        #expect(healed)
+        await stack.shutdown()
+    }
+
+    // MARK: Slow batches
+
+    @Test func aBatchSlowerThanTheClaimTimeoutIsProcessedOnce() async throws {
+        let stack = try await Stack()
+        let (store, account) = try await seed(stack)
+        stack.trello.setCard(FakeTrello.card(id: "S1", listID: "L1", boardID: "B1", name: "Slow", desc: ""))
+        // Reading the card takes five claim timeouts.
+        stack.trello.setCardDelay(.milliseconds(2_000))
+        let fast = ["ROUNDUP_CLAIM_IDLE_MS": "400", "ROUNDUP_MAX_DELIVERIES": "2"]
+        try await stack.startWorker(name: "w1", extra: fast)
+        try await stack.startWorker(name: "w2", extra: fast)
+        try await stack.startIngress()
+        let body = WebhookBodies.body(type: "createCard", actionID: "slow-1", cardID: "S1", listID: "L1", boardID: "B1")
+        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret).status == .ok)
+        let arrived = await TestSupport.eventually(timeout: .seconds(20)) {
+            (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count) == 1
+        }
+        #expect(arrived)
+        #expect(try await TestSupport.eventually(timeout: .seconds(10)) { try await stack.streamLength() == 0 })
+        // Settled: read once, one change, nothing dead-lettered.
+        try await Task.sleep(for: .seconds(1))
+        #expect(stack.trello.cardRequests == 1, "the card was read \(stack.trello.cardRequests) times")
+        #expect(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1)
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        await stack.shutdown()
+    }
 }
