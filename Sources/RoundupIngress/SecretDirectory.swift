@@ -12,7 +12,7 @@ final class SecretDirectory: Sendable {
     private let secrets: ExpiringCache<String?>
     private let routes: ExpiringCache<[String]>
 
-    init(redis: RedisClient, keys: RedisKeys, ttl: TimeAmount, maxEntries: Int = 20_000, maxBytes: Int = 8 << 20) {
+    init(redis: RedisClient, keys: RedisKeys, ttl: TimeAmount, maxEntries: Int = 10_000, maxBytes: Int = 4 << 20) {
         self.redis = redis
         self.keys = keys
         self.ttl = ttl

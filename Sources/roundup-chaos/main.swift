@@ -8,6 +8,7 @@ import RoundupTesting
 // The fault suite's long part (scripts/chaos): real processes under a steady webhook load, broken on purpose, and
 // what became of every webhook that got its 200. Prints one Markdown table row per scenario.
 // usage: roundup-chaos [SCENARIO …]   (all when none is named)
+//        roundup-chaos hostile          (the hostile-traffic figures: junk floods, stalled connections, a full Redis)
 
 typealias Scenario = (name: String, run: @Sendable () async throws -> ChaosRow)
 
@@ -88,6 +89,12 @@ let scenarios: [Scenario] = [
     ("apns-faults", { try await ChaosScenarios.apnsFaults() }),
     ("apns-timeouts", { try await ChaosScenarios.apnsTimeouts() }),
 ]
+
+if CommandLine.arguments.count == 2, CommandLine.arguments[1] == "hostile" {
+    let (lines, met) = try await HostileFigures.run()
+    for line in lines { print(line) }
+    exit(met ? 0 : 1)
+}
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "serve" {
     try await ChaosServe.run(stopFile: CommandLine.arguments[2])

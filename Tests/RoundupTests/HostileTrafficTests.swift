@@ -25,42 +25,6 @@ import Testing
         return (store, account)
     }
 
-    /// Resident memory of a process, from the kernel's accounting.
-    static func residentKB(_ pid: pid_t) throws -> Int {
-        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
-        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
-        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
-    }
-
-    static func randomHex(_ count: Int) -> String {
-        String((0..<count).map { _ in "0123456789abcdef".randomElement() ?? "0" })
-    }
-
-    /// Sends `count` requests made by `make`, `concurrency` at a time; returns the statuses seen.
-    static func flood(
-        _ http: HTTPClient, count: Int, concurrency: Int = 16, make: @escaping @Sendable (Int) -> HTTPClientRequest
-    ) async throws -> [UInt: Int] {
-        try await withThrowingTaskGroup(of: UInt.self) { group in
-            var statuses: [UInt: Int] = [:]
-            var next = 0
-            func add() {
-                let request = make(next)
-                next += 1
-                group.addTask {
-                    let response = try await http.execute(request, timeout: .seconds(20))
-                    _ = try await response.body.collect(upTo: 1 << 20)
-                    return response.status.code
-                }
-            }
-            for _ in 0..<min(concurrency, count) { add() }
-            while let status = try await group.next() {
-                statuses[status, default: 0] += 1
-                if next < count { add() }
-            }
-            return statuses
-        }
-    }
-
     // MARK: Floods of junk
 
     @Test func uniqueJunkFloodsLeaveMemoryFlatAndEnqueueNothing() async throws {
@@ -68,37 +32,12 @@ import Testing
         let (_, account) = try await seed(stack)
         try await stack.startIngress()
         let ingress = try #require(stack.ingress)
-        let base = "http://127.0.0.1:\(stack.ingressPort)/dailyroundup/webhook/trello"
-        let fat = String(repeating: "x", count: 64 * 1024)
-
-        // Four kinds of junk, each unique: a 64 KB model id and a 64 KB account in the path (refused by their shape),
-        // and well-shaped ids nobody uses (looked up once, remembered as unknown in a bounded cache).
-        let round: @Sendable (Int) -> HTTPClientRequest = { i in
-            let unique = "\(i)-\(UUID().uuidString)"
-            var request: HTTPClientRequest
-            switch i % 4 {
-            case 0:
-                request = HTTPClientRequest(url: base)
-                request.body = .bytes(ByteBuffer(string: #"{"action":{"id":"a\#(i)","type":"updateCard"},"model":{"id":"\#(fat)\#(unique)"}}"#))
-            case 1:
-                request = HTTPClientRequest(url: base + "/" + fat.prefix(8 * 1024) + unique)
-                request.body = .bytes(ByteBuffer(string: #"{"action":{"id":"a\#(i)","type":"updateCard"}}"#))
-            case 2:
-                request = HTTPClientRequest(url: base)
-                request.body = .bytes(ByteBuffer(string: #"{"action":{"id":"a\#(i)","type":"updateCard"},"model":{"id":"\#(HostileTrafficTests.randomHex(24))"}}"#))
-            default:
-                request = HTTPClientRequest(url: base + "/" + UUID().uuidString.lowercased())
-                request.body = .bytes(ByteBuffer(string: #"{"action":{"id":"a\#(i)","type":"updateCard"},"pad":"\#(fat)"}"#))
-            }
-            request.method = .POST
-            request.headers.add(name: "content-type", value: "application/json")
-            request.headers.add(name: "x-trello-webhook", value: "bm90IGEgc2lnbmF0dXJl")
-            return request
-        }
-        let first = try await Self.flood(stack.http, count: 1_000, make: round)
-        let afterFirst = try Self.residentKB(ingress.pid)
-        let second = try await Self.flood(stack.http, count: 1_000, make: round)
-        let afterSecond = try Self.residentKB(ingress.pid)
+        let port = stack.ingressPort
+        let round: @Sendable (Int) -> HTTPClientRequest = { HostileTraffic.junk($0, ingressPort: port) }
+        let first = try await HostileTraffic.flood(stack.http, count: 1_000, make: round)
+        let afterFirst = try #require(HostileTraffic.residentKB(ingress.pid))
+        let second = try await HostileTraffic.flood(stack.http, count: 1_000, make: round)
+        let afterSecond = try #require(HostileTraffic.residentKB(ingress.pid))
 
         for statuses in [first, second] {
             #expect(statuses.keys.allSatisfy { (400..<500).contains($0) }, "\(statuses)")
@@ -153,21 +92,6 @@ import Testing
 
     // MARK: Stalled connections
 
-    /// Opens `count` connections that stall: half in the request head, half in the body.
-    static func stall(port: Int, path: String, count: Int) async throws -> [RawConnection] {
-        var connections: [RawConnection] = []
-        for i in 0..<count {
-            let connection = try await RawConnection.connect(port: port)
-            if i % 2 == 0 {
-                try await connection.send("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-            } else {
-                try await connection.send("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"act")
-            }
-            connections.append(connection)
-        }
-        return connections
-    }
-
     @Test func stalledConnectionsAreClosedAndDoNotDelayARealDelivery() async throws {
         let stack = try await Stack()
         let (_, account) = try await seed(stack)
@@ -176,8 +100,8 @@ import Testing
         try await stack.startAPI(bootstrapToken: "bootstrap-token-0123456789", extra: limits)
         let path = "/dailyroundup/webhook/trello/\(account)"
 
-        let onIngress = try await Self.stall(port: stack.ingressPort, path: path, count: 300)
-        let onAPI = try await Self.stall(port: stack.apiPort, path: "/dailyroundup/account", count: 300)
+        let onIngress = try await HostileTraffic.stall(port: stack.ingressPort, path: path, count: 300)
+        let onAPI = try await HostileTraffic.stall(port: stack.apiPort, path: "/dailyroundup/account", count: 300)
 
         // Beside 600 stalled clients, a real delivery and a real API call are answered at once.
         let started = ContinuousClock.now
@@ -228,57 +152,19 @@ import Testing
         let stack = try await Stack(privateRedis: true)
         let (store, account) = try await seed(stack)
         try await stack.startIngress()
-        let path = "/dailyroundup/webhook/trello/\(account)"
-        let cards = 300
-        for i in 0..<cards {
-            stack.trello.setCard(FakeTrello.card(id: "F\(i)", listID: "L1", boardID: "B1", name: "Card \(i)", desc: ""))
-        }
-        // Room for a few hundred KB more than Redis holds now, and no eviction: the burst below fills it.
-        let info = try await stack.redis.send("INFO", "memory").string ?? ""
-        let used = try #require(info.split(separator: "\r\n").first { $0.hasPrefix("used_memory:") }.flatMap { Int($0.dropFirst("used_memory:".count)) })
-        _ = try await stack.redis.send("CONFIG", "SET", "maxmemory-policy", "noeviction")
-        _ = try await stack.redis.send("CONFIG", "SET", "maxmemory", RedisArgument(String(used + 600 * 1024)))
-
-        // The workers are away. Trello delivers each action, retries it after a 503 (up to three times), and delivers
-        // some twice (once for the list, once for the board).
-        var accepted = Set<Int>()
-        var statuses: [HTTPResponseStatus: Int] = [:]
-        for i in 0..<cards {
-            let body = WebhookBodies.body(type: "createCard", actionID: "full-\(i)", cardID: "F\(i)", listID: "L1", boardID: "B1", padding: 3_000)
-            for _ in 0..<(i % 4 == 0 ? 2 : 1) {
-                for _ in 0..<3 {
-                    let response = try await stack.postWebhook(path: path, body: body, secret: Self.secret)
-                    statuses[response.status, default: 0] += 1
-                    if response.status == .ok {
-                        accepted.insert(i)
-                        break
-                    }
-                }
-            }
-        }
-        #expect(Set(statuses.keys).isSubset(of: [.ok, .serviceUnavailable]), "\(statuses)")
-        #expect((statuses[.serviceUnavailable] ?? 0) > 0, "Redis never filled: \(statuses)")
-        #expect(!accepted.isEmpty)
+        let outcome = try await HostileTraffic.fullRedis(stack, store: store, account: account, secret: Self.secret, cards: 300)
+        // Only 200 or 503, and Redis did fill; the ingress stayed up.
+        #expect(Set(outcome.statuses.keys).isSubset(of: [200, 503]), "\(outcome.statuses)")
+        #expect((outcome.statuses[503] ?? 0) > 0, "Redis never filled: \(outcome.statuses)")
+        #expect(!outcome.accepted.isEmpty)
         #expect(stack.ingress?.isRunning == true)
-
-        // The workers return: every action that ever got a 200 is applied, once.
-        try await stack.startWorker(name: "w1")
-        let drained = await TestSupport.eventually(timeout: .seconds(60)) {
-            (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 500).count) == accepted.count
-        }
-        let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 500)
-        #expect(drained, "\(changes.count) changes for \(accepted.count) accepted actions")
-        let cardsSeen = changes.map(\.trelloCardID)
-        #expect(Set(cardsSeen).count == cardsSeen.count, "a card arrived twice")
-        #expect(Set(cardsSeen) == Set(accepted.map { "F\($0)" }))
-        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
-
+        // The workers returned: every action that ever got a 200 is applied, once; nothing dead-lettered.
+        #expect(outcome.drained, "\(outcome.appliedCards.count) changes for \(outcome.accepted.count) accepted actions")
+        #expect(Set(outcome.appliedCards).count == outcome.appliedCards.count, "a card arrived twice")
+        #expect(Set(outcome.appliedCards) == outcome.accepted)
+        #expect(outcome.deadLettered == 0)
         // Redis has room again, and the ingress accepts by itself.
-        let healed = await TestSupport.eventually(timeout: .seconds(30)) {
-            let body = WebhookBodies.body(type: "createCard", actionID: "after-\(UUID().uuidString.prefix(8))", cardID: "F0", listID: "L1", boardID: "B1")
-            return (try? await stack.postWebhook(path: path, body: body, secret: Self.secret).status) == .ok
-        }
-        #expect(healed)
+        #expect(outcome.healed)
         await stack.shutdown()
     }
 
