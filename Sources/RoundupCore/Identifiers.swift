@@ -26,7 +26,7 @@ public enum IdentifierShape {
         return true
     }
 
-    static func isLowerHex(_ byte: UInt8) -> Bool {
+    public static func isLowerHex(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
     }
 }

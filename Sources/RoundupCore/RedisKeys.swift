@@ -16,6 +16,8 @@ public struct RedisKeys: Sendable {
     public var workerGroup: String { "workers" }
     /// Hash: account id → Trello webhook secret (the ingress cannot open the database).
     public var webhookSecrets: String { prefix + "webhook-secrets" }
+    /// Hash: account id → its webhook callback token (see `WebhookCallback`).
+    public var webhookTokens: String { prefix + "webhook-tokens" }
     /// Set of the account ids watching a Trello model (list or board).
     public func modelRoute(_ modelID: String) -> String { prefix + "route:" + modelID }
     /// Marks an action already accepted for an account, so redeliveries are not enqueued twice. The action id is

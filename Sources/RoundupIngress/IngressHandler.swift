@@ -48,8 +48,9 @@ final class IngressHandler: ChannelInboundHandler {
         case health, ready, metrics
         /// `HEAD` on a webhook path: Trello's check of a callback URL.
         case callbackCheck
-        /// A webhook delivery, for an account named in the path or (nil) found from `model.id`.
-        case webhook(account: String?, head: HTTPRequestHead)
+        /// A webhook delivery, for an account named in the path (with its callback token, or without on an older
+        /// URL) or (nil) found from `model.id`.
+        case webhook(account: String?, token: String?, head: HTTPRequestHead)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -115,22 +116,27 @@ final class IngressHandler: ChannelInboundHandler {
         case "/metrics" where head.method == .GET: return .success(.metrics)
         default: break
         }
-        let account: String?
+        var account: String?
+        var token: String?
         if path == webhookPath || path == webhookPath + "/" {
             account = nil
         } else if path.hasPrefix(webhookPath + "/") {
-            let rest = path.dropFirst(webhookPath.count + 1)
-            guard !rest.isEmpty, !rest.contains("/") else { return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path")) }
-            guard IdentifierShape.isAccountID(rest) else {
+            let segments = path.dropFirst(webhookPath.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+            guard (1...2).contains(segments.count), segments.allSatisfy({ !$0.isEmpty }) else {
+                return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path"))
+            }
+            // Shapes first: a path that cannot be an account's is answered without a lookup.
+            guard IdentifierShape.isAccountID(segments[0]), segments.count == 1 || WebhookCallback.isToken(segments[1]) else {
                 return .failure(Rejection(status: .notFound, code: "unknown_account", message: "no account receives webhooks here"))
             }
-            account = String(rest)
+            account = String(segments[0])
+            token = segments.count == 2 ? String(segments[1]) : nil
         } else {
             return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path"))
         }
         switch head.method {
         case .HEAD: return .success(.callbackCheck)
-        case .POST: return .success(.webhook(account: account, head: head))
+        case .POST: return .success(.webhook(account: account, token: token, head: head))
         default:
             var headers = HTTPHeaders()
             headers.add(name: "allow", value: "HEAD, POST")
@@ -160,12 +166,12 @@ final class IngressHandler: ChannelInboundHandler {
         case .callbackCheck:
             // Trello checks a callback URL with HEAD before it creates a webhook.
             respond(context: context, .ok, body: nil)
-        case .webhook(let account, let head):
-            receive(context: context, head: head, account: account, body: body)
+        case .webhook(let account, let token, let head):
+            receive(context: context, head: head, account: account, token: token, body: body)
         }
     }
 
-    private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, body: ByteBuffer) {
+    private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, token: String?, body: ByteBuffer) {
         let envelope: JSONParser.Envelope
         do {
             envelope = try body.withUnsafeReadableBytes { raw in
@@ -206,16 +212,24 @@ final class IngressHandler: ChannelInboundHandler {
             this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later", close: true)
         }
 
-        let verified: EventLoopFuture<String?>
+        // The account the delivery is for once its signature checks out, and whether it came to the account's own
+        // callback URL (token and all); one that did not is enqueued to be confirmed against Trello (`WebhookCallback`).
+        let verified: EventLoopFuture<(account: String, trusted: Bool)?>
         let shared = self.shared
         let timeout = shared.redisTimeout
         if let account {
-            verified = shared.directory.secret(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { secret in
-                guard let secret else { throw IngressRejection.unknownAccount }
-                let valid = body.withUnsafeReadableBytes {
-                    TrelloSignature.verify(header: signature, secret: secret, body: $0, callbackURL: callbackURL)
+            verified = shared.directory.keys(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { keys in
+                guard let keys else { throw IngressRejection.unknownAccount }
+                if let token {
+                    // A wrong token is answered as an unknown account: nothing tells a prober which part was wrong.
+                    guard let expected = keys.callbackToken, constantTimeEquals(Array(expected.utf8), Array(token.utf8)) else {
+                        throw IngressRejection.unknownAccount
+                    }
                 }
-                return valid ? account : nil
+                let valid = body.withUnsafeReadableBytes {
+                    TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
+                }
+                return valid ? (account, token != nil) : nil
             }
         } else {
             guard let model = envelope.modelID, !model.isEmpty else {
@@ -224,13 +238,13 @@ final class IngressHandler: ChannelInboundHandler {
             }
             verified = shared.directory.accounts(watching: model, on: eventLoop, timeout: timeout).flatMap { accounts in
                 guard !accounts.isEmpty else { return eventLoop.makeFailedFuture(IngressRejection.unknownAccount) }
-                let secrets = accounts.map { shared.directory.secret(account: $0, on: eventLoop, timeout: timeout) }
-                return EventLoopFuture.whenAllSucceed(secrets, on: eventLoop).map { secrets in
-                    for (account, secret) in zip(accounts, secrets) {
-                        if let secret, body.withUnsafeReadableBytes({
-                            TrelloSignature.verify(header: signature, secret: secret, body: $0, callbackURL: callbackURL)
+                let lookups = accounts.map { shared.directory.keys(account: $0, on: eventLoop, timeout: timeout) }
+                return EventLoopFuture.whenAllSucceed(lookups, on: eventLoop).map { found in
+                    for (account, keys) in zip(accounts, found) {
+                        if let keys, body.withUnsafeReadableBytes({
+                            TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
                         }) {
-                            return account
+                            return (account, false)
                         }
                     }
                     return nil
@@ -238,13 +252,13 @@ final class IngressHandler: ChannelInboundHandler {
             }
         }
 
-        verified.flatMap { account -> EventLoopFuture<Outcome> in
-            guard let account else { return eventLoop.makeSucceededFuture(.badSignature) }
+        verified.flatMap { verified -> EventLoopFuture<Outcome> in
+            guard let (account, trusted) = verified else { return eventLoop.makeSucceededFuture(.badSignature) }
             guard let type = envelope.actionType, TrelloActionType.handled.contains(type) else {
                 return eventLoop.makeSucceededFuture(.ignored)
             }
             guard let actionID = envelope.actionID, !actionID.isEmpty else { return eventLoop.makeSucceededFuture(.noActionID) }
-            let fields: [RedisArgument] = [
+            var fields: [RedisArgument] = [
                 RedisArgument(shared.dedupeTTLSeconds),
                 RedisArgument(shared.maxBacklog),
                 "account", RedisArgument(account),
@@ -254,6 +268,7 @@ final class IngressHandler: ChannelInboundHandler {
                 "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
                 "body", RedisArgument(buffer: body),
             ]
+            if !trusted { fields += [RedisArgument(WebhookCallback.confirmField), "1"] }
             return shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],

@@ -9,30 +9,39 @@ final class SecretDirectory: Sendable {
     private let redis: RedisClient
     private let keys: RedisKeys
     private let ttl: TimeAmount
-    private let secrets: ExpiringCache<String?>
+    private let secrets: ExpiringCache<AccountKeys?>
     private let routes: ExpiringCache<[String]>
 
     init(redis: RedisClient, keys: RedisKeys, ttl: TimeAmount, maxEntries: Int = 10_000, maxBytes: Int = 4 << 20) {
         self.redis = redis
         self.keys = keys
         self.ttl = ttl
-        secrets = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { $0?.utf8.count ?? 0 }
+        secrets = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { ($0?.secret.utf8.count ?? 0) + ($0?.callbackToken?.utf8.count ?? 0) }
         routes = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { $0.reduce(16) { $0 + $1.utf8.count + 16 } }
     }
 
-    /// The account's webhook secret; nil when the account is unknown.
-    func secret(account: String, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<String?> {
+    /// What the ingress knows of an account: its webhook secret and its callback token (nil until published).
+    struct AccountKeys: Sendable {
+        var secret: String
+        var callbackToken: String?
+    }
+
+    /// The account's webhook secret and callback token; nil when the account is unknown.
+    func keys(account: String, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<AccountKeys?> {
         if let cached = secrets.value(for: account) {
             return eventLoop.makeSucceededFuture(cached)
         }
         let ttl = self.ttl
-        return redis.send(RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]), timeout: timeout, on: eventLoop)
+        return redis.pipeline([
+            RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]),
+            RedisCommand("HGET", [RedisArgument(keys.webhookTokens), RedisArgument(account)]),
+        ], timeout: timeout)
             .hop(to: eventLoop)
-            .map { [secrets] reply in
-                let secret = reply.string
+            .map { [secrets] replies in
+                let found = replies.first?.string.map { AccountKeys(secret: $0, callbackToken: replies.dropFirst().first?.string) }
                 // Unknown accounts are remembered briefly too, so a flood of them cannot hammer Redis.
-                secrets.set(secret, for: account, lifetime: secret == nil ? min(ttl, .seconds(1)) : ttl)
-                return secret
+                secrets.set(found, for: account, lifetime: found == nil ? min(ttl, .seconds(1)) : ttl)
+                return found
             }
     }
 
