@@ -108,7 +108,7 @@ let package = Package(
         .target(
             name: "RoundupSync",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello",
+                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -57,7 +57,10 @@ extension API {
         } catch StoreError.duplicateList {
             throw APIError.conflict("trello list \(listID) is already synced")
         }
-        let callback = options.publicURL + "/dailyroundup/webhook/trello/" + account
+        // The account's own callback URL (`WebhookCallback`); the ingress checks its token, so it is published first.
+        guard let callbackToken = try await store.account(id: account)?.webhookToken else { throw APIError.unauthorized("the account is gone") }
+        try await RoutePublisher.publishToken(account: account, token: callbackToken, redis: redis, keys: options.keys)
+        let callback = WebhookCallback.url(publicURL: options.publicURL, account: account, token: callbackToken)
         var made: [String] = []
         do {
             let listHook = try await trello.createWebhook(callbackURL: callback, modelID: listID, description: "DailyRoundup list \(name)", credentials: credentials)

@@ -18,6 +18,14 @@ public enum RoutePublisher {
             }
             commands.append(RedisCommand("HSET", arguments))
         }
+        if !snapshot.tokens.isEmpty {
+            var arguments = [RedisArgument(keys.webhookTokens)]
+            for (account, token) in snapshot.tokens.sorted(by: { $0.key < $1.key }) {
+                arguments.append(RedisArgument(account))
+                arguments.append(RedisArgument(token))
+            }
+            commands.append(RedisCommand("HSET", arguments))
+        }
         for (model, accounts) in snapshot.routes.sorted(by: { $0.key < $1.key }) {
             commands.append(RedisCommand("SADD", [RedisArgument(keys.modelRoute(model))] + accounts.sorted().map { RedisArgument($0) }))
         }
@@ -33,6 +41,11 @@ public enum RoutePublisher {
         _ = try await redis.send(RedisCommand("HSET", [RedisArgument(keys.webhookSecrets), RedisArgument(account), RedisArgument(secret)]))
     }
 
+    /// The account's callback token, for the ingress to check deliveries to the account's own URL.
+    public static func publishToken(account: String, token: String, redis: RedisClient, keys: RedisKeys) async throws {
+        _ = try await redis.send(RedisCommand("HSET", [RedisArgument(keys.webhookTokens), RedisArgument(account), RedisArgument(token)]))
+    }
+
     public static func addRoutes(account: String, models: [String], redis: RedisClient, keys: RedisKeys) async throws {
         try await check(redis.pipeline(models.map { RedisCommand("SADD", [RedisArgument(keys.modelRoute($0)), RedisArgument(account)]) }))
     }
@@ -44,6 +57,7 @@ public enum RoutePublisher {
     public static func removeAccount(account: String, models: [String], redis: RedisClient, keys: RedisKeys) async throws {
         var commands = models.map { RedisCommand("SREM", [RedisArgument(keys.modelRoute($0)), RedisArgument(account)]) }
         commands.append(RedisCommand("HDEL", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]))
+        commands.append(RedisCommand("HDEL", [RedisArgument(keys.webhookTokens), RedisArgument(account)]))
         try await check(redis.pipeline(commands))
     }
 

@@ -248,6 +248,13 @@ enum PostgresMigrations {
             "ALTER TABLE conflicts ADD COLUMN resolving_at TEXT",
             "ALTER TABLE potential_duplicates ADD COLUMN resolving_at TEXT",
         ]),
+        // Each account's callback URL carries a token of its own (`WebhookCallback`): 32 random bytes, in hex
+        // (two gen_random_uuid() values from the server's strong random source, their fixed version bits aside).
+        ("v6-webhook-callback-tokens", [
+            "ALTER TABLE accounts ADD COLUMN webhook_token TEXT",
+            "UPDATE accounts SET webhook_token = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '') WHERE webhook_token IS NULL",
+            "CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token)",
+        ]),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

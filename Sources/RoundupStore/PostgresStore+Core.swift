@@ -9,7 +9,9 @@ extension PostgresStore: SyncStore {
         let id = UUID().uuidString.lowercased()
         let now = Timestamp.now()
         try await write { c in
-            try await c.run("INSERT INTO accounts (id, auth_token_hash, created_at, updated_at) VALUES (\(id), \(authTokenHash), \(now), \(now))", logger)
+            try await c.run(
+                "INSERT INTO accounts (id, auth_token_hash, webhook_token, created_at, updated_at) VALUES (\(id), \(authTokenHash), \(WebhookCallback.makeToken()), \(now), \(now))",
+                logger)
         }
         return id
     }
@@ -27,8 +29,10 @@ extension PostgresStore: SyncStore {
 
     public func account(id: String) async throws -> AccountRecord? {
         try await read { c in
-            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret FROM accounts WHERE id = \(id)", logger).first.map {
-                AccountRecord(id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2), trelloWebhookSecret: try $0.optionalText(3))
+            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = \(id)", logger).first.map {
+                AccountRecord(
+                    id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2), trelloWebhookSecret: try $0.optionalText(3),
+                    webhookToken: try $0.optionalText(4))
             }
         }
     }
@@ -243,7 +247,11 @@ extension PostgresStore: SyncStore {
                 routes[try row.text(1), default: []].insert(account)
                 routes[try row.text(2), default: []].insert(account)
             }
-            return RoutingSnapshot(secrets: secrets, routes: routes)
+            var tokens: [String: String] = [:]
+            for row in try await c.rows("SELECT id, webhook_token FROM accounts WHERE webhook_token IS NOT NULL", logger) {
+                tokens[try row.text(0)] = try row.text(1)
+            }
+            return RoutingSnapshot(secrets: secrets, routes: routes, tokens: tokens)
         }
     }
 }

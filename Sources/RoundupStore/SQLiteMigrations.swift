@@ -232,6 +232,14 @@ enum SQLiteMigrations {
                 ALTER TABLE potential_duplicates ADD COLUMN resolving_at TEXT;
                 """)
         }
+        migrator.registerMigration("v6-webhook-callback-tokens") { db in
+            // Each account's callback URL carries a token of its own (`WebhookCallback`): 32 random bytes, in hex.
+            try db.execute(sql: """
+                ALTER TABLE accounts ADD COLUMN webhook_token TEXT;
+                UPDATE accounts SET webhook_token = lower(hex(randomblob(32))) WHERE webhook_token IS NULL;
+                CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token);
+                """)
+        }
         return migrator
     }
 }

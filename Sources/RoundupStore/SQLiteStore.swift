@@ -1,11 +1,17 @@
 import Foundation
 import GRDB
 import RoundupCore
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The embedded store: one SQLite file in WAL mode, through GRDB. Several processes on one machine may share it.
 public final class SQLiteStore: SyncStore {
     let pool: DatabasePool
 
+    /// Opens the file without the start-up lock: `open(path:)` is the way for processes that may start together.
     public init(path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
@@ -20,10 +26,31 @@ public final class SQLiteStore: SyncStore {
             try db.execute(sql: "PRAGMA cache_size = -16384")
         }
         pool = try DatabasePool(path: path, configuration: configuration)
+        // Opening the pool switched the writer to WAL, and GRDB sets `synchronous = NORMAL` with it: back to FULL.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
     }
 
+    /// Opens and migrates the store at `path` under the start-up lock (see `SQLiteStartupLock`): switching a fresh
+    /// file to WAL takes an exclusive lock, and SQLite answers "database is locked" at once (no busy wait) to a
+    /// second process doing the same, so processes starting together open and migrate one after the other.
+    public static func open(path: String) async throws -> SQLiteStore {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        return try await SQLiteStartupLock.withLock(databasePath: path) {
+            let store = try SQLiteStore(path: path)
+            try SQLiteMigrations.migrator.migrate(store.pool)
+            return store
+        }
+    }
+
+    /// Applies the migrations not applied yet. GRDB's migrator reads the applied ones before it runs each in its own
+    /// transaction, and serialises only within a process: two processes starting together on a fresh file would both
+    /// run the first migration (`table accounts already exists`). An exclusive lock on `<path>.migrate.lock`, held
+    /// while migrating, makes them take turns; the second finds everything applied.
     public func migrate() async throws {
-        try SQLiteMigrations.migrator.migrate(pool)
+        try await SQLiteStartupLock.withLock(databasePath: pool.path) { [pool] in
+            try SQLiteMigrations.migrator.migrate(pool)
+        }
     }
 
     /// The names of the tables, for tests and `roundupctl`.
@@ -44,8 +71,8 @@ public final class SQLiteStore: SyncStore {
         let now = Timestamp.now()
         try await pool.write { db in
             try db.execute(
-                sql: "INSERT INTO accounts (id, auth_token_hash, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                arguments: [id, authTokenHash, now, now])
+                sql: "INSERT INTO accounts (id, auth_token_hash, webhook_token, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [id, authTokenHash, WebhookCallback.makeToken(), now, now])
         }
         return id
     }
@@ -64,8 +91,8 @@ public final class SQLiteStore: SyncStore {
 
     public func account(id: String) async throws -> AccountRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret FROM accounts WHERE id = ?", arguments: [id])
-                .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3]) }
+            try Row.fetchOne(db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = ?", arguments: [id])
+                .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], webhookToken: $0[4]) }
         }
     }
 
@@ -251,7 +278,11 @@ public final class SQLiteStore: SyncStore {
                 routes[row[1], default: []].insert(row[0])
                 routes[row[2], default: []].insert(row[0])
             }
-            return RoutingSnapshot(secrets: secrets, routes: routes)
+            var tokens: [String: String] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT id, webhook_token FROM accounts WHERE webhook_token IS NOT NULL") {
+                tokens[row[0]] = row[1]
+            }
+            return RoutingSnapshot(secrets: secrets, routes: routes, tokens: tokens)
         }
     }
 }
@@ -327,8 +358,41 @@ extension SQLiteStore {
         guard let path = configuration.sqlitePath else {
             throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL: open it with Stores.open")
         }
-        let store = try SQLiteStore(path: path)
-        try await store.migrate()
-        return store
+        return try await open(path: path)
     }
+}
+
+/// An exclusive `flock` on a sidecar file, `<database>.migrate.lock`, so processes sharing one SQLite file migrate
+/// one at a time. The kernel releases it when its holder exits, even by a crash: a lock left behind cannot exist.
+/// It has the reach of SQLite's own WAL locks (processes on one machine), which the store needs anyway. Waiting
+/// polls (no thread is blocked) and gives up after `timeout`, naming the file.
+enum SQLiteStartupLock {
+    static func withLock<T: Sendable>(
+        databasePath: String, timeout: Duration = .seconds(120), _ body: @Sendable () throws -> T
+    ) async throws -> T {
+        let lockPath = databasePath + ".migrate.lock"
+        // Read-only is enough for flock, so processes of other users that may read the file can take it too.
+        let descriptor = open(lockPath, O_RDONLY | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw SQLiteStartupLockError(path: lockPath, problem: "cannot open it (errno \(errno))") }
+        defer { close(descriptor) }
+        let deadline = ContinuousClock.now + timeout
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            guard code == EWOULDBLOCK || code == EINTR else {
+                throw SQLiteStartupLockError(path: lockPath, problem: "cannot lock it (errno \(code))")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw SQLiteStartupLockError(path: lockPath, problem: "another process held it for \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        defer { flock(descriptor, LOCK_UN) }
+        return try body()
+    }
+}
+
+public struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
+    public let path: String
+    public let problem: String
+    public var description: String { "sqlite migration lock \(path): \(problem)" }
 }

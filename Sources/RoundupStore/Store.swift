@@ -16,6 +16,8 @@ public struct AccountRecord: Sendable, Equatable {
     public var trelloAPIKey: String?
     public var trelloToken: String?
     public var trelloWebhookSecret: String?
+    /// The token of the account's webhook callback URL (`WebhookCallback`).
+    public var webhookToken: String? = nil
 }
 
 public struct SyncListRecord: Sendable, Equatable, Hashable {
@@ -212,6 +214,8 @@ public struct RoutingSnapshot: Sendable, Equatable {
     public var secrets: [String: String]
     /// Trello model id (list or board) → account ids.
     public var routes: [String: Set<String>]
+    /// Account id → the token of its webhook callback URL.
+    public var tokens: [String: String] = [:]
 }
 
 /// What one apply wrote: rows, the accounts that got them, and how many of each change type.

@@ -4,6 +4,7 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRouting
 import RoundupStore
 import RoundupTrello
 
@@ -109,7 +110,7 @@ public struct Reconciler: Sendable {
         let credentials = TrelloCredentialsValue(apiKey: key, token: token)
         do {
             var outcome = Outcome()
-            outcome.webhooksRegistered = try await checkWebhooks(list, credentials: credentials)
+            outcome.webhooksRegistered = try await checkWebhooks(list, callbackToken: account.webhookToken, credentials: credentials)
             try await reconcileCards(list, credentials: credentials, outcome: &outcome)
             try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "ok")]).increment()
@@ -142,9 +143,12 @@ public struct Reconciler: Sendable {
     }
 
     /// Registers the list's and board's webhooks again where Trello lost, deactivated or misdirects them.
-    func checkWebhooks(_ list: SyncListRecord, credentials: TrelloCredentialsValue) async throws -> Int {
-        guard let publicURL else { return 0 }
-        let callback = publicURL + "/dailyroundup/webhook/trello/" + list.accountID
+    /// A webhook still pointing at an older callback URL (without the account's token) is moved to the account's own.
+    func checkWebhooks(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentialsValue) async throws -> Int {
+        guard let publicURL, let callbackToken else { return 0 }
+        // The ingress checks deliveries against the published token: publish it before Trello can use the URL.
+        try await RoutePublisher.publishToken(account: list.accountID, token: callbackToken, redis: redis, keys: keys)
+        let callback = WebhookCallback.url(publicURL: publicURL, account: list.accountID, token: callbackToken)
         var registered = 0
         for (board, id, model) in [(false, list.listWebhookID, list.trelloListID), (true, list.boardWebhookID, list.trelloBoardID)] {
             let info = try await id.asyncMap { try await trello.webhook(id: $0, credentials: credentials) } ?? nil

@@ -192,6 +192,12 @@ public final class Stack: @unchecked Sendable {
     }
 
     /// POSTs a body to the ingress, signed for `secret` (nil: unsigned).
+    /// The account's own webhook path, callback token and all, as the API and reconciliation register it.
+    public func webhookPath(account: String) async throws -> String {
+        guard let token = try await store().account(id: account)?.webhookToken else { throw StackError("account \(account) has no callback token") }
+        return WebhookCallback.path(account: account, token: token)
+    }
+
     public func postWebhook(path: String, body: [UInt8], secret: String?, signatureOverride: String? = nil) async throws -> Response {
         var headers: [String: String] = ["content-type": "application/json"]
         if let signatureOverride {

@@ -97,7 +97,12 @@ public final class WebhookProcessor: Sendable {
             }
             let received = entry.string("received").flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } ?? Date()
             let date = decoded.action.date.flatMap(Timestamp.date) ?? received
-            let events = CardEventInterpreter.events(for: decoded, actionType: entry.string("type"))
+            var events = CardEventInterpreter.events(for: decoded, actionType: entry.string("type"))
+            if entry.string(WebhookCallback.confirmField) == "1" {
+                // Not delivered to the account's own callback URL (`WebhookCallback`): trust no payload, read each card
+                // from Trello with the account's credentials, so a forged body can change nothing the apps see.
+                events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
+            }
             outcome.types[entry.id] = entry.string("type") ?? decoded.action.type ?? "unknown"
             parsed.append(Parsed(entry: entry, account: account, actionID: entry.string("action") ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
         }

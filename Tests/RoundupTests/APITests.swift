@@ -51,14 +51,16 @@ import Testing
         #expect(list.json["trello_list_id"] == "L1" && list.json["trello_board_id"] == "B1" && list.json["name"] == "Groceries")
         let hooks = stack.trello.webhooks
         #expect(Set(hooks.map(\.idModel)) == ["L1", "B1"])
-        #expect(hooks.allSatisfy { $0.callbackURL == stack.publicURL + "/dailyroundup/webhook/trello/" + account })
+        // The account's own callback URL, with its token (what the ingress trusts without asking Trello).
+        let ownPath = try await stack.webhookPath(account: account)
+        #expect(hooks.allSatisfy { $0.callbackURL == stack.publicURL + ownPath })
         #expect(try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute("L1")), RedisArgument(account)) == .integer(1))
 
         // Three cards created in Trello, delivered as signed webhooks.
         for i in 1...3 {
             stack.trello.setCard(FakeTrello.card(id: "C\(i)", listID: "L1", boardID: "B1", name: "Card \(i)"))
             let body = WebhookBodies.body(type: "createCard", actionID: "A\(i)", cardID: "C\(i)", listID: "L1", boardID: "B1")
-            #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: secret).status == .ok)
+            #expect(try await stack.postWebhook(path: ownPath, body: body, secret: secret).status == .ok)
         }
         let arrived = try await TestSupport.eventually {
             try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 3
@@ -89,7 +91,7 @@ import Testing
         // A later edit of card 1 carries the mapping recorded by the ack.
         let rename = WebhookBodies.body(type: "updateCard", actionID: "A9", cardID: "C1", listID: "L1", boardID: "B1",
                                         card: ["name": "Card one"], old: ["name": "Card 1"], date: "2030-01-01T00:00:00.000Z")
-        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: rename, secret: secret).status == .ok)
+        #expect(try await stack.postWebhook(path: ownPath, body: rename, secret: secret).status == .ok)
         let renamed = try await TestSupport.eventually {
             try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 1
         }

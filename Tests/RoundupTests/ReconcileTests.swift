@@ -85,7 +85,8 @@ import Testing
         #expect(job["results"]?[0]?["summary"]?["webhooks_registered"] == .number(2))
         let after = stack.trello.webhooks
         #expect(Set(after.map(\.idModel)) == ["Lhook", "Bhook"] && after.count == 2, "\(after)")
-        #expect(after.allSatisfy { $0.callbackURL == stack.publicURL + "/dailyroundup/webhook/trello/" + s.account })
+        let ownPath = try await stack.webhookPath(account: s.account)
+        #expect(after.allSatisfy { $0.callbackURL == stack.publicURL + ownPath })
         #expect(!after.contains { $0.id == listHook.id || $0.id == boardHook.id })
         // Registered again means Trello checked the callback with HEAD (the fake does, against the real ingress), and
         // deliveries flow again.

@@ -42,7 +42,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         ])
         if let sqlite = f.store as? SQLiteStore { #expect(try await sqlite.journalMode() == "wal") }
         if let postgres = f.store as? PostgresStore {
-            #expect(try await postgres.appliedMigrations() == ["v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims"])
+            #expect(try await postgres.appliedMigrations() == ["v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims", "v6-webhook-callback-tokens"])
         }
         try await f.store.migrate()  // a second run changes nothing and does not fail
         #expect(try await f.store.tableNames().count == 16)
@@ -138,6 +138,10 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(snapshot.secrets[f.account] == "secret")
         #expect(snapshot.routes["L"] == [f.account])
         #expect(snapshot.routes["B"] == [f.account])
+        // Every account has a callback token of its own, 64 hex characters.
+        let token = try #require(snapshot.tokens[f.account])
+        #expect(WebhookCallback.isToken(token))
+        #expect(try await f.store.account(id: f.account)?.webhookToken == token)
     }
 
     @Test func aLateRemovalDoesNotDeleteACardSeenSince() async throws {
