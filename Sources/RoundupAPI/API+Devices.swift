@@ -20,13 +20,13 @@ extension API {
     func registerDevice(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["device_id", "apns_token", "platform", "environment"])
-        let deviceID = try body.string("device_id", required: true, maxLength: 200)!
-        let token = try body.string("apns_token", required: true, maxLength: 400)!.lowercased()
+        let deviceID = try body.requiredString("device_id", maxLength: 200)
+        let token = try body.requiredString("apns_token", maxLength: 400).lowercased()
         guard token.count >= 32, token.count % 2 == 0, token.allSatisfy(\.isHexDigit) else {
             throw APIError.unprocessable("apns_token must be the device token in hex")
         }
-        let platform = try body.oneOf("platform", ["ios", "macos"], required: true)!
-        let environment = try body.oneOf("environment", ["production", "sandbox"], required: true)!
+        let platform = try body.requiredOneOf("platform", ["ios", "macos"])
+        let environment = try body.requiredOneOf("environment", ["production", "sandbox"])
         let (device, created) = try await store.upsertDevice(accountID: account, deviceID: deviceID, apnsToken: token, platform: platform, environment: environment)
         return jsonResponse(created ? .created : .ok, Self.deviceJSON(device))
     }

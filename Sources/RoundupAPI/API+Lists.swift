@@ -36,9 +36,9 @@ extension API {
     func createList(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["name", "trello_board_id", "trello_list_id"])
-        let name = try body.string("name", required: true, maxLength: 200)!
-        let boardID = try body.string("trello_board_id", required: true, maxLength: 64)!
-        let listID = try body.string("trello_list_id", required: true, maxLength: 64)!
+        let name = try body.requiredString("name", maxLength: 200)
+        let boardID = try body.requiredString("trello_board_id", maxLength: 64)
+        let listID = try body.requiredString("trello_list_id", maxLength: 64)
         try Self.validTrelloID(boardID, field: "trello_board_id")
         try Self.validTrelloID(listID, field: "trello_list_id")
 
@@ -75,9 +75,9 @@ extension API {
                 made.append(boardHook)
             }
             try await store.setWebhooks(syncListID: list.id, listWebhookID: listHook, boardWebhookID: boardHook)
-            try await RoutePublisher.addRoutes(account: account, models: [listID, boardID], redis: redis, keys: options.keys)
+            try await RoutePublisher.publishRoutes(account: account, models: [listID, boardID], store: store, redis: redis, keys: options.keys)
         } catch {
-            for hook in made { try? await trello.deleteWebhook(id: hook, credentials: credentials) }
+            await deleteWebhooks(Set(made), credentials: credentials, account: account, syncList: list.id)
             _ = try? await store.deleteSyncList(accountID: account, id: list.id)
             if let trelloError = error as? TrelloError {
                 // The app's ids or the account's credentials are wrong: the request's fault (422). Trello unreachable,
@@ -104,14 +104,14 @@ extension API {
         let others = try await store.syncLists(accountID: account).filter { $0.id != id }
         var hooks = Set([list.listWebhookID].compactMap { $0 })
         if let board = list.boardWebhookID, !others.contains(where: { $0.boardWebhookID == board }) { hooks.insert(board) }
-        if let details = try await store.accountDetails(id: account), let credentials = Self.credentials(details) {
-            try await deleteWebhooks(hooks, credentials: credentials)
-        }
+        // Trello refusing or unreachable never keeps the list: the webhooks that may remain are logged and counted.
+        let credentials = try await store.accountDetails(id: account).flatMap(Self.credentials)
+        await deleteWebhooks(hooks, credentials: credentials, account: account, syncList: id)
         _ = try await store.deleteSyncList(accountID: account, id: id)
-        var models = [list.trelloListID]
-        if !others.contains(where: { $0.trelloBoardID == list.trelloBoardID }) { models.append(list.trelloBoardID) }
+        // Published as the store has them now: the board stays routed while another list of the account is on it.
+        let models = [list.trelloListID, list.trelloBoardID]
         do {
-            try await RoutePublisher.removeRoutes(account: account, models: models, redis: redis, keys: options.keys)
+            try await RoutePublisher.publishRoutes(account: account, models: models, store: store, redis: redis, keys: options.keys)
         } catch {
             logger.warning("removing routes failed", metadata: ["account": "\(account)", "error": "\(error)"])
         }

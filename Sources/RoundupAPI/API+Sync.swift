@@ -16,7 +16,7 @@ extension API {
         let idempotencyKey = try Self.idempotencyKey(request)
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["device_id", "changes"])
-        let deviceID = try body.string("device_id", required: true, maxLength: 200)!
+        let deviceID = try body.requiredString("device_id", maxLength: 200)
         guard let changesValue = body.object["changes"] else { throw APIError.unprocessable("changes is required") }
         guard case .array(let changes) = changesValue else { throw APIError.badRequest("changes must be an array") }
         guard !changes.isEmpty else { throw APIError.unprocessable("changes must not be empty") }
@@ -118,12 +118,12 @@ extension API {
                 throw APIError(error.status, error.code, "\(path).\(error.message)")
             }
         }
-        let op = try prefixed { try change.oneOf("op", ["create", "update", "complete", "delete"], required: true)! }
-        let listID = try prefixed { try change.string("sync_list_id", required: true, maxLength: 100)! }
+        let op = try prefixed { try change.requiredOneOf("op", ["create", "update", "complete", "delete"]) }
+        let listID = try prefixed { try change.requiredString("sync_list_id", maxLength: 100) }
         guard lists.contains(listID) else { throw APIError.unprocessable("\(path).sync_list_id: no list \(listID) in this account") }
-        let reminderID = try prefixed { try change.string("reminder_id", required: true, maxLength: 200)! }
+        let reminderID = try prefixed { try change.requiredString("reminder_id", maxLength: 200) }
         let cardID = try prefixed { try change.string("trello_card_id", required: false, maxLength: 100) }
-        let modifiedText = try prefixed { try change.string("modified_at", required: true, maxLength: 64)! }
+        let modifiedText = try prefixed { try change.requiredString("modified_at", maxLength: 64) }
         guard let modifiedAt = Timestamp.date(modifiedText) else {
             throw APIError.unprocessable("\(path).modified_at must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z")
         }
@@ -176,7 +176,7 @@ extension API {
         guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no conflict \(idText)") }
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["choice", "value"])
-        let choice = try body.oneOf("choice", ["trello", "reminders", "value"], required: true)!
+        let choice = try body.requiredOneOf("choice", ["trello", "reminders", "value"])
         if choice == "value", body.object["value"] == nil { throw APIError.unprocessable("value is required when choice is value") }
         do {
             let detail = try await engine.resolveConflict(accountID: account, id: id, choice: choice, value: body.object["value"])
@@ -190,7 +190,7 @@ extension API {
         guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no duplicate \(idText)") }
         let body = try await JSONBody.read(request, context: context)
         try body.allowOnly(["action"])
-        let action = try body.oneOf("action", ["merge", "keep_both"], required: true)!
+        let action = try body.requiredOneOf("action", ["merge", "keep_both"])
         do {
             let detail = try await engine.resolveDuplicate(accountID: account, id: id, action: action)
             return jsonResponse(.ok, Self.duplicateJSON(detail.record))

@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
@@ -20,8 +21,15 @@ public struct API: Sendable {
         public var rateLimitPerMinute: Int
         /// A running job whose heartbeat has not moved for this long reads as `error: stale`.
         public var staleAfter: TimeInterval
+        /// Failed bearer tokens and bootstrap attempts per client address per minute before 429 (0: no throttle);
+        /// `ROUNDUP_AUTH_FAILURE_LIMIT`.
+        public var authFailureLimit: Int
 
-        public init(publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60) {
+        public init(
+            publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
+            authFailureLimit: Int = 30
+        ) {
+            self.authFailureLimit = authFailureLimit
             self.staleAfter = staleAfter
             self.publicURL = publicURL
             self.bootstrapToken = bootstrapToken
@@ -38,6 +46,8 @@ public struct API: Sendable {
     let engine: SyncEngine
     let logger: Logger
     let metricsText: @Sendable () -> String
+    /// Failed authentication per client address (`AuthThrottle`).
+    let throttle: AuthThrottle
 
     public init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
@@ -50,6 +60,7 @@ public struct API: Sendable {
         self.trello = trello
         self.logger = logger
         self.metricsText = metricsText
+        self.throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
     }
 
     /// Every route, as (method, path template); the OpenAPI test compares this with docs/openapi.yaml.
@@ -93,7 +104,7 @@ public struct API: Sendable {
         case (.post, "/dailyroundup/account"): return try await createAccount(request, context)
         default: break
         }
-        let account = try await authenticate(request)
+        let account = try await authenticate(request, context)
         switch (method, path) {
         case (.get, "/dailyroundup/account"): return try await getAccount(account)
         case (.put, "/dailyroundup/account"): return try await updateAccount(account, request, context)
@@ -123,11 +134,18 @@ public struct API: Sendable {
 
     // MARK: Authentication and rate limits
 
-    /// The account whose token the request carries; tokens are looked up by their SHA-256 only.
-    func authenticate(_ request: Request) async throws -> String {
+    /// The account whose token the request carries; tokens are looked up by their SHA-256 only. An address over its
+    /// budget of failed tokens is answered 429 before its token costs a store query (`AuthThrottle`).
+    func authenticate(_ request: Request, _ context: APIRequestContext) async throws -> String {
         guard let token = Self.bearerToken(request) else { throw APIError.unauthorized("send Authorization: Bearer <token>") }
-        guard let account = try await store.accountID(tokenHash: Self.hash(token)) else {
-            throw APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
+        let tokenHash = Self.hash(token)
+        let attempt = AuthThrottle.Attempt(.token, request: request, context: context, tokenHash: tokenHash)
+        let invalid = APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
+        try await throttle.check(attempt, unauthorized: invalid)
+        Counter(label: "roundup_api_token_lookups_total").increment()
+        guard let account = try await store.accountID(tokenHash: tokenHash) else {
+            await throttle.record(.token, attempt)
+            throw invalid
         }
         try await checkRate(account)
         return account
@@ -151,8 +169,7 @@ public struct API: Sendable {
     /// A fixed one-minute window per account, counted in Redis so every API process shares it.
     /// When Redis cannot be reached the request is let through (and logged): the API does not fail on a limiter.
     func checkRate(_ account: String) async throws {
-        let minute = Int(Date().timeIntervalSince1970 / 60)
-        let key = options.keys.prefix + "ratelimit:" + account + ":" + String(minute)
+        let key = Self.rateKey(options.keys, account: account, minute: Self.currentMinute())
         let replies: [RedisValue]
         do {
             replies = try await redis.pipeline([RedisCommand("INCR", [RedisArgument(key)]), RedisCommand("EXPIRE", [RedisArgument(key), 120])], timeout: .milliseconds(500))
@@ -164,6 +181,13 @@ public struct API: Sendable {
             let retry = 60 - Int(Date().timeIntervalSince1970) % 60
             throw APIError(.tooManyRequests, "rate_limited", "more than \(options.rateLimitPerMinute) requests this minute; retry in \(retry) s", headers: [.retryAfter: String(retry)])
         }
+    }
+
+    static func currentMinute() -> Int { Int(Date().timeIntervalSince1970 / 60) }
+
+    /// The account's request count of one minute (it expires two minutes later).
+    static func rateKey(_ keys: RedisKeys, account: String, minute: Int) -> String {
+        keys.prefix + "ratelimit:" + account + ":" + String(minute)
     }
 
     static func newToken() -> String {

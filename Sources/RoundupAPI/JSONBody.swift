@@ -71,6 +71,17 @@ struct JSONBody {
         return trimmed
     }
 
+    /// A field that must be there, non-optional by construction.
+    func requiredString(_ name: String, maxLength: Int = 1000) throws -> String {
+        guard let value = try string(name, required: true, maxLength: maxLength) else { throw APIError.unprocessable("\(name) is required") }
+        return value
+    }
+
+    func requiredOneOf(_ name: String, _ allowed: [String]) throws -> String {
+        guard let value = try oneOf(name, allowed, required: true) else { throw APIError.unprocessable("\(name) is required") }
+        return value
+    }
+
     /// A credential or secret: printable ASCII without spaces (it travels in an HTTP header or an HMAC key), never echoed.
     func credential(_ name: String, required: Bool, maxLength: Int) throws -> String? {
         guard let value = try string(name, required: required, maxLength: maxLength) else { return nil }

@@ -42,6 +42,8 @@ public struct RoundupConfiguration: Sendable {
     public var bootstrapToken: String?
     /// Requests per minute one account may make to the API.
     public var apiRateLimit: Int
+    /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
+    public var authFailureLimit: Int
     /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
     public var jobStaleSeconds: Int
     /// How often a running job's heartbeat (`updated_at`) advances.
@@ -85,6 +87,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
+        "ROUNDUP_AUTH_FAILURE_LIMIT",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
@@ -164,6 +167,7 @@ public struct RoundupConfiguration: Sendable {
             throw ConfigurationError(key: "ROUNDUP_BOOTSTRAP_TOKEN", problem: "is too short: use at least 16 random characters")
         }
         apiRateLimit = try integer("ROUNDUP_API_RATE_LIMIT", default: 600, range: 1...1_000_000)
+        authFailureLimit = try integer("ROUNDUP_AUTH_FAILURE_LIMIT", default: 30, range: 0...1_000_000)
         jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)
         jobHeartbeatSeconds = try integer("ROUNDUP_JOB_HEARTBEAT_SECONDS", default: 5, range: 1...10)
         guard jobHeartbeatSeconds * 2 <= jobStaleSeconds else {

@@ -86,6 +86,8 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     private let server: String
     private var timer: Scheduled<Void>?
     private var armed = false
+    /// Whether the current request has been answered already (a server may answer before the body is complete).
+    private var responded = false
 
     public init(limits: HTTPLimits, server: String) {
         self.limits = limits
@@ -112,9 +114,13 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data).deadlinePhase {
-        case .head: arm(.body, context: context)
+        case .head:
+            responded = false
+            arm(.body, context: context)
         case .body: break
-        case .end: cancel()  // the server's turn
+        case .end:
+            // The server's turn; or, when it has answered already, the client's next request.
+            if responded { arm(.idle, context: context) } else { cancel() }
         }
         context.fireChannelRead(data)
     }
@@ -122,6 +128,7 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if unwrapOutboundIn(data).endsMessage {
             // The response is complete: the client has `idleTimeout` to send its next request head.
+            responded = true
             arm(.idle, context: context)
         }
         context.write(data, promise: promise)

@@ -10,7 +10,8 @@ public enum RoundupLogging {
     }
 }
 
-/// One line per record on standard error, as text or as one JSON object (`LOG_FORMAT=json`), with secrets redacted:
+/// One line per record on standard error, as text (control characters escaped) or as one JSON object
+/// (`LOG_FORMAT=json`), with secrets redacted:
 /// a metadata value is replaced when its key names a secret (token, secret, password, authorization, api key…), and any
 /// `Bearer …` credential is cut from messages and values.
 public struct RoundupLogHandler: LogHandler {
@@ -62,24 +63,29 @@ public struct RoundupLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
+        FileHandle.standardError.write(Data(line(for: event).utf8))
+    }
+
+    /// The line `log(event:)` writes, newline included.
+    public func line(for event: LogEvent) -> String {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         let fields = merged.sorted { $0.key < $1.key }.map { key, value in (key, Self.isSecretKey(key) ? "[redacted]" : Self.render(value)) }
         let timestamp = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
         let message = Self.redact(event.message.description)
-        let line: String
         switch format {
         case .text:
-            let meta = fields.map { "\($0.0)=\($0.1)" }.joined(separator: " ")
-            line = "\(timestamp) \(event.level) \(label): \(meta.isEmpty ? "" : meta + " ")\(message)\n"
+            // Control characters written out (`TerminalText.escaped`): a value with a newline cannot forge a record.
+            let meta = fields.map { "\(TerminalText.escaped($0.0))=\(TerminalText.escaped($0.1))" }.joined(separator: " ")
+            return "\(timestamp) \(event.level) \(TerminalText.escaped(label)): \(meta.isEmpty ? "" : meta + " ")\(TerminalText.escaped(message))\n"
         case .json:
             var object: [String: JSONValue] = [
                 "ts": .string(timestamp), "level": .string(event.level.rawValue), "label": .string(label), "msg": .string(message),
             ]
             for (key, value) in fields where object[key] == nil { object[key] = .string(value) }
-            line = JSONValue.object(object).canonicalJSON + "\n"
+            // Valid JSON still; DEL and C1 escaped too, for whoever reads it on a terminal.
+            return TerminalText.jsonSafe(JSONValue.object(object).canonicalJSON) + "\n"
         }
-        FileHandle.standardError.write(Data(line.utf8))
     }
 }

@@ -51,4 +51,7 @@ public struct RedisKeys: Sendable {
     public func recentPush(account: String, device: String) -> String { prefix + "push:recent:" + account + ":" + device }
     /// Sorted set of "account|device" waiting for the end of their window (score: when, in ms).
     public var deferredPushes: String { prefix + "push:deferred" }
+    /// Set: the distinct bearer or bootstrap tokens (hash prefixes) that failed from one client address (IPv4, or an
+    /// IPv6 /64) in the current fixed window; it expires with the window (`ROUNDUP_AUTH_FAILURE_LIMIT`).
+    public func authFailures(address: String) -> String { prefix + "authfail:" + address }
 }

@@ -64,6 +64,11 @@ public final class SQLiteStore: SyncStore {
         try await pool.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "" }
     }
 
+    /// The writer's `PRAGMA synchronous` (2: FULL), for tests.
+    public func writerSynchronous() async throws -> Int {
+        try await pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+    }
+
     // MARK: Accounts and lists
 
     public func createAccount(authTokenHash: String) async throws -> String {

@@ -45,10 +45,13 @@ extension SyncEngine {
             throw ResolveError.invalid("choice must be one of trello, reminders, value")
         }
         guard let cardID = conflict.record.trelloCardID, let listID = conflict.record.syncListID else { throw ResolveError.notFound }
-        guard try await store.claimResolution(accountID: accountID, table: .conflicts, id: id) else { throw ResolveError.inProgress }
+        guard try await store.claimResolution(accountID: accountID, table: .conflicts, id: id) else {
+            throw try await isGone(.conflicts, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.inProgress
+        }
         do {
             var state = try await makeState(accountID: accountID, jobID: nil)
-            guard let list = state.lists[listID] else { throw ResolveError.invalid("the list is no longer synced") }
+            // The list was deleted since (and the conflict with it).
+            guard let list = state.lists[listID] else { throw ResolveError.notFound }
             guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
                 throw ResolveError.invalid("the card no longer exists in Trello")
             }
@@ -71,10 +74,14 @@ extension SyncEngine {
             await echo.clear(marks)
         } catch {
             try? await store.releaseResolution(accountID: accountID, table: .conflicts, id: id)
-            throw Self.resolveError(error)
+            throw await resolveError(error, .conflicts, accountID: accountID, id: id)
         }
-        guard try await store.resolveConflict(accountID: accountID, id: id, resolution: choice) else { throw ResolveError.alreadyResolved }
-        return try await store.conflict(accountID: accountID, id: id)!
+        guard try await store.resolveConflict(accountID: accountID, id: id, resolution: choice) else {
+            throw try await isGone(.conflicts, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.alreadyResolved
+        }
+        // Resolved, then deleted with its list before it could be read back: gone, as far as the app can tell.
+        guard let resolved = try await store.conflict(accountID: accountID, id: id) else { throw ResolveError.notFound }
+        return resolved
     }
 
     /// `merge`: the reminder is the card; the card's fields go to the app as an update carrying the mapping.
@@ -84,10 +91,13 @@ extension SyncEngine {
         guard duplicate.record.status == "open" else { throw ResolveError.alreadyResolved }
         guard action == "merge" || action == "keep_both" else { throw ResolveError.invalid("action must be merge or keep_both") }
         guard let reminderID = duplicate.record.reminderID else { throw ResolveError.invalid("the duplicate has no reminder") }
-        guard try await store.claimResolution(accountID: accountID, table: .duplicates, id: id) else { throw ResolveError.inProgress }
+        guard try await store.claimResolution(accountID: accountID, table: .duplicates, id: id) else {
+            throw try await isGone(.duplicates, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.inProgress
+        }
         do {
             var state = try await makeState(accountID: accountID, jobID: nil)
-            guard let list = state.lists[duplicate.record.syncListID] else { throw ResolveError.invalid("the list is no longer synced") }
+            // The list was deleted since (and the duplicate with it).
+            guard let list = state.lists[duplicate.record.syncListID] else { throw ResolveError.notFound }
             if action == "merge" {
                 let cardID = duplicate.record.trelloCardID
                 guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
@@ -108,11 +118,31 @@ extension SyncEngine {
             }
         } catch {
             try? await store.releaseResolution(accountID: accountID, table: .duplicates, id: id)
-            throw Self.resolveError(error)
+            throw await resolveError(error, .duplicates, accountID: accountID, id: id)
         }
         guard try await store.resolveDuplicate(accountID: accountID, id: id, status: action == "merge" ? "merged" : "kept_both") else {
-            throw ResolveError.alreadyResolved
+            throw try await isGone(.duplicates, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.alreadyResolved
         }
-        return try await store.duplicate(accountID: accountID, id: id)!
+        guard let resolved = try await store.duplicate(accountID: accountID, id: id) else { throw ResolveError.notFound }
+        return resolved
+    }
+
+    /// Whether the conflict or duplicate no longer exists (its list, or account, was deleted meanwhile).
+    func isGone(_ table: ResolutionTable, accountID: String, id: Int64) async throws -> Bool {
+        switch table {
+        case .conflicts: return try await store.conflict(accountID: accountID, id: id) == nil
+        case .duplicates: return try await store.duplicate(accountID: accountID, id: id) == nil
+        }
+    }
+
+    /// The error a failed resolution answers with. A store write refused because the list went away meanwhile (its
+    /// rows, this one included, deleted while Trello was being written) is `notFound`, not a server failure.
+    func resolveError(_ error: any Error, _ table: ResolutionTable, accountID: String, id: Int64) async -> any Error {
+        switch error {
+        case is ResolveError, is TrelloError, is ItemFailure: return Self.resolveError(error)
+        default:
+            let gone = (try? await isGone(table, accountID: accountID, id: id)) ?? false
+            return gone ? ResolveError.notFound : error
+        }
     }
 }

@@ -130,7 +130,8 @@ public struct SyncEngine: Sendable {
         var running = state
         if job.kind == "import" { return await runImport(job, holder: holder, state: &running, lost: lost) }
         let items = job.items
-        for index in job.processed..<items.count {
+        // A stored count past the items (a payload edited by hand, say) is the end, not a trap.
+        for index in min(max(job.processed, 0), items.count)..<items.count {
             if Task.isShuttingDownGracefully { return .interrupted }
             if lost.withLockedValue({ $0 }) { return .lost }
             let item = items[index]
@@ -442,7 +443,8 @@ public struct SyncEngine: Sendable {
             await echo.clear([createMark])
             throw error
         }
-        let cardID = card["id"]!.stringValue!
+        // TrelloClient.createCard checks the id; the placeholder stays, as for any reply we cannot trust.
+        guard let cardID = card["id"]?.stringValue else { throw ItemFailure(description: "Trello's reply for the new card has no id") }
         state.openCards[list.id, default: []].append(card)
         let priority = try await priorityField(list, state: &state)
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)

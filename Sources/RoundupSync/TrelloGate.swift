@@ -98,7 +98,8 @@ public struct RedisTrelloGate: TrelloRequestGate {
         var pauseMilliseconds = 0
         if status == 429 {
             Counter(label: "roundup_trello_429_total").increment()
-            let retryAfter = headers.first(name: "retry-after").flatMap(Int.init) ?? 0
+            // Clamped before arithmetic: an absurd Retry-After pauses the token an hour at most, and never overflows.
+            let retryAfter = TrelloClient.retryAfterSeconds(headers.first(name: "retry-after")) ?? 0
             pauseMilliseconds = max(retryAfter * 1000, 500)
         } else if let remaining = headers.first(name: "x-rate-limit-api-token-remaining").flatMap(Int.init), remaining <= 0 {
             pauseMilliseconds = 500
@@ -174,7 +175,7 @@ extension EchoFingerprints {
             case .removed:
                 names.append(fieldKey(account: o.accountID, card: o.cardID, field: Self.removedField, value: .bool(true)))
             case .fields(let fields, let full):
-                for name in fields.keys.sorted() { names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: fields[name]!)) }
+                for (name, value) in fields.sorted(by: { $0.key < $1.key }) { names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: value)) }
                 if full, !isLive(o.accountID, o.cardID), let title = fields[SyncField.title]?.stringValue {
                     names.append(createKey(account: o.accountID, syncList: o.syncListID, title: title))
                 }

@@ -192,9 +192,12 @@ public final class Stack: @unchecked Sendable {
     }
 
     /// POSTs a body to the ingress, signed for `secret` (nil: unsigned).
-    /// The account's own webhook path, callback token and all, as the API and reconciliation register it.
+    /// The account's own webhook path, callback token and all, as the API and reconciliation register it; the token
+    /// is published for the ingress (as the API does when it pairs a list), so tests that seed the store directly
+    /// can post to it too.
     public func webhookPath(account: String) async throws -> String {
         guard let token = try await store().account(id: account)?.webhookToken else { throw StackError("account \(account) has no callback token") }
+        _ = try await redis.send("HSET", RedisArgument(keys.webhookTokens), RedisArgument(account), RedisArgument(token))
         return WebhookCallback.path(account: account, token: token)
     }
 

@@ -190,7 +190,7 @@ public struct TrelloClient: Sendable {
             } catch let error as TrelloError where error.isTransient && attempt < maxAttempts && (idempotent || error.status == 429) {
                 let base = 200.0 * pow(2.0, Double(attempt - 1))
                 let delayMS = error.retryAfter.map { Double($0.nanoseconds) / 1e6 } ?? (base + Double.random(in: 0...base))
-                logger.debug("trello request retry", metadata: ["path": "\(path.split(separator: "?")[0])", "attempt": "\(attempt)", "error": "\(error)"])
+                logger.debug("trello request retry", metadata: ["path": "\(path.split(separator: "?").first ?? "")", "attempt": "\(attempt)", "error": "\(error)"])
                 try await Task.sleep(for: .milliseconds(Int(min(delayMS, 10_000))))
             }
         }
@@ -227,11 +227,26 @@ public struct TrelloClient: Sendable {
         case 404 where notFoundIsNil:
             return nil
         case 429, 500..<600:
-            let retryAfter = response.headers.first(name: "retry-after").flatMap(Int.init).map { TimeAmount.seconds(Int64($0)) }
+            let retryAfter = Self.retryAfterSeconds(response.headers.first(name: "retry-after")).map { TimeAmount.seconds(Int64($0)) }
             throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: true, retryAfter: retryAfter)
         default:
             throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: false)
         }
+    }
+
+    /// The longest `Retry-After` honoured: a larger (or absurd) value waits this long, never overflows.
+    public static let maxRetryAfterSeconds = 3600
+
+    /// A `Retry-After` header in whole seconds, clamped to 0...`maxRetryAfterSeconds`; nil when absent or not a number
+    /// (an HTTP date counts as absent). Trello sends seconds.
+    public static func retryAfterSeconds(_ header: String?) -> Int? {
+        guard let text = header?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+        let digits = text.hasPrefix("-") || text.hasPrefix("+") ? text.dropFirst() : Substring(text)
+        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        if text.hasPrefix("-") { return 0 }
+        // Past Int's range it is still "a very long time": the ceiling, not a failed parse.
+        guard digits.count <= 18, let seconds = Int(digits) else { return maxRetryAfterSeconds }
+        return min(seconds, maxRetryAfterSeconds)
     }
 
     /// `roundup_trello_requests_total{status}` (status class: 2xx, 4xx, 429, 5xx).

@@ -143,7 +143,7 @@ public struct WebhookConsumer: Service {
             ]))
         }
         for (id, error) in outcome.retry {
-            commands.append(RedisCommand("HSET", [RedisArgument(options.keys.webhookErrors), RedisArgument(id), RedisArgument(String(error.prefix(500)))]))
+            commands.append(RedisCommand("HSET", [RedisArgument(options.keys.webhookErrors), RedisArgument(id), RedisArgument(error.recorded)]))
         }
         if !commands.isEmpty {
             let replies = try await redis.pipeline(commands)
@@ -157,7 +157,7 @@ public struct WebhookConsumer: Service {
             }
         }
         for (id, error) in outcome.poison {
-            try await deadLetter(id: id, deliveries: 1, error: error)
+            try await deadLetter(id: id, deliveries: 1, error: error.description)
         }
         if !outcome.retry.isEmpty {
             logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count)", "first_error": "\(outcome.retry[0].error)"])
@@ -180,7 +180,7 @@ public struct WebhookConsumer: Service {
             "entries": "\(entries.count)", "done": "\(outcome.done.count)", "changes": "\(outcome.changesWritten)",
             "duration_ms": "\(nanoseconds / 1_000_000)",
         ])
-        return outcome.retry.contains { WebhookProcessor.isStoreFailure($0.error) }
+        return outcome.retry.contains { $0.error.failure.waitsForStore }
     }
 
     /// Takes over entries that sat pending with any consumer longer than the idle timeout
@@ -209,11 +209,13 @@ public struct WebhookConsumer: Service {
             // for the store to come back instead of going to the dead letters.
             let errors = try await redis.send(RedisCommand("HMGET", [RedisArgument(options.keys.webhookErrors)] + exhausted.map { RedisArgument($0.id) }))
             for (index, entry) in exhausted.enumerated() {
-                let error = errors.array?[index].string
-                if error.map(WebhookProcessor.isStoreFailure) == true {
+                let recorded = errors.array?[index].string
+                let error = recorded.flatMap(EntryError.init(recorded:))
+                if error?.failure.waitsForStore == true {
                     claim.append(entry.id)
                 } else {
-                    try await deadLetter(id: entry.id, deliveries: entry.deliveries, error: error ?? "delivered \(entry.deliveries) times without success")
+                    try await deadLetter(
+                        id: entry.id, deliveries: entry.deliveries, error: error?.description ?? recorded ?? "delivered \(entry.deliveries) times without success")
                 }
             }
         }

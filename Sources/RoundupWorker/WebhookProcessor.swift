@@ -24,13 +24,67 @@ extension TrelloClient: CardSource {
     }
 }
 
+/// Why an entry failed, as a value: it decides whether the entry waits for the store, is isolated from its batch, or
+/// counts towards the dead letters. Derived from the thrown error's type and code, never from its text.
+public enum EventFailure: String, Sendable, CaseIterable {
+    /// The store could not be reached, timed out, was busy or restarting: not the event's fault. The entry waits in the
+    /// stream for the store to come back and is never dead-lettered for it.
+    case storeUnavailable = "store_unavailable"
+    /// The store refused this event's data (`StoreFailure.data`: a NUL in text, a constraint, a value too large).
+    /// Its batch is split until the entry fails alone; it counts towards the dead letters.
+    case eventData = "event_data"
+    /// The store refused the statement itself (`StoreFailure.statement`): a bug or a schema out of step. Counts.
+    case storeRejected = "store_rejected"
+    /// Trello answered 429 or 5xx, timed out or could not be reached. Counts.
+    case trelloTransient = "trello_transient"
+    /// Trello refused the request (4xx) or answered something that is not JSON, or the account has no credentials. Counts.
+    case trelloRejected = "trello_rejected"
+    /// The entry has no account or its body does not decode: it never will. Dead-lettered at once.
+    case undecodable
+
+    init(store error: any Error) {
+        switch StoreFailure(error) {
+        case .unavailable: self = .storeUnavailable
+        case .data: self = .eventData
+        case .statement: self = .storeRejected
+        }
+    }
+
+    /// Only an unreachable store keeps an entry waiting instead of counting its deliveries towards the dead letters.
+    public var waitsForStore: Bool { self == .storeUnavailable }
+}
+
+/// An entry's failure: its class and what happened.
+public struct EntryError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var failure: EventFailure
+    public var message: String
+
+    public init(_ failure: EventFailure, _ message: String) {
+        self.failure = failure
+        self.message = message
+    }
+
+    public var description: String { "\(failure.rawValue): \(message)" }
+
+    /// As the worker records an entry's last error in `{prefix}stream:webhooks:errors`: the class, a tab, the message
+    /// (its first 500 characters).
+    public var recorded: String { failure.rawValue + "\t" + String(message.prefix(500)) }
+
+    /// Reads `recorded` back; nil for anything else (nothing recorded, or a value in another form).
+    public init?(recorded: String) {
+        guard let tab = recorded.firstIndex(of: "\t"), let failure = EventFailure(rawValue: String(recorded[..<tab])) else { return nil }
+        self.init(failure, String(recorded[recorded.index(after: tab)...]))
+    }
+}
+
 /// The outcome of a batch: which entries are done (ack them), which failed and why.
 public struct BatchOutcome: Sendable {
     public var done: [String] = []
-    /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries.
-    public var retry: [(id: String, error: String)] = []
-    /// Will never succeed as it is (undecodable): dead-letter now.
-    public var poison: [(id: String, error: String)] = []
+    /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries (unless the store was
+    /// unavailable: `EventFailure.waitsForStore`).
+    public var retry: [(id: String, error: EntryError)] = []
+    /// Will never succeed as it is (`EventFailure.undecodable`): dead-letter now.
+    public var poison: [(id: String, error: EntryError)] = []
     public var dropped = 0
     public var changesWritten = 0
     /// Accounts whose apps have new changes: each gets a background push.
@@ -49,14 +103,6 @@ public final class WebhookProcessor: Sendable {
     let echo: EchoFingerprints?
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
-
-    /// A retry whose cause is the store being unreachable, busy or restarting, not the event. PostgreSQL's data and
-    /// integrity errors (SQLSTATE classes 22 and 23) and statement errors (42) are the event's or a bug: those still
-    /// count towards the dead letters.
-    static func isStoreFailure(_ error: String) -> Bool {
-        guard error.hasPrefix("store ") else { return false }
-        return !["postgres 22", "postgres 23", "postgres 42"].contains { error.contains($0) }
-    }
 
     public init(store: any SyncStore, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
         self.echo = echo
@@ -77,22 +123,101 @@ public final class WebhookProcessor: Sendable {
 
     private enum Plan {
         case apply(CardObservation)
-        case fetch(account: String, cardID: String, boardID: String?, knownListID: String?)
+        /// Read the card from Trello. In no synced list (archived, gone, moved away), it left `knownLists`, the lists it
+        /// may be live in.
+        case fetch(account: String, cardID: String, boardID: String?, knownLists: [String])
+    }
+
+    /// A card as processing the batch's earlier entries one at a time would leave it, as far as the planner can tell
+    /// without the store. `known` is the task as read before the batch. Once an entry of the batch changes the card's
+    /// membership (removed, archived, deleted, created, moved, back from the archive), the store's own rules decide
+    /// whether that took (an action delivered late, an echo of our own write), so the card is `unsettled`: every later
+    /// event of it in the batch is resolved from the card as Trello has it, never applied on the strength of its payload.
+    private enum CardView {
+        case known(TaskState?)
+        /// The sync lists the card may be live in now: one of them at most, or none.
+        case unsettled(Set<String>)
+
+        /// The view once the store has applied `o`, whichever way `ChangeApplier`'s guards go.
+        func after(_ o: CardObservation) -> CardView {
+            if ProcessInfo.processInfo.environment["OLD_PLANNER"] != nil { return self }
+            switch self {
+            case .known(let task):
+                let liveIn = task.flatMap { $0.deleted ? nil : $0.syncListID }
+                let removal: Bool
+                if case .removed = o.kind { removal = true } else { removal = false }
+                if liveIn == o.syncListID {
+                    return removal ? .unsettled([o.syncListID]) : self  // fields of a card live in that list leave it there
+                }
+                if removal { return self }  // not live in that list: the store ignores the removal
+                return .unsettled(Set([o.syncListID] + (liveIn.map { [$0] } ?? [])))
+            case .unsettled(var lists):
+                if case .fields = o.kind { lists.insert(o.syncListID) }
+                return .unsettled(lists)
+            }
+        }
+    }
+
+    /// What `event` of `p` needs, the card seen as `view`: nothing when it concerns no synced list.
+    private func plan(_ event: CardEvent, of p: Parsed, view: CardView, context: BatchContext) -> [Plan] {
+        let list = event.listID.flatMap { context.lists[AccountScoped(p.account, $0)] }
+        let board = event.boardID ?? p.boardID
+        func observation(_ syncListID: String, _ kind: CardObservation.Kind) -> Plan {
+            .apply(CardObservation(accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind))
+        }
+        switch view {
+        case .known(let task):
+            let liveTask = task.flatMap { $0.deleted ? nil : $0 }
+            let knownLists = liveTask.map { [$0.syncListID] } ?? []
+            switch event.kind {
+            case .removed:
+                guard let syncListID = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil) else { return [] }
+                return [observation(syncListID, .removed)]
+            case .fields(let fields):
+                // The list the payload names, or (when it names none) the one the card is known in.
+                let target = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil)
+                if let target, let liveTask, liveTask.syncListID == target {
+                    return [observation(target, .fields(fields, full: false))]
+                }
+                // A card we have not seen yet (or not in this list): read it whole.
+                guard list != nil || liveTask != nil else { return [] }
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+            case .fetch:
+                let boardSynced = board.map { context.boards.contains(AccountScoped(p.account, $0)) } ?? false
+                guard list != nil || liveTask != nil || (event.listID == nil && boardSynced) else { return [] }
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+            }
+        case .unsettled(let lists):
+            switch event.kind {
+            case .removed:
+                if let list { return [observation(list.id, .removed)] }
+                guard event.listID == nil else { return [] }
+                return lists.sorted().map { observation($0, .removed) }  // the store removes it from the one it is live in
+            case .fields, .fetch:
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: lists.sorted())]
+            }
+        }
     }
 
     public func process(_ entries: [StreamEntry]) async -> BatchOutcome {
+        await process(entries, fetchedBefore: [:])
+    }
+
+    /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
+    /// refused the whole), not read again.
+    private func process(_ entries: [StreamEntry], fetchedBefore: [AccountScoped: FetchedCard?]) async -> BatchOutcome {
         var outcome = BatchOutcome()
         var parsed: [Parsed] = []
         for entry in entries {
             guard let account = entry.string("account"), let body = entry.fields["body"] else {
-                outcome.poison.append((entry.id, "entry has no account or body"))
+                outcome.poison.append((entry.id, EntryError(.undecodable, "entry has no account or body")))
                 continue
             }
             let decoded: TrelloWebhookBody
             do {
                 decoded = try TrelloWebhookBody.decode(body)
             } catch {
-                outcome.poison.append((entry.id, "body does not decode: \(error)"))
+                outcome.poison.append((entry.id, EntryError(.undecodable, "body does not decode: \(error)")))
                 continue
             }
             let received = entry.string("received").flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } ?? Date()
@@ -114,48 +239,38 @@ public final class WebhookProcessor: Sendable {
         do {
             firstContext = try await store.lookup(lookups)
         } catch {
-            for p in parsed { outcome.retry.append((p.entry.id, "store lookup failed: \(error)")) }
-            return outcome
+            return await storeFailed(parsed.map(\.entry), outcome: outcome, error: error, stage: "lookup", fetched: fetchedBefore)
         }
 
         var context = firstContext
-        // Decide, per event, whether it can be applied as it is, needs the full card, or concerns no synced list.
-        var plans: [[Plan]] = []
-        var fetches: [AccountScoped: (boardID: String?, knownListID: String?)] = [:]
+        // Which cards to read from Trello. The batch is walked in order, as one-by-one processing would walk it: each
+        // entry is planned against its cards as the entries before it left them (`CardView`). Up to a card's first read
+        // its view is exact; from then on that one read serves every later event of the card.
+        var fetches: [AccountScoped: String?] = [:]
+        var views: [AccountScoped: CardView] = [:]
         for p in parsed {
-            var entryPlans: [Plan] = []
+            var applies: [CardObservation] = []
             for event in p.events {
-                let task = context.tasks[AccountScoped(p.account, event.cardID)]
-                let liveTask = task.flatMap { $0.deleted ? nil : $0 }
-                let list = event.listID.flatMap { context.lists[AccountScoped(p.account, $0)] }
-                let board = event.boardID ?? p.boardID
-                switch event.kind {
-                case .removed:
-                    guard let syncListID = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil) else { continue }
-                    entryPlans.append(.apply(CardObservation(accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: .removed)))
-                case .fields(let fields):
-                    // The list the payload names, or (when it names none) the one the card is known in.
-                    let target = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil)
-                    if let target, let liveTask, liveTask.syncListID == target {
-                        entryPlans.append(.apply(CardObservation(accountID: p.account, syncListID: target, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: .fields(fields, full: false))))
-                    } else if list != nil || liveTask != nil {
-                        // A card we have not seen yet (or not in this list): read it whole.
-                        entryPlans.append(.fetch(account: p.account, cardID: event.cardID, boardID: board, knownListID: liveTask?.syncListID))
+                let key = AccountScoped(p.account, event.cardID)
+                guard fetches[key] == nil else { continue }
+                for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
+                    switch planned {
+                    case .apply(let observation): applies.append(observation)
+                    case .fetch(_, _, let boardID, _): fetches.updateValue(boardID, forKey: key)
                     }
-                case .fetch:
-                    let boardSynced = board.map { context.boards.contains(AccountScoped(p.account, $0)) } ?? false
-                    let relevant = list != nil || liveTask != nil || (event.listID == nil && boardSynced)
-                    guard relevant else { continue }
-                    entryPlans.append(.fetch(account: p.account, cardID: event.cardID, boardID: board, knownListID: liveTask?.syncListID))
                 }
             }
-            for case .fetch(let account, let cardID, let boardID, let knownListID) in entryPlans {
-                fetches[AccountScoped(account, cardID)] = (boardID, knownListID)
+            for o in applies {
+                let key = AccountScoped(o.accountID, o.cardID)
+                views[key] = (views[key] ?? .known(context.tasks[key])).after(o)
             }
-            plans.append(entryPlans)
         }
 
-        let fetched = await fetchCards(fetches, context: context)
+        let fetched = await fetchCards(fetches, context: context, known: fetchedBefore)
+        var fetchedCards = fetchedBefore
+        for (key, result) in fetched {
+            if case .success(let card) = result { fetchedCards.updateValue(card, forKey: key) }
+        }
 
         // A fetched card names its list; look up the lists the payloads did not name.
         let unknownLists = fetched.compactMap { key, result -> BatchLookup? in
@@ -168,49 +283,63 @@ public final class WebhookProcessor: Sendable {
                 let more = try await store.lookup(unknownLists)
                 context.lists.merge(more.lists) { current, _ in current }
             } catch {
-                for p in parsed { outcome.retry.append((p.entry.id, "store lookup failed: \(error)")) }
-                return outcome
+                return await storeFailed(parsed.map(\.entry), outcome: outcome, error: error, stage: "lookup", fetched: fetchedCards)
             }
         }
 
-        // Build the observations of every entry that has all it needs.
+        // Build the observations of every entry that has all it needs, walking the batch in order again, now with what
+        // Trello said. The events of a card that come after one of its events failed wait with it (in the stream).
         var observations: [CardObservation] = []
-        var applied: [String] = []
-        for (p, entryPlans) in zip(parsed, plans) {
+        var applied: [StreamEntry] = []
+        var dropped: [StreamEntry] = []
+        var failedCards: [AccountScoped: EntryError] = [:]
+        views = [:]
+        for p in parsed {
+            let keys = Set(p.events.map { AccountScoped(p.account, $0.cardID) })
+            if let earlier = keys.lazy.compactMap({ failedCards[$0] }).first {
+                outcome.retry.append((p.entry.id, EntryError(earlier.failure, "an earlier event of the card failed: \(earlier.message)")))
+                continue
+            }
             var entryObservations: [CardObservation] = []
-            var failure: String?
-            for plan in entryPlans {
-                switch plan {
-                case .apply(let observation):
-                    entryObservations.append(observation)
-                case .fetch(let account, let cardID, _, let knownListID):
-                    switch fetched[AccountScoped(account, cardID)] {
-                    case .failure(let error):
-                        failure = "\(error)"
-                    case .success(let result):
-                        if let result {
-                            let list = result.listID.flatMap { context.lists[AccountScoped(account, $0)] }
-                            if let list, !result.closed {
+            var failure: EntryError?
+            for event in p.events {
+                let key = AccountScoped(p.account, event.cardID)
+                for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
+                    switch planned {
+                    case .apply(let observation):
+                        entryObservations.append(observation)
+                    case .fetch(let account, let cardID, _, let knownLists):
+                        switch fetched[AccountScoped(account, cardID)] {
+                        case .failure(let error):
+                            failure = EntryError(error.failure, error.message)
+                        case .success(let result):
+                            if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed {
                                 entryObservations.append(CardObservation(accountID: account, syncListID: list.id, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .fields(result.fields, full: true)))
-                            } else if let knownListID {
-                                entryObservations.append(CardObservation(accountID: account, syncListID: knownListID, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .removed))
+                            } else {
+                                for listID in knownLists {
+                                    entryObservations.append(CardObservation(accountID: account, syncListID: listID, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .removed))
+                                }
                             }
-                        } else if let knownListID {
-                            entryObservations.append(CardObservation(accountID: account, syncListID: knownListID, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .removed))
+                        case nil:
+                            failure = EntryError(.trelloTransient, "card \(cardID) was not fetched")
                         }
-                    case nil:
-                        failure = "card \(cardID) was not fetched"
                     }
                 }
             }
             if let failure {
                 outcome.retry.append((p.entry.id, failure))
-            } else if entryObservations.isEmpty {
-                outcome.dropped += 1
-                outcome.done.append(p.entry.id)
+                for key in keys { failedCards[key] = failure }
+                continue
+            }
+            for o in entryObservations {
+                let key = AccountScoped(o.accountID, o.cardID)
+                views[key] = (views[key] ?? .known(context.tasks[key])).after(o)
+            }
+            if entryObservations.isEmpty {
+                dropped.append(p.entry)
             } else {
                 observations.append(contentsOf: entryObservations)
-                applied.append(p.entry.id)
+                applied.append(p.entry)
             }
         }
 
@@ -225,16 +354,54 @@ public final class WebhookProcessor: Sendable {
                 let result = try await store.applyReportingAccounts(observations)
                 outcome.changesWritten = result.written
                 outcome.accountsWithChanges = result.accounts
-                outcome.done.append(contentsOf: applied)
-                break
+                outcome.dropped += dropped.count
+                outcome.done.append(contentsOf: (applied + dropped).map(\.id))
+                return outcome
             } catch {
+                if EventFailure(store: error) == .eventData {
+                    // The entries dropped here are processed again too: they were planned as if the others applied.
+                    let again = Set((applied + dropped).map(\.id))
+                    return await storeFailed(parsed.map(\.entry).filter { again.contains($0.id) }, outcome: outcome, error: error, stage: "write", fetched: fetchedCards)
+                }
                 if attempt >= 3 {
                     logger.error("store write failed", metadata: ["error": "\(error)", "entries": "\(applied.count)"])
-                    for id in applied { outcome.retry.append((id, "store write failed: \(error)")) }
-                    break
+                    outcome.dropped += dropped.count
+                    outcome.done.append(contentsOf: dropped.map(\.id))
+                    for entry in applied { outcome.retry.append((entry.id, EntryError(EventFailure(store: error), "store write failed: \(error)"))) }
+                    return outcome
                 }
                 try? await Task.sleep(for: .milliseconds(100 * attempt))
             }
+        }
+    }
+
+    /// The store failed for `entries`. When it refused their data, the batch is split in two halves processed one after
+    /// the other (in order, so the result is still that of processing the entries one by one), and so on, until the
+    /// entries it refuses fail alone: only they count towards the dead letters, the others are applied once. Any other
+    /// failure retries them all.
+    private func storeFailed(
+        _ entries: [StreamEntry], outcome: BatchOutcome, error: any Error, stage: String, fetched: [AccountScoped: FetchedCard?]
+    ) async -> BatchOutcome {
+        var outcome = outcome
+        let failure = EventFailure(store: error)
+        guard failure == .eventData, entries.count > 1 else {
+            if failure == .eventData, let entry = entries.first {
+                logger.warning("store refused an event's data", metadata: ["entry": "\(entry.id)", "stage": "\(stage)", "error": "\(error)"])
+            }
+            for entry in entries { outcome.retry.append((entry.id, EntryError(failure, "store \(stage) failed: \(error)"))) }
+            return outcome
+        }
+        logger.debug("store refused a batch's data: splitting it", metadata: ["entries": "\(entries.count)", "stage": "\(stage)"])
+        let half = entries.count / 2
+        for part in [Array(entries[..<half]), Array(entries[half...])] {
+            let sub = await process(part, fetchedBefore: fetched)
+            outcome.done += sub.done
+            outcome.retry += sub.retry
+            outcome.poison += sub.poison
+            outcome.dropped += sub.dropped
+            outcome.changesWritten += sub.changesWritten
+            outcome.accountsWithChanges.formUnion(sub.accountsWithChanges)
+            outcome.types.merge(sub.types) { current, _ in current }
         }
         return outcome
     }
@@ -251,29 +418,33 @@ public final class WebhookProcessor: Sendable {
         var closed: Bool
     }
 
+    /// Reads the `wanted` cards (card → its board) from Trello, but those already `known`.
     private func fetchCards(
-        _ wanted: [AccountScoped: (boardID: String?, knownListID: String?)], context: BatchContext
+        _ wanted: [AccountScoped: String?], context: BatchContext, known: [AccountScoped: FetchedCard?]
     ) async -> [AccountScoped: Result<FetchedCard?, TrelloFetchError>] {
         guard !wanted.isEmpty else { return [:] }
         var results: [AccountScoped: Result<FetchedCard?, TrelloFetchError>] = [:]
         var priorities: [AccountScoped: PriorityField] = context.priorityFields
-        let items = Array(wanted)
+        var items: [(AccountScoped, String?)] = []
+        for (key, board) in wanted {
+            if let card = known[key] { results[key] = .success(card) } else { items.append((key, board)) }
+        }
         await withTaskGroup(of: (AccountScoped, Result<FetchedCard?, TrelloFetchError>, (AccountScoped, PriorityField)?).self) { group in
             var index = 0
             func addNext() {
                 guard index < items.count else { return }
-                let (key, info) = items[index]
+                let (key, wantedBoard) = items[index]
                 index += 1
                 let credentials = context.credentials[key.accountID]
-                let known = info.boardID.flatMap { priorities[AccountScoped(key.accountID, $0)] }
+                let knownPriority = wantedBoard.flatMap { priorities[AccountScoped(key.accountID, $0)] }
                 group.addTask {
                     guard let credentials else {
-                        return (key, .failure(TrelloFetchError(message: "account \(key.accountID) has no Trello key and token")), nil)
+                        return (key, .failure(TrelloFetchError(failure: .trelloRejected, message: "account \(key.accountID) has no Trello key and token")), nil)
                     }
                     do {
                         guard let card = try await self.cards.card(id: key.id, credentials: credentials) else { return (key, .success(nil), nil) }
-                        let board = card["idBoard"]?.stringValue ?? info.boardID
-                        var priority = board.flatMap { _ in known }
+                        let board = card["idBoard"]?.stringValue ?? wantedBoard
+                        var priority = board.flatMap { _ in knownPriority }
                         var learned: (AccountScoped, PriorityField)?
                         if priority == nil, let board, self.shouldLookUpPriority(AccountScoped(key.accountID, board)) {
                             priority = try await self.cards.priorityField(boardID: board, credentials: credentials)
@@ -281,8 +452,10 @@ public final class WebhookProcessor: Sendable {
                         }
                         let fields = CardMapper.fields(fromCard: card, priority: priority)
                         return (key, .success(FetchedCard(fields: fields, listID: card["idList"]?.stringValue, closed: card["closed"]?.boolValue ?? false)), learned)
+                    } catch let error as TrelloError {
+                        return (key, .failure(TrelloFetchError(failure: error.isTransient ? .trelloTransient : .trelloRejected, message: "\(error)")), nil)
                     } catch {
-                        return (key, .failure(TrelloFetchError(message: "\(error)")), nil)
+                        return (key, .failure(TrelloFetchError(failure: .trelloTransient, message: "\(error)")), nil)
                     }
                 }
             }
@@ -310,6 +483,7 @@ public final class WebhookProcessor: Sendable {
 }
 
 struct TrelloFetchError: Error, CustomStringConvertible, Sendable {
+    var failure: EventFailure
     var message: String
     var description: String { message }
 }

@@ -30,13 +30,14 @@ struct WebhookLoad {
     /// Posts every card's webhook; returns the cards whose webhook got a 200.
     func run(_ stack: Stack, account: String, cardPrefix: String) async -> Set<String> {
         let interval = Duration.milliseconds(Int(1000 / perSecond))
+        let path = (try? await stack.webhookPath(account: account)) ?? "/dailyroundup/webhook/trello/\(account)"
         return await withTaskGroup(of: String?.self) { group in
             for i in 0..<count {
                 let card = "\(cardPrefix)\(i)"
                 group.addTask {
                     let body = WebhookBodies.body(type: "createCard", actionID: "\(card)-create", cardID: card, listID: "L1", boardID: "B1")
                     for _ in 0..<attempts {
-                        if let response = try? await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Chaos.secret),
+                        if let response = try? await stack.postWebhook(path: path, body: body, secret: Chaos.secret),
                            response.status == .ok
                         {
                             return card

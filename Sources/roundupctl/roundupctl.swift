@@ -55,7 +55,11 @@ struct Context {
     }
 }
 
-func printJSON(_ value: JSONValue) { print(value.canonicalJSON) }
+/// JSON escapes C0; DEL and C1 are escaped too, so what a client stored cannot drive the operator's terminal.
+func printJSON(_ value: JSONValue) { print(TerminalText.jsonSafe(value.canonicalJSON)) }
+
+/// Stored text (names, errors) as a terminal may show it: escape sequences and controls removed (`TerminalText`).
+func shown(_ text: String) -> String { TerminalText.printable(text) }
 
 struct Queues: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
@@ -96,7 +100,7 @@ struct DLQ: AsyncParsableCommand {
             let letters = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).list(limit: limit)
             if json { printJSON(.array(letters.map(\.summary))) } else if letters.isEmpty { print("no dead letters") } else {
                 for letter in letters {
-                    print("\(letter.id)  \(letter.string("type") ?? "?")  account \(letter.string("account") ?? "?")  deliveries \(letter.string("deliveries") ?? "?")  \(letter.string("error") ?? "")")
+                    print("\(shown(letter.id))  \(shown(letter.string("type") ?? "?"))  account \(shown(letter.string("account") ?? "?"))  deliveries \(shown(letter.string("deliveries") ?? "?"))  \(shown(letter.string("error") ?? ""))")
                 }
             }
             await context.redis.shutdown()
@@ -332,7 +336,7 @@ struct Lists: AsyncParsableCommand {
         if lists.isEmpty { print("no lists") }
         for (list, flagged) in lists {
             let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", Date().timeIntervalSince($0)) } ?? "never"
-            print("\(list.id)  \(list.name)  trello \(list.trelloListID)  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \($0))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
+            print("\(list.id)  \(shown(list.name))  trello \(shown(list.trelloListID))  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \(shown($0)))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
         }
     }
 }
@@ -355,7 +359,7 @@ struct Reconcile: AsyncParsableCommand {
                 RedisArgument(context.configuration.redisKeys.jobStream), "*", "job", RedisArgument(job.id), "account", RedisArgument(item.accountID),
                 "kind", "reconcile",
             ]))
-            print("queued \(job.id) for list \(item.id) (\(item.name)); roundupctl jobs show \(job.id)")
+            print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
         }
     }
 }

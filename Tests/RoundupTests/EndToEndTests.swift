@@ -35,8 +35,11 @@ import Testing
         #expect(try await stack.redis.send("HGET", RedisArgument(stack.keys.webhookSecrets), RedisArgument(account)).string == Self.secret)
         #expect(try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute("B1")), RedisArgument(account)) == .integer(1))
 
+        // The worker published the account's callback token too: its own URL is the one webhooks are registered at.
+        let token = try #require(try await stack.redis.send("HGET", RedisArgument(stack.keys.webhookTokens), RedisArgument(account)).string)
+        #expect(try await stack.webhookPath(account: account) == "/dailyroundup/webhook/trello/\(account)/\(token)")
         let body = WebhookBodies.body(type: "createCard", actionID: "A1", cardID: "C1", listID: "L1", boardID: "B1")
-        let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret)
+        let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)/\(token)", body: body, secret: Self.secret)
         #expect(response.status == .ok)
         let arrived = try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 }
         #expect(arrived)

@@ -27,7 +27,7 @@ import Testing
         #expect(try await stack.get(port: port, "/readyz").status == .ok)
 
         let body = WebhookBodies.body(type: "createCard", actionID: "M-1", cardID: "M1", listID: "L1", boardID: "B1")
-        let path = "/dailyroundup/webhook/trello/\(account)"
+        let path = try await stack.webhookPath(account: account)
         #expect(try await stack.postWebhook(path: path, body: body, secret: EndToEndTests.secret).status == .ok)
         #expect(try await stack.postWebhook(path: path, body: body, secret: EndToEndTests.secret).status == .ok)
         #expect(try await stack.postWebhook(path: path, body: body, secret: "wrong").status == .unauthorized)
@@ -73,7 +73,7 @@ import Testing
         #expect(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"L","trello_board_id":"B1","trello_list_id":"L1"}"#).status == .created)
         stack.trello.setCard(FakeTrello.card(id: "J1", listID: "L1", boardID: "B1", name: "Logged"))
         let body = WebhookBodies.body(type: "createCard", actionID: "J-1", cardID: "J1", listID: "L1", boardID: "B1")
-        #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: secret).status == .ok)
+        #expect(try await stack.postWebhook(path: try await stack.webhookPath(account: account), body: body, secret: secret).status == .ok)
         #expect(try await TestSupport.eventually {
             try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 1
         })
@@ -111,9 +111,10 @@ import Testing
         try await stack.startIngress()
         let first = try await stack.startWorker(name: "first", extra: ["ROUNDUP_WORKER_BATCH": "20"])
         var accepted = 0
+        let path = try await stack.webhookPath(account: account)
         for i in 0..<total {
             let body = WebhookBodies.body(type: "createCard", actionID: "T-\(i)", cardID: "T\(i)", listID: "L1", boardID: "B1")
-            if try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok { accepted += 1 }
+            if try await stack.postWebhook(path: path, body: body, secret: EndToEndTests.secret).status == .ok { accepted += 1 }
             if i == total / 2 { first.signal(SIGTERM) }  // mid-load: it finishes its batch, acks, exits
         }
         #expect(accepted == total)

@@ -27,12 +27,13 @@ import Testing
     /// Webhooks posted `width` at a time, with `pause` between groups.
     func post(_ stack: Stack, account: String, bodies: [[UInt8]], width: Int = 8, pause: Duration = .zero) async throws -> [Int] {
         var statuses: [Int] = []
+        let path = try await stack.webhookPath(account: account)
         for start in stride(from: 0, to: bodies.count, by: width) {
             if pause > .zero { try await Task.sleep(for: pause) }
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for body in bodies[start..<min(start + width, bodies.count)] {
                     group.addTask {
-                        Int(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: Self.secret).status.code)
+                        Int(try await stack.postWebhook(path: path, body: body, secret: Self.secret).status.code)
                     }
                 }
                 for try await status in group { statuses.append(status) }

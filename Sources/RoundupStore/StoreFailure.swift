@@ -1,0 +1,37 @@
+import Foundation
+import GRDB
+
+/// Why a store operation failed, from the error's type and code (never its text): the worker retries an outage,
+/// isolates an entry whose data the store refuses, and counts a refused statement towards the dead letters.
+public enum StoreFailure: Sendable, Equatable {
+    /// Not reached, timed out, busy, restarting, out of resources: no fault of what was written.
+    case unavailable
+    /// The store refused the values: PostgreSQL SQLSTATE classes 22 (data exception, e.g. 22021 for a NUL in text),
+    /// 23 (integrity constraint), 27 (triggered data change), 54 (program limit, e.g. an index row too large) and P0
+    /// (raised by a trigger); SQLite's constraint (a trigger's `RAISE(ABORT, …)` included), type mismatch, too big
+    /// and range errors.
+    case data
+    /// The store refused the statement itself: PostgreSQL class 42 (syntax or access rule), SQLite's generic error
+    /// (no such table or column). A bug or a schema out of step with the code, the same for every value.
+    case statement
+
+    public init(_ error: any Error) {
+        if let error = error as? DatabaseError {
+            switch error.resultCode {
+            case .SQLITE_CONSTRAINT, .SQLITE_MISMATCH, .SQLITE_TOOBIG, .SQLITE_RANGE: self = .data
+            case .SQLITE_ERROR: self = .statement
+            default: self = .unavailable
+            }
+            return
+        }
+        guard let state = PostgresStore.sqlState(error) else {
+            self = .unavailable  // no answer, a lost connection, a timeout
+            return
+        }
+        switch state.prefix(2) {
+        case "22", "23", "27", "54", "P0": self = .data
+        case "42": self = .statement
+        default: self = .unavailable
+        }
+    }
+}

@@ -1,0 +1,361 @@
+import AsyncHTTPClient
+import Foundation
+import GRDB
+import Logging
+import NIOConcurrencyHelpers
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import RoundupTrello
+import RoundupWorker
+import Testing
+
+/// A batch means what its events mean one by one, and a poison entry hurts only itself.
+extension HostileTrafficTests {
+    // MARK: A batch means what its events mean one by one
+
+    /// The apps end where one-by-one processing ends, for each ordering of membership changes inside one batch: the same
+    /// events go through one processor as one batch and through another one at a time, each on a fresh store, and what
+    /// the apps would see (the unacknowledged changes of each card, and its task) is compared.
+    @Test func membershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds() async throws {
+        let h = try await BatchOrderHarness()
+        // (name, the card before, its actions, what the apps must see after)
+        let scenarios: [(String, CardStart, [CardAction], [String])] = [
+            ("archive then edit", .live("L1"), [.archive, .rename("Edited while archived")], ["delete L1 []"]),
+            ("move out then edit", .live("L1"), [.move("L3"), .rename("Edited elsewhere")], ["delete L1 []"]),
+            ("delete then edit", .live("L1"), [.delete, .rename("Edited after delete")], ["delete L1 []"]),
+            ("edit then delete", .live("L1"), [.rename("Edited"), .delete], ["delete L1 []"]),
+            ("move out, back in, edit", .live("L1"), [.move("L3"), .move("L1"), .rename("Back")], ["create L1 \(BatchOrderHarness.allFields)"]),
+            ("create then archive", .absent, [.create("L1", "Born archived"), .archive], []),
+            ("create then edit", .absent, [.create("L1", "New"), .rename("Renamed"), .complete(true)], ["create L1 \(BatchOrderHarness.allFields)"]),
+            ("unarchive then edit", .archived("L1"), [.unarchive, .rename("Restored")], ["create L1 \(BatchOrderHarness.allFields)"]),
+            ("archive, unarchive, edit", .live("L1"), [.archive, .unarchive, .rename("Again")], ["create L1 \(BatchOrderHarness.allFields)"]),
+            ("edit then archive", .live("L1"), [.rename("Last words"), .archive], ["delete L1 []"]),
+            ("move to another synced list then edit", .live("L1"), [.move("L2"), .rename("Moved")], ["create L2 \(BatchOrderHarness.allFields)"]),
+            ("label, archive, label", .live("L1"), [.label, .archive, .label], ["delete L1 []"]),
+            ("archive then complete", .live("L1"), [.archive, .complete(true)], ["delete L1 []"]),
+        ]
+        for (index, (name, start, actions, expected)) in scenarios.enumerated() {
+            let card = "order\(index)"
+            let seen = try await h.run(cards: [card: (start, actions)])
+            #expect(seen.batch == seen.single, "\(name): as one batch \(seen.batch[card] ?? []) ≠ one by one \(seen.single[card] ?? [])")
+            // And one by one is right: the changes (type, list, changed fields; values aside), the task last.
+            let changes = (seen.single[card] ?? []).dropLast().map { $0.components(separatedBy: " {").first ?? $0 }
+            #expect(changes == expected, "\(name): \(seen.single[card] ?? [])")
+        }
+        try await h.shutdown()
+    }
+
+    /// The same comparison over random interleavings of two cards' actions (create, rename, complete, label, archive,
+    /// unarchive, move between synced and unsynced lists, delete), one batch per seed.
+    @Test func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds() async throws {
+        let h = try await BatchOrderHarness()
+        for seed in UInt64(1)...200 {
+            var rng = SplitMix64(seed: seed)
+            var cards: [String: (CardStart, [CardAction])] = [:]
+            for c in 0..<2 {
+                let starts: [CardStart] = [.absent, .live("L1"), .live("L2"), .archived("L1"), .outside("L3")]
+                let start = starts[Int.random(in: 0..<starts.count, using: &rng)]
+                var exists = start != .absent
+                var actions: [CardAction] = []
+                for step in 0..<Int.random(in: 2...7, using: &rng) {
+                    let choices: [CardAction] = exists
+                        ? [.rename("s\(seed)-\(c)-\(step)"), .complete(Bool.random(using: &rng)), .label, .archive, .unarchive, .move("L1"), .move("L2"),
+                           .move("L3"), .delete]
+                        : [.create(["L1", "L2", "L3"][Int.random(in: 0..<3, using: &rng)], "s\(seed)-\(c)-\(step)")]
+                    let action = choices[Int.random(in: 0..<choices.count, using: &rng)]
+                    actions.append(action)
+                    if case .create = action { exists = true }
+                    if case .delete = action { break }
+                }
+                cards["seed\(seed)c\(c)"] = (start, actions)
+            }
+            let seen = try await h.run(cards: cards, interleave: seed)
+            for card in cards.keys.sorted() {
+                #expect(seen.batch[card] == seen.single[card], "seed \(seed) \(card) \(cards[card].map { "\($0.0) \($0.1)" } ?? ""): as one batch \(seen.batch[card] ?? []) ≠ one by one \(seen.single[card] ?? [])")
+            }
+        }
+        try await h.shutdown()
+    }
+
+    // MARK: A poison entry hurts only itself
+
+    /// One entry the store refuses for its data among good entries of two accounts, through the real worker and Redis:
+    /// every good one is applied once (and its card read once), only the poison one is dead-lettered, with its class.
+    /// The poison: on PostgreSQL a card id with an escaped NUL (refused with SQLSTATE 22021, as the issue found); SQLite
+    /// stores a NUL, so there a trigger refuses the poison card's row (`RAISE(ABORT)`, a constraint error), the way a
+    /// CHECK would.
+    @Test func aPoisonEntryAmongGoodOnesIsTheOnlyOneDeadLettered() async throws {
+        let stack = try await Stack()
+        let (store, first) = try await seed(stack)
+        let (_, second) = try await seed(stack)
+        let poisonCard = TestStore.isPostgres ? "P\u{0}1" : "POISON1"
+        if !TestStore.isPostgres {
+            let queue = try DatabaseQueue(path: stack.databasePath)
+            try await queue.write { db in
+                try db.execute(sql: """
+                    CREATE TRIGGER refuse_poison BEFORE INSERT ON sync_tasks WHEN NEW.trello_card_id = 'POISON1'
+                    BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                    """)
+            }
+            try queue.close()
+        }
+        stack.trello.setCard(FakeTrello.card(id: poisonCard, listID: "L1", boardID: "B1", name: "Poison"))
+
+        // 20 good creates, the poison one in the middle, all waiting before the worker starts: one batch.
+        var good: [String: String] = [:]
+        for i in 0..<20 {
+            let account = i.isMultiple(of: 2) ? first : second
+            let card = String(format: "G%02d", i)
+            good[card] = account
+            stack.trello.setCard(FakeTrello.card(id: card, listID: "L1", boardID: "B1", name: "Good \(i)"))
+            try await Self.enqueue(stack, account: account, action: "good-\(i)", card: card)
+            if i == 9 { try await Self.enqueue(stack, account: first, action: "poison-1", card: poisonCard) }
+        }
+        #expect(try await stack.streamLength() == 21)
+        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300", "ROUNDUP_WORKER_BATCH": "64"])
+
+        let dead = await TestSupport.eventually(timeout: .seconds(30)) {
+            let letters = try? await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int
+            let waiting = try? await stack.streamLength()
+            return letters == 1 && waiting == 0
+        }
+        #expect(dead, "\(stack.allLogs.suffix(3000))")
+        try await Task.sleep(for: .milliseconds(500))  // anything processed twice would show by now
+
+        // Only the poison entry is dead-lettered, with its class.
+        let letters = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
+        #expect(letters.array?.count == 1)
+        let fields = letters.array?.first?.array?[1].array?.compactMap(\.string) ?? []
+        #expect(fields.contains("poison-1"), "\(fields)")
+        let error = fields.firstIndex(of: "error").map { fields[$0 + 1] } ?? ""
+        #expect(error.hasPrefix(EventFailure.eventData.rawValue), "\(error)")
+        #expect(try await stack.streamLength() == 0)
+
+        // Every good one applied once: one create per card for its own account, each card read once from Trello.
+        for account in [first, second] {
+            let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 100)
+            let expected = good.filter { $0.value == account }.keys.sorted()
+            #expect(changes.map(\.trelloCardID).sorted() == expected, "\(changes.map(\.trelloCardID))")
+            #expect(changes.allSatisfy { $0.changeType == "create" })
+        }
+        let requests = stack.trello.state.withLockedValue { $0.requests }
+        for card in good.keys.sorted() {
+            #expect(requests.filter { $0.hasPrefix("GET /1/cards/\(card)") }.count == 1, "\(card)")
+        }
+        await stack.shutdown()
+    }
+
+    /// A createCard entry as the ingress enqueues it.
+    static func enqueue(_ stack: Stack, account: String, action: String, card: String) async throws {
+        let body = WebhookBodies.body(type: "createCard", actionID: action, cardID: card, listID: "L1", boardID: "B1")
+        _ = try await stack.redis.send(
+            "XADD", RedisArgument(stack.keys.webhookStream), "*", "account", RedisArgument(account), "action", RedisArgument(action),
+            "type", "createCard", "model", "L1", "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)), "body", RedisArgument(bytes: body))
+    }
+}
+
+/// How a card starts: unknown to the store (and to Trello), live in a synced list, archived there, or in a list nobody syncs.
+enum CardStart: Equatable, CustomStringConvertible {
+    case absent, live(String), archived(String), outside(String)
+    var description: String {
+        switch self {
+        case .absent: "absent"
+        case .live(let l): "live in \(l)"
+        case .archived(let l): "archived in \(l)"
+        case .outside(let l): "in \(l)"
+        }
+    }
+}
+
+/// What a user does to a card in Trello; each sends the webhook Trello would send.
+enum CardAction: CustomStringConvertible {
+    case create(String, String), rename(String), complete(Bool), label, archive, unarchive, move(String), delete
+    var description: String {
+        switch self {
+        case .create(let l, let n): "create(\(l),\(n))"
+        case .rename(let n): "rename(\(n))"
+        case .complete(let c): "complete(\(c))"
+        case .label: "label"
+        case .archive: "archive"
+        case .unarchive: "unarchive"
+        case .move(let l): "move(\(l))"
+        case .delete: "delete"
+        }
+    }
+}
+
+/// Two fresh stores with the same account (lists L1 and L2 synced on board B1; L3 on that board is not), one processor
+/// each, both reading cards from one fake Trello that holds the cards as they end.
+final class BatchOrderHarness: @unchecked Sendable {
+    // @unchecked: used from one test task at a time.
+    static let allFields = SyncField.all.sorted().description
+    let trello: FakeTrello
+    let http: HTTPClient
+    let batch: StoreFixture
+    let single: StoreFixture
+    let batchProcessor: WebhookProcessor
+    let singleProcessor: WebhookProcessor
+    var nextEntry = 0
+    var clock = 1_800_000_000.0
+
+    init() async throws {
+        trello = try await FakeTrello.start()
+        http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let client = TrelloClient(baseURL: trello.baseURL, http: http, logger: Logger(label: "test"))
+        batch = try await StoreFixture(listID: "L1", boardID: "B1")
+        single = try await StoreFixture(listID: "L1", boardID: "B1")
+        for f in [batch, single] { _ = try await f.store.createSyncList(accountID: f.account, name: "Errands", trelloBoardID: "B1", trelloListID: "L2") }
+        batchProcessor = WebhookProcessor(store: batch.store, cards: client, logger: Logger(label: "test"))
+        singleProcessor = WebhookProcessor(store: single.store, cards: client, logger: Logger(label: "test"))
+    }
+
+    func shutdown() async throws {
+        try await http.shutdown()
+        await trello.stop()
+    }
+
+    /// A card in Trello as the simulation has it.
+    struct Card {
+        var list: String
+        var name: String
+        var closed = false
+        var completed = false
+        var labels: [String] = []
+        var exists = true
+
+        func value(id: String) -> [String: JSONValue] {
+            var card = FakeTrello.card(id: id, listID: list, boardID: "B1", name: name, dueComplete: completed, closed: closed)
+            card["idLabels"] = .array(labels.map(JSONValue.string))
+            return card
+        }
+    }
+
+    /// Seeds both stores with each card's start (acknowledged), plays the actions (interleaved by `interleave` when
+    /// given, else card after card), leaves Trello with the cards as they end, and processes the webhooks as one batch
+    /// on one store and one at a time on the other. Returns what the apps see of each card on each store.
+    func run(cards: [String: (CardStart, [CardAction])], interleave: UInt64? = nil) async throws -> (batch: [String: [String]], single: [String: [String]]) {
+        var state: [String: Card] = [:]
+        for (id, (start, _)) in cards.sorted(by: { $0.key < $1.key }) {
+            switch start {
+            case .absent:
+                state[id] = Card(list: "L1", name: id, exists: false)
+            case .live(let list), .outside(let list):
+                state[id] = Card(list: list, name: id)
+            case .archived(let list):
+                state[id] = Card(list: list, name: id, closed: true)
+            }
+            guard let card = state[id], card.exists else { continue }
+            for f in [batch, single] {
+                let syncList = try await f.store.syncLists(accountID: f.account).first { $0.trelloListID == card.list }
+                guard let syncList else { continue }
+                let fields = CardMapper.fields(fromCard: Card(list: card.list, name: card.name).value(id: id))
+                let at = Date(timeIntervalSince1970: clock - 100)
+                _ = try await f.store.apply([CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at, kind: .fields(fields, full: true))])
+                if card.closed {
+                    _ = try await f.store.apply([CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at + 1, kind: .removed)])
+                }
+                _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+            }
+        }
+
+        // The actions in order, each card's in its own order.
+        var queues = cards.sorted { $0.key < $1.key }.map { ($0.key, $0.value.1) }
+        var order: [(String, CardAction)] = []
+        var rng = SplitMix64(seed: interleave ?? 0)
+        while queues.contains(where: { !$0.1.isEmpty }) {
+            let open = queues.indices.filter { !queues[$0].1.isEmpty }
+            let pick = interleave == nil ? open[0] : open[Int.random(in: 0..<open.count, using: &rng)]
+            order.append((queues[pick].0, queues[pick].1.removeFirst()))
+        }
+        var bodies: [(type: String, action: String, body: [UInt8])] = []
+        for (id, action) in order {
+            guard var card = state[id] else { continue }
+            clock += 1
+            nextEntry += 1
+            let actionID = "a\(nextEntry)"
+            let date = Timestamp.string(Date(timeIntervalSince1970: clock))
+            func body(_ type: String, _ cardData: [String: JSONValue], old: [String: JSONValue]? = nil, list: String? = nil, before: String? = nil, after: String? = nil) {
+                func ref(_ id: String) -> JSONValue { .object(["id": .string(id), "name": .string("Name of \(id)")]) }
+                var data: [String: JSONValue] = ["card": .object(cardData.merging(["id": .string(id)]) { a, _ in a }), "board": ref("B1")]
+                if let list { data["list"] = ref(list) }
+                if let old { data["old"] = .object(old) }
+                if let before { data["listBefore"] = ref(before) }
+                if let after { data["listAfter"] = ref(after) }
+                let json = JSONValue.object([
+                    "action": .object(["id": .string(actionID), "type": .string(type), "date": .string(date), "data": .object(data)]),
+                    "model": ref("B1"),
+                ])
+                bodies.append((type, actionID, Array(json.canonicalJSON.utf8)))
+            }
+            switch action {
+            case .create(let list, let name):
+                card = Card(list: list, name: name)
+                body("createCard", ["name": .string(name)], list: list)
+            case .rename(let name):
+                body("updateCard", ["name": .string(name), "idList": .string(card.list)], old: ["name": .string(card.name)], list: card.list)
+                card.name = name
+            case .complete(let completed):
+                body("updateCard", ["dueComplete": .bool(completed)], old: ["dueComplete": .bool(card.completed)], list: card.list)
+                card.completed = completed
+            case .label:
+                card.labels.append("lab\(nextEntry)")
+                body("addLabelToCard", ["name": .string(card.name)], list: card.list)
+            case .archive:
+                body("updateCard", ["closed": true], old: ["closed": false], list: card.list)
+                card.closed = true
+            case .unarchive:
+                body("updateCard", ["closed": false], old: ["closed": true], list: card.list)
+                card.closed = false
+            case .move(let list):
+                body("updateCard", ["idList": .string(list)], old: ["idList": .string(card.list)], before: card.list, after: list)
+                card.list = list
+            case .delete:
+                body("deleteCard", [:], list: card.list)
+                card.exists = false
+            }
+            state[id] = card
+        }
+        for (id, card) in state {
+            if card.exists {
+                trello.setCard(card.value(id: id))
+            } else {
+                trello.state.withLockedValue { _ = $0.cards.removeValue(forKey: id) }
+            }
+        }
+
+        func entries(_ f: StoreFixture) -> [StreamEntry] {
+            bodies.enumerated().map { index, b in
+                StreamEntry(id: "\(nextEntry)-\(index)", fields: [
+                    "account": Array(f.account.utf8), "action": Array(b.action.utf8), "type": Array(b.type.utf8), "body": b.body,
+                ])
+            }
+        }
+        let whole = await batchProcessor.process(entries(batch))
+        #expect(whole.retry.isEmpty && whole.poison.isEmpty, "\(whole.retry) \(whole.poison)")
+        for entry in entries(single) {
+            let one = await singleProcessor.process([entry])
+            #expect(one.retry.isEmpty && one.poison.isEmpty, "\(one.retry) \(one.poison)")
+        }
+        return (try await seen(batch, cards: Array(cards.keys)), try await seen(single, cards: Array(cards.keys)))
+    }
+
+    /// Per card, what the apps see: each unacknowledged change (type, Trello list, changed fields, values), then the task.
+    func seen(_ f: StoreFixture, cards: [String]) async throws -> [String: [String]] {
+        let lists = Dictionary(uniqueKeysWithValues: try await f.store.syncLists(accountID: f.account).map { ($0.id, $0.trelloListID) })
+        let changes = try await f.changes()
+        let tasks = try await f.store.lookup(cards.map { BatchLookup(accountID: f.account, cardID: $0, listIDs: [], boardID: nil) }).tasks
+        var seen: [String: [String]] = [:]
+        for card in cards {
+            var lines = changes.filter { $0.trelloCardID == card }.map { change in
+                "\(change.changeType) \(lists[change.syncListID] ?? change.syncListID) \(change.changedFields)"
+                    + (change.fields.isEmpty ? "" : " " + JSONValue.object(change.fields).canonicalJSON)
+            }
+            let task = tasks[AccountScoped(f.account, card)]
+            lines.append(task.map { "task \($0.deleted ? "deleted" : "live") in \(lists[$0.syncListID] ?? $0.syncListID)" } ?? "no task")
+            seen[card] = lines
+        }
+        return seen
+    }
+}
