@@ -34,7 +34,8 @@ public enum APIApplication {
         let api = API(
             options: .init(
                 publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
-                rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds)),
+                rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+                authFailureLimit: configuration.authFailureLimit),
             store: store, redis: redis, trello: trello, engine: engine, logger: logger, metricsText: { RoundupMetrics.render(registry) })
         let limits = configuration.httpLimits
         let app = Application(
