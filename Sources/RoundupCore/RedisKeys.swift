@@ -18,6 +18,11 @@ public struct RedisKeys: Sendable {
     public var webhookSecrets: String { prefix + "webhook-secrets" }
     /// Hash: account id → its webhook callback token (see `WebhookCallback`).
     public var webhookTokens: String { prefix + "webhook-tokens" }
+    /// The counter publishers take their versions from (see `RoutingWrites`).
+    public var routingEpoch: String { prefix + "routing:epoch" }
+    /// Hash: an account's published items → the version that last wrote each; `deleted` once the account is gone (a
+    /// tombstone kept for a day: the ingress answers 410 to deliveries for it, so Trello deletes the webhook).
+    public func routingVersions(account: String) -> String { prefix + "routing:versions:" + account }
     /// Set of the account ids watching a Trello model (list or board).
     public func modelRoute(_ modelID: String) -> String { prefix + "route:" + modelID }
     /// Marks an action already accepted for an account, so redeliveries are not enqueued twice. The action id is

@@ -218,8 +218,13 @@ final class IngressHandler: ChannelInboundHandler {
         let shared = self.shared
         let timeout = shared.redisTimeout
         if let account {
-            verified = shared.directory.keys(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { keys in
-                guard let keys else { throw IngressRejection.unknownAccount }
+            verified = shared.directory.keys(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { lookup in
+                let keys: SecretDirectory.AccountKeys
+                switch lookup {
+                case .known(let known): keys = known
+                case .deleted: throw IngressRejection.deletedAccount
+                case .unknown: throw IngressRejection.unknownAccount
+                }
                 if let token {
                     // A wrong token is answered as an unknown account: nothing tells a prober which part was wrong.
                     guard let expected = keys.callbackToken, constantTimeEquals(Array(expected.utf8), Array(token.utf8)) else {
@@ -240,8 +245,8 @@ final class IngressHandler: ChannelInboundHandler {
                 guard !accounts.isEmpty else { return eventLoop.makeFailedFuture(IngressRejection.unknownAccount) }
                 let lookups = accounts.map { shared.directory.keys(account: $0, on: eventLoop, timeout: timeout) }
                 return EventLoopFuture.whenAllSucceed(lookups, on: eventLoop).map { found in
-                    for (account, keys) in zip(accounts, found) {
-                        if let keys, body.withUnsafeReadableBytes({
+                    for (account, lookup) in zip(accounts, found) {
+                        if case .known(let keys) = lookup, body.withUnsafeReadableBytes({
                             TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
                         }) {
                             return (account, false)
@@ -307,6 +312,9 @@ final class IngressHandler: ChannelInboundHandler {
             case .success(.noActionID):
                 this.shared.metrics.malformed.increment()
                 this.respondError(context: context, .badRequest, "missing_action_id", "action has no id")
+            case .failure(IngressRejection.deletedAccount):
+                this.shared.metrics.deletedAccount.increment()
+                this.respondError(context: context, .gone, "account_deleted", "this account was deleted; remove the webhook")
             case .failure(IngressRejection.unknownAccount):
                 this.shared.metrics.unknownAccount.increment()
                 this.respondError(context: context, .notFound, "unknown_account", "no account receives webhooks here")
@@ -333,6 +341,8 @@ final class IngressHandler: ChannelInboundHandler {
 
     private enum IngressRejection: Error {
         case unknownAccount
+        /// Deleted lately: answered 410, which makes Trello delete the webhook (one the account's revoked token could not).
+        case deletedAccount
     }
 
     // MARK: Responses
@@ -396,12 +406,13 @@ struct IngressMetrics: Sendable {
     let unavailable = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unavailable")])
     let unknownAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unknown_account")])
     let backlogFull = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "backlog_full")])
+    let deletedAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "account_deleted")])
     let redisErrors = Counter(label: "roundup_ingress_redis_errors_total")
     /// From the webhook's arrival to Redis's answer to the enqueue.
     let enqueueDuration = Timer(label: "roundup_ingress_enqueue_duration_seconds")
     let duration = Timer(label: "roundup_ingress_request_duration_seconds")
     private let byStatus: [Int: Counter] = Dictionary(
-        uniqueKeysWithValues: [200, 400, 401, 404, 405, 413, 431, 503].map {
+        uniqueKeysWithValues: [200, 400, 401, 404, 405, 410, 413, 431, 503].map {
             ($0, Counter(label: "roundup_ingress_requests_total", dimensions: [("status", String($0))]))
         })
 

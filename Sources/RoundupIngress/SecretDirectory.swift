@@ -9,14 +9,17 @@ final class SecretDirectory: Sendable {
     private let redis: RedisClient
     private let keys: RedisKeys
     private let ttl: TimeAmount
-    private let secrets: ExpiringCache<AccountKeys?>
+    private let secrets: ExpiringCache<AccountLookup>
     private let routes: ExpiringCache<[String]>
 
     init(redis: RedisClient, keys: RedisKeys, ttl: TimeAmount, maxEntries: Int = 10_000, maxBytes: Int = 4 << 20) {
         self.redis = redis
         self.keys = keys
         self.ttl = ttl
-        secrets = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { ($0?.secret.utf8.count ?? 0) + ($0?.callbackToken?.utf8.count ?? 0) }
+        secrets = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { lookup in
+            guard case .known(let keys) = lookup else { return 0 }
+            return keys.secret.utf8.count + (keys.callbackToken?.utf8.count ?? 0)
+        }
         routes = ExpiringCache(maxEntries: maxEntries, maxBytes: maxBytes) { $0.reduce(16) { $0 + $1.utf8.count + 16 } }
     }
 
@@ -26,8 +29,16 @@ final class SecretDirectory: Sendable {
         var callbackToken: String?
     }
 
-    /// The account's webhook secret and callback token; nil when the account is unknown.
-    func keys(account: String, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<AccountKeys?> {
+    /// What the ingress knows of an account id.
+    enum AccountLookup: Sendable {
+        case known(AccountKeys)
+        /// Deleted lately (its tombstone is still kept): Trello should stop calling.
+        case deleted
+        case unknown
+    }
+
+    /// The account's webhook secret and callback token, or whether it was deleted or is unknown.
+    func keys(account: String, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<AccountLookup> {
         if let cached = secrets.value(for: account) {
             return eventLoop.makeSucceededFuture(cached)
         }
@@ -35,12 +46,19 @@ final class SecretDirectory: Sendable {
         return redis.pipeline([
             RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]),
             RedisCommand("HGET", [RedisArgument(keys.webhookTokens), RedisArgument(account)]),
+            RedisCommand("HEXISTS", [RedisArgument(keys.routingVersions(account: account)), "deleted"]),
         ], timeout: timeout)
             .hop(to: eventLoop)
             .map { [secrets] replies in
-                let found = replies.first?.string.map { AccountKeys(secret: $0, callbackToken: replies.dropFirst().first?.string) }
+                let found: AccountLookup
+                if let secret = replies.first?.string {
+                    found = .known(AccountKeys(secret: secret, callbackToken: replies.dropFirst().first?.string))
+                } else {
+                    found = replies.dropFirst(2).first?.int == 1 ? .deleted : .unknown
+                }
                 // Unknown accounts are remembered briefly too, so a flood of them cannot hammer Redis.
-                secrets.set(found, for: account, lifetime: found == nil ? min(ttl, .seconds(1)) : ttl)
+                let lifetime: TimeAmount = if case .known = found { ttl } else { min(ttl, .seconds(1)) }
+                secrets.set(found, for: account, lifetime: lifetime)
                 return found
             }
     }

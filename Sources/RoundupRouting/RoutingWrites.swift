@@ -151,9 +151,3 @@ enum RoutingWrites {
             """)
 }
 
-extension RedisKeys {
-    /// The counter publishers take their versions from (see `RoutingWrites`).
-    public var routingEpoch: String { prefix + "routing:epoch" }
-    /// Hash: an account's published items → the version that last wrote each; `deleted` once the account is gone.
-    public func routingVersions(account: String) -> String { prefix + "routing:versions:" + account }
-}

@@ -91,4 +91,30 @@ extension HostileTrafficTests {
         #expect(try await s.changes().contains { $0["trello_card_id"] == .string(card) })
         await stack.shutdown()
     }
+
+    /// A deleted account's webhooks that Trello still holds (the user revoked the token, so they could not be deleted
+    /// there) are answered 410 Gone, which makes Trello delete them; an id that never was an account stays 404.
+    @Test func deliveriesForADeletedAccountAre410SoTrelloDropsTheWebhook() async throws {
+        let stack = try await Stack()
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        let s = try await SyncSetup.make(stack, list: "Lgone", board: "Bgone")
+        let own = try await stack.webhookPath(account: s.account)
+        stack.trello.revokeToken("test-token")
+        let deleted = try await stack.callAPI(.DELETE, "/dailyroundup/account", token: s.token)
+        #expect((200..<300).contains(deleted.status.code), "\(deleted.status) \(deleted.body)")
+        #expect(stack.trello.webhooks.count == 2, "the revoked token could not delete them at Trello")
+        let body = WebhookBodies.body(type: "updateCard", actionID: "after-delete", cardID: "C1", listID: "Lgone", boardID: "Bgone", card: ["name": "x"])
+        let gone = try await TestSupport.eventually(timeout: .seconds(5)) {
+            try await stack.postWebhook(path: own, body: body, secret: stack.trello.webhookSecret).status == .gone
+        }
+        #expect(gone)
+        let response = try await stack.postWebhook(path: own, body: body, secret: stack.trello.webhookSecret)
+        #expect(response.json["error"]?["code"]?.stringValue == "account_deleted", "\(response.body)")
+        let never = "/dailyroundup/webhook/trello/\(UUID().uuidString.lowercased())"
+        #expect(try await stack.postWebhook(path: never, body: body, secret: stack.trello.webhookSecret).status == .notFound)
+        #expect(try await stack.streamLength() == 0)
+        await stack.shutdown()
+    }
 }
