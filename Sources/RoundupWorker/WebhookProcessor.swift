@@ -140,7 +140,6 @@ public final class WebhookProcessor: Sendable {
 
         /// The view once the store has applied `o`, whichever way `ChangeApplier`'s guards go.
         func after(_ o: CardObservation) -> CardView {
-            if ProcessInfo.processInfo.environment["OLD_PLANNER"] != nil { return self }
             switch self {
             case .known(let task):
                 let liveIn = task.flatMap { $0.deleted ? nil : $0.syncListID }

@@ -51,7 +51,7 @@ extension HostileTrafficTests {
     /// unarchive, move between synced and unsynced lists, delete), one batch per seed.
     @Test func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds() async throws {
         let h = try await BatchOrderHarness()
-        for seed in UInt64(1)...200 {
+        for seed in UInt64(1)...60 {
             var rng = SplitMix64(seed: seed)
             var cards: [String: (CardStart, [CardAction])] = [:]
             for c in 0..<2 {
@@ -59,10 +59,12 @@ extension HostileTrafficTests {
                 let start = starts[Int.random(in: 0..<starts.count, using: &rng)]
                 var exists = start != .absent
                 var actions: [CardAction] = []
-                for step in 0..<Int.random(in: 2...7, using: &rng) {
+                for step in 0..<Int.random(in: 2...4, using: &rng) {
+                    // Membership changes and edits mostly alternate: an edit after a membership change is what a batch gets wrong.
+                    let membership: [CardAction] = [.archive, .unarchive, .move("L1"), .move("L2"), .move("L3"), .archive, .unarchive, .delete]
+                    let edits: [CardAction] = [.rename("s\(seed)-\(c)-\(step)"), .complete(Bool.random(using: &rng)), .label]
                     let choices: [CardAction] = exists
-                        ? [.rename("s\(seed)-\(c)-\(step)"), .complete(Bool.random(using: &rng)), .label, .archive, .unarchive, .move("L1"), .move("L2"),
-                           .move("L3"), .delete]
+                        ? (step.isMultiple(of: 2) ? membership : edits) + [.rename("s\(seed)-\(c)-\(step)b")]
                         : [.create(["L1", "L2", "L3"][Int.random(in: 0..<3, using: &rng)], "s\(seed)-\(c)-\(step)")]
                     let action = choices[Int.random(in: 0..<choices.count, using: &rng)]
                     actions.append(action)
@@ -145,6 +147,47 @@ extension HostileTrafficTests {
             #expect(requests.filter { $0.hasPrefix("GET /1/cards/\(card)") }.count == 1, "\(card)")
         }
         await stack.shutdown()
+    }
+
+    /// Failure classes come from the errors' types and codes: real errors of each store, and the form the worker
+    /// records them in (`class<TAB>message`) read back typed.
+    @Test func storeFailuresAreClassifiedByTypeAndCodeAndRecordedTyped() async throws {
+        let sqlite = try DatabaseQueue()
+        try await sqlite.write { db in try db.execute(sql: "CREATE TABLE t (id TEXT NOT NULL UNIQUE)") }
+        let constraint = await #expect(throws: DatabaseError.self) {
+            try await sqlite.write { db in try db.execute(sql: "INSERT INTO t VALUES ('a'), ('a')") }
+        }
+        #expect(constraint.map(StoreFailure.init) == .data)
+        let missing = await #expect(throws: DatabaseError.self) { try await sqlite.read { db in try db.execute(sql: "SELECT * FROM nowhere") } }
+        #expect(missing.map(StoreFailure.init) == .statement)
+        #expect(StoreFailure(CancellationError()) == .unavailable)
+
+        if TestStore.isPostgres {
+            // The poison: a NUL in an id, refused by PostgreSQL with SQLSTATE 22021, through the store's own lookup.
+            let (store, _) = try await TestStore.make()
+            let nul = await #expect(throws: (any Error).self) {
+                try await store.lookup([BatchLookup(accountID: "a", cardID: "P\u{0}1", listIDs: [], boardID: nil)])
+            }
+            #expect((nul as? PostgresStoreError)?.sqlState == "22021", "\(String(describing: nul))")
+            #expect(nul.map(StoreFailure.init) == .data)
+            (store as? PostgresStore)?.shutdown()
+            // Nobody listening: an outage, not the event's fault.
+            let closed = try RoundupConfiguration(environment: [
+                "ROUNDUP_DATABASE_URL": "postgres://roundup@127.0.0.1:\(try TestSupport.freePort())/postgres?sslmode=disable",
+                "ROUNDUP_DATABASE_TIMEOUT_SECONDS": "1",
+            ])
+            var quiet = Logger(label: "test")
+            quiet.logLevel = .critical
+            let down = await #expect(throws: (any Error).self) { _ = try await Stores.open(configuration: closed, logger: quiet) }
+            #expect(down.map(StoreFailure.init) == .unavailable, "\(String(describing: down))")
+        }
+
+        for failure in EventFailure.allCases {
+            let error = EntryError(failure, "postgres 22021: a message\twith a tab")
+            #expect(EntryError(recorded: error.recorded) == error)
+        }
+        #expect(EntryError(recorded: "store lookup failed: postgres 08006") == nil)  // text alone is no class
+        #expect(EventFailure.allCases.filter(\.waitsForStore) == [.storeUnavailable])
     }
 
     /// A createCard entry as the ingress enqueues it.
