@@ -214,8 +214,14 @@ public struct WebhookConsumer: Service {
                 if error?.failure.waitsForStore == true {
                     claim.append(entry.id)
                 } else {
-                    try await deadLetter(
-                        id: entry.id, deliveries: entry.deliveries, error: error?.description ?? recorded ?? "delivered \(entry.deliveries) times without success")
+                    do {
+                        try await deadLetter(
+                            id: entry.id, deliveries: entry.deliveries, error: error?.description ?? recorded ?? "delivered \(entry.deliveries) times without success")
+                    } catch {
+                        // Redis refused the dead letter (at its maxmemory, most likely): the entry stays pending and is
+                        // tried again next round; the reclaim of the others, and the draining, go on.
+                        logger.warning("dead-lettering failed, will retry", metadata: ["entry": "\(entry.id)", "error": "\(error)"])
+                    }
                 }
             }
         }
