@@ -8,13 +8,20 @@ import RoundupTesting
 import Testing
 
 extension HostileTrafficTests {
+    /// The ingress, a worker and the API (reconciliation only on demand), for tests that set accounts up as apps do.
+    func startStackWithAPI() async throws -> Stack {
+        let stack = try await Stack()
+        let manual = ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"]
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: manual)
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: manual)
+        return stack
+    }
+
     /// Two accounts on one Trello app key share its webhook secret. One of them signs webhooks for the other's list on
     /// every path the ingress knows; none of them changes what the victim's apps see.
     @Test func aForgedWebhookForAnotherAccountOnTheSameKeyChangesNothingTheAppsSee() async throws {
-        let stack = try await Stack()
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        let stack = try await startStackWithAPI()
         let victim = try await SyncSetup.make(stack, list: "Lvictim", board: "Bvictim")
         let attacker = try await SyncSetup.make(stack, list: "Lattacker", board: "Battacker")
         let secret = stack.trello.webhookSecret  // the app's: both accounts hold it
@@ -70,10 +77,7 @@ extension HostileTrafficTests {
     /// A webhook registered before callback tokens existed (its URL names only the account) is moved to the account's
     /// own URL by reconciliation, and deliveries keep flowing.
     @Test func reconciliationMovesAWebhookFromAnOlderCallbackURL() async throws {
-        let stack = try await Stack()
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        let stack = try await startStackWithAPI()
         let s = try await SyncSetup.make(stack, list: "Lold", board: "Bold")
         let legacy = stack.publicURL + "/dailyroundup/webhook/trello/" + s.account
         stack.trello.state.withLockedValue { state in
@@ -95,10 +99,7 @@ extension HostileTrafficTests {
     /// A deleted account's webhooks that Trello still holds (the user revoked the token, so they could not be deleted
     /// there) are answered 410 Gone, which makes Trello delete them; an id that never was an account stays 404.
     @Test func deliveriesForADeletedAccountAre410SoTrelloDropsTheWebhook() async throws {
-        let stack = try await Stack()
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1", extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        let stack = try await startStackWithAPI()
         let s = try await SyncSetup.make(stack, list: "Lgone", board: "Bgone")
         let own = try await stack.webhookPath(account: s.account)
         stack.trello.revokeToken("test-token")

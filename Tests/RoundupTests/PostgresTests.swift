@@ -140,6 +140,8 @@ import Testing
         // Short claim and few deliveries: without the store-outage rule these events would be dead-lettered.
         let options = [
             "ROUNDUP_WORKER_BATCH": "10", "ROUNDUP_CLAIM_IDLE_MS": "500", "ROUNDUP_MAX_DELIVERIES": "3", "ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0",
+            // A query stuck on a connection the restart broke is given up after 5 s and its batch retried.
+            "ROUNDUP_DATABASE_TIMEOUT_SECONDS": "5",
         ]
         try await stack.startWorker(name: "w1", extra: options)
         try await stack.startIngress()
