@@ -91,6 +91,18 @@ struct JSONBody {
         return value
     }
 
+    /// One of a domain enum's values, named in the order the enum declares them when the value is none.
+    func oneOf<Value: RawRepresentable & CaseIterable>(_ name: String, _ type: Value.Type, required: Bool) throws -> Value?
+    where Value.RawValue == String {
+        guard let text = try oneOf(name, Value.allCases.map(\.rawValue), required: required) else { return nil }
+        return Value(rawValue: text)
+    }
+
+    func requiredOneOf<Value: RawRepresentable & CaseIterable>(_ name: String, _ type: Value.Type) throws -> Value where Value.RawValue == String {
+        guard let value = try oneOf(name, type, required: true) else { throw APIError.unprocessable("\(name) is required") }
+        return value
+    }
+
     func oneOf(_ name: String, _ allowed: [String], required: Bool) throws -> String? {
         guard let value = try string(name, required: required) else { return nil }
         guard allowed.contains(value) else { throw APIError.unprocessable("\(name) must be one of \(allowed.joined(separator: ", "))") }
@@ -102,14 +114,4 @@ struct JSONBody {
         guard n.rounded() == n, abs(n) < 9e15 else { throw APIError.badRequest("\(name) must be an integer") }
         return Int64(n)
     }
-}
-
-func jsonResponse(_ status: HTTPResponse.Status, _ value: JSONValue) -> Response {
-    Response(
-        status: status, headers: [.contentType: "application/json"],
-        body: ResponseBody(byteBuffer: ByteBuffer(string: value.canonicalJSON)))
-}
-
-extension Optional where Wrapped == String {
-    var json: JSONValue { map(JSONValue.string) ?? .null }
 }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import HTTPTypes
 import NIOCore
 import NIOHTTP1
 import RoundupCore
@@ -9,9 +10,9 @@ import RoundupTesting
 import RoundupTrello
 import Testing
 
-/// A corpus of bad requests against the real roundup-api process: every one gets the exact 4xx its handler gives,
-/// with the `{"error": {"code", "message"}}` envelope, none a 5xx; afterwards the process still answers, and no
-/// rejected request stored, changed, deleted or queued anything.
+/// A corpus of bad requests against the API's router in this process (`InProcessAPI`): every one gets the exact 4xx
+/// its handler gives, with the `{"error": {"code", "message"}}` envelope, none a 5xx; afterwards the API still
+/// answers, and no rejected request stored, changed, deleted or queued anything.
 @Suite(.serialized) struct APIBadInputTests {
     struct Case {
         var name: String
@@ -48,8 +49,8 @@ import Testing
         var webhookSecrets: Int
     }
 
-    func snapshot(_ stack: Stack, account: String) async throws -> Snapshot {
-        let store = try await stack.store()
+    func snapshot(_ api: InProcessAPI, account: String) async throws -> Snapshot {
+        let store = api.store
         return Snapshot(
             lists: try await store.syncLists(accountID: account),
             changes: try await store.pendingChanges(accountID: account, afterID: 0, limit: 10_000),
@@ -59,51 +60,50 @@ import Testing
             account: try await store.accountDetails(id: account),
             accounts: try await store.allAccounts().count,
             jobs: try await store.jobs(limit: 10_000, id: nil).count,
-            jobStream: try await jobStreamLength(stack),
-            webhookSecrets: try await stack.redis.send("HLEN", RedisArgument(stack.keys.webhookSecrets)).int ?? -1)
+            jobStream: try await jobStreamLength(api),
+            webhookSecrets: try await api.redis.send("HLEN", RedisArgument(api.keys.webhookSecrets)).int ?? -1)
     }
 
-    func jobStreamLength(_ stack: Stack) async throws -> Int {
-        try await stack.redis.send("XLEN", RedisArgument(stack.keys.jobStream)).int ?? -1
+    func jobStreamLength(_ api: InProcessAPI) async throws -> Int {
+        try await api.redis.send("XLEN", RedisArgument(api.keys.jobStream)).int ?? -1
     }
 
     /// Sends a case as it is: raw body bytes, its content type (or none), its Authorization.
-    private func send(_ stack: Stack, _ c: Case, token: String) async throws -> (status: HTTPResponseStatus, contentType: String?, body: String) {
-        var request = HTTPClientRequest(url: "http://127.0.0.1:\(stack.apiPort)\(c.path)")
-        request.method = c.method
+    private func send(_ api: InProcessAPI, _ c: Case, token: String) async throws -> (status: HTTPResponseStatus, contentType: String?, body: String) {
+        var headers = HTTPFields()
         switch c.auth {
-        case .account: request.headers.add(name: "authorization", value: "Bearer \(token)")
+        case .account: headers[.authorization] = "Bearer \(token)"
         case .anonymous: break
-        case .bearer(let value): request.headers.add(name: "authorization", value: "Bearer \(value)")
-        case .header(let value): request.headers.add(name: "authorization", value: value)
+        case .bearer(let value): headers[.authorization] = "Bearer \(value)"
+        case .header(let value): headers[.authorization] = value
         }
-        if let body = c.body {
-            if let type = c.type { request.headers.add(name: "content-type", value: type) }
-            request.body = .bytes(ByteBuffer(bytes: body))
+        if c.body != nil, let type = c.type { headers[.contentType] = type }
+        for (name, value) in c.headers {
+            headers.append(HTTPField(name: try #require(HTTPField.Name(name)), value: value))
         }
-        for (name, value) in c.headers { request.headers.add(name: name, value: value) }
-        let response = try await stack.http.execute(request, timeout: .seconds(20))
-        let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
-        return (response.status, response.headers.first(name: "content-type"), text)
+        let response = try await api.send(c.method, c.path, headers: headers, body: c.body)
+        return (response.status, response.contentType, response.body)
     }
 
     @Test func corpus() async throws {
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: APITests.bootstrap)
-        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: APITests.bootstrap)
+        try await InProcessAPI.run(bootstrapToken: APITests.bootstrap) { api in try await self.corpus(api) }
+    }
+
+    func corpus(_ api: InProcessAPI) async throws {
+        let created = try await api.call(.POST, "/dailyroundup/account", token: APITests.bootstrap)
         #expect(created.status == .created, "\(created.body)")
         let account = try #require(created.json["account_id"]?.stringValue)
         let token = try #require(created.json["auth_token"]?.stringValue)
 
         // Something to lose: two lists, a pending change (card C1 on the first list) and a device, straight in the store.
-        let store = try await stack.store()
+        let store = api.store
         let list = try await store.createSyncList(accountID: account, name: "Errands", trelloBoardID: "B1", trelloListID: "L1")
         let otherList = try await store.createSyncList(accountID: account, name: "Garden", trelloBoardID: "B1", trelloListID: "L2")
         _ = try await store.apply([
             CardObservation(accountID: account, syncListID: list.id, cardID: "C1", actionID: "A1", actionDate: Date(), kind: .fields(["title": "Stamps"], full: true)),
         ])
-        _ = try await store.upsertDevice(accountID: account, deviceID: "phone-1", apnsToken: String(repeating: "ab", count: 32), platform: "ios", environment: "sandbox")
-        let before = try await snapshot(stack, account: account)
+        _ = try await store.upsertDevice(accountID: account, deviceID: "phone-1", apnsToken: String(repeating: "ab", count: 32), platform: .ios, environment: .sandbox)
+        let before = try await snapshot(api, account: account)
         #expect(before.lists.count == 2 && before.changes.count == 1 && before.devices.count == 1)
 
         func raw(_ text: String) -> [UInt8] { Array(text.utf8) }
@@ -431,23 +431,22 @@ import Testing
         #expect(cases.count >= 40)
 
         for c in cases {
-            let (status, contentType, text) = try await send(stack, c, token: token)
+            let (status, contentType, text) = try await send(api, c, token: token)
             #expect(status == c.expect, "\(c.name): \(status) \(text.prefix(300))")
             #expect(status.code >= 400 && status.code < 500, "\(c.name): \(status)")
             #expect(contentType?.hasPrefix("application/json") == true, "\(c.name): content-type \(contentType ?? "none")")
             let error = (try? JSONParser.parse(Array(text.utf8)))?["error"]
             #expect(error?["code"]?.stringValue?.isEmpty == false, "\(c.name): \(text.prefix(300))")
             #expect(error?["message"]?.stringValue?.isEmpty == false, "\(c.name): \(text.prefix(300))")
-            #expect(try await jobStreamLength(stack) == before.jobStream, "\(c.name) queued a job")
+            #expect(try await jobStreamLength(api) == before.jobStream, "\(c.name) queued a job")
         }
 
-        // The process is still up and answering.
-        #expect(stack.api?.isRunning == true)
-        #expect(try await stack.callAPI(.GET, "/healthz", token: nil).status == .ok)
-        #expect(try await stack.callAPI(.GET, "/dailyroundup/account", token: token).status == .ok)
+        // The API still answers.
+        #expect(try await api.call(.GET, "/healthz", token: nil).status == .ok)
+        #expect(try await api.call(.GET, "/dailyroundup/account", token: token).status == .ok)
 
         // Nothing any rejected request did is left behind.
-        let after = try await snapshot(stack, account: account)
+        let after = try await snapshot(api, account: account)
         #expect(after.lists == before.lists)
         #expect(after.changes == before.changes)
         #expect(after.devices == before.devices)
@@ -460,10 +459,9 @@ import Testing
         #expect(after.webhookSecrets == before.webhookSecrets)
 
         // The control: the change the sync cases were built from is valid, so each was rejected for its one fault.
-        let valid = try await stack.callAPI(.POST, syncPath, token: token, body: String(decoding: sync([change()]), as: UTF8.self))
+        let valid = try await api.call(.POST, syncPath, token: token, body: String(decoding: sync([change()]), as: UTF8.self))
         #expect(valid.status == .accepted, "\(valid.body)")
-        #expect(try await jobStreamLength(stack) == before.jobStream + 1)
-        await stack.shutdown()
+        #expect(try await jobStreamLength(api) == before.jobStream + 1)
     }
 }
 

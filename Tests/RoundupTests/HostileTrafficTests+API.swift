@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import GRDB
+import HTTPTypes
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -54,7 +55,10 @@ extension HostileTrafficTests {
 
     /// Rows of every kind in one sync list: a task with a pending change, a conflict, a duplicate.
     func seedRows(_ stack: Stack, account: String, syncList: String, n: Int) async throws {
-        let store = try await stack.store()
+        try await seedRows(try await stack.store(), account: account, syncList: syncList, n: n)
+    }
+
+    func seedRows(_ store: any ServerStore, account: String, syncList: String, n: Int) async throws {
         _ = try await store.apply([
             CardObservation(
                 accountID: account, syncListID: syncList, cardID: Self.trelloID("c1", n), actionID: "seed-\(n)", actionDate: Date(),
@@ -189,7 +193,7 @@ extension HostileTrafficTests {
         let device = #"{"device_id":"phone-1","apns_token":"\#(String(repeating: "ab", count: 32))","platform":"ios","environment":"sandbox"}"#
         #expect(try await stack.callAPI(.POST, "/dailyroundup/devices", token: owner.token, body: device).status == .created)
         _ = try await stack.store().submitJob(
-            accountID: account, kind: "import", deviceID: nil, idempotencyKey: "import-1", payload: .object(["sync_list_id": .string(owner.lists[0].id)]),
+            accountID: account, kind: .import, deviceID: nil, idempotencyKey: "import-1", payload: .object(["sync_list_id": .string(owner.lists[0].id)]),
             total: 0, staleAfter: 60)
         let first = owner.lists[0]
         let delivery = WebhookBodies.body(type: "createCard", actionID: "a-1", cardID: Self.trelloID("c9", 1), listID: first.list, boardID: first.board)
@@ -274,25 +278,26 @@ extension HostileTrafficTests {
 
     // MARK: Resolutions racing a list deletion
 
+    /// In this process (`InProcessAPI`): the concurrent requests go through the API's router without a socket.
     @Test func resolvingWhileTheListIsDeletedNeverFailsTheServer() async throws {
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: Self.apiBootstrap)
-        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.apiBootstrap)
-        let account = try #require(created.json["account_id"]?.stringValue)
-        let token = try #require(created.json["auth_token"]?.stringValue)
-        let store = try await stack.store()
+        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap) { api in try await self.resolvingWhileTheListIsDeleted(api) }
+    }
+
+    func resolvingWhileTheListIsDeleted(_ api: InProcessAPI) async throws {
+        let (account, token) = try await api.createAccount(bootstrap: Self.apiBootstrap)
+        let store = api.store
         try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: Self.apiSecret)
         // Every Trello call takes a while, so the deletion lands before, during and after each resolution's writes.
-        stack.trello.setRequestDelay(.milliseconds(120))
+        api.trello.setRequestDelay(.milliseconds(120))
 
         let delays = [0, 20, 60, 110, 160, 230, 320, 450]
         var statuses: [String: [UInt]] = [:]
         for (round, delay) in delays.enumerated() {
             let list = Self.trelloID("a2", round), board = Self.trelloID("b2", round)
             let sync = try await store.createSyncList(accountID: account, name: "Race \(round)", trelloBoardID: board, trelloListID: list)
-            try await seedRows(stack, account: account, syncList: sync.id, n: round)
-            stack.trello.setCard(FakeTrello.card(id: Self.trelloID("c1", round), listID: list, boardID: board, name: "seeded \(round)"))
-            stack.trello.setCard(FakeTrello.card(id: Self.trelloID("c2", round), listID: list, boardID: board, name: "from Trello"))
+            try await seedRows(store, account: account, syncList: sync.id, n: round)
+            api.trello.setCard(FakeTrello.card(id: Self.trelloID("c1", round), listID: list, boardID: board, name: "seeded \(round)"))
+            api.trello.setCard(FakeTrello.card(id: Self.trelloID("c2", round), listID: list, boardID: board, name: "from Trello"))
             let conflict = try #require(try await store.conflicts(accountID: account).first { $0.syncListID == sync.id }).id
             let duplicate = try #require(try await store.duplicates(accountID: account).first { $0.syncListID == sync.id }).id
             let action = round.isMultiple(of: 2) ? "merge" : "keep_both"
@@ -300,14 +305,14 @@ extension HostileTrafficTests {
             let conflictBody = choice == "value" ? #"{"choice":"value","value":"chosen"}"# : #"{"choice":"\#(choice)"}"#
             let answers = try await withThrowingTaskGroup(of: (String, UInt).self) { group in
                 group.addTask {
-                    ("conflict", try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(conflict)/resolve", token: token, body: conflictBody).status.code)
+                    ("conflict", try await api.call(.POST, "/dailyroundup/conflicts/\(conflict)/resolve", token: token, body: conflictBody).status.code)
                 }
                 group.addTask {
-                    ("duplicate", try await stack.callAPI(.POST, "/dailyroundup/duplicates/\(duplicate)/resolve", token: token, body: #"{"action":"\#(action)"}"#).status.code)
+                    ("duplicate", try await api.call(.POST, "/dailyroundup/duplicates/\(duplicate)/resolve", token: token, body: #"{"action":"\#(action)"}"#).status.code)
                 }
                 group.addTask {
                     try await Task.sleep(for: .milliseconds(delay))
-                    return ("delete", try await stack.callAPI(.DELETE, "/dailyroundup/lists/\(sync.id)", token: token).status.code)
+                    return ("delete", try await api.call(.DELETE, "/dailyroundup/lists/\(sync.id)", token: token).status.code)
                 }
                 var answers: [(String, UInt)] = []
                 for try await answer in group { answers.append(answer) }
@@ -319,13 +324,11 @@ extension HostileTrafficTests {
         for what in ["conflict", "duplicate"] {
             #expect(statuses[what]?.count == delays.count && statuses[what]?.allSatisfy { [200, 404, 409].contains($0) } == true, "\(what): \(statuses)")
         }
-        // The process is up and answers; every list and what it held is gone.
-        #expect(try #require(stack.api).isRunning)
-        #expect(try await stack.callAPI(.GET, "/healthz", token: nil).status == .ok)
-        #expect(try await stack.callAPI(.GET, "/dailyroundup/lists", token: token).json["lists"] == .array([]))
+        // The API still answers; every list and what it held is gone.
+        #expect(try await api.call(.GET, "/healthz", token: nil).status == .ok)
+        #expect(try await api.call(.GET, "/dailyroundup/lists", token: token).json["lists"] == .array([]))
         #expect(try await store.conflicts(accountID: account).isEmpty)
         #expect(try await store.duplicates(accountID: account).isEmpty)
-        await stack.shutdown()
     }
 
     // MARK: Throttling the unauthenticated
@@ -416,13 +419,28 @@ extension HostileTrafficTests {
         await stack.shutdown()
     }
 
+    /// In this process (`InProcessAPI`), where every request comes from the client address "local".
     @Test func anAuthFailureLimitOf0TurnsTheThrottleOff() async throws {
-        let open = try await Stack()
-        try await open.startAPI(bootstrapToken: Self.apiBootstrap, extra: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"])
-        for i in 0..<40 {
-            #expect(try await open.callAPI(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
+        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"]) { api async throws in
+            for i in 0..<40 {
+                #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
+            }
+            #expect(try await api.redis.send("EXISTS", RedisArgument(api.keys.authFailures(address: "local"))).int == 0)
         }
-        #expect(try await open.redis.send("EXISTS", RedisArgument(open.keys.authFailures(address: "127.0.0.1"))).int == 0)
-        await open.shutdown()
+    }
+
+    /// The same throttle in this process: over the limit, 429 with Retry-After for any token, valid or not.
+    @Test func theThrottleAnswers429InProcess() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "3"]) { api in
+            let (_, token) = try await api.createAccount(bootstrap: Self.apiBootstrap)
+            for i in 0..<3 {
+                #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
+            }
+            #expect(try await api.redis.send("SCARD", RedisArgument(api.keys.authFailures(address: "local"))).int == 3)
+            let throttled = try await api.call(.GET, "/dailyroundup/account", token: token)
+            #expect(throttled.status == .tooManyRequests, "\(throttled.body)")
+            #expect(throttled.headers[.retryAfter].flatMap { Int($0) }.map { (1...60).contains($0) } == true)
+            #expect(throttled.json["error"]?["code"] == "too_many_failures")
+        }
     }
 }

@@ -7,6 +7,7 @@ import Testing
 
 /// Per-account isolation, endpoint by endpoint of docs/openapi.yaml: account B's token reaches nothing of account A's
 /// (every operation that names an id answers as if the id did not exist), and without a valid token nothing at all.
+/// Against the API's router in this process (`InProcessAPI`).
 @Suite(.serialized) struct IsolationTests {
     static let bootstrap = "bootstrap-0123456789abcdef"
     static let secretTitle = "secret plans of A"
@@ -54,12 +55,6 @@ import Testing
             tasks: tasks)
     }
 
-    func createAccount(_ stack: Stack) async throws -> (account: String, token: String) {
-        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.bootstrap)
-        #expect(created.status == .created, "\(created.body)")
-        return (try #require(created.json["account_id"]?.stringValue), try #require(created.json["auth_token"]?.stringValue))
-    }
-
     /// The `code` docs/openapi.yaml gives for each error status this test expects.
     static func errorCode(_ status: HTTPResponseStatus) -> String {
         switch status {
@@ -71,7 +66,7 @@ import Testing
     }
 
     /// The response is exactly the error the API promises: this status, and `{"error": {"code", "message"}}`.
-    static func expectError(_ response: Stack.Response, _ status: HTTPResponseStatus, _ label: String) {
+    static func expectError(_ response: InProcessAPI.Response, _ status: HTTPResponseStatus, _ label: String) {
         #expect(response.status == status, "\(label): \(response.status.code) \(response.body)")
         #expect(!(200..<300).contains(response.status.code) && response.status.code < 500, "\(label): \(response.status.code)")
         #expect(response.json["error"]?["code"]?.stringValue == errorCode(status), "\(label): \(response.body)")
@@ -97,13 +92,15 @@ import Testing
     }
 
     @Test func anotherAccountsTokenReachesNothingOfTheAccount() async throws {
-        let stack = try await Stack()
-        try await stack.startAPI(bootstrapToken: Self.bootstrap)
-        let (accountA, tokenA) = try await createAccount(stack)
-        let (accountB, tokenB) = try await createAccount(stack)
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in try await Self.isolation(api) }
+    }
+
+    static func isolation(_ api: InProcessAPI) async throws {
+        let (accountA, tokenA) = try await api.createAccount(bootstrap: Self.bootstrap)
+        let (accountB, tokenB) = try await api.createAccount(bootstrap: Self.bootstrap)
 
         // 1. A gets one of everything: a list, a pending change, a device, a conflict, a duplicate and a running sync job.
-        let store = try await stack.store()
+        let store = api.store
         let list = try await store.createSyncList(accountID: accountA, name: "List of A", trelloBoardID: "BoardOfA", trelloListID: "ListOfA")
         _ = try await store.apply([
             CardObservation(
@@ -111,7 +108,7 @@ import Testing
                 kind: .fields(["title": .string(Self.secretTitle)], full: true))
         ])
         let change = try #require(try await store.pendingChanges(accountID: accountA, afterID: 0, limit: 10).first)
-        let device = try await stack.callAPI(.POST, "/dailyroundup/devices", token: tokenA, body: Self.deviceBody("phone-of-a", apns: "ab"))
+        let device = try await api.call(.POST, "/dailyroundup/devices", token: tokenA, body: Self.deviceBody("phone-of-a", apns: "ab"))
         #expect(device.status == .created, "\(device.body)")
         var write = SyncWrite(accountID: accountA, syncListID: list.id, cardID: "CardOfA2", reminderID: "reminder-of-a-conflict")
         write.conflicts = [NewConflict(field: "title", trelloValue: "title of A (Trello)", remindersValue: "title of A (app)")]
@@ -122,10 +119,10 @@ import Testing
                 syncListID: list.id, reminderID: "reminder-of-a-duplicate", cardID: "CardOfA1", title: Self.secretTitle, dueDate: nil,
                 fields: ["title": .string(Self.secretTitle)], jobID: nil))
         let item = SyncItem(
-            op: "update", syncListID: list.id, reminderID: "reminder-of-a-conflict", trelloCardID: "CardOfA2",
+            op: .update, syncListID: list.id, reminderID: "reminder-of-a-conflict", trelloCardID: "CardOfA2",
             fields: ["title": "title of A (app)"], changedFields: ["title"], modifiedAt: Date())
         let submission = try await store.submitJob(
-            accountID: accountA, kind: "sync", deviceID: "phone-of-a", idempotencyKey: "key-of-a", payload: .array([item.json]), total: 1,
+            accountID: accountA, kind: .sync, deviceID: "phone-of-a", idempotencyKey: "key-of-a", payload: .array([item.json]), total: 1,
             staleAfter: 3600)
         guard case .created(let job) = submission else { throw StackError("A's job was not created: \(submission)") }
         let a = Owned(
@@ -137,7 +134,7 @@ import Testing
         // 2. A's state before B tries anything.
         let before = try await Self.snapshot(store, a)
         #expect(before.lists.count == 1 && before.changes.count == 1 && before.devices.count == 1, "\(before)")
-        #expect(before.conflicts.count == 1 && before.duplicates.count == 1 && before.job?.status == "running", "\(before)")
+        #expect(before.conflicts.count == 1 && before.duplicates.count == 1 && before.job?.status == .running, "\(before)")
 
         // 3. Every operation that names an id, with A's ids and B's token, and a body valid but for whose the id is.
         let modified = JSONValue.string(Timestamp.string(Date()))
@@ -187,7 +184,7 @@ import Testing
         ]
         for (method, path, body, status) in foreign {
             let label = "\(method) \(path) \(body ?? "")"
-            let response = try await stack.callAPI(method, path, token: tokenB, body: body)
+            let response = try await api.call(method, path, token: tokenB, body: body)
             Self.expectError(response, status, label)
             #expect(!response.body.contains(a.account) && !response.body.contains(Self.secretTitle), "\(label) leaks A: \(response.body)")
         }
@@ -205,7 +202,7 @@ import Testing
             ("/dailyroundup/account", "account_id", nil),
         ]
         for (path, key, count) in listings {
-            let response = try await stack.callAPI(.GET, path, token: tokenB)
+            let response = try await api.call(.GET, path, token: tokenB)
             #expect(response.status == .ok, "GET \(path): \(response.body)")
             if let count {
                 #expect(response.json[key]?.arrayValue?.count == count, "GET \(path): \(response.body)")
@@ -235,11 +232,11 @@ import Testing
         ]
         for (method, path, body) in authenticated {
             for (name, token) in badTokens {
-                Self.expectError(try await stack.callAPI(method, path, token: token, body: body), .unauthorized, "\(method) \(path) with \(name)")
+                Self.expectError(try await api.call(method, path, token: token, body: body), .unauthorized, "\(method) \(path) with \(name)")
             }
         }
         for (name, token) in badTokens.dropLast() {  // the bootstrap token would rightly create an account here
-            Self.expectError(try await stack.callAPI(.POST, "/dailyroundup/account", token: token), .unauthorized, "POST /dailyroundup/account with \(name)")
+            Self.expectError(try await api.call(.POST, "/dailyroundup/account", token: token), .unauthorized, "POST /dailyroundup/account with \(name)")
         }
 
         // Ids are scoped by account, never global: A's Idempotency-Key does not replay A's job to B, and A's device_id
@@ -248,14 +245,14 @@ import Testing
             "op": "create", "sync_list_id": .string(listOfB.id), "reminder_id": "reminder-of-b-own",
             "fields": .object(["title": "errand of B"]), "modified_at": modified,
         ]
-        let replay = try await stack.callAPI(.POST, "/dailyroundup/sync", token: tokenB, body: Self.syncBody([ownChange]), headers: ["Idempotency-Key": "key-of-a"])
+        let replay = try await api.call(.POST, "/dailyroundup/sync", token: tokenB, body: Self.syncBody([ownChange]), headers: ["Idempotency-Key": "key-of-a"])
         #expect(replay.status == .accepted, "\(replay.body)")
         let jobOfB = try #require(replay.json["job_id"]?.stringValue)
         #expect(jobOfB != a.jobID)
-        Self.expectError(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(jobOfB)", token: a.token), .notFound, "GET B's job with A's token")
-        let sameDeviceID = try await stack.callAPI(.POST, "/dailyroundup/devices", token: tokenB, body: Self.deviceBody(a.deviceID, apns: "cd"))
+        Self.expectError(try await api.call(.GET, "/dailyroundup/sync/jobs/\(jobOfB)", token: a.token), .notFound, "GET B's job with A's token")
+        let sameDeviceID = try await api.call(.POST, "/dailyroundup/devices", token: tokenB, body: Self.deviceBody(a.deviceID, apns: "cd"))
         #expect(sameDeviceID.status == .created, "\(sameDeviceID.body)")
-        #expect(try await stack.callAPI(.DELETE, "/dailyroundup/devices/\(a.deviceID)", token: tokenB).status == .noContent)
+        #expect(try await api.call(.DELETE, "/dailyroundup/devices/\(a.deviceID)", token: tokenB).status == .noContent)
 
         // 6. A's state is exactly as it was, and A's token still reaches all of it.
         let after = try await Self.snapshot(store, a)
@@ -271,20 +268,19 @@ import Testing
         #expect(after.tasks == before.tasks, "card mappings")
         #expect(after == before)
 
-        let changes = try await stack.callAPI(.GET, "/dailyroundup/changes", token: a.token)
+        let changes = try await api.call(.GET, "/dailyroundup/changes", token: a.token)
         #expect(changes.json["changes"]?.arrayValue?.compactMap { $0["id"]?.numberValue } == [Double(a.changeID)], "\(changes.body)")
-        let ownList = try await stack.callAPI(.GET, listPath, token: a.token)
+        let ownList = try await api.call(.GET, listPath, token: a.token)
         #expect(ownList.status == .ok && ownList.json["sync_list_id"]?.stringValue == a.listID, "\(ownList.body)")
-        let ownJob = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(a.jobID)", token: a.token)
+        let ownJob = try await api.call(.GET, "/dailyroundup/sync/jobs/\(a.jobID)", token: a.token)
         #expect(ownJob.status == .ok && ownJob.json["job_id"]?.stringValue == a.jobID, "\(ownJob.body)")
-        let devices = try await stack.callAPI(.GET, "/dailyroundup/devices", token: a.token)
+        let devices = try await api.call(.GET, "/dailyroundup/devices", token: a.token)
         #expect(devices.json["devices"]?.arrayValue?.compactMap { $0["device_id"]?.stringValue } == [a.deviceID], "\(devices.body)")
-        let conflicts = try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: a.token)
+        let conflicts = try await api.call(.GET, "/dailyroundup/conflicts", token: a.token)
         #expect(conflicts.json["conflicts"]?.arrayValue?.compactMap { $0["id"]?.numberValue } == [Double(a.conflictID)], "\(conflicts.body)")
         #expect(conflicts.json["conflicts"]?[0]?["status"] == "open", "\(conflicts.body)")
-        let duplicates = try await stack.callAPI(.GET, "/dailyroundup/duplicates", token: a.token)
+        let duplicates = try await api.call(.GET, "/dailyroundup/duplicates", token: a.token)
         #expect(duplicates.json["duplicates"]?.arrayValue?.compactMap { $0["id"]?.numberValue } == [Double(a.duplicateID)], "\(duplicates.body)")
         #expect(duplicates.json["duplicates"]?[0]?["status"] == "open", "\(duplicates.body)")
-        await stack.shutdown()
     }
 }

@@ -1,108 +1,15 @@
 import Foundation
-import Hummingbird
 import Logging
 import Metrics
+import NIOCore
 import RoundupCore
 import RoundupRedis
 import RoundupRouting
 import RoundupStore
 import RoundupTrello
 
+// What deleting an account or a list leaves to clean: its webhooks at Trello, and what Redis still holds of it.
 extension API {
-    func createAccount(_ request: Request, _ context: APIRequestContext) async throws -> Response {
-        guard let bootstrap = options.bootstrapToken else {
-            throw APIError.forbidden("account creation is off: the server has no ROUNDUP_BOOTSTRAP_TOKEN")
-        }
-        guard let given = Self.bearerToken(request) else { throw APIError.unauthorized("account creation needs the bootstrap token as Bearer") }
-        // Guessing the bootstrap token counts against the address like a bad account token; an address over its
-        // budget creates nothing, whatever it sends.
-        let givenHash = Self.hash(given)
-        let attempt = AuthThrottle.Attempt(.bootstrap, request: request, context: context, tokenHash: givenHash)
-        let refused = APIError.unauthorized("account creation needs the bootstrap token as Bearer")
-        try await throttle.check(attempt, unauthorized: refused)
-        guard constantTimeEquals(Array(givenHash.utf8), Array(Self.hash(bootstrap).utf8)) else {
-            await throttle.record(.bootstrap, attempt)
-            throw refused
-        }
-        let token = Self.newToken()
-        let account = try await store.createAccount(authTokenHash: Self.hash(token))
-        logger.info("account created", metadata: ["account": "\(account)"])
-        return jsonResponse(.created, .object(["account_id": .string(account), "auth_token": .string(token)]))
-    }
-
-    static func accountJSON(_ a: AccountDetails) -> JSONValue {
-        .object([
-            "account_id": .string(a.id),
-            "trello_api_key": maskSecret(a.trelloAPIKey).json,
-            "trello_token": maskSecret(a.trelloToken).json,
-            "trello_webhook_secret": maskSecret(a.trelloWebhookSecret).json,
-            "conflict_policy": .string(a.conflictPolicy), "delete_mode": .string(a.deleteMode),
-            "created_at": .string(a.createdAt), "updated_at": .string(a.updatedAt),
-            // Set when the user must act (e.g. `trello_token_revoked`: send a new trello_token); cleared by doing so.
-            "needs_attention": a.needsAttention.json,
-        ])
-    }
-
-    func getAccount(_ account: String) async throws -> Response {
-        guard let details = try await store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
-        return jsonResponse(.ok, Self.accountJSON(details))
-    }
-
-    func updateAccount(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
-        let body = try await JSONBody.read(request, context: context)
-        try body.allowOnly(["trello_api_key", "trello_token", "trello_webhook_secret", "conflict_policy", "delete_mode"])
-        let update = AccountUpdate(
-            trelloAPIKey: try body.credential("trello_api_key", required: false, maxLength: 200),
-            trelloToken: try body.credential("trello_token", required: false, maxLength: 500),
-            trelloWebhookSecret: try body.credential("trello_webhook_secret", required: false, maxLength: 500),
-            conflictPolicy: try body.oneOf("conflict_policy", ["manual", "lww", "prefer_trello", "prefer_reminders"], required: false),
-            deleteMode: try body.oneOf("delete_mode", ["archive", "delete"], required: false))
-        guard update != AccountUpdate() else {
-            throw APIError.unprocessable("nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
-        }
-        guard let details = try await store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
-        if update.trelloWebhookSecret != nil {
-            do {
-                // The secret as the store has it now: a concurrent update's publication cannot be overwritten by ours.
-                try await RoutePublisher.publishSecret(account: account, store: store, redis: redis, keys: options.keys)
-            } catch {
-                // Saved, but the ingress does not know yet; repeating the request is safe.
-                throw APIError.unavailable("saved, but the webhook receiver could not be told (Redis unreachable); repeat the request")
-            }
-        }
-        return jsonResponse(.ok, Self.accountJSON(details))
-    }
-
-    func rotateToken(_ account: String) async throws -> Response {
-        let token = Self.newToken()
-        try await store.rotateToken(accountID: account, newTokenHash: Self.hash(token))
-        logger.info("token rotated", metadata: ["account": "\(account)"])
-        return jsonResponse(.ok, .object(["account_id": .string(account), "auth_token": .string(token)]))
-    }
-
-    /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
-    /// routes, and a tombstone against republication), then its webhooks at Trello (those Trello would not delete are
-    /// logged and counted, never a reason to keep the account), then its rows, then whatever Redis still names it.
-    /// Only Redis being unreachable at the start stops it (503: nothing was deleted, repeat the request).
-    func deleteAccount(_ account: String) async throws -> Response {
-        let lists = try await store.syncLists(accountID: account)
-        let devices = try await store.devices(accountID: account).map(\.deviceID)
-        let credentials = try await store.accountDetails(id: account).flatMap(Self.credentials)
-        let models = Set(lists.flatMap { [$0.trelloListID, $0.trelloBoardID] })
-        // The ingress stops accepting the account's webhooks first; if Redis cannot be told, the account stays whole.
-        do {
-            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: options.keys)
-        } catch {
-            logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
-            throw APIError.unavailable("the account could not be deleted now (Redis unreachable); nothing was deleted, repeat the request")
-        }
-        await deleteWebhooks(Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
-        let removed = try await store.deleteAccount(id: account)
-        await purgeRedis(account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices)
-        logger.info("account deleted", metadata: ["account": "\(account)"])
-        return Response(status: .noContent)
-    }
-
     static func credentials(_ details: AccountDetails) -> TrelloCredentialsValue? {
         guard let key = details.trelloAPIKey, let token = details.trelloToken else { return nil }
         return TrelloCredentialsValue(apiKey: key, token: token)
@@ -188,8 +95,8 @@ extension API {
         do {
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
             var commands: [RedisCommand] = []
-            let minute = Self.currentMinute()
-            commands.append(RedisCommand("DEL", (minute - 3...minute + 1).map { RedisArgument(Self.rateKey(keys, account: account, minute: $0)) }))
+            let minute = RateLimit.currentMinute()
+            commands.append(RedisCommand("DEL", (minute - 3...minute + 1).map { RedisArgument(RateLimit.key(keys, account: account, minute: $0)) }))
             if !devices.isEmpty {
                 commands.append(RedisCommand("ZREM", [RedisArgument(keys.deferredPushes)] + devices.map { RedisArgument(account + "|" + $0) }))
                 commands.append(RedisCommand("DEL", devices.map { RedisArgument(keys.recentPush(account: account, device: $0)) }))

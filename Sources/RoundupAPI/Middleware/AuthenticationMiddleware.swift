@@ -1,0 +1,109 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Metrics
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupSync
+
+/// Finds the account whose bearer token the request carries and puts it on the context (`context.account`) for the
+/// routes after it; tokens are looked up by their SHA-256 only. An address over its budget of failed tokens is
+/// answered 429 before its token costs a store query (`AuthThrottle`); an account over its request rate, 429
+/// (`RateLimit`).
+struct AuthenticationMiddleware: RouterMiddleware {
+    typealias Context = APIRequestContext
+    let store: any OutboundStore
+    let throttle: AuthThrottle
+    let rateLimit: RateLimit
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var context = context
+        context.account = try await authenticate(request, context)
+        return try await next(request, context)
+    }
+
+    func authenticate(_ request: Request, _ context: Context) async throws -> String {
+        guard let token = Self.bearerToken(request) else { throw APIError.unauthorized("send Authorization: Bearer <token>") }
+        let tokenHash = Self.hash(token)
+        let attempt = AuthThrottle.Attempt(.token, request: request, context: context, tokenHash: tokenHash)
+        let invalid = APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
+        try await throttle.check(attempt, unauthorized: invalid)
+        Counter(label: "roundup_api_token_lookups_total").increment()
+        guard let account = try await store.accountID(tokenHash: tokenHash) else {
+            await throttle.record(.token, attempt)
+            throw invalid
+        }
+        try await rateLimit.check(account)
+        return account
+    }
+
+    /// The token of `Authorization: Bearer <token>`, or nil.
+    static func bearerToken(_ request: Request) -> String? {
+        guard let header = request.headers[.authorization] else { return nil }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        let token = parts[1].trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+
+    /// A token's SHA-256 in lower-case hex: all the store keeps of it.
+    static func hash(_ token: String) -> String {
+        SHA256.hash(data: Array(token.utf8)).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+
+    /// A new account token: `rt_` and 32 random bytes in URL-safe base64.
+    static func newToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let base64 = Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return "rt_" + base64
+    }
+}
+
+extension APIRequestContext {
+    /// The authenticated account; only the routes behind `AuthenticationMiddleware` ask for it.
+    func requireAccount() throws -> String {
+        guard let account else { throw APIError(.internalServerError, "internal", "the server failed; it is logged") }
+        return account
+    }
+}
+
+/// Requests per account in a fixed one-minute window, counted in Redis so every API process shares it. When Redis
+/// cannot be reached the request is let through (and logged): the API does not fail on a limiter.
+struct RateLimit: Sendable {
+    let perMinute: Int
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
+
+    func check(_ account: String) async throws {
+        let key = Self.key(keys, account: account, minute: Self.currentMinute())
+        let replies: [RedisValue]
+        do {
+            replies = try await redis.pipeline(
+                [RedisCommand("INCR", [RedisArgument(key)]), RedisCommand("EXPIRE", [RedisArgument(key), 120])], timeout: .milliseconds(500))
+        } catch {
+            logger.warning("rate limiter unavailable", metadata: ["error": "\(error)"])
+            return
+        }
+        if let count = replies.first?.int, count > perMinute {
+            let retry = 60 - Int(Date().timeIntervalSince1970) % 60
+            throw APIError(
+                .tooManyRequests, "rate_limited", "more than \(perMinute) requests this minute; retry in \(retry) s", headers: [.retryAfter: String(retry)])
+        }
+    }
+
+    static func currentMinute() -> Int { Int(Date().timeIntervalSince1970 / 60) }
+
+    /// The account's request count of one minute (it expires two minutes later).
+    static func key(_ keys: RedisKeys, account: String, minute: Int) -> String {
+        keys.prefix + "ratelimit:" + account + ":" + String(minute)
+    }
+}

@@ -1,0 +1,70 @@
+import Hummingbird
+import RoundupStore
+
+// The bodies of /dailyroundup/lists (docs/openapi.yaml: SyncList, SyncListCreate).
+
+/// A paired Trello list.
+public struct SyncList: ResponseCodable, Sendable, Equatable {
+    public var syncListID: String
+    public var name: String
+    public var trelloListID: String
+    public var trelloBoardID: String
+    @Nullable public var createdAt: String?
+    /// When the list was last compared with Trello successfully (null until the first run).
+    @Nullable public var lastReconciledAt: String?
+    /// Why the last run failed, if it did.
+    @Nullable public var lastReconcileError: String?
+
+    enum CodingKeys: String, CodingKey {
+        case syncListID = "sync_list_id"
+        case name
+        case trelloListID = "trello_list_id"
+        case trelloBoardID = "trello_board_id"
+        case createdAt = "created_at"
+        case lastReconciledAt = "last_reconciled_at"
+        case lastReconcileError = "last_reconcile_error"
+    }
+
+    init(_ list: SyncListRecord) {
+        syncListID = list.id
+        name = list.name
+        trelloListID = list.trelloListID
+        trelloBoardID = list.trelloBoardID
+        createdAt = list.createdAt
+        lastReconciledAt = list.lastReconciledAt
+        lastReconcileError = list.lastReconcileError
+    }
+}
+
+/// `GET /dailyroundup/lists`.
+public struct SyncListPage: ResponseCodable, Sendable, Equatable {
+    public var lists: [SyncList]
+}
+
+/// `POST /dailyroundup/lists`: the Trello list to pair.
+public struct SyncListCreate: Codable, Sendable, Equatable {
+    public var name: String
+    public var trelloBoardID: String
+    public var trelloListID: String
+
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case name
+        case trelloBoardID = "trello_board_id"
+        case trelloListID = "trello_list_id"
+    }
+
+    init(_ body: JSONBody) throws {
+        try body.allowOnly(Set(CodingKeys.allCases.map(\.rawValue)))
+        name = try body.requiredString(CodingKeys.name.rawValue, maxLength: 200)
+        trelloBoardID = try body.requiredString(CodingKeys.trelloBoardID.rawValue, maxLength: 64)
+        trelloListID = try body.requiredString(CodingKeys.trelloListID.rawValue, maxLength: 64)
+        try Self.validTrelloID(trelloBoardID, field: CodingKeys.trelloBoardID.rawValue)
+        try Self.validTrelloID(trelloListID, field: CodingKeys.trelloListID.rawValue)
+    }
+
+    static func validTrelloID(_ id: String, field: String) throws {
+        guard id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            throw APIError.unprocessable("\(field) must be a Trello id (letters and digits)")
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import Hummingbird
+import Logging
+import RoundupCore
+import RoundupRouting
+import RoundupStore
+
+/// `/dailyroundup/account`: creation with the bootstrap token, then the account's own routes behind its token.
+struct AccountRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.post { request, context in try await create(request, context) }
+        routes.add(middleware: api.authentication)
+        routes.get { _, context in try await get(context.requireAccount()) }
+        routes.put { request, context in try await update(context.requireAccount(), request, context) }
+        routes.delete { _, context in try await delete(context.requireAccount()) }
+        routes.post("token") { _, context in try await rotateToken(context.requireAccount()) }
+        return routes
+    }
+
+    /// `POST /dailyroundup/account`: a new account, for the bootstrap token only.
+    func create(_ request: Request, _ context: APIRequestContext) async throws -> EditedResponse<AccountToken> {
+        guard let bootstrap = api.options.bootstrapToken else {
+            throw APIError.forbidden("account creation is off: the server has no ROUNDUP_BOOTSTRAP_TOKEN")
+        }
+        guard let given = AuthenticationMiddleware.bearerToken(request) else {
+            throw APIError.unauthorized("account creation needs the bootstrap token as Bearer")
+        }
+        // Guessing the bootstrap token counts against the address like a bad account token; an address over its
+        // budget creates nothing, whatever it sends.
+        let givenHash = AuthenticationMiddleware.hash(given)
+        let attempt = AuthThrottle.Attempt(.bootstrap, request: request, context: context, tokenHash: givenHash)
+        let refused = APIError.unauthorized("account creation needs the bootstrap token as Bearer")
+        try await api.throttle.check(attempt, unauthorized: refused)
+        guard constantTimeEquals(Array(givenHash.utf8), Array(AuthenticationMiddleware.hash(bootstrap).utf8)) else {
+            await api.throttle.record(.bootstrap, attempt)
+            throw refused
+        }
+        let token = AuthenticationMiddleware.newToken()
+        let account = try await api.store.createAccount(authTokenHash: AuthenticationMiddleware.hash(token))
+        api.logger.info("account created", metadata: ["account": "\(account)"])
+        return EditedResponse(status: .created, response: AccountToken(accountID: account, authToken: token))
+    }
+
+    func get(_ account: String) async throws -> Account {
+        guard let details = try await api.store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
+        return Account(details)
+    }
+
+    func update(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Account {
+        let changes = try AccountChanges(try await JSONBody.read(request, context: context))
+        let update = changes.update
+        guard update != AccountUpdate() else {
+            throw APIError.unprocessable("nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
+        }
+        guard let details = try await api.store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
+        if update.trelloWebhookSecret != nil {
+            do {
+                // The secret as the store has it now: a concurrent update's publication cannot be overwritten by ours.
+                try await RoutePublisher.publishSecret(account: account, store: api.store, redis: api.redis, keys: api.options.keys)
+            } catch {
+                // Saved, but the ingress does not know yet; repeating the request is safe.
+                throw APIError.unavailable("saved, but the webhook receiver could not be told (Redis unreachable); repeat the request")
+            }
+        }
+        return Account(details)
+    }
+
+    func rotateToken(_ account: String) async throws -> AccountToken {
+        let token = AuthenticationMiddleware.newToken()
+        try await api.store.rotateToken(accountID: account, newTokenHash: AuthenticationMiddleware.hash(token))
+        api.logger.info("token rotated", metadata: ["account": "\(account)"])
+        return AccountToken(accountID: account, authToken: token)
+    }
+
+    /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
+    /// routes, and a tombstone against republication), then its webhooks at Trello (those Trello would not delete are
+    /// logged and counted, never a reason to keep the account), then its rows, then whatever Redis still names it.
+    /// Only Redis being unreachable at the start stops it (503: nothing was deleted, repeat the request).
+    func delete(_ account: String) async throws -> HTTPResponse.Status {
+        let store = api.store
+        let lists = try await store.syncLists(accountID: account)
+        let devices = try await store.devices(accountID: account).map(\.deviceID)
+        let credentials = try await store.accountDetails(id: account).flatMap(API.credentials)
+        let models = Set(lists.flatMap { [$0.trelloListID, $0.trelloBoardID] })
+        // The ingress stops accepting the account's webhooks first; if Redis cannot be told, the account stays whole.
+        do {
+            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: api.redis, keys: api.options.keys)
+        } catch {
+            api.logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
+            throw APIError.unavailable("the account could not be deleted now (Redis unreachable); nothing was deleted, repeat the request")
+        }
+        await api.deleteWebhooks(
+            Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
+        let removed = try await store.deleteAccount(id: account)
+        await api.purgeRedis(account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices)
+        api.logger.info("account deleted", metadata: ["account": "\(account)"])
+        return .noContent
+    }
+}

@@ -1,0 +1,84 @@
+import Hummingbird
+import NIOCore
+import RoundupCore
+import RoundupStore
+
+/// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
+struct ChangeRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.get { request, context in try await page(context.requireAccount(), request) }
+        routes.post("{id}/ack") { request, context in try await ackOne(context.requireAccount(), context.parameters.require("id"), request, context) }
+        routes.post("ack") { request, context in try await ackMany(context.requireAccount(), request, context) }
+        return routes
+    }
+
+    /// `GET /dailyroundup/changes`: a page of `ChangePage`. The hottest read of the API: the stored JSON columns are
+    /// canonical JSON already, so they are spliced in as they are, not parsed and re-encoded.
+    func page(_ account: String, _ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        var afterID: Int64 = 0
+        var limit = 200
+        if let text = query["after_id"] {
+            guard let value = Int64(String(text)) else { throw APIError.badRequest("after_id must be an integer") }
+            guard value >= 0 else { throw APIError.unprocessable("after_id must not be negative") }
+            afterID = value
+        }
+        if let text = query["limit"] {
+            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
+            guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
+            limit = value
+        }
+        let rows = try await api.store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1)
+        var out = ByteBuffer()
+        out.reserveCapacity(256 + rows.count * 400)
+        out.writeString(#"{"changes":["#)
+        for (index, row) in rows.prefix(limit).enumerated() {
+            if index > 0 { out.writeString(",") }
+            out.writeString(#"{"id":"#)
+            out.writeString(String(row.id))
+            out.writeString(#","change_type":"#)
+            out.writeString(JSONValue.string(row.changeType.rawValue).canonicalJSON)
+            out.writeString(#","sync_list_id":"#)
+            out.writeString(JSONValue.string(row.syncListID).canonicalJSON)
+            out.writeString(#","trello_card_id":"#)
+            out.writeString(JSONValue.string(row.trelloCardID).canonicalJSON)
+            out.writeString(#","reminder_id":"#)
+            out.writeString((row.reminderID.map(JSONValue.string) ?? .null).canonicalJSON)
+            out.writeString(#","changed_fields":"#)
+            out.writeString(row.changedFieldsJSON)
+            out.writeString(#","fields":"#)
+            out.writeString(row.fieldsJSON)
+            out.writeString(#","created_at":"#)
+            out.writeString(JSONValue.string(row.createdAt).canonicalJSON)
+            out.writeString("}")
+        }
+        out.writeString(#"],"has_more":"#)
+        out.writeString(rows.count > limit ? "true" : "false")
+        out.writeString(#","server_time":"#)
+        out.writeString(JSONValue.string(Timestamp.now()).canonicalJSON)
+        out.writeString("}")
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: out))
+    }
+
+    func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {
+        guard let id = Int64(idText) else { throw APIError.badRequest("the change id must be an integer") }
+        let body = try ChangeAckBody(try await JSONBody.read(request, context: context, optional: true))
+        return try await acknowledge(account, [ChangeAck(id: id, reminderID: body.reminderID)])
+    }
+
+    func ackMany(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {
+        let batch = try ChangeAckBatch(try await JSONBody.read(request, context: context))
+        return try await acknowledge(account, batch.acknowledgements)
+    }
+
+    private func acknowledge(_ account: String, _ acks: [ChangeAck]) async throws -> AckedChanges {
+        switch try await api.store.acknowledge(accountID: account, acks: acks) {
+        case .acked(let ids): return AckedChanges(acked: ids)
+        case .notFound(let id): throw APIError.notFound("no change \(id) (nothing was acked)")
+        }
+    }
+}

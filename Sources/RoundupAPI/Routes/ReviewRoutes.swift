@@ -1,0 +1,72 @@
+import Hummingbird
+import RoundupStore
+import RoundupSync
+
+/// `/dailyroundup/conflicts`: fields both sides changed, and the user's choice for each.
+struct ConflictRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.get { _, context in try await list(context.requireAccount()) }
+        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
+        return routes
+    }
+
+    func list(_ account: String) async throws -> ConflictPage {
+        ConflictPage(conflicts: try await api.store.conflicts(accountID: account).map { Conflict($0) })
+    }
+
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Conflict {
+        guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no conflict \(idText)") }
+        let resolution = try ConflictResolution(try await JSONBody.read(request, context: context))
+        do {
+            let detail = try await api.engine.resolveConflict(accountID: account, id: id, choice: resolution.choice, value: resolution.value)
+            return Conflict(detail.record, resolution: detail.resolution, resolvedAt: detail.resolvedAt)
+        } catch let error as ResolveError {
+            throw APIError(error, what: "conflict \(id)")
+        }
+    }
+}
+
+/// `/dailyroundup/duplicates`: cards that may be reminders the app already has, and the user's answer for each.
+struct DuplicateRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.get { _, context in try await list(context.requireAccount()) }
+        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
+        return routes
+    }
+
+    func list(_ account: String) async throws -> DuplicatePage {
+        DuplicatePage(duplicates: try await api.store.duplicates(accountID: account).map(Duplicate.init))
+    }
+
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Duplicate {
+        guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no duplicate \(idText)") }
+        let resolution = try DuplicateResolution(try await JSONBody.read(request, context: context))
+        do {
+            let detail = try await api.engine.resolveDuplicate(accountID: account, id: id, action: resolution.action)
+            return Duplicate(detail.record)
+        } catch let error as ResolveError {
+            throw APIError(error, what: "duplicate \(id)")
+        }
+    }
+}
+
+extension APIError {
+    /// A resolution the engine refused.
+    init(_ error: ResolveError, what: String) {
+        switch error {
+        case .notFound: self = .notFound("no \(what)")
+        case .alreadyResolved: self = .conflict("\(what) is already resolved")
+        case .inProgress: self = APIError(.conflict, "resolving", "\(what) is being resolved by another request; read it again in a moment")
+        case .invalid(let message): self = .unprocessable(message)
+        case .trello(let message): self = .badGateway("Trello refused the write: \(message)")
+        }
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+
+/// `/dailyroundup/sync`: the apps' edits as a job, and the jobs' progress.
+struct SyncRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.post { request, context in try await submit(context.requireAccount(), request, context) }
+        routes.get("jobs/{job_id}") { _, context in try await job(context.requireAccount(), context.parameters.require("job_id")) }
+        return routes
+    }
+
+    /// `POST /dailyroundup/sync`: checks every change, then starts one job for them (202). While another job of
+    /// the account runs, answers 409 with that job's id: the app polls it and posts again when it ends.
+    func submit(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> EditedResponse<JobStarted> {
+        let idempotencyKey = try Self.idempotencyKey(request)
+        let (deviceID, values) = try SyncRequest.envelope(try await JSONBody.read(request, context: context))
+        let lists = Set(try await api.store.syncLists(accountID: account).map(\.id))
+        var items: [SyncItem] = []
+        for (index, value) in values.enumerated() {
+            let path = "changes[\(index)]"
+            let change = try SyncChange(value, path: path, lists: lists)
+            if let cardID = change.trelloCardID {
+                guard let task = try await api.store.task(accountID: account, cardID: cardID) else {
+                    throw APIError.unprocessable("\(path).trello_card_id: no card \(cardID) is synced in this account")
+                }
+                guard task.syncListID == change.syncListID else {
+                    throw APIError.unprocessable("\(path).trello_card_id: the card \(cardID) belongs to another list")
+                }
+            }
+            items.append(change.item)
+        }
+        let submission = try await api.store.submitJob(
+            accountID: account, kind: .sync, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: .array(items.map(\.json)),
+            total: items.count, staleAfter: api.options.staleAfter)
+        return try await api.queue(submission, account: account)
+    }
+
+    func job(_ account: String, _ id: String) async throws -> Job {
+        guard let job = try await api.store.job(accountID: account, id: id) else { throw APIError.notFound("no job \(id)") }
+        return Job(job, staleAfter: api.options.staleAfter)
+    }
+
+    static let idempotencyKeyField = HTTPField.Name("Idempotency-Key")!
+
+    static func idempotencyKey(_ request: Request) throws -> String? {
+        guard let key = request.headers[idempotencyKeyField] else { return nil }
+        let trimmed = key.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty, trimmed.count <= 200 else { throw APIError.unprocessable("Idempotency-Key must be 1 to 200 characters") }
+        return trimmed
+    }
+}
+
+extension API {
+    /// A job submission's answer: 202 for a job queued now or replayed by its Idempotency-Key, 409 with the running
+    /// job's id while another job of the account runs.
+    func queue(_ submission: JobSubmission, account: String) async throws -> EditedResponse<JobStarted> {
+        switch submission {
+        case .busy(let running):
+            throw APIError(
+                .conflict, "job_running", "a sync job of this account is still running; poll it and post again when it ends",
+                headers: [.retryAfter: "2"], extra: ["job_id": .string(running)])
+        case .replayed(let job):
+            return EditedResponse(status: .accepted, response: JobStarted(job, staleAfter: options.staleAfter))
+        case .created(let job):
+            do {
+                _ = try await redis.send(
+                    .streamAppend(options.keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: account, kind: job.kind.rawValue).fields),
+                    timeout: .seconds(2))
+            } catch {
+                // Not queued: end it now, so the account is not blocked behind a job nobody will run.
+                try? await store.finishJob(jobID: job.id, status: .error, error: "could not be queued")
+                throw APIError.unavailable("the job could not be queued (Redis unreachable); nothing was changed, post again")
+            }
+            logger.info("job queued", metadata: ["job": "\(job.id)", "kind": "\(job.kind.rawValue)", "items": "\(job.total)"])
+            return EditedResponse(status: .accepted, response: JobStarted(job, staleAfter: options.staleAfter))
+        }
+    }
+}
