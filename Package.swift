@@ -47,6 +47,7 @@ let package = Package(
             name: "RoundupRedis",
             dependencies: [
                 "CHiredis",
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -266,14 +266,15 @@ final class IngressHandler: ChannelInboundHandler {
             var fields: [RedisArgument] = [
                 RedisArgument(shared.dedupeTTLSeconds),
                 RedisArgument(shared.maxBacklog),
-                "account", RedisArgument(account),
-                "action", RedisArgument(actionID),
-                "type", RedisArgument(type),
-                "model", RedisArgument(envelope.modelID ?? ""),
-                "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
-                "body", RedisArgument(buffer: body),
+                // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
+                RedisArgument(WebhookEvent.Field.account), RedisArgument(account),
+                RedisArgument(WebhookEvent.Field.action), RedisArgument(actionID),
+                RedisArgument(WebhookEvent.Field.type), RedisArgument(type),
+                RedisArgument(WebhookEvent.Field.model), RedisArgument(envelope.modelID ?? ""),
+                RedisArgument(WebhookEvent.Field.received), RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
+                RedisArgument(WebhookEvent.Field.body), RedisArgument(buffer: body),
             ]
-            if !trusted { fields += [RedisArgument(WebhookCallback.confirmField), "1"] }
+            if !trusted { fields += [RedisArgument(WebhookEvent.Field.confirm), RedisArgument(WebhookEvent.Field.confirmed)] }
             return shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],

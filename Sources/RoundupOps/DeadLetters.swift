@@ -2,18 +2,31 @@ import Foundation
 import RoundupCore
 import RoundupRedis
 
-/// One dead letter: the original event's fields and why it failed.
+/// One dead letter of the webhook stream: the original event and why it failed.
 public struct DeadLetter: Sendable, Equatable {
-    public var id: String
-    public var fields: [String: [UInt8]]
+    public var letter: StreamDeadLetter
+    /// The event as the ingress enqueued it; nil when its fields do not make one (no account or body).
+    public var event: WebhookEvent?
 
-    public func string(_ name: String) -> String? { fields[name].map { String(decoding: $0, as: UTF8.self) } }
+    public init(_ letter: StreamDeadLetter) {
+        self.letter = letter
+        event = WebhookEvent(fields: letter.original)
+    }
+
+    public var id: String { letter.id }
+
+    /// The event's fields one by one, as text: a dead letter may hold too little to make an event.
+    private func text(_ name: String) -> String? { letter.original[name].map { String(decoding: $0, as: UTF8.self) } }
+    public var account: String? { event?.account ?? text(WebhookEvent.Field.account) }
+    public var type: String? { event?.type ?? text(WebhookEvent.Field.type) }
+    /// The event's body as text.
+    public var body: String? { text(WebhookEvent.Field.body) }
 
     public var summary: JSONValue {
         .object([
-            "id": .string(id), "original_id": string("original_id").json, "account": string("account").json,
-            "action": string("action").json, "type": string("type").json, "error": string("error").json,
-            "deliveries": string("deliveries").json, "failed_at": string("failed_at").json,
+            "id": .string(id), "original_id": letter.originalID.json, "account": account.json,
+            "action": (event?.actionID ?? text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
+            "deliveries": letter.deliveries.map(String.init).json, "failed_at": letter.failedAt.map(String.init).json,
         ])
     }
 }
@@ -33,7 +46,7 @@ public struct DeadLetterQueue: Sendable {
     }
 
     /// The fields an event carries on the webhook stream (what the ingress wrote); the rest is dead-letter bookkeeping.
-    static let eventFields = ["account", "action", "type", "model", "received", "body"]
+    static let eventFields = WebhookEvent.fieldNames
 
     public func list(limit: Int) async throws -> [DeadLetter] {
         let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(keys.deadLetterStream), "-", "+", "COUNT", RedisArgument(limit)]))
@@ -101,6 +114,6 @@ public struct DeadLetterQueue: Sendable {
     }
 
     static func parse(_ reply: RedisValue) -> [DeadLetter] {
-        reply.streamEntries.map { DeadLetter(id: $0.id, fields: $0.fields) }
+        reply.streamEntries.map { DeadLetter(StreamDeadLetter(id: $0.id, fields: $0.fields)) }
     }
 }

@@ -124,112 +124,59 @@ public struct PushConsumer: Service {
         self.logger = logger
     }
 
-    var stream: String { options.keys.pushStream }
-    var group: String { options.keys.pusherGroup }
     var windowMilliseconds: Int { Int(options.window.components.seconds * 1000 + options.window.components.attoseconds / 1_000_000_000_000_000) }
+
+    /// The one stream consumer (`StreamConsumer`) on the push stream; entries left pending (a pusher died, or the
+    /// store could not be read) are taken over after 120 s.
+    var consumer: StreamConsumer<RedisStreamDriver, PushHandler> {
+        StreamConsumer(
+            options: .init(name: "push", consumer: options.consumer, batchSize: 256, claimIdle: .seconds(120), reclaimEvery: .seconds(5)),
+            driver: RedisStreamDriver(redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer),
+            handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending]), logger: logger)
+    }
 
     public func run() async throws {
         await withDiscardingTaskGroup { tasks in
             tasks.addTask { await self.deferredLoop() }
-            var reader: RedisConnection?
-            var backoff = Duration.milliseconds(100)
-            var lastClaim = ContinuousClock.now - .seconds(3600)
-            while !Task.isCancelled && !Task.isShuttingDownGracefully {
-                do {
-                    if reader == nil || reader?.isActive == false {
-                        try await redis.createGroupIfMissing(stream: stream, group: group)
-                        reader = try await redis.dedicatedConnection().get()
-                        logger.info("consuming", metadata: ["stream": "\(stream)", "consumer": "\(options.consumer)"])
-                    }
-                    // Entries left pending (a pusher died, or the store could not be read) are taken over after 120 s.
-                    var entries: [(id: String, fields: [String: String])] = []
-                    if ContinuousClock.now - lastClaim > .seconds(5) {
-                        lastClaim = .now
-                        entries = try await reclaim()
-                        await recordGauges()
-                    }
-                    if entries.isEmpty { entries = try await read(reader!, id: ">", block: true) }
-                    await withTaskGroup(of: Void.self) { batch in
-                        for entry in entries { batch.addTask { await self.handle(entry) } }
-                    }
-                    backoff = .milliseconds(100)
-                } catch {
-                    if Task.isShuttingDownGracefully { break }
-                    logger.warning("push loop error", metadata: ["error": "\(error)"])
-                    reader?.close().whenComplete { _ in }
-                    reader = nil
-                    try? await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(5))
-                }
-            }
-            reader?.close().whenComplete { _ in }
+            await consumer.run(isStopping: { Task.isShuttingDownGracefully })
             tasks.cancelAll()
         }
         logger.notice("push consumer stopped", metadata: ["consumer": "\(options.consumer)"])
     }
 
-    private func read(_ connection: RedisConnection, id: String, block: Bool) async throws -> [(id: String, fields: [String: String])] {
-        var arguments: [RedisArgument] = ["GROUP", RedisArgument(group), RedisArgument(options.consumer), "COUNT", "256"]
-        if block { arguments += ["BLOCK", "1000"] }
-        arguments += ["STREAMS", RedisArgument(stream), RedisArgument(id)]
-        let reply = try await connection.send(RedisCommand("XREADGROUP", arguments), timeout: TimeAmount.seconds(6)).get()
-        guard let streams = reply.array else { return [] }
-        return streams.flatMap { item -> [(id: String, fields: [String: String])] in
-            guard let pair = item.array, pair.count == 2 else { return [] }
-            return pair[1].streamEntries.map { entry in
-                (entry.id, entry.fields.mapValues { String(decoding: $0, as: UTF8.self) })
-            }
-        }
-    }
-
-    func reclaim() async throws -> [(id: String, fields: [String: String])] {
-        let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
-            RedisArgument(stream), RedisArgument(group), RedisArgument(options.consumer), "120000", "0-0", "COUNT", "256",
-        ]))
-        guard let parts = reply.array, parts.count >= 2 else { return [] }
-        return parts[1].streamEntries.map { ($0.id, $0.fields.mapValues { String(decoding: $0, as: UTF8.self) }) }
-    }
-
-    /// `roundup_stream_*{stream="push"}` and the deferred (coalesced) pushes waiting.
+    /// `roundup_push_deferred`: the deferred (coalesced) pushes waiting.
     func recordGauges() async {
-        guard let replies = try? await redis.pipeline([
-            RedisCommand("XLEN", [RedisArgument(stream)]),
-            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
-            RedisCommand("ZCARD", [RedisArgument(options.keys.deferredPushes)]),
-        ]) else { return }
-        if let length = replies[0].int { Gauge(label: "roundup_stream_length", dimensions: [("stream", "push")]).record(length) }
-        if let summary = replies[1].array { Gauge(label: "roundup_stream_pending", dimensions: [("stream", "push")]).record(summary.first?.int ?? 0) }
-        if let deferred = replies[2].int { Gauge(label: "roundup_push_deferred").record(deferred) }
+        if let deferred = try? await redis.send(RedisCommand("ZCARD", [RedisArgument(options.keys.deferredPushes)])).int {
+            Gauge(label: "roundup_push_deferred").record(deferred)
+        }
     }
 
-
-    func handle(_ entry: (id: String, fields: [String: String])) async {
-        guard let account = entry.fields["account"] else {
-            await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
-            return
-        }
+    /// Sends one push request to the account's devices; false when the devices could not be read (the entry stays
+    /// pending). An entry that is no push request is done with.
+    func handle(_ entry: StreamDelivery) async -> Bool {
+        guard let request = PushRequest(fields: entry.fields) else { return true }
+        let account = request.account
         let devices: [DeviceRecord]
         do {
-            devices = try await store.devices(accountID: account).filter { $0.deviceID != entry.fields["exclude_device"] }
+            devices = try await store.devices(accountID: account).filter { $0.deviceID != request.excludeDevice }
         } catch {
             logger.warning("devices not readable; the push entry stays pending", metadata: ["error": "\(error)"])
-            return
+            return false
         }
-        switch entry.fields["kind"] {
-        case "alert":
-            let ids = (entry.fields["conflict_ids"] ?? "").split(separator: ",").compactMap { Int($0) }
-            let payload = Self.alertPayload(reason: entry.fields["reason"] ?? "conflict", conflictIDs: ids)
+        switch request.kind {
+        case .alert:
+            let payload = Self.alertPayload(reason: request.reason.rawValue, conflictIDs: request.conflictIDs.map { Int($0) })
             await withTaskGroup(of: Void.self) { group in
                 for device in devices {
                     group.addTask { await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil) }
                 }
             }
-        default:
+        case .background:
             await withTaskGroup(of: Void.self) { group in
                 for device in devices { group.addTask { await self.background(device: device, account: account) } }
             }
         }
-        await redis.acknowledgeAndDelete(stream: stream, group: group, ids: [entry.id])
+        return true
     }
 
     /// Sends now if the device had no background push in the window; otherwise defers one to the window's end.
@@ -290,7 +237,7 @@ public struct PushConsumer: Service {
     func deliver(_ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?) async {
         let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
         let request = APNsRequest(deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
-        switch await sender.send(request, sandbox: device.environment == "sandbox") {
+        switch await sender.send(request, sandbox: device.environment == .sandbox) {
         case .sent:
             break
         case .deviceRemoved(let reason):
@@ -311,4 +258,22 @@ public struct PushConsumer: Service {
         let ids = conflictIDs.prefix(50).map(String.init).joined(separator: ",")
         return ByteBuffer(string: #"{"aps":{"alert":{"title":"Sync conflict","body":"A reminder was changed in Trello and on this device. Choose which to keep."},"category":"ROUNDUP_CONFLICT","sound":"default"},"roundup":{"reason":"\#(reason)","conflict_ids":[\#(ids)]}}"#)
     }
+}
+
+/// A batch of push requests, each handled at once beside the others.
+struct PushHandler: StreamHandler {
+    let pusher: PushConsumer
+
+    func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<UnclassifiedFailure> {
+        await withTaskGroup(of: (String, Bool).self) { group in
+            for entry in batch { group.addTask { (entry.id, await pusher.handle(entry)) } }
+            var result = StreamBatchResult<UnclassifiedFailure>()
+            for await (id, finished) in group {
+                if finished { result.done.append(id) } else { result.retry.append((id, nil)) }
+            }
+            return result
+        }
+    }
+
+    func recordGauges(inFlight: Int) async { await pusher.recordGauges() }
 }

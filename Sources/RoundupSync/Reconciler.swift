@@ -128,10 +128,9 @@ public struct Reconciler: Sendable {
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "token_revoked")]).increment()
             if flagged {
                 Counter(label: "roundup_trello_token_revoked_total").increment()
-                _ = try? await redis.send(RedisCommand("XADD", [
-                    RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "alert",
-                    "reason", "trello_token_revoked",
-                ]))
+                _ = try? await redis.send(.streamAppend(
+                    keys.pushStream, maxLength: PushRequest.streamMaxLength,
+                    fields: PushRequest(account: list.accountID, kind: .alert, reason: .trelloTokenRevoked).fields))
                 logger.warning("trello token revoked; account flagged", metadata: ["account": "\(list.accountID)"])
             }
             throw Failure.tokenRevoked
@@ -207,10 +206,8 @@ public struct Reconciler: Sendable {
             outcome.changes.merge(applied.types) { $0 + $1 }
         }
         if written > 0 {
-            _ = try? await redis.send(RedisCommand("XADD", [
-                RedisArgument(keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(list.accountID), "kind", "background",
-                "reason", "reconcile",
-            ]))
+            _ = try? await redis.send(.streamAppend(
+                keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: PushRequest.background(account: list.accountID, reason: .reconcile).fields))
         }
     }
 }

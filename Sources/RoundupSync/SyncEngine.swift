@@ -292,7 +292,7 @@ public struct SyncEngine: Sendable {
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
-        if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: "sync") }
+        if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         return SyncItemResult(
             reminderID: item.reminderID, op: item.op, status: conflictIDs.isEmpty ? "ok" : "conflict", trelloCardID: cardID, conflictIDs: conflictIDs)
     }
@@ -524,7 +524,7 @@ public struct SyncEngine: Sendable {
                     return (id, CardMapper.fields(fromCard: card, priority: priority))
                 }
                 if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {
-                    await queueBackgroundPush(account: list.accountID, excludeDevice: nil, reason: "import")
+                    await queueBackgroundPush(account: list.accountID, excludeDevice: nil, reason: .import)
                 }
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: "create", status: "ok", trelloCardID: card.cardID)
@@ -562,24 +562,16 @@ public struct SyncEngine: Sendable {
     // MARK: Pushes
 
     /// Queues a background push for the account's devices (roundup-pusher coalesces them per device).
-    func queueBackgroundPush(account: String, excludeDevice: String?, reason: String) async {
-        var arguments: [RedisArgument] = [
-            RedisArgument(options.keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(account), "kind", "background",
-            "reason", RedisArgument(reason),
-        ]
-        if let device = excludeDevice { arguments += ["exclude_device", RedisArgument(device)] }
-        _ = try? await redis.send(RedisCommand("XADD", arguments), timeout: .seconds(2))
+    func queueBackgroundPush(account: String, excludeDevice: String?, reason: PushRequest.Reason) async {
+        let request = PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice)
+        _ = try? await redis.send(.streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
     }
 
     /// Queues an alert push for the account's devices (roundup-pusher sends it).
     func queueConflictPush(job: SyncJob, item: SyncItem, conflictIDs: [Int64]) async {
-        var arguments: [RedisArgument] = [
-            RedisArgument(options.keys.pushStream), "MAXLEN", "~", "100000", "*", "account", RedisArgument(job.accountID), "kind", "alert",
-            "reason", "conflict", "conflict_ids", RedisArgument(conflictIDs.map(String.init).joined(separator: ",")),
-        ]
-        if let device = job.deviceID { arguments += ["exclude_device", RedisArgument(device)] }
+        let request = PushRequest(account: job.accountID, kind: .alert, reason: .conflict, conflictIDs: conflictIDs, excludeDevice: job.deviceID)
         do {
-            _ = try await redis.send(RedisCommand("XADD", arguments), timeout: .seconds(2))
+            _ = try await redis.send(.streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
         } catch {
             logger.warning("conflict push not queued", metadata: ["account": "\(job.accountID)", "error": "\(error)"])
         }

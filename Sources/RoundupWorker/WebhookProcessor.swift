@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import RoundupCore
+import RoundupRedis
 import RoundupStore
 import RoundupSync
 import Metrics
@@ -54,27 +55,12 @@ public enum EventFailure: String, Sendable, CaseIterable {
     public var waitsForStore: Bool { self == .storeUnavailable }
 }
 
-/// An entry's failure: its class and what happened.
-public struct EntryError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var failure: EventFailure
-    public var message: String
+/// An entry's failure: its class and what happened (recorded in `{prefix}stream:webhooks:errors` as the class, a tab,
+/// the message).
+public typealias EntryError = StreamFailure<EventFailure>
 
-    public init(_ failure: EventFailure, _ message: String) {
-        self.failure = failure
-        self.message = message
-    }
-
-    public var description: String { "\(failure.rawValue): \(message)" }
-
-    /// As the worker records an entry's last error in `{prefix}stream:webhooks:errors`: the class, a tab, the message
-    /// (its first 500 characters).
-    public var recorded: String { failure.rawValue + "\t" + String(message.prefix(500)) }
-
-    /// Reads `recorded` back; nil for anything else (nothing recorded, or a value in another form).
-    public init?(recorded: String) {
-        guard let tab = recorded.firstIndex(of: "\t"), let failure = EventFailure(rawValue: String(recorded[..<tab])) else { return nil }
-        self.init(failure, String(recorded[recorded.index(after: tab)...]))
-    }
+extension EventFailure: StreamFailureClass {
+    public var keepsEntryWaiting: Bool { waitsForStore }
 }
 
 /// The outcome of a batch: which entries are done (ack them), which failed and why.
@@ -208,27 +194,28 @@ public final class WebhookProcessor: Sendable {
         var outcome = BatchOutcome()
         var parsed: [Parsed] = []
         for entry in entries {
-            guard let account = entry.string("account"), let body = entry.fields["body"] else {
+            guard let event = WebhookEvent(fields: entry.fields) else {
                 outcome.poison.append((entry.id, EntryError(.undecodable, "entry has no account or body")))
                 continue
             }
+            let account = event.account
             let decoded: TrelloWebhookBody
             do {
-                decoded = try TrelloWebhookBody.decode(body)
+                decoded = try TrelloWebhookBody.decode(event.body)
             } catch {
                 outcome.poison.append((entry.id, EntryError(.undecodable, "body does not decode: \(error)")))
                 continue
             }
-            let received = entry.string("received").flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) } ?? Date()
+            let received = event.receivedMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
             let date = decoded.action.date.flatMap(Timestamp.date) ?? received
-            var events = CardEventInterpreter.events(for: decoded, actionType: entry.string("type"))
-            if entry.string(WebhookCallback.confirmField) == "1" {
+            var events = CardEventInterpreter.events(for: decoded, actionType: event.type)
+            if event.confirm {
                 // Not delivered to the account's own callback URL (`WebhookCallback`): trust no payload, read each card
                 // from Trello with the account's credentials, so a forged body can change nothing the apps see.
                 events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
             }
-            outcome.types[entry.id] = entry.string("type") ?? decoded.action.type ?? "unknown"
-            parsed.append(Parsed(entry: entry, account: account, actionID: entry.string("action") ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
+            outcome.types[entry.id] = event.type ?? decoded.action.type ?? "unknown"
+            parsed.append(Parsed(entry: entry, account: account, actionID: event.actionID ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
         }
 
         let lookups = parsed.flatMap { p in

@@ -107,10 +107,9 @@ for i in 0..<events {
         ? WebhookBodies.body(type: "updateCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1",
                              card: ["name": .string("Renamed \(i)")], old: ["name": .string("Card")], date: date, padding: 3_000)
         : WebhookBodies.body(type: "createCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1", date: date, padding: 3_000)
-    batch.append(RedisCommand("XADD", [
-        RedisArgument(keys.webhookStream), "*", "account", RedisArgument(account), "action", RedisArgument("act-\(i)"),
-        "type", RedisArgument(scenario == "update" ? "updateCard" : "createCard"), "model", "L1", "received", "0", "body", RedisArgument(bytes: body),
-    ]))
+    let event = WebhookEvent(
+        account: account, actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1", receivedMilliseconds: 0, body: body)
+    batch.append(.streamAppend(keys.webhookStream, fields: event.fields))
     if batch.count == 1_000 || i == events - 1 {
         _ = try await redis.pipeline(batch, timeout: .seconds(30)).get()
         batch.removeAll(keepingCapacity: true)

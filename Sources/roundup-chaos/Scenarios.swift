@@ -224,9 +224,7 @@ enum ChaosScenarios {
         // Pushes sent after the expiry for certain (the load may have finished first), each must still arrive.
         let before = apns.delivered.filter { $0.deviceToken == good }.count
         for _ in 0..<5 {
-            _ = try await stack.redis.send(RedisCommand("XADD", [
-                RedisArgument(stack.keys.pushStream), "*", "account", RedisArgument(account), "kind", "background", "reason", "changes",
-            ]))
+            _ = try await stack.redis.send(.streamAppend(stack.keys.pushStream, fields: PushRequest.background(account: account, reason: .changes).fields))
         }
         let afterExpiry = await TestSupport.eventually(timeout: .seconds(30)) { apns.delivered.filter { $0.deviceToken == good }.count >= before + 5 }
         if !afterExpiry { row.notes.append("pushes queued after the token expired did not all arrive") }

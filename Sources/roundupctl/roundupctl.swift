@@ -100,7 +100,7 @@ struct DLQ: AsyncParsableCommand {
             let letters = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).list(limit: limit)
             if json { printJSON(.array(letters.map(\.summary))) } else if letters.isEmpty { print("no dead letters") } else {
                 for letter in letters {
-                    print("\(shown(letter.id))  \(shown(letter.string("type") ?? "?"))  account \(shown(letter.string("account") ?? "?"))  deliveries \(shown(letter.string("deliveries") ?? "?"))  \(shown(letter.string("error") ?? ""))")
+                    print("\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))")
                 }
             }
             await context.redis.shutdown()
@@ -116,7 +116,7 @@ struct DLQ: AsyncParsableCommand {
                 throw ValidationError("no dead letter \(id)")
             }
             var object = letter.summary.objectValue ?? [:]
-            object["body"] = letter.string("body").map { (try? JSONParser.parse(Array($0.utf8))) ?? .string($0) } ?? .null
+            object["body"] = letter.body.map { (try? JSONParser.parse(Array($0.utf8))) ?? .string($0) } ?? .null
             printJSON(.object(object))
             await context.redis.shutdown()
         }
@@ -355,10 +355,9 @@ struct Reconcile: AsyncParsableCommand {
                 accountID: item.accountID, kind: "reconcile", deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
                 total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
             else { continue }
-            _ = try await context.redis.send(RedisCommand("XADD", [
-                RedisArgument(context.configuration.redisKeys.jobStream), "*", "job", RedisArgument(job.id), "account", RedisArgument(item.accountID),
-                "kind", "reconcile",
-            ]))
+            _ = try await context.redis.send(.streamAppend(
+                context.configuration.redisKeys.jobStream,
+                fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: "reconcile").fields))
             print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
         }
     }

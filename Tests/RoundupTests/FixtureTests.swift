@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import RoundupCore
+import RoundupRedis
 import RoundupStore
 import RoundupTesting
 import RoundupTrello

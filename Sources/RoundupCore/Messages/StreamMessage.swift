@@ -1,0 +1,17 @@
+/// A message carried on a Redis stream. Its type is the only code that names or reads its fields: writers append
+/// `fields`, readers decode `init(fields:)`.
+public protocol StreamMessage: Sendable {
+    /// Reads a message from a stream entry's fields; nil when a field it cannot do without is missing.
+    init?(fields: [String: [UInt8]])
+    /// Its fields, in the order they are appended.
+    var fields: [(name: String, value: [UInt8])] { get }
+}
+
+extension Dictionary where Key == String, Value == [UInt8] {
+    /// A field as text.
+    func text(_ name: String) -> String? { self[name].map { String(decoding: $0, as: UTF8.self) } }
+}
+
+extension Array where Element == (name: String, value: [UInt8]) {
+    mutating func append(_ name: String, _ text: String) { append((name: name, value: [UInt8](text.utf8))) }
+}

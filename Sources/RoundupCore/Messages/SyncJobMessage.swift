@@ -1,0 +1,35 @@
+/// A sync, import or reconcile job queued for the workers on the job stream; the job itself is a row in the store.
+public struct SyncJobMessage: StreamMessage, Equatable {
+    public enum Field {
+        public static let job = "job"
+        public static let account = "account"
+        public static let kind = "kind"
+    }
+
+    public var jobID: String
+    public var account: String?
+    /// The job's kind as its raw value (`JobKind` in RoundupStore: `sync`, `import`, `reconcile`), which this module
+    /// cannot name.
+    public var kind: String?
+
+    public init(jobID: String, account: String?, kind: String?) {
+        self.jobID = jobID
+        self.account = account
+        self.kind = kind
+    }
+
+    public init?(fields: [String: [UInt8]]) {
+        guard let job = fields.text(Field.job) else { return nil }
+        self.init(jobID: job, account: fields.text(Field.account), kind: fields.text(Field.kind))
+    }
+
+    public var fields: [(name: String, value: [UInt8])] {
+        var fields: [(name: String, value: [UInt8])] = []
+        fields.append(Field.job, jobID)
+        if let account { fields.append(Field.account, account) }
+        if let kind { fields.append(Field.kind, kind) }
+        return fields
+    }
+
+    public static func == (a: SyncJobMessage, b: SyncJobMessage) -> Bool { a.jobID == b.jobID && a.account == b.account && a.kind == b.kind }
+}

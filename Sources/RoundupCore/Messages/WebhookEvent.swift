@@ -1,0 +1,70 @@
+/// A Trello webhook delivery as the ingress enqueues it on the webhook stream and the worker reads it.
+///
+/// The ingress appends it from a Lua script on its hot path (`IngressScripts.enqueue`) with these field names
+/// (`Field`), in this order; everything else writes and reads it through this type.
+public struct WebhookEvent: StreamMessage, Equatable {
+    public enum Field {
+        public static let account = "account"
+        public static let action = "action"
+        public static let type = "type"
+        public static let model = "model"
+        public static let received = "received"
+        public static let body = "body"
+        /// Set ("1") on a delivery that did not come to the account's own callback URL (`WebhookCallback`).
+        public static let confirm = WebhookCallback.confirmField
+        /// The value of `confirm` when set.
+        public static let confirmed = "1"
+    }
+
+    /// Every field an event may carry: what a dead letter's replay puts back on the stream.
+    public static let fieldNames = [Field.account, Field.action, Field.type, Field.model, Field.received, Field.body, Field.confirm]
+
+    public var account: String
+    /// Trello's action id.
+    public var actionID: String?
+    /// Trello's action type (`updateCard`…).
+    public var type: String?
+    /// The id of the model (list or board) the webhook watches.
+    public var model: String?
+    /// When the ingress took it, in milliseconds since 1970.
+    public var receivedMilliseconds: Int?
+    /// The delivery's JSON body as it came.
+    public var body: [UInt8]
+    /// Every change it describes must be read from Trello, its payload not trusted.
+    public var confirm: Bool
+
+    public init(account: String, actionID: String?, type: String?, model: String?, receivedMilliseconds: Int?, body: [UInt8], confirm: Bool = false) {
+        self.account = account
+        self.actionID = actionID
+        self.type = type
+        self.model = model
+        self.receivedMilliseconds = receivedMilliseconds
+        self.body = body
+        self.confirm = confirm
+    }
+
+    public init?(fields: [String: [UInt8]]) {
+        guard let account = fields.text(Field.account), let body = fields[Field.body] else { return nil }
+        self.init(
+            account: account, actionID: fields.text(Field.action), type: fields.text(Field.type), model: fields.text(Field.model),
+            receivedMilliseconds: fields.text(Field.received).flatMap { Double($0) }.map { Int($0) }, body: body,
+            confirm: fields.text(Field.confirm) == Field.confirmed)
+    }
+
+    public var fields: [(name: String, value: [UInt8])] {
+        var fields: [(name: String, value: [UInt8])] = []
+        fields.append(Field.account, account)
+        if let actionID { fields.append(Field.action, actionID) }
+        if let type { fields.append(Field.type, type) }
+        if let model { fields.append(Field.model, model) }
+        if let receivedMilliseconds { fields.append(Field.received, String(receivedMilliseconds)) }
+        fields.append((Field.body, body))
+        if confirm { fields.append(Field.confirm, Field.confirmed) }
+        return fields
+    }
+
+    public static func == (a: WebhookEvent, b: WebhookEvent) -> Bool {
+        a.account == b.account && a.actionID == b.actionID && a.type == b.type && a.model == b.model
+            && a.receivedMilliseconds == b.receivedMilliseconds && a.body == b.body && a.confirm == b.confirm
+    }
+}

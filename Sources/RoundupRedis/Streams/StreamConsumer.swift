@@ -1,0 +1,328 @@
+import Foundation
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+
+/// The one loop every stream consumer runs (webhooks, jobs, pushes): read batches (the next one asked for while the
+/// current one is processed), hold each batch's lease while it is handled, settle it (ack and delete, record errors,
+/// append follow-ups), reclaim entries other consumers left idle, dead-letter entries delivered too often with their
+/// typed failure, back off on errors, and export the `roundup_stream_*` gauges.
+public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sendable {
+    public struct Options: Sendable {
+        /// The stream's name in logs and in the gauges' `stream` label (`webhooks`, `jobs`, `push`).
+        public var name: String
+        public var consumer: String
+        /// Entries handed to the handler at once.
+        public var batchSize: Int
+        /// Batches handled at once. With one, batches are handled in the loop and the next is read ahead.
+        public var concurrency: Int
+        /// How long a read waits for new entries.
+        public var block: Duration
+        /// An entry pending this long with its consumer is taken over (that consumer died or gave it up).
+        public var claimIdle: Duration
+        /// How often to look for such entries (and record the gauges).
+        public var reclaimEvery: Duration
+        /// After an outage many entries wait at once: up to this many full pages are reclaimed before reading new ones.
+        public var maxReclaimPages: Int
+        /// An entry delivered this often is dead-lettered instead of reclaimed (nil: never).
+        public var maxDeliveries: Int?
+        /// Backoff after a driver error: the first wait, doubled up to the last.
+        public var errorBackoff: ClosedRange<Duration>
+        /// Backoff after a batch whose failures keep entries waiting (the store unreachable).
+        public var dependencyBackoff: ClosedRange<Duration>
+
+        public init(
+            name: String, consumer: String, batchSize: Int, concurrency: Int = 1, block: Duration = .seconds(1), claimIdle: Duration,
+            reclaimEvery: Duration? = nil, maxReclaimPages: Int = 64, maxDeliveries: Int? = nil,
+            errorBackoff: ClosedRange<Duration> = .milliseconds(100) ... .seconds(5),
+            dependencyBackoff: ClosedRange<Duration> = .milliseconds(200) ... .seconds(5)
+        ) {
+            self.name = name
+            self.consumer = consumer
+            self.batchSize = max(1, batchSize)
+            self.concurrency = max(1, concurrency)
+            self.block = block
+            self.claimIdle = claimIdle
+            self.reclaimEvery = reclaimEvery ?? min(.seconds(5), max(.milliseconds(100), claimIdle / 2))
+            self.maxReclaimPages = max(1, maxReclaimPages)
+            self.maxDeliveries = maxDeliveries
+            self.errorBackoff = errorBackoff
+            self.dependencyBackoff = dependencyBackoff
+        }
+
+        /// How often a lease is extended: a third of the claim timeout (20 ms to 10 s).
+        public var leaseEvery: Duration { max(.milliseconds(20), min(.seconds(10), claimIdle / 3)) }
+    }
+
+    /// The metrics a consumer exports; nil counters are not counted.
+    public struct MetricSet: Sendable {
+        public enum StreamGauge: Sendable, Hashable, CaseIterable {
+            case length, pending, oldestPendingAge, lag, deadLetters
+        }
+
+        /// `roundup_stream_*` gauges recorded for the stream (label `stream` = the options' name).
+        public var gauges: Set<StreamGauge>
+        public var reclaimed: Counter?
+        public var deadLettered: Counter?
+        public var deadLettersTrimmed: Counter?
+        /// Bookkeeping writes Redis refused while a batch was settled.
+        public var writesRefused: Counter?
+
+        public init(
+            gauges: Set<StreamGauge> = [.length, .pending, .oldestPendingAge], reclaimed: Counter? = nil, deadLettered: Counter? = nil,
+            deadLettersTrimmed: Counter? = nil, writesRefused: Counter? = nil
+        ) {
+            self.gauges = gauges
+            self.reclaimed = reclaimed
+            self.deadLettered = deadLettered
+            self.deadLettersTrimmed = deadLettersTrimmed
+            self.writesRefused = writesRefused
+        }
+    }
+
+    public let options: Options
+    public let driver: Driver
+    public let handler: Handler
+    public let metrics: MetricSet
+    let logger: Logger
+
+    public init(options: Options, driver: Driver, handler: Handler, metrics: MetricSet = MetricSet(), logger: Logger) {
+        self.options = options
+        self.driver = driver
+        self.handler = handler
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// Runs until cancelled or until `isStopping` says so (a graceful shutdown): then it reads no more, handles what was
+    /// already delivered to it (the batch read ahead included) and waits for the batches in flight.
+    public func run(isStopping: @escaping @Sendable () -> Bool = { false }) async {
+        let running = InFlight()
+        await withDiscardingTaskGroup { tasks in
+            var lastReclaim = ContinuousClock.now - .seconds(3600)
+            var backoff = options.errorBackoff.lowerBound
+            var dependencyBackoff = options.dependencyBackoff.lowerBound
+            var prepared = false
+            // The next batch is asked for before the current one is processed, so it arrives while we work.
+            var prefetched: Task<[StreamDelivery], any Error>?
+            while !Task.isCancelled {
+                if isStopping() {
+                    // Stop reading; entries already delivered to this consumer are still processed and settled.
+                    if let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty {
+                        do {
+                            _ = try await process(batch)
+                        } catch {
+                            logger.warning("consumer loop error", metadata: ["stream": "\(options.name)", "error": "\(error)"])
+                        }
+                    }
+                    break
+                }
+                do {
+                    try await driver.prepare()
+                    if !prepared {
+                        prepared = true
+                        logger.info("consuming", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
+                    }
+                    if ContinuousClock.now - lastReclaim >= options.reclaimEvery {
+                        lastReclaim = .now
+                        if options.concurrency == 1 {
+                            for _ in 0..<options.maxReclaimPages {
+                                let (seen, claimed) = try await reclaimPage(limit: options.batchSize, running: running)
+                                // The store still failing: stop here, the next round tries again.
+                                if !claimed.isEmpty, try await process(claimed) { break }
+                                guard seen == options.batchSize else { break }
+                            }
+                        } else {
+                            let free = options.concurrency - running.batches
+                            if free > 0 {
+                                let (_, claimed) = try await reclaimPage(limit: free * options.batchSize, running: running)
+                                dispatch(claimed, running: running, into: &tasks)
+                            }
+                        }
+                        await recordGauges(inFlight: running.entries)
+                    }
+                    let free = options.concurrency - running.batches
+                    guard free > 0 else {
+                        try await Task.sleep(for: .milliseconds(100))
+                        continue
+                    }
+                    let count = options.batchSize * free
+                    let entries: [StreamDelivery]
+                    if let ahead = prefetched {
+                        prefetched = nil
+                        entries = try await ahead.value
+                    } else {
+                        entries = try await driver.read(count: count, block: options.block)
+                    }
+                    if !entries.isEmpty {
+                        if options.concurrency == 1 {
+                            // A full batch suggests more is waiting: ask for it now, without blocking.
+                            if entries.count == options.batchSize {
+                                prefetched = Task { [driver] in try await driver.read(count: count, block: nil) }
+                            }
+                            if try await process(entries) {
+                                // A dependency is unreachable: stop taking new entries for a while; they wait in the stream.
+                                try? await Task.sleep(for: dependencyBackoff)
+                                dependencyBackoff = min(dependencyBackoff * 2, options.dependencyBackoff.upperBound)
+                            } else {
+                                dependencyBackoff = options.dependencyBackoff.lowerBound
+                            }
+                        } else {
+                            dispatch(entries, running: running, into: &tasks)
+                        }
+                    }
+                    backoff = options.errorBackoff.lowerBound
+                } catch {
+                    if isStopping() && prefetched == nil { break }
+                    logger.warning("consumer loop error", metadata: ["stream": "\(options.name)", "error": "\(error)"])
+                    prefetched?.cancel()
+                    prefetched = nil
+                    await driver.reset()
+                    prepared = false
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, options.errorBackoff.upperBound)
+                }
+            }
+            prefetched?.cancel()
+            // Batches in flight finish (the task group waits for them); a handler that sees the shutdown may leave its
+            // entries pending for another consumer.
+        }
+        await driver.reset()
+        logger.notice("consumer stopped", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
+    }
+
+    /// Hands entries to tasks of their own, a batch each (concurrency above one).
+    private func dispatch(_ entries: [StreamDelivery], running: InFlight, into tasks: inout DiscardingTaskGroup) {
+        let fresh = entries.filter { !running.contains($0.id) }
+        for start in stride(from: 0, to: fresh.count, by: options.batchSize) {
+            let batch = Array(fresh[start..<min(fresh.count, start + options.batchSize)])
+            running.add(batch.map(\.id))
+            tasks.addTask {
+                do {
+                    _ = try await self.process(batch)
+                } catch {
+                    // Not settled: the entries stay pending and are reclaimed.
+                    self.logger.warning("settling failed", metadata: ["stream": "\(self.options.name)", "error": "\(error)"])
+                }
+                running.remove(batch.map(\.id))
+            }
+        }
+    }
+
+    /// Handles a batch under its lease and settles it. Returns whether a failure keeps entries waiting for a dependency.
+    @discardableResult
+    func process(_ batch: [StreamDelivery]) async throws -> Bool {
+        let started = ContinuousClock.now
+        let result = await whileLeased(batch.map(\.id)) { await self.handler.handle(batch) }
+        let failed = result.retry.compactMap { entry in entry.failure.map { (id: entry.id, recorded: $0.recorded) } }
+        let refused = try await driver.settle(done: result.done, failed: failed, appends: result.appends)
+        if refused > 0 {
+            metrics.writesRefused?.increment(by: refused)
+            logger.warning("redis refused bookkeeping writes", metadata: ["stream": "\(options.name)", "count": "\(refused)"])
+        }
+        for (id, failure) in result.deadLetter {
+            try await deadLetter(id, deliveries: 1, error: failure.description)
+        }
+        await handler.settled(result, batch: batch, refusedWrites: refused, duration: ContinuousClock.now - started)
+        return result.waitsForDependency
+    }
+
+    /// Takes over entries that sat pending with any consumer longer than the claim timeout (a consumer that died, or
+    /// an entry whose processing failed), or dead-letters them after too many deliveries. Returns how many pending
+    /// entries it looked at, and those it took over.
+    func reclaimPage(limit: Int, running: InFlight) async throws -> (seen: Int, claimed: [StreamDelivery]) {
+        let pending = try await driver.pending(idle: options.claimIdle, count: limit)
+        var claim: [String] = []
+        var exhausted: [StreamPendingEntry] = []
+        for entry in pending where !running.contains(entry.id) {
+            if let max = options.maxDeliveries, entry.deliveries >= max { exhausted.append(entry) } else { claim.append(entry.id) }
+        }
+        if !exhausted.isEmpty {
+            // An entry that failed only because a dependency was unreachable is not at fault: it waits in the stream
+            // for it to come back instead of going to the dead letters.
+            let recorded = try await driver.recordedErrors(exhausted.map(\.id))
+            for (index, entry) in exhausted.enumerated() {
+                let text = index < recorded.count ? recorded[index] : nil
+                let failure = text.flatMap(StreamFailure<Handler.Failure>.init(recorded:))
+                if failure?.failure.keepsEntryWaiting == true {
+                    claim.append(entry.id)
+                    continue
+                }
+                do {
+                    try await deadLetter(entry.id, deliveries: entry.deliveries, error: failure?.description ?? text ?? "delivered \(entry.deliveries) times without success")
+                } catch {
+                    // Redis refused the dead letter (at its maxmemory, most likely): the entry stays pending and is
+                    // tried again next round; the reclaim of the others, and the draining, go on.
+                    logger.warning("dead-lettering failed, will retry", metadata: ["stream": "\(options.name)", "entry": "\(entry.id)", "error": "\(error)"])
+                }
+            }
+        }
+        let claimed = try await driver.claim(claim, idle: options.claimIdle)
+        if !claimed.isEmpty {
+            metrics.reclaimed?.increment(by: claimed.count)
+            logger.info("reclaimed pending entries", metadata: ["stream": "\(options.name)", "count": "\(claimed.count)"])
+        }
+        return (pending.count, claimed)
+    }
+
+    func deadLetter(_ id: String, deliveries: Int, error: String) async throws {
+        let trimmed = try await driver.deadLetter(id, deliveries: deliveries, error: error)
+        metrics.deadLettered?.increment()
+        logger.error("event dead-lettered", metadata: ["stream": "\(options.name)", "entry": "\(id)", "deliveries": "\(deliveries)", "error": "\(error.prefix(200))"])
+        if trimmed > 0 {
+            metrics.deadLettersTrimmed?.increment(by: trimmed)
+            logger.warning("old dead letters trimmed", metadata: ["stream": "\(options.name)", "count": "\(trimmed)"])
+        }
+    }
+
+    /// Runs `work` while keeping the entries claimed by this consumer: every `leaseEvery` their idle time is reset
+    /// (which does not count a delivery), so work slower than the claim timeout (a slow Trello, rate-limit waits, a
+    /// long sync job) is neither reclaimed by another consumer nor processed twice.
+    func whileLeased<T: Sendable>(_ ids: [String], _ work: @escaping @Sendable () async -> T) async -> T {
+        guard !ids.isEmpty else { return await work() }
+        let every = options.leaseEvery
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask { [driver, logger, options] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: every)
+                    guard !Task.isCancelled else { return }
+                    do {
+                        try await driver.extendLease(ids)
+                    } catch {
+                        logger.warning("batch lease heartbeat failed", metadata: ["stream": "\(options.name)", "error": "\(error)"])
+                    }
+                }
+            }
+            let value = await work()
+            group.cancelAll()
+            return value
+        }
+    }
+
+    /// `roundup_stream_*{stream=…}` and the handler's own gauges.
+    func recordGauges(inFlight: Int) async {
+        await handler.recordGauges(inFlight: inFlight)
+        guard !metrics.gauges.isEmpty, let stats = await driver.stats() else { return }
+        let label = [("stream", options.name)]
+        if metrics.gauges.contains(.length), let length = stats.length { Gauge(label: "roundup_stream_length", dimensions: label).record(length) }
+        if let pending = stats.pending {
+            if metrics.gauges.contains(.pending) { Gauge(label: "roundup_stream_pending", dimensions: label).record(pending) }
+            if metrics.gauges.contains(.oldestPendingAge) {
+                let age = stats.oldestPendingMilliseconds.map { max(0, Date().timeIntervalSince1970 - $0 / 1000) } ?? 0
+                Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: label).record(age)
+            }
+        }
+        if metrics.gauges.contains(.deadLetters), let dead = stats.deadLetters { Gauge(label: "roundup_stream_dead_letters").record(dead) }
+        if metrics.gauges.contains(.lag), let lag = stats.lag { Gauge(label: "roundup_stream_lag", dimensions: label).record(lag) }
+    }
+}
+
+/// The entries (and batches) a consumer is handling in tasks of their own.
+final class InFlight: Sendable {
+    private let state = NIOLockedValueBox((ids: Set<String>(), batches: 0))
+    var entries: Int { state.withLockedValue { $0.ids.count } }
+    var batches: Int { state.withLockedValue { $0.batches } }
+    func contains(_ id: String) -> Bool { state.withLockedValue { $0.ids.contains(id) } }
+    func add(_ ids: [String]) { state.withLockedValue { $0.ids.formUnion(ids); $0.batches += 1 } }
+    func remove(_ ids: [String]) { state.withLockedValue { $0.ids.subtract(ids); $0.batches -= 1 } }
+}

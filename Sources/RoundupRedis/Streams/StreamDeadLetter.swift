@@ -1,0 +1,64 @@
+/// One entry of a dead-letter stream: the original entry's fields, and why and when it was given up. The only code
+/// that names the dead letter's own fields (the dead-letter script writes them from here).
+public struct StreamDeadLetter: Sendable, Equatable {
+    public enum Field {
+        public static let originalID = "original_id"
+        public static let error = "error"
+        public static let deliveries = "deliveries"
+        public static let failedAt = "failed_at"
+        static let all: Set<String> = [originalID, error, deliveries, failedAt]
+    }
+
+    /// Its id in the dead-letter stream.
+    public var id: String
+    /// The fields the entry had on its own stream.
+    public var original: [String: [UInt8]]
+    public var originalID: String?
+    /// The last recorded error (`class<TAB>message`), or the one the consumer gave when none was recorded.
+    public var error: String?
+    public var deliveries: Int?
+    /// Milliseconds since 1970.
+    public var failedAt: Int?
+
+    public init(id: String, fields: [String: [UInt8]]) {
+        self.id = id
+        func text(_ name: String) -> String? { fields[name].map { String(decoding: $0, as: UTF8.self) } }
+        originalID = text(Field.originalID)
+        error = text(Field.error)
+        deliveries = text(Field.deliveries).flatMap { Int($0) }
+        failedAt = text(Field.failedAt).flatMap { Int($0) }
+        original = fields.filter { !Field.all.contains($0.key) }
+    }
+
+    /// The failure class of `error` when it was recorded in the `class<TAB>message` form.
+    public func failure<Class: StreamFailureClass>(as: Class.Type) -> StreamFailure<Class>? {
+        error.flatMap(StreamFailure<Class>.init(recorded:))
+    }
+
+    /// Moves an entry to the dead-letter stream with its last error, then acks and deletes it, and trims the dead
+    /// letters to their retention bounds; returns how many old dead letters the trim removed. Under OOM the XADD, its
+    /// first write, is refused and nothing changes: the entry stays pending.
+    static let script = RedisScript(
+        name: "worker-dead-letter",
+        source: """
+            -- KEYS[1]: stream, KEYS[2]: dead-letter stream, KEYS[3]: errors hash
+            -- ARGV[1]: group, ARGV[2]: entry id, ARGV[3]: deliveries, ARGV[4]: error if none recorded, ARGV[5]: now (ms),
+            -- ARGV[6]: dead letters kept at most, ARGV[7]: the oldest id kept (ms of the age bound)
+            local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+            local err = redis.call('HGET', KEYS[3], ARGV[2]) or ARGV[4]
+            local fields = {}
+            if entry[1] then fields = entry[1][2] end
+            table.insert(fields, '\(Field.originalID)'); table.insert(fields, ARGV[2])
+            table.insert(fields, '\(Field.error)'); table.insert(fields, err)
+            table.insert(fields, '\(Field.deliveries)'); table.insert(fields, ARGV[3])
+            table.insert(fields, '\(Field.failedAt)'); table.insert(fields, ARGV[5])
+            redis.call('XADD', KEYS[2], '*', unpack(fields))
+            redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+            redis.call('XDEL', KEYS[1], ARGV[2])
+            redis.call('HDEL', KEYS[3], ARGV[2])
+            -- Retention, like Sidekiq's dead set: at most ARGV[6] letters, none older than ARGV[7] (a stream id).
+            local trimmed = redis.call('XTRIM', KEYS[2], 'MAXLEN', ARGV[6])
+            trimmed = trimmed + redis.call('XTRIM', KEYS[2], 'MINID', ARGV[7])
+            return trimmed
+            """)
+}
