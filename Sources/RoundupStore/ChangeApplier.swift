@@ -24,7 +24,7 @@ struct ChangeApplier<Rows: ChangeRows> {
     /// Accounts that got at least one change (their devices get a background push).
     private(set) var accounts = Set<String>()
     /// Rows written by change type (after folding), for reconciliation's drift figures.
-    private(set) var types: [String: Int] = [:]
+    private(set) var types: [ChangeType: Int] = [:]
     private let now = Timestamp.now()
 
     init(rows: Rows) { self.rows = rows }
@@ -33,11 +33,13 @@ struct ChangeApplier<Rows: ChangeRows> {
         var syncListID: String
         var stamps: [String: Stamp]
         var deleted: Bool
+        /// The reminder the card maps to, once an app acknowledged its create.
+        var reminderID: String? = nil
     }
 
     struct ChangeRow {
         var id: Int64
-        var type: String
+        var type: ChangeType
         var changedFields: [String]
         var fields: [String: JSONValue]
     }
@@ -45,7 +47,7 @@ struct ChangeApplier<Rows: ChangeRows> {
     struct NewChange {
         var accountID: String
         var syncListID: String
-        var type: String
+        var type: ChangeType
         var changedFieldsJSON: String
         var fieldsJSON: String
         var cardID: String
@@ -70,7 +72,7 @@ struct ChangeApplier<Rows: ChangeRows> {
             var stamps = task.stamps
             stamps[Self.membership] = Stamp(hash: "removed", time: time)
             try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: true, actionID: o.actionID, now: now)
-            try writeChange(o, type: "delete", changed: [], fields: [:])
+            try writeChange(o, type: .delete, changed: [], fields: [:])
 
         case .fields(let fields, let full):
             if let task, !task.deleted, task.syncListID == o.syncListID {
@@ -88,9 +90,17 @@ struct ChangeApplier<Rows: ChangeRows> {
                     stamps[name] = Stamp(hash: hash, time: time)
                     changed[name] = value
                 }
-                guard !changed.isEmpty else { return }
+                guard !changed.isEmpty else {
+                    // Nothing for the apps, but a value the store has may now be dated later: a value read from the
+                    // card is dated with the (older) action that made us read it, and this action confirms it at its
+                    // own time. That time is kept, or an older edit delivered after this one would count as newer.
+                    if stamps != task.stamps {
+                        try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
+                    }
+                    return
+                }
                 try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
-                let type = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? "complete" : "update"
+                let type: ChangeType = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? .complete : .update
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
             } else {
                 // First sight of the card in this list (new, moved in, or back from the archive) — unless this action
@@ -99,13 +109,13 @@ struct ChangeApplier<Rows: ChangeRows> {
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
                 try rows.upsertTask(accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
-                try writeChange(o, type: full ? "create" : "update", changed: fields.keys.sorted(), fields: fields)
+                try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields)
             }
         }
     }
 
     /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id).
-    mutating func writeChange(_ o: CardObservation, type: String, changed: [String], fields: [String: JSONValue]) throws {
+    mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws {
         var type = type
         var changed = changed
         var fields = fields
@@ -115,20 +125,20 @@ struct ChangeApplier<Rows: ChangeRows> {
             let previousFields = previous.fields
             try rows.supersede(changeID: previous.id)
             switch (previousType, type) {
-            case (_, "delete"), (_, "create"):
+            case (_, .delete), (_, .create):
                 // The newer state replaces the older one whole. A create followed by a delete still sends the delete:
                 // an app may have applied the create without acking it yet, and a delete of an unknown reminder is harmless.
                 break
-            case ("create", _):
-                type = "create"
+            case (.create, _):
+                type = .create
                 fields = previousFields.merging(fields) { _, new in new }
                 changed = Array(Set(previousChanged).union(changed)).sorted()
-            case ("delete", _):
+            case (.delete, _):
                 break  // cannot happen: a deleted card's task is re-created with a create
             default:
                 fields = previousFields.merging(fields) { _, new in new }
                 changed = Array(Set(previousChanged).union(changed)).sorted()
-                type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? "complete" : "update"
+                type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? .complete : .update
             }
         }
         try rows.insertChange(
@@ -187,10 +197,10 @@ struct SQLiteChangeRows: ChangeRows {
 
     func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT sync_list_id, field_hashes, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+            db.cachedStatement(sql: "SELECT sync_list_id, field_hashes, deleted, reminder_id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
             arguments: [accountID, cardID]
         ).map { row in
-            .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2])
+            .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2], reminderID: row[3])
         }
     }
 
@@ -232,5 +242,46 @@ struct SQLiteChangeRows: ChangeRows {
             INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
+    }
+}
+
+extension SQLiteChangeRows: OutboundRows {
+    func putTask(_ t: OutboundTask) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
+                last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
+            """).execute(arguments: [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps), t.deleted, t.syncedAt, t.now, t.now])
+    }
+
+    func deleteTask(accountID: String, cardID: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?").execute(arguments: [accountID, cardID])
+    }
+
+    func dropChanges(accountID: String, cardID: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND trello_card_id = ?").execute(arguments: [accountID, cardID])
+    }
+
+    func openConflictID(accountID: String, cardID: String, field: String) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT id FROM conflicts WHERE account_id = ? AND trello_card_id = ? AND field = ? AND status = 'open'"),
+            arguments: [accountID, cardID, field])
+    }
+
+    func updateConflict(id: Int64, _ c: StoredConflict) throws {
+        try db.cachedStatement(sql: "UPDATE conflicts SET trello_value = ?, reminders_value = ?, reminder_id = COALESCE(?, reminder_id), job_id = ? WHERE id = ?")
+            .execute(arguments: [c.trelloValueJSON, c.remindersValueJSON, c.reminderID, c.jobID, id])
+    }
+
+    func insertConflict(_ c: StoredConflict) throws -> Int64? {
+        try db.cachedStatement(sql: """
+            INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
+            VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, 'open', ?, ?)
+            """).execute(arguments: [
+                c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON, c.now, c.jobID,
+            ])
+        return db.lastInsertedRowID
     }
 }

@@ -37,7 +37,8 @@ extension PostgresStore {
     private static func details(_ row: PostgresRow) throws -> AccountDetails {
         try AccountDetails(
             id: row.text(0), trelloAPIKey: row.optionalText(1), trelloToken: row.optionalText(2), trelloWebhookSecret: row.optionalText(3),
-            conflictPolicy: row.text(4), deleteMode: row.text(5), createdAt: row.text(6), updatedAt: row.text(7), needsAttention: row.optionalText(8))
+            conflictPolicy: ConflictPolicy.stored(row.text(4)), deleteMode: DeleteMode.stored(row.text(5)), createdAt: row.text(6), updatedAt: row.text(7),
+            needsAttention: row.optionalText(8).map(AttentionReason.stored))
     }
 
     public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
@@ -47,8 +48,8 @@ extension PostgresStore {
                 UPDATE accounts SET trello_api_key = COALESCE(\(update.trelloAPIKey)::text, trello_api_key),
                     trello_token = COALESCE(\(update.trelloToken)::text, trello_token),
                     trello_webhook_secret = COALESCE(\(update.trelloWebhookSecret)::text, trello_webhook_secret),
-                    conflict_policy = COALESCE(\(update.conflictPolicy)::text, conflict_policy),
-                    delete_mode = COALESCE(\(update.deleteMode)::text, delete_mode), updated_at = \(Timestamp.now()),
+                    conflict_policy = COALESCE(\(update.conflictPolicy?.rawValue)::text, conflict_policy),
+                    delete_mode = COALESCE(\(update.deleteMode?.rawValue)::text, delete_mode), updated_at = \(Timestamp.now()),
                     needs_attention = CASE WHEN \(update.trelloToken)::text IS NOT NULL OR \(update.trelloAPIKey)::text IS NOT NULL
                         THEN NULL ELSE needs_attention END
                 WHERE id = \(id)
@@ -122,67 +123,17 @@ extension PostgresStore {
 
     public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
         guard !acks.isEmpty else { return .acked([]) }
-        let ids = acks.map(\.id)
         return try await write { c in
             // The account's lock first, then the rows: no worker folds a change into one being acked meanwhile.
             try await Self.lockAccounts(c, [accountID], logger: logger)
-
-            // Check every id first: all or nothing.
-            // "Issued" = drawn from the sequence; unlike sqlite_sequence it also counts ids of rolled-back inserts, so acking one
-            // of those answers as acked (nothing is deleted) where SQLite says not found.
-            let highest = try await c.rows(
-                "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('pending_changes', 'id')), 0)", logger
-            ).first?.int64(0) ?? 0
-            var found: [Int64: (account: String, card: String, type: String, superseded: Bool)] = [:]
-            for row in try await c.rows(
-                "SELECT id, account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ANY(\(ids))", logger)
-            {
-                let id = try row.int64(0)
-                found[id] = try (row.text(1), row.text(2), row.text(3), row.bool(4))
-            }
-            var rows: [Int64: (card: String, type: String, superseded: Bool)] = [:]
-            for ack in acks {
-                if let row = found[ack.id] {
-                    guard row.account == accountID else { return .notFound(ack.id) }
-                    rows[ack.id] = (row.card, row.type, row.superseded)
-                } else if ack.id <= 0 || ack.id > highest {
-                    return .notFound(ack.id)  // never issued
-                }
-                // Otherwise it was acked or folded away already: acking again is fine.
-            }
-            let now = Timestamp.now()
-            for ack in acks {
-                guard let (card, type, superseded) = rows[ack.id] else { continue }
-                if let reminder = ack.reminderID, type == "create" || type == "update" || type == "complete" {
-                    _ = try await c.run(
-                        """
-                        UPDATE sync_tasks SET reminder_id = \(reminder), last_synced_at = \(now), updated_at = \(now)
-                        WHERE account_id = \(accountID) AND trello_card_id = \(card)
-                        """,
-                        logger)
-                    if superseded, type == "create" {
-                        // The newer change the acked create was folded into must update that reminder, not make a second.
-                        _ = try await c.run(
-                            """
-                            UPDATE pending_changes SET change_type = 'update'
-                            WHERE account_id = \(accountID) AND trello_card_id = \(card) AND superseded = false AND change_type = 'create' AND id > \(ack.id)
-                            """,
-                            logger)
-                    }
-                }
-                // The change, and the older changes it replaced.
-                _ = try await c.run(
-                    """
-                    DELETE FROM pending_changes
-                    WHERE account_id = \(accountID) AND (id = \(ack.id) OR (trello_card_id = \(card) AND superseded = true AND id < \(ack.id)))
-                    """,
-                    logger)
-            }
-            return .acked(ids)
+            var rows = try await PostgresAckRows.load(c, ids: acks.map(\.id), logger: logger)
+            let result = try Acknowledgement.run(accountID: accountID, acks: acks, rows: &rows)
+            try await rows.flush(c, logger: logger)
+            return result
         }
     }
 
-    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool) {
+    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool) {
         try await write { c in
             let now = Timestamp.now()
             // One statement: it inserts, or updates and locks the existing row, so a concurrent delete (APNs refused
@@ -190,7 +141,7 @@ extension PostgresStore {
             let created = try await c.rows(
                 """
                 INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at)
-                VALUES (\(accountID), \(deviceID), \(apnsToken), \(platform), \(environment), \(now), \(now))
+                VALUES (\(accountID), \(deviceID), \(apnsToken), \(platform.rawValue), \(environment.rawValue), \(now), \(now))
                 ON CONFLICT (account_id, device_id) DO UPDATE SET apns_token = excluded.apns_token, platform = excluded.platform,
                     environment = excluded.environment, updated_at = excluded.updated_at
                 RETURNING (xmax = 0)
@@ -207,7 +158,7 @@ extension PostgresStore {
             logger
         ).map { row in
             try DeviceRecord(
-                deviceID: row.text(0), apnsToken: row.text(1), platform: row.text(2), environment: row.text(3), createdAt: row.text(4), updatedAt: row.text(5))
+                deviceID: row.text(0), apnsToken: row.text(1), platform: DevicePlatform.stored(row.text(2)), environment: APNsEnvironment.stored(row.text(3)), createdAt: row.text(4), updatedAt: row.text(5))
         }
     }
 
@@ -231,33 +182,15 @@ extension PostgresStore {
 
     public func conflicts(accountID: String) async throws -> [ConflictRecord] {
         try await read { c in
-            try await c.rows(
-                """
-                SELECT id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at
-                FROM conflicts WHERE account_id = \(accountID) ORDER BY id
-                """,
-                logger
-            ).map { row in
-                try ConflictRecord(
-                    id: row.int64(0), syncListID: row.optionalText(1), trelloCardID: row.optionalText(2), reminderID: row.optionalText(3),
-                    field: row.text(4), trelloValue: row.optionalText(5), remindersValue: row.optionalText(6), status: row.text(7), createdAt: row.text(8))
-            }
+            try await c.rows("SELECT \(unescaped: ConflictRecord.columns) FROM conflicts WHERE account_id = \(accountID) ORDER BY id", logger)
+                .map(ConflictRecord.init(stored:))
         }
     }
 
     public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await read { c in
-            try await c.rows(
-                """
-                SELECT id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at
-                FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id
-                """,
-                logger
-            ).map { row in
-                try DuplicateRecord(
-                    id: row.int64(0), syncListID: row.text(1), reminderID: row.optionalText(2), trelloCardID: row.text(3), title: row.text(4),
-                    dueDate: row.optionalText(5), status: row.text(6), createdAt: row.text(7))
-            }
+            try await c.rows("SELECT \(unescaped: DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id", logger)
+                .map(DuplicateRecord.init(stored:))
         }
     }
 
@@ -305,8 +238,71 @@ extension PostgresStore {
             }
             return try rows.map { row in
                 try JobRecord(
-                    id: row.text(0), accountID: row.text(1), kind: row.text(2), status: row.text(3), processed: row.int(4), total: row.int(5),
+                    id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)), processed: row.int(4), total: row.int(5),
                     error: row.optionalText(6), createdAt: row.text(7), updatedAt: row.text(8))
+            }
+        }
+    }
+}
+
+/// `AckRows` over rows read up front; the writes wait in `writes` until `flush`, in the same transaction.
+struct PostgresAckRows: AckRows {
+    enum Write {
+        case mapReminder(accountID: String, cardID: String, reminderID: String, now: String)
+        case turnCreatesIntoUpdates(accountID: String, cardID: String, after: Int64)
+        case deleteChange(accountID: String, id: Int64, cardID: String)
+    }
+
+    /// "Issued" = drawn from the sequence; unlike sqlite_sequence it also counts ids of rolled-back inserts, so acking
+    /// one of those answers as acked (nothing is deleted) where SQLite says not found.
+    var highest: Int64
+    var changes: [Int64: AckedChange]
+    var writes: [Write] = []
+
+    static func load(_ c: PostgresConnection, ids: [Int64], logger: Logger) async throws -> Self {
+        let highest = try await c.rows(
+            "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('pending_changes', 'id')), 0)", logger
+        ).first?.int64(0) ?? 0
+        var changes: [Int64: AckedChange] = [:]
+        for row in try await c.rows("SELECT id, account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ANY(\(ids))", logger) {
+            changes[try row.int64(0)] = try AckedChange(accountID: row.text(1), cardID: row.text(2), type: ChangeType.stored(row.text(3)), superseded: row.bool(4))
+        }
+        return Self(highest: highest, changes: changes)
+    }
+
+    func highestIssuedChangeID() -> Int64 { highest }
+    func change(id: Int64) -> AckedChange? { changes[id] }
+    mutating func mapReminder(accountID: String, cardID: String, reminderID: String, now: String) {
+        writes.append(.mapReminder(accountID: accountID, cardID: cardID, reminderID: reminderID, now: now))
+    }
+    mutating func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) {
+        writes.append(.turnCreatesIntoUpdates(accountID: accountID, cardID: cardID, after: id))
+    }
+    mutating func deleteChange(accountID: String, id: Int64, cardID: String) {
+        writes.append(.deleteChange(accountID: accountID, id: id, cardID: cardID))
+    }
+
+    func flush(_ c: PostgresConnection, logger: Logger) async throws {
+        for write in writes {
+            switch write {
+            case .mapReminder(let account, let card, let reminder, let now):
+                _ = try await c.run(
+                    """
+                    UPDATE sync_tasks SET reminder_id = \(reminder), last_synced_at = \(now), updated_at = \(now)
+                    WHERE account_id = \(account) AND trello_card_id = \(card)
+                    """, logger)
+            case .turnCreatesIntoUpdates(let account, let card, let after):
+                _ = try await c.run(
+                    """
+                    UPDATE pending_changes SET change_type = 'update'
+                    WHERE account_id = \(account) AND trello_card_id = \(card) AND superseded = false AND change_type = 'create' AND id > \(after)
+                    """, logger)
+            case .deleteChange(let account, let id, let card):
+                _ = try await c.run(
+                    """
+                    DELETE FROM pending_changes
+                    WHERE account_id = \(account) AND (id = \(id) OR (trello_card_id = \(card) AND superseded = true AND id < \(id)))
+                    """, logger)
             }
         }
     }

@@ -38,10 +38,8 @@ extension PostgresStore: SyncStore {
     }
 
     public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        let now = Timestamp.now()
-        let record = SyncListRecord(
-            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID,
-            trelloListID: trelloListID, createdAt: now)
+        let record = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
+        let now = record.createdAt
         do {
             try await write { c in
                 try await c.run(
@@ -155,11 +153,8 @@ extension PostgresStore: SyncStore {
         }
     }
 
-    public func apply(_ observations: [CardObservation]) async throws -> Int {
-        try await applyReportingAccounts(observations).written
-    }
-
-    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges {
+    @discardableResult
+    public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         let keys = observations.map { AccountScoped($0.accountID, $0.cardID) }
         return try await write { c in
@@ -177,51 +172,10 @@ extension PostgresStore: SyncStore {
         try await read { c in
             try await c.rows(
                 """
-                SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id,
-                       p.created_at, t.reminder_id
-                FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
+                SELECT \(unescaped: PendingChange.columns) FROM \(unescaped: PendingChange.join)
                 WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
                 """, logger
-            ).map { row in
-                PendingChange(
-                    id: try row.int64(0), accountID: accountID, syncListID: try row.text(1), changeType: try row.text(2),
-                    changedFields: PendingChangeCoding.changedFields(try row.text(3)), fields: PendingChangeCoding.fields(try row.text(4)),
-                    trelloCardID: try row.text(5), trelloActionID: try row.optionalText(6), reminderID: try row.optionalText(8),
-                    createdAt: Timestamp.date(try row.text(7)) ?? Date(timeIntervalSince1970: 0))
-            }
-        }
-    }
-
-    public func pendingChangesText(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChangeText] {
-        try await read { c in
-            try await c.rows(
-                """
-                SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, t.reminder_id, p.created_at
-                FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
-                WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
-                """, logger
-            ).map { row in
-                PendingChangeText(
-                    id: try row.int64(0), syncListID: try row.text(1), changeType: try row.text(2), changedFieldsJSON: try row.text(3),
-                    fieldsJSON: try row.text(4), trelloCardID: try row.text(5), reminderID: try row.optionalText(6), createdAt: try row.text(7))
-            }
-        }
-    }
-
-    public func acknowledge(accountID: String, ids: [Int64]) async throws -> Int {
-        guard !ids.isEmpty else { return 0 }
-        return try await write { c in
-            var deleted = 0
-            for id in ids {
-                guard let card = try await c.rows("SELECT trello_card_id FROM pending_changes WHERE account_id = \(accountID) AND id = \(id)", logger).first
-                else { continue }
-                let cardID = try card.text(0)
-                try await Self.lockAccounts(c, [accountID], logger: logger)
-                deleted += try await c.run("DELETE FROM pending_changes WHERE id = \(id) RETURNING 1", logger)
-                try await c.run(
-                    "DELETE FROM pending_changes WHERE account_id = \(accountID) AND trello_card_id = \(cardID) AND superseded AND id < \(id)", logger)
-            }
-            return deleted
+            ).map { try PendingChange(row: $0, accountID: accountID) }
         }
     }
 
@@ -274,18 +228,39 @@ struct PostgresChangeRows: ChangeRows {
     private var taskOrder: [AccountScoped] = []
     private var supersededIDs: [Int64] = []
     private var inserts: [(change: ChangeApplier<Self>.NewChange, now: String, superseded: Bool)] = []
+    // The outbound rules' writes (`OutboundRows`), flushed before the change rows.
+    private var outboundTasks: [AccountScoped: OutboundTask] = [:]
+    private var outboundOrder: [AccountScoped] = []
+    private var deletedTasks: [AccountScoped] = []
+    private var droppedChanges: [AccountScoped] = []
+    private var openConflicts: [AccountScoped: [String: Int64]] = [:]
+    private var conflictWrites: [(id: Int64?, conflict: StoredConflict)] = []
+
+    /// The open conflicts of these cards, for `openConflictID`.
+    mutating func loadOpenConflicts(_ c: PostgresConnection, keys: [AccountScoped], logger: Logger) async throws {
+        let accounts = keys.map(\.accountID), cards = keys.map(\.id)
+        for row in try await c.rows(
+            """
+            SELECT f.account_id, f.trello_card_id, f.field, f.id FROM conflicts f
+            JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON f.account_id = u.a AND f.trello_card_id = u.k
+            WHERE f.status = 'open'
+            """, logger)
+        {
+            openConflicts[AccountScoped(try row.text(0), try row.text(1)), default: [:]][try row.text(2)] = try row.int64(3)
+        }
+    }
 
     static func load(_ c: PostgresConnection, keys: [AccountScoped], logger: Logger) async throws -> Self {
         var rows = Self()
         let accounts = keys.map(\.accountID), cards = keys.map(\.id)
         for row in try await c.rows(
             """
-            SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.field_hashes, t.deleted FROM sync_tasks t
+            SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.field_hashes, t.deleted, t.reminder_id FROM sync_tasks t
             JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON t.account_id = u.a AND t.trello_card_id = u.k
             """, logger)
         {
             rows.tasks[AccountScoped(try row.text(0), try row.text(1))] = .init(
-                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4))
+                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4), reminderID: try row.optionalText(5))
         }
         for row in try await c.rows(
             """
@@ -296,7 +271,7 @@ struct PostgresChangeRows: ChangeRows {
             """, logger)
         {
             rows.latest[AccountScoped(try row.text(0), try row.text(1))] = .init(
-                id: try row.int64(2), type: try row.text(3), changedFields: PendingChangeCoding.changedFields(try row.text(4)),
+                id: try row.int64(2), type: try ChangeType.stored(row.text(3)), changedFields: PendingChangeCoding.changedFields(try row.text(4)),
                 fields: PendingChangeCoding.fields(try row.text(5)))
         }
         return rows
@@ -321,7 +296,7 @@ struct PostgresChangeRows: ChangeRows {
 
     mutating func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) {
         let key = AccountScoped(accountID, cardID)
-        tasks[key] = .init(syncListID: syncListID, stamps: stamps, deleted: false)
+        tasks[key] = .init(syncListID: syncListID, stamps: stamps, deleted: false, reminderID: tasks[key]?.reminderID)
         recordTask(key, TaskWrite(syncListID: syncListID, stamps: FieldStamps.encode(stamps), deleted: false, actionID: actionID, now: now))
     }
 
@@ -345,7 +320,54 @@ struct PostgresChangeRows: ChangeRows {
             id: -Int64(inserts.count), type: change.type, changedFields: change.changedFields, fields: change.fields)
     }
 
-    func flush(_ c: PostgresConnection, logger: Logger) async throws {
+    /// Writes what the rules decided, in order; returns the ids of the conflicts it inserted.
+    @discardableResult
+    func flush(_ c: PostgresConnection, logger: Logger) async throws -> [Int64] {
+        if !outboundOrder.isEmpty {
+            let tasks = outboundOrder.map { outboundTasks[$0]! }
+            // Arrays cannot hold NULL through these bindings: an absent reminder or sync time travels as "".
+            try await c.run(
+                """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
+                SELECT a, l, k, NULLIF(r, ''), h, d, NULLIF(s, ''), n, n
+                FROM unnest(\(tasks.map(\.accountID))::text[], \(tasks.map(\.syncListID))::text[], \(tasks.map(\.cardID))::text[],
+                            \(tasks.map { $0.reminderID ?? "" })::text[], \(tasks.map { FieldStamps.encode($0.stamps) })::text[], \(tasks.map(\.deleted))::bool[],
+                            \(tasks.map { $0.syncedAt ?? "" })::text[], \(tasks.map(\.now))::text[]) AS t(a, l, k, r, h, d, s, n)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                    reminder_id = COALESCE(excluded.reminder_id, sync_tasks.reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
+                    last_synced_at = COALESCE(excluded.last_synced_at, sync_tasks.last_synced_at), updated_at = excluded.updated_at
+                """, logger)
+        }
+        for key in deletedTasks {
+            try await c.run("DELETE FROM sync_tasks WHERE account_id = \(key.accountID) AND trello_card_id = \(key.id)", logger)
+        }
+        for key in droppedChanges {
+            try await c.run("DELETE FROM pending_changes WHERE account_id = \(key.accountID) AND trello_card_id = \(key.id)", logger)
+        }
+        try await flushChanges(c, logger: logger)
+        var inserted: [Int64] = []
+        for (id, f) in conflictWrites {
+            if let id {
+                try await c.run(
+                    """
+                    UPDATE conflicts SET trello_value = \(f.trelloValueJSON), reminders_value = \(f.remindersValueJSON),
+                        reminder_id = COALESCE(\(f.reminderID)::text, reminder_id), job_id = \(f.jobID) WHERE id = \(id)
+                    """, logger)
+            } else {
+                let row = try await c.rows(
+                    """
+                    INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
+                    VALUES (\(f.accountID), \(f.syncListID), (SELECT id FROM sync_tasks WHERE account_id = \(f.accountID) AND trello_card_id = \(f.cardID)),
+                        \(f.cardID), \(f.reminderID), \(f.field), \(f.trelloValueJSON), \(f.remindersValueJSON), 'open', \(f.now), \(f.jobID))
+                    RETURNING id
+                    """, logger)
+                inserted.append(try row[0].int64(0))
+            }
+        }
+        return inserted
+    }
+
+    private func flushChanges(_ c: PostgresConnection, logger: Logger) async throws {
         if !taskOrder.isEmpty {
             let writes = taskOrder.map { taskWrites[$0]! }
             // Arrays cannot hold NULL through these bindings: an absent action id travels as "".
@@ -369,12 +391,56 @@ struct PostgresChangeRows: ChangeRows {
                 """
                 INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded)
                 SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s
-                FROM unnest(\(changes.map(\.accountID))::text[], \(changes.map(\.syncListID))::text[], \(changes.map(\.type))::text[],
+                FROM unnest(\(changes.map(\.accountID))::text[], \(changes.map(\.syncListID))::text[], \(changes.map(\.type.rawValue))::text[],
                             \(changes.map(\.changedFieldsJSON))::text[], \(changes.map(\.fieldsJSON))::text[], \(changes.map(\.cardID))::text[],
                             \(changes.map { $0.actionID ?? "" })::text[], \(inserts.map(\.now))::text[], \(inserts.map(\.superseded))::bool[])
                      WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o)
                 ORDER BY o
                 """, logger)
         }
+    }
+}
+
+extension PendingChange {
+    /// A row of `PendingChange.columns`.
+    init(row: PostgresRow, accountID: String) throws {
+        self.init(
+            id: try row.int64(0), accountID: accountID, syncListID: try row.text(1), changeType: try ChangeType.stored(row.text(2)),
+            changedFieldsJSON: try row.text(3), fieldsJSON: try row.text(4), trelloCardID: try row.text(5), trelloActionID: try row.optionalText(6),
+            reminderID: try row.optionalText(7), createdAt: try row.text(8))
+    }
+}
+
+extension PostgresChangeRows: OutboundRows {
+    mutating func putTask(_ t: OutboundTask) {
+        let key = AccountScoped(t.accountID, t.cardID)
+        let previous = tasks[key]
+        tasks[key] = .init(syncListID: t.syncListID, stamps: t.stamps, deleted: t.deleted, reminderID: t.reminderID ?? previous?.reminderID)
+        if outboundTasks.updateValue(t, forKey: key) == nil { outboundOrder.append(key) }
+    }
+
+    mutating func deleteTask(accountID: String, cardID: String) {
+        let key = AccountScoped(accountID, cardID)
+        tasks[key] = nil
+        deletedTasks.append(key)
+    }
+
+    mutating func dropChanges(accountID: String, cardID: String) {
+        let key = AccountScoped(accountID, cardID)
+        latest[key] = nil
+        droppedChanges.append(key)
+    }
+
+    func openConflictID(accountID: String, cardID: String, field: String) -> Int64? {
+        openConflicts[AccountScoped(accountID, cardID)]?[field]
+    }
+
+    mutating func updateConflict(id: Int64, _ conflict: StoredConflict) {
+        conflictWrites.append((id, conflict))
+    }
+
+    mutating func insertConflict(_ conflict: StoredConflict) -> Int64? {
+        conflictWrites.append((nil, conflict))
+        return nil
     }
 }

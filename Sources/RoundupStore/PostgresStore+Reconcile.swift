@@ -38,13 +38,13 @@ extension PostgresStore: ReconcileStore {
     }
 
     @discardableResult
-    public func setNeedsAttention(accountID: String, reason: String?, whileToken: String?) async throws -> Bool {
+    public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await write { c in
             if let token = whileToken {
                 return try await c.run(
-                    "UPDATE accounts SET needs_attention = \(reason) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1", logger) == 1
+                    "UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1", logger) == 1
             }
-            return try await c.run("UPDATE accounts SET needs_attention = \(reason) WHERE id = \(accountID) RETURNING 1", logger) == 1
+            return try await c.run("UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) RETURNING 1", logger) == 1
         }
     }
 

@@ -108,42 +108,12 @@ extension SQLiteStore {
     public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
         guard !acks.isEmpty else { return .acked([]) }
         return try await pool.write { db in
-            // Check every id first: all or nothing.
-            let highest = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'pending_changes'") ?? 0
-            var rows: [Int64: (card: String, type: String, superseded: Bool)] = [:]
-            for ack in acks {
-                if let row = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ?"), arguments: [ack.id])
-                {
-                    guard (row[0] as String) == accountID else { return .notFound(ack.id) }
-                    rows[ack.id] = (row[1], row[2], row[3])
-                } else if ack.id <= 0 || ack.id > highest {
-                    return .notFound(ack.id)  // never issued
-                }
-                // Otherwise it was acked or folded away already: acking again is fine.
-            }
-            let now = Timestamp.now()
-            for ack in acks {
-                guard let (card, type, superseded) = rows[ack.id] else { continue }
-                if let reminder = ack.reminderID, type == "create" || type == "update" || type == "complete" {
-                    try db.cachedStatement(sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
-                        .execute(arguments: [reminder, now, now, accountID, card])
-                    if superseded, type == "create" {
-                        // The app made the reminder from the older create; the newer one it was folded into must
-                        // now update that reminder, not make a second.
-                        try db.cachedStatement(sql: "UPDATE pending_changes SET change_type = 'update' WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?")
-                            .execute(arguments: [accountID, card, ack.id])
-                    }
-                }
-                // The change, and the older changes it replaced.
-                try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))")
-                    .execute(arguments: [accountID, ack.id, card, ack.id])
-            }
-            return .acked(acks.map(\.id))
+            var rows = SQLiteAckRows(db: db)
+            return try Acknowledgement.run(accountID: accountID, acks: acks, rows: &rows)
         }
     }
 
-    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool) {
+    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool) {
         try await pool.write { db in
             let now = Timestamp.now()
             let exists = try Bool.fetchOne(db, sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID]) ?? false
@@ -189,35 +159,15 @@ extension SQLiteStore {
 
     public func conflicts(accountID: String) async throws -> [ConflictRecord] {
         try await pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at
-                    FROM conflicts WHERE account_id = ? ORDER BY id
-                    """,
-                arguments: [accountID]
-            ).map {
-                ConflictRecord(
-                    id: $0[0], syncListID: $0[1], trelloCardID: $0[2], reminderID: $0[3], field: $0[4], trelloValue: $0[5],
-                    remindersValue: $0[6], status: $0[7], createdAt: $0[8])
-            }
+            try Row.fetchAll(db, sql: "SELECT \(ConflictRecord.columns) FROM conflicts WHERE account_id = ? ORDER BY id", arguments: [accountID])
+                .map(ConflictRecord.init(stored:))
         }
     }
 
     public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at
-                    FROM potential_duplicates WHERE account_id = ? ORDER BY id
-                    """,
-                arguments: [accountID]
-            ).map {
-                DuplicateRecord(
-                    id: $0[0], syncListID: $0[1], reminderID: $0[2], trelloCardID: $0[3], title: $0[4], dueDate: $0[5],
-                    status: $0[6], createdAt: $0[7])
-            }
+            try Row.fetchAll(db, sql: "SELECT \(DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = ? ORDER BY id", arguments: [accountID])
+                .map(DuplicateRecord.init(stored:))
         }
     }
 
@@ -245,8 +195,8 @@ extension SQLiteStore {
 public struct JobRecord: Sendable, Equatable {
     public var id: String
     public var accountID: String
-    public var kind: String
-    public var status: String
+    public var kind: JobKind
+    public var status: JobStatus
     public var processed: Int
     public var total: Int
     public var error: String?
@@ -255,7 +205,7 @@ public struct JobRecord: Sendable, Equatable {
 
     /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
     public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
-        guard status == "running", let beat = Timestamp.date(updatedAt) else { return false }
+        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
         return now.timeIntervalSince(beat) > after
     }
 }
@@ -275,5 +225,37 @@ extension SQLiteStore {
                 JobRecord(id: $0[0], accountID: $0[1], kind: $0[2], status: $0[3], processed: $0[4], total: $0[5], error: $0[6], createdAt: $0[7], updatedAt: $0[8])
             }
         }
+    }
+}
+
+/// `AckRows` as statements in SQLite's write transaction.
+struct SQLiteAckRows: AckRows {
+    let db: Database
+
+    func highestIssuedChangeID() throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'pending_changes'") ?? 0
+    }
+
+    func change(id: Int64) throws -> AckedChange? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ?"), arguments: [id]
+        ).map { AckedChange(accountID: $0[0], cardID: $0[1], type: $0[2], superseded: $0[3]) }
+    }
+
+    func mapReminder(accountID: String, cardID: String, reminderID: String, now: String) throws {
+        try db.cachedStatement(sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
+            .execute(arguments: [reminderID, now, now, accountID, cardID])
+    }
+
+    func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) throws {
+        try db.cachedStatement(sql: """
+            UPDATE pending_changes SET change_type = 'update'
+            WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?
+            """).execute(arguments: [accountID, cardID, id])
+    }
+
+    func deleteChange(accountID: String, id: Int64, cardID: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))")
+            .execute(arguments: [accountID, id, cardID, id])
     }
 }

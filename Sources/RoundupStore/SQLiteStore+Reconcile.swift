@@ -10,7 +10,7 @@ public protocol ReconcileStore: Sendable {
     func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws
     /// Flags (or clears) the account; with `whileToken`, only if that is still its Trello token. Returns whether it changed.
     @discardableResult
-    func setNeedsAttention(accountID: String, reason: String?, whileToken: String?) async throws -> Bool
+    func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool
     /// Cards the store holds as present in the list.
     func liveCardIDs(accountID: String, syncListID: String) async throws -> [String]
     /// A webhook was registered again: every list of the account that named the old one names the new one.
@@ -45,7 +45,7 @@ extension SQLiteStore: ReconcileStore {
     }
 
     @discardableResult
-    public func setNeedsAttention(accountID: String, reason: String?, whileToken: String?) async throws -> Bool {
+    public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await pool.write { db in
             if let token = whileToken {
                 try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ? AND trello_token = ?", arguments: [reason, accountID, token])

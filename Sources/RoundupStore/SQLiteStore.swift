@@ -102,18 +102,12 @@ public final class SQLiteStore: SyncStore {
     }
 
     public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        let now = Timestamp.now()
-        let record = SyncListRecord(
-            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID,
-            trelloListID: trelloListID, createdAt: now)
+        let record = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
         do {
             try await pool.write { db in
                 try db.execute(
-                    sql: """
-                        INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, now, now])
+                    sql: "INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, record.createdAt, record.createdAt])
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
             throw StoreError.duplicateList
@@ -194,11 +188,8 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
-    public func apply(_ observations: [CardObservation]) async throws -> Int {
-        try await applyReportingAccounts(observations).written
-    }
-
-    public func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges {
+    @discardableResult
+    public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         return try await pool.write { db in
             var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
@@ -211,56 +202,11 @@ public final class SQLiteStore: SyncStore {
 
     public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
         try await pool.read { db in
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id,
-                           p.created_at, t.reminder_id
-                    FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
-                    WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
-                    """,
-                arguments: [accountID, afterID, limit])
-            return rows.map { row in
-                PendingChange(
-                    id: row[0], accountID: accountID, syncListID: row[1], changeType: row[2],
-                    changedFields: PendingChangeCoding.changedFields(row[3]), fields: PendingChangeCoding.fields(row[4]),
-                    trelloCardID: row[5], trelloActionID: row[6], reminderID: row[8],
-                    createdAt: Timestamp.date(row[7]) ?? Date(timeIntervalSince1970: 0))
-            }
-        }
-    }
-
-    public func pendingChangesText(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChangeText] {
-        try await pool.read { db in
             let statement = try db.cachedStatement(sql: """
-                SELECT p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, t.reminder_id, p.created_at
-                FROM pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id
+                SELECT \(PendingChange.columns) FROM \(PendingChange.join)
                 WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
                 """)
-            return try Row.fetchAll(statement, arguments: [accountID, afterID, limit]).map { row in
-                PendingChangeText(
-                    id: row[0], syncListID: row[1], changeType: row[2], changedFieldsJSON: row[3], fieldsJSON: row[4],
-                    trelloCardID: row[5], reminderID: row[6], createdAt: row[7])
-            }
-        }
-    }
-
-    public func acknowledge(accountID: String, ids: [Int64]) async throws -> Int {
-        guard !ids.isEmpty else { return 0 }
-        return try await pool.write { db in
-            var deleted = 0
-            for id in ids {
-                guard let card = try String.fetchOne(
-                    db, sql: "SELECT trello_card_id FROM pending_changes WHERE account_id = ? AND id = ?", arguments: [accountID, id])
-                else { continue }
-                try db.execute(sql: "DELETE FROM pending_changes WHERE id = ?", arguments: [id])
-                deleted += db.changesCount
-                // The older changes this one replaced go with it.
-                try db.execute(
-                    sql: "DELETE FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 1 AND id < ?",
-                    arguments: [accountID, card, id])
-            }
-            return deleted
+            return try Row.fetchAll(statement, arguments: [accountID, afterID, limit]).map { try PendingChange(row: $0, accountID: accountID) }
         }
     }
 
@@ -400,4 +346,13 @@ public struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
     public let path: String
     public let problem: String
     public var description: String { "sqlite migration lock \(path): \(problem)" }
+}
+
+extension PendingChange {
+    /// A row of `PendingChange.columns`.
+    init(row: Row, accountID: String) throws {
+        self.init(
+            id: row[0], accountID: accountID, syncListID: row[1], changeType: row[2], changedFieldsJSON: row[3], fieldsJSON: row[4],
+            trelloCardID: row[5], trelloActionID: row[6], reminderID: row[7], createdAt: row[8])
+    }
 }

@@ -31,6 +31,13 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var createdAt: String? = nil
     public var lastReconciledAt: String? = nil
     public var lastReconcileError: String? = nil
+
+    /// A new pairing of a Trello list, before the store writes it.
+    static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String) -> Self {
+        Self(
+            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
+            createdAt: Timestamp.now())
+    }
 }
 
 /// An account as the API shows it (credentials still whole here; the API masks them).
@@ -39,12 +46,12 @@ public struct AccountDetails: Sendable, Equatable {
     public var trelloAPIKey: String?
     public var trelloToken: String?
     public var trelloWebhookSecret: String?
-    public var conflictPolicy: String
-    public var deleteMode: String
+    public var conflictPolicy: ConflictPolicy
+    public var deleteMode: DeleteMode
     public var createdAt: String
     public var updatedAt: String
-    /// Why the account needs its user (e.g. `trello_token_revoked`), or nil.
-    public var needsAttention: String? = nil
+    /// Why the account needs its user, or nil.
+    public var needsAttention: AttentionReason? = nil
 }
 
 /// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.
@@ -52,9 +59,9 @@ public struct AccountUpdate: Sendable, Equatable {
     public var trelloAPIKey: String?
     public var trelloToken: String?
     public var trelloWebhookSecret: String?
-    public var conflictPolicy: String?
-    public var deleteMode: String?
-    public init(trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: String? = nil, deleteMode: String? = nil) {
+    public var conflictPolicy: ConflictPolicy?
+    public var deleteMode: DeleteMode?
+    public init(trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy? = nil, deleteMode: DeleteMode? = nil) {
         self.trelloAPIKey = trelloAPIKey
         self.trelloToken = trelloToken
         self.trelloWebhookSecret = trelloWebhookSecret
@@ -66,8 +73,8 @@ public struct AccountUpdate: Sendable, Equatable {
 public struct DeviceRecord: Sendable, Equatable {
     public var deviceID: String
     public var apnsToken: String
-    public var platform: String
-    public var environment: String
+    public var platform: DevicePlatform
+    public var environment: APNsEnvironment
     public var createdAt: String
     public var updatedAt: String
 }
@@ -80,7 +87,7 @@ public struct ConflictRecord: Sendable, Equatable {
     public var field: String
     public var trelloValue: String?
     public var remindersValue: String?
-    public var status: String
+    public var status: ConflictStatus
     public var createdAt: String
 }
 
@@ -91,7 +98,7 @@ public struct DuplicateRecord: Sendable, Equatable {
     public var trelloCardID: String
     public var title: String
     public var dueDate: String?
-    public var status: String
+    public var status: DuplicateStatus
     public var createdAt: String
 }
 
@@ -121,31 +128,28 @@ public struct TaskState: Sendable, Equatable {
     public var deleted: Bool
 }
 
-/// A pending change as stored: what the apps pull from `GET /dailyroundup/changes`.
+/// A pending change as stored: what the apps pull from `GET /dailyroundup/changes`. Its JSON columns stay as stored
+/// (canonical JSON text), so the API puts them in a page without parsing and re-encoding them.
 public struct PendingChange: Sendable, Equatable {
     public var id: Int64
     public var accountID: String
     public var syncListID: String
-    public var changeType: String
-    public var changedFields: [String]
-    public var fields: [String: JSONValue]
-    public var trelloCardID: String
-    public var trelloActionID: String?
-    public var reminderID: String?
-    public var createdAt: Date
-}
-
-/// A pending change with its JSON columns left as stored (canonical JSON text), so the API can put them in a
-/// response without parsing and re-encoding them.
-public struct PendingChangeText: Sendable, Equatable {
-    public var id: Int64
-    public var syncListID: String
-    public var changeType: String
+    public var changeType: ChangeType
     public var changedFieldsJSON: String
     public var fieldsJSON: String
     public var trelloCardID: String
+    public var trelloActionID: String?
+    /// The reminder the card maps to, when the query joined it.
     public var reminderID: String?
     public var createdAt: String
+
+    public var changedFields: [String] { PendingChangeCoding.changedFields(changedFieldsJSON) }
+    public var fields: [String: JSONValue] { PendingChangeCoding.fields(fieldsJSON) }
+
+    /// The columns every reader selects, in the order both stores decode them (`p` is `pending_changes`, `t` the
+    /// card's `sync_tasks` row or NULLs).
+    static let columns = "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, t.reminder_id, p.created_at"
+    static let join = "pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id"
 }
 
 /// One observation of a card, ready to compare with what the store has.
@@ -222,8 +226,8 @@ public struct RoutingSnapshot: Sendable, Equatable {
 public struct AppliedChanges: Sendable, Equatable {
     public var written: Int
     public var accounts: Set<String>
-    public var types: [String: Int]
-    public init(written: Int = 0, accounts: Set<String> = [], types: [String: Int] = [:]) {
+    public var types: [ChangeType: Int]
+    public init(written: Int = 0, accounts: Set<String> = [], types: [ChangeType: Int] = [:]) {
         self.written = written
         self.accounts = accounts
         self.types = types
@@ -240,16 +244,13 @@ public protocol SyncStore: Sendable {
     func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord
 
     func lookup(_ items: [BatchLookup]) async throws -> BatchContext
-    /// Applies observations in one transaction; returns the number of pending-change rows written.
-    func apply(_ observations: [CardObservation]) async throws -> Int
-    /// The same, also telling which accounts got changes (for their pushes).
-    func applyReportingAccounts(_ observations: [CardObservation]) async throws -> AppliedChanges
+    /// Applies observations in one transaction: the pending-change rows written, the accounts that got them (for
+    /// their pushes), and how many of each change type.
+    @discardableResult
+    func apply(_ observations: [CardObservation]) async throws -> AppliedChanges
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
 
     func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
-    func pendingChangesText(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChangeText]
-    /// Deletes acknowledged changes of this account; returns how many rows went.
-    func acknowledge(accountID: String, ids: [Int64]) async throws -> Int
     /// Acks changes, recording reminder ids for creates; all or nothing.
     func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult
 
@@ -267,7 +268,7 @@ public protocol SyncStore: Sendable {
     func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord?
 
     /// Inserts or updates a device; `created` tells which.
-    func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: String, environment: String) async throws -> (DeviceRecord, created: Bool)
+    func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool)
     func devices(accountID: String) async throws -> [DeviceRecord]
     func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
     func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool

@@ -3,7 +3,7 @@ import RoundupCore
 
 /// One edit an app posted in `POST /dailyroundup/sync`, validated.
 public struct SyncItem: Sendable, Equatable {
-    public var op: String
+    public var op: SyncOp
     public var syncListID: String
     public var reminderID: String
     public var trelloCardID: String?
@@ -12,7 +12,7 @@ public struct SyncItem: Sendable, Equatable {
     public var changedFields: [String]
     public var modifiedAt: Date
 
-    public init(op: String, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String], modifiedAt: Date) {
+    public init(op: SyncOp, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String], modifiedAt: Date) {
         self.op = op
         self.syncListID = syncListID
         self.reminderID = reminderID
@@ -24,14 +24,14 @@ public struct SyncItem: Sendable, Equatable {
 
     public var json: JSONValue {
         .object([
-            "op": .string(op), "sync_list_id": .string(syncListID), "reminder_id": .string(reminderID),
+            "op": .string(op.rawValue), "sync_list_id": .string(syncListID), "reminder_id": .string(reminderID),
             "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "fields": .object(fields),
             "changed_fields": .array(changedFields.map(JSONValue.string)), "modified_at": .string(Timestamp.string(modifiedAt)),
         ])
     }
 
     public init?(json: JSONValue) {
-        guard let op = json["op"]?.stringValue, let list = json["sync_list_id"]?.stringValue, let reminder = json["reminder_id"]?.stringValue,
+        guard let op = json["op"]?.stringValue.flatMap(SyncOp.init(rawValue:)), let list = json["sync_list_id"]?.stringValue, let reminder = json["reminder_id"]?.stringValue,
               let modified = json["modified_at"]?.stringValue.flatMap(Timestamp.date)
         else { return nil }
         self.init(
@@ -44,9 +44,8 @@ public struct SyncItem: Sendable, Equatable {
 /// What became of one item of a job.
 public struct SyncItemResult: Sendable, Equatable {
     public var reminderID: String?
-    public var op: String
-    /// ok, conflict, duplicate or error.
-    public var status: String
+    public var op: JobItemOp
+    public var status: ItemStatus
     public var trelloCardID: String?
     public var error: String?
     public var conflictIDs: [Int64]
@@ -54,7 +53,7 @@ public struct SyncItemResult: Sendable, Equatable {
     /// A reconciliation's figures (changes emitted by type, cards seen, webhooks registered again).
     public var summary: [String: JSONValue]?
 
-    public init(reminderID: String?, op: String, status: String, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [], duplicateID: Int64? = nil) {
+    public init(reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [], duplicateID: Int64? = nil) {
         self.reminderID = reminderID
         self.op = op
         self.status = status
@@ -66,7 +65,7 @@ public struct SyncItemResult: Sendable, Equatable {
 
     public var json: JSONValue {
         var object: [String: JSONValue] = [
-            "reminder_id": reminderID.map(JSONValue.string) ?? .null, "op": .string(op), "status": .string(status),
+            "reminder_id": reminderID.map(JSONValue.string) ?? .null, "op": .string(op.rawValue), "status": .string(status.rawValue),
             "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "error": error.map(JSONValue.string) ?? .null,
         ]
         if !conflictIDs.isEmpty { object["conflict_ids"] = .array(conflictIDs.map { .number(Double($0)) }) }
@@ -76,7 +75,9 @@ public struct SyncItemResult: Sendable, Equatable {
     }
 
     public init?(json: JSONValue) {
-        guard let op = json["op"]?.stringValue, let status = json["status"]?.stringValue else { return nil }
+        guard let op = json["op"]?.stringValue.flatMap(JobItemOp.init(rawValue:)),
+              let status = json["status"]?.stringValue.flatMap(ItemStatus.init(rawValue:))
+        else { return nil }
         let conflicts = (json["conflict_ids"]?.arrayValue ?? []).compactMap { value -> Int64? in
             if case .number(let n) = value { return Int64(n) }
             return nil
@@ -94,8 +95,8 @@ public struct SyncItemResult: Sendable, Equatable {
 public struct SyncJob: Sendable, Equatable {
     public var id: String
     public var accountID: String
-    public var kind: String
-    public var status: String
+    public var kind: JobKind
+    public var status: JobStatus
     public var deviceID: String?
     public var processed: Int
     public var total: Int
@@ -108,7 +109,7 @@ public struct SyncJob: Sendable, Equatable {
 
     /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone.
     public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
-        guard status == "running", let beat = Timestamp.date(updatedAt) else { return false }
+        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
         return now.timeIntervalSince(beat) > staleAfter
     }
 
@@ -220,7 +221,7 @@ public enum ResolutionTable: String, Sendable {
 /// A conflict or duplicate as the resolve endpoints need it.
 public struct ConflictDetail: Sendable, Equatable {
     public var record: ConflictRecord
-    public var resolution: String?
+    public var resolution: ConflictChoice?
     public var resolvedAt: String?
 }
 
@@ -235,7 +236,7 @@ public protocol SyncJobStore: Sendable {
     /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
     /// that holds the lease). A lease whose job went stale is taken over, and that job is marked `stale`.
     /// A `reconcile` job takes no lease (a per-list lock in Redis keeps runs of one list apart instead).
-    func submitJob(accountID: String, kind: String, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
+    func submitJob(accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
     func job(accountID: String, id: String) async throws -> SyncJob?
     /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.
     func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart
@@ -246,7 +247,7 @@ public protocol SyncJobStore: Sendable {
     /// A create that Trello certainly did not perform: its placeholder goes.
     func releaseCreate(accountID: String, reminderID: String) async throws
     /// Ends the job (completed or error) and releases the lease.
-    func finishJob(jobID: String, status: String, error: String?) async throws
+    func finishJob(jobID: String, status: JobStatus, error: String?) async throws
 
     func task(accountID: String, cardID: String) async throws -> SyncTaskRecord?
     /// The live card a reminder maps to; else its placeholder (a create in flight), if any.
@@ -261,13 +262,13 @@ public protocol SyncJobStore: Sendable {
     func recordSyncWrite(_ write: SyncWrite) async throws -> [Int64]
     func addDuplicate(accountID: String, _ duplicate: NewDuplicate) async throws -> Int64
     func conflict(accountID: String, id: Int64) async throws -> ConflictDetail?
-    func resolveConflict(accountID: String, id: Int64, resolution: String) async throws -> Bool
+    func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool
     func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail?
-    func resolveDuplicate(accountID: String, id: Int64, status: String) async throws -> Bool
+    func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool
     func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool
     func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws
     /// Emits a `create` change for each card (mapping it to no reminder yet); returns how many were written.
     func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int
     func priorityField(accountID: String, boardID: String) async throws -> PriorityField?
-    func conflictPolicy(accountID: String) async throws -> (policy: String, deleteMode: String)
+    func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode)
 }

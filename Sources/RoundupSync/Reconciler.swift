@@ -17,13 +17,13 @@ import RoundupTrello
 public struct Reconciler: Sendable {
     public struct Outcome: Sendable, Equatable {
         public var cards = 0
-        public var changes: [String: Int] = [:]
+        public var changes: [ChangeType: Int] = [:]
         public var webhooksRegistered = 0
         public var trelloRequests = 0
 
         public var summary: [String: JSONValue] {
             [
-                "cards": .number(Double(cards)), "changes": .object(changes.mapValues { .number(Double($0)) }),
+                "cards": .number(Double(cards)), "changes": .object(Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
                 "webhooks_registered": .number(Double(webhooksRegistered)),
             ]
         }
@@ -115,7 +115,7 @@ public struct Reconciler: Sendable {
             try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "ok")]).increment()
             for (type, count) in outcome.changes where count > 0 {
-                Counter(label: "roundup_reconcile_changes_total", dimensions: [("type", type)]).increment(by: count)
+                Counter(label: "roundup_reconcile_changes_total", dimensions: [("type", type.rawValue)]).increment(by: count)
             }
             logger.info("list reconciled", metadata: [
                 "list": "\(list.id)", "cards": "\(outcome.cards)", "changes": "\(outcome.changes)", "webhooks_registered": "\(outcome.webhooksRegistered)",
@@ -123,7 +123,7 @@ public struct Reconciler: Sendable {
             return outcome
         } catch let error as TrelloError where error.status == 401 && error.message.lowercased().contains("token") {
             // Only if the token Trello refused is still the stored one (the user may have just sent a new one).
-            let flagged = (try? await store.setNeedsAttention(accountID: list.accountID, reason: "trello_token_revoked", whileToken: token)) ?? false
+            let flagged = (try? await store.setNeedsAttention(accountID: list.accountID, reason: .trelloTokenRevoked, whileToken: token)) ?? false
             try? await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.tokenRevoked.description)
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "token_revoked")]).increment()
             if flagged {
@@ -201,7 +201,7 @@ public struct Reconciler: Sendable {
         if let echo { observations = await echo.withoutEchoes(observations, logger: logger) { _, card in live.contains(card) } }
         var written = 0
         for start in stride(from: 0, to: observations.count, by: 500) {
-            let applied = try await store.applyReportingAccounts(Array(observations[start..<min(observations.count, start + 500)]))
+            let applied = try await store.apply(Array(observations[start..<min(observations.count, start + 500)]))
             written += applied.written
             outcome.changes.merge(applied.types) { $0 + $1 }
         }

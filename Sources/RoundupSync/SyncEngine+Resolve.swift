@@ -25,24 +25,22 @@ extension SyncEngine {
 
     /// Applies the user's choice for a conflict: Trello's value goes to the apps, or the reminder's (or a new)
     /// value goes to Trello (and to the apps), then the conflict is marked resolved.
-    public func resolveConflict(accountID: String, id: Int64, choice: String, value: JSONValue?) async throws -> ConflictDetail {
+    public func resolveConflict(accountID: String, id: Int64, choice: ConflictChoice, value: JSONValue?) async throws -> ConflictDetail {
         guard let conflict = try await store.conflict(accountID: accountID, id: id) else { throw ResolveError.notFound }
-        guard conflict.record.status == "open" else { throw ResolveError.alreadyResolved }
+        guard conflict.record.status == .open else { throw ResolveError.alreadyResolved }
         let field = conflict.record.field
         var chosen: JSONValue?
         switch choice {
-        case "trello": chosen = nil
-        case "reminders":
+        case .trello: chosen = nil
+        case .reminders:
             chosen = conflict.record.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null
-        case "value":
+        case .value:
             guard let value else { throw ResolveError.invalid("value is required when choice is value") }
             do {
                 chosen = try SyncFields.normalize(field, value, path: "value")
             } catch let error as SyncFields.Invalid {
                 throw ResolveError.invalid(error.description)
             }
-        default:
-            throw ResolveError.invalid("choice must be one of trello, reminders, value")
         }
         guard let cardID = conflict.record.trelloCardID, let listID = conflict.record.syncListID else { throw ResolveError.notFound }
         guard try await store.claimResolution(accountID: accountID, table: .conflicts, id: id) else {
@@ -86,10 +84,9 @@ extension SyncEngine {
 
     /// `merge`: the reminder is the card; the card's fields go to the app as an update carrying the mapping.
     /// `keep_both`: a card is made for the reminder.
-    public func resolveDuplicate(accountID: String, id: Int64, action: String) async throws -> DuplicateDetail {
+    public func resolveDuplicate(accountID: String, id: Int64, action: DuplicateAction) async throws -> DuplicateDetail {
         guard let duplicate = try await store.duplicate(accountID: accountID, id: id) else { throw ResolveError.notFound }
-        guard duplicate.record.status == "open" else { throw ResolveError.alreadyResolved }
-        guard action == "merge" || action == "keep_both" else { throw ResolveError.invalid("action must be merge or keep_both") }
+        guard duplicate.record.status == .open else { throw ResolveError.alreadyResolved }
         guard let reminderID = duplicate.record.reminderID else { throw ResolveError.invalid("the duplicate has no reminder") }
         guard try await store.claimResolution(accountID: accountID, table: .duplicates, id: id) else {
             throw try await isGone(.duplicates, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.inProgress
@@ -98,7 +95,7 @@ extension SyncEngine {
             var state = try await makeState(accountID: accountID, jobID: nil)
             // The list was deleted since (and the duplicate with it).
             guard let list = state.lists[duplicate.record.syncListID] else { throw ResolveError.notFound }
-            if action == "merge" {
+            if action == .merge {
                 let cardID = duplicate.record.trelloCardID
                 guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
                     throw ResolveError.invalid("the card no longer exists in Trello; resolve with keep_both")
@@ -120,7 +117,7 @@ extension SyncEngine {
             try? await store.releaseResolution(accountID: accountID, table: .duplicates, id: id)
             throw await resolveError(error, .duplicates, accountID: accountID, id: id)
         }
-        guard try await store.resolveDuplicate(accountID: accountID, id: id, status: action == "merge" ? "merged" : "kept_both") else {
+        guard try await store.resolveDuplicate(accountID: accountID, id: id, status: action.status) else {
             throw try await isGone(.duplicates, accountID: accountID, id: id) ? ResolveError.notFound : ResolveError.alreadyResolved
         }
         guard let resolved = try await store.duplicate(accountID: accountID, id: id) else { throw ResolveError.notFound }

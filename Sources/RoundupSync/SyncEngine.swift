@@ -58,8 +58,8 @@ public struct SyncEngine: Sendable {
         /// The device whose sync this is: it already has its own values and gets no push for them.
         var deviceID: String? = nil
         var credentials: TrelloCredentialsValue
-        var policy: String
-        var deleteMode: String
+        var policy: ConflictPolicy
+        var deleteMode: DeleteMode
         var lists: [String: SyncListRecord]
         var priority: [String: PriorityField?] = [:]
         var openCards: [String: [[String: JSONValue]]] = [:]
@@ -102,22 +102,22 @@ public struct SyncEngine: Sendable {
         }
         switch outcome {
         case .completed:
-            try? await store.finishJob(jobID: job.id, status: "completed", error: nil)
-            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "completed")]).increment()
+            try? await store.finishJob(jobID: job.id, status: .completed, error: nil)
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.completed.rawValue)]).increment()
         case .failed(let message):
-            try? await store.finishJob(jobID: job.id, status: "error", error: message)
-            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "error")]).increment()
+            try? await store.finishJob(jobID: job.id, status: .error, error: message)
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.error.rawValue)]).increment()
         case .lost:
-            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind), ("status", "stale")]).increment()
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.stale.rawValue)]).increment()
         case .interrupted:
             break
         }
-        logger.info("job ended", metadata: ["job": "\(job.id)", "kind": "\(job.kind)", "outcome": "\(outcome)"])
+        logger.info("job ended", metadata: ["job": "\(job.id)", "kind": "\(job.kind.rawValue)", "outcome": "\(outcome)"])
         return outcome
     }
 
     private func work(_ job: SyncJob, holder: String, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
-        if job.kind == "reconcile" { return await runReconcile(job, holder: holder) }
+        if job.kind == .reconcile { return await runReconcile(job, holder: holder) }
         var state: JobState
         do {
             state = try await makeState(accountID: job.accountID, jobID: job.id)
@@ -128,7 +128,7 @@ public struct SyncEngine: Sendable {
             return .failed("the store could not be read: \(error)")
         }
         var running = state
-        if job.kind == "import" { return await runImport(job, holder: holder, state: &running, lost: lost) }
+        if job.kind == .import { return await runImport(job, holder: holder, state: &running, lost: lost) }
         let items = job.items
         // A stored count past the items (a payload edited by hand, say) is the end, not a trap.
         for index in min(max(job.processed, 0), items.count)..<items.count {
@@ -139,7 +139,7 @@ public struct SyncEngine: Sendable {
                 // Shutting down, or given up as stale, in the middle of retries: the item stays unprocessed.
                 return lost.withLockedValue({ $0 }) ? .lost : .interrupted
             }
-            Counter(label: "roundup_sync_items_total", dimensions: [("op", item.op), ("status", result.status)]).increment()
+            Counter(label: "roundup_sync_items_total", dimensions: [("op", item.op.rawValue), ("status", result.status.rawValue)]).increment()
             do {
                 guard try await store.recordResult(jobID: job.id, holder: holder, index: index, result: result, total: nil, staleAfter: options.staleAfter) else { return .lost }
             } catch {
@@ -168,14 +168,14 @@ public struct SyncEngine: Sendable {
             do {
                 return try await process(item, state: &state)
             } catch let failure as ItemFailure {
-                return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: failure.description)
+                return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: failure.description)
             } catch let error as TrelloError where !error.isTransient {
-                return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: error.description)
+                return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: error.description)
             } catch {
                 // Transient: Trello 429/5xx/timeouts, Redis or the store briefly away. The heartbeat keeps going.
                 if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
                 guard attempt < options.itemAttempts else {
-                    return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "error", trelloCardID: item.trelloCardID, error: "gave up after \(attempt) attempts: \(error)")
+                    return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: "gave up after \(attempt) attempts: \(error)")
                 }
                 let delay = min(8_000, 250 * (1 << (attempt - 1)))
                 logger.info("sync item will be retried", metadata: ["reminder": "\(item.reminderID)", "attempt": "\(attempt)", "error": "\(error)"])
@@ -187,11 +187,11 @@ public struct SyncEngine: Sendable {
     func process(_ item: SyncItem, state: inout JobState) async throws -> SyncItemResult {
         guard let list = state.lists[item.syncListID] else { throw ItemFailure(description: "the list \(item.syncListID) is no longer synced") }
         switch item.op {
-        case "create":
+        case .create:
             return try await create(item, list: list, state: &state)
-        case "delete":
+        case .delete:
             return try await delete(item, list: list, state: &state)
-        default:
+        case .update, .complete:
             let task = try await mappedTask(item, list: list)
             guard let task, !task.isPlaceholder else {
                 throw ItemFailure(description: "no Trello card is mapped to reminder \(item.reminderID); send a create")
@@ -199,7 +199,7 @@ public struct SyncEngine: Sendable {
             if task.deleted { throw ItemFailure(description: "the card \(task.cardID) was deleted, archived or moved out of the list in Trello") }
             var fields = item.fields
             var changed = item.changedFields
-            if item.op == "complete" {
+            if item.op == .complete {
                 fields[SyncField.completed] = .bool(true)
                 changed = [SyncField.completed]
             }
@@ -246,7 +246,7 @@ public struct SyncEngine: Sendable {
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
-            let pendingValue = pending.flatMap { $0.changeType == "delete" ? nil : $0.fields[field] }
+            let pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }
             if mine == theirs {
                 // Both sides agree (an earlier attempt wrote it, say): make the stamp say so too.
                 if pendingValue == nil, stamp?.hash != theirs.fieldHash { agreed[field] = theirs }
@@ -264,10 +264,10 @@ public struct SyncEngine: Sendable {
                 appWins = mine == .bool(true)  // within two seconds, done wins
             } else {
                 switch state.policy {
-                case "prefer_reminders": appWins = true
-                case "prefer_trello": appWins = false
-                case "lww": appWins = appTime >= theirTime
-                default:
+                case .preferReminders: appWins = true
+                case .preferTrello: appWins = false
+                case .lww: appWins = appTime >= theirTime
+                case .manual:
                     conflicts.append(NewConflict(field: field, trelloValue: theirs, remindersValue: mine))
                     appWins = false
                 }
@@ -294,7 +294,7 @@ public struct SyncEngine: Sendable {
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
         if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         return SyncItemResult(
-            reminderID: item.reminderID, op: item.op, status: conflictIDs.isEmpty ? "ok" : "conflict", trelloCardID: cardID, conflictIDs: conflictIDs)
+            reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID, conflictIDs: conflictIDs)
     }
 
     /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
@@ -418,10 +418,10 @@ public struct SyncEngine: Sendable {
                 NewDuplicate(
                     syncListID: list.id, reminderID: item.reminderID, cardID: cardID, title: title,
                     dueDate: item.fields[SyncField.dueDate]?.stringValue, fields: item.fields, jobID: state.jobID))
-            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "duplicate", trelloCardID: cardID, duplicateID: id)
+            return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .duplicate, trelloCardID: cardID, duplicateID: id)
         }
         let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, state: &state)
-        return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: card)
+        return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
     }
 
     /// Makes the card and maps it to the reminder; returns its id.
@@ -485,14 +485,14 @@ public struct SyncEngine: Sendable {
 
     func delete(_ item: SyncItem, list: SyncListRecord, state: inout JobState) async throws -> SyncItemResult {
         guard let task = try await mappedTask(item, list: list), !task.isPlaceholder else {
-            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", error: nil)  // nothing to delete
+            return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, error: nil)  // nothing to delete
         }
         if task.deleted {
-            return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: task.cardID)
+            return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: task.cardID)
         }
         let mark = echo.fieldKey(account: list.accountID, card: task.cardID, field: EchoFingerprints.removedField, value: .bool(true))
         try await echo.mark([mark])
-        if state.deleteMode == "delete" {
+        if state.deleteMode == .delete {
             _ = try await trello.deleteCard(id: task.cardID, credentials: state.credentials)
         } else {
             _ = try await trello.updateCard(id: task.cardID, attributes: ["closed": .bool(true)], credentials: state.credentials)
@@ -502,7 +502,7 @@ public struct SyncEngine: Sendable {
         record.dropPending = true
         _ = try await store.recordSyncWrite(record)
         await echo.clear([mark])
-        return SyncItemResult(reminderID: item.reminderID, op: item.op, status: "ok", trelloCardID: task.cardID)
+        return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: task.cardID)
     }
 
     // MARK: Import
@@ -527,7 +527,7 @@ public struct SyncEngine: Sendable {
                     await queueBackgroundPush(account: list.accountID, excludeDevice: nil, reason: .import)
                 }
                 for card in cards {
-                    let result = SyncItemResult(reminderID: nil, op: "create", status: "ok", trelloCardID: card.cardID)
+                    let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
                     guard try await store.recordResult(jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
                     processed += 1
                 }
@@ -549,7 +549,7 @@ public struct SyncEngine: Sendable {
         do {
             guard let list = try await store.syncList(accountID: job.accountID, id: listID) else { return .failed("the list is no longer synced") }
             let outcome = try await reconciler.run(list, wait: .seconds(60))
-            let result = SyncItemResult(reminderID: nil, op: "reconcile", status: "ok")
+            let result = SyncItemResult(reminderID: nil, op: .reconcile, status: .ok)
             var withSummary = result
             withSummary.summary = outcome.summary
             guard try await store.recordResult(jobID: job.id, holder: holder, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter) else { return .lost }

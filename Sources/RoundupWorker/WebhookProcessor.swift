@@ -337,7 +337,7 @@ public final class WebhookProcessor: Sendable {
         while true {
             attempt += 1
             do {
-                let result = try await store.applyReportingAccounts(observations)
+                let result = try await store.apply(observations)
                 outcome.changesWritten = result.written
                 outcome.accountsWithChanges = result.accounts
                 outcome.dropped += dropped.count

@@ -93,7 +93,7 @@ if scenario == "update" {
     }
     _ = try await store.apply(seed)
     let ids = try await store.pendingChanges(accountID: account, afterID: 0, limit: cards).map(\.id)
-    _ = try await store.acknowledge(accountID: account, ids: ids)
+    _ = try await store.acknowledge(accountID: account, acks: ids.map { ChangeAck(id: $0) })
 } else {
     for i in 0..<cards { trello.setCard(FakeTrello.card(id: "card-\(i)", listID: "L1", boardID: "B1", name: "Card \(i)")) }
 }

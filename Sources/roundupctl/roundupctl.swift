@@ -165,7 +165,7 @@ struct Jobs: AsyncParsableCommand {
     static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
         let age = Timestamp.date(job.updatedAt).map { now.timeIntervalSince($0) }
         return .object([
-            "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind), "status": .string(job.status),
+            "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind.rawValue), "status": .string(job.status.rawValue),
             "processed": .number(Double(job.processed)), "total": .number(Double(job.total)), "error": job.error.map(JSONValue.string) ?? .null,
             "heartbeat_age_s": age.map { .number(($0 * 10).rounded() / 10) } ?? .null, "stale": .bool(job.isStale(now: now, after: staleAfter)),
             "created_at": .string(job.createdAt), "updated_at": .string(job.updatedAt),
@@ -184,7 +184,7 @@ struct Jobs: AsyncParsableCommand {
             if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
                 for job in jobs {
                     let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
-                    print("\(job.id)  \(job.kind)  \(job.status)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+                    print("\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
                 }
             }
             await context.redis.shutdown()
@@ -352,12 +352,12 @@ struct Reconcile: AsyncParsableCommand {
         guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
         for item in lists {
             guard case .created(let job) = try await store.submitJob(
-                accountID: item.accountID, kind: "reconcile", deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
+                accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
                 total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
             else { continue }
             _ = try await context.redis.send(.streamAppend(
                 context.configuration.redisKeys.jobStream,
-                fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: "reconcile").fields))
+                fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: JobKind.reconcile.rawValue).fields))
             print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
         }
     }

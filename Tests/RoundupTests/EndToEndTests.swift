@@ -44,7 +44,7 @@ import Testing
         let arrived = try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 }
         #expect(arrived)
         let change = try #require(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).first)
-        #expect(change.changeType == "create")
+        #expect(change.changeType == .create)
         #expect(change.fields["title"] == .string("Buy milk"))
         #expect(change.fields["notes"] == .string("2 litres"))
         #expect(change.trelloActionID == "A1")
@@ -145,7 +145,7 @@ import Testing
         #expect(all)
         let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000)
         #expect(Set(changes.map(\.trelloCardID)).count == count)
-        #expect(changes.allSatisfy { $0.changeType == "create" })
+        #expect(changes.allSatisfy { $0.changeType == .create })
         #expect(try await TestSupport.eventually { try await stack.streamLength() == 0 })
         let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
         #expect(pending.array?.first?.int == 0)

@@ -92,7 +92,7 @@ import Testing
             let f = try await StoreFixture(listID: scenario.listID, boardID: scenario.boardID)
             if !scenario.isCreation {
                 _ = try await f.observe(scenario.cardID, .fields(CardMapper.fields(fromCard: scenario.before), full: true), at: 1_000_000_000)
-                _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+                _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
             }
             trello.setCard(scenario.after)
             let processor = WebhookProcessor(store: f.store, cards: client, logger: Logger(label: "test"))
@@ -105,7 +105,7 @@ import Testing
             let changes = try await f.changes()
             if let (type, fields) = expectation {
                 #expect(changes.count == 1, "\(file)")
-                #expect(changes.first?.changeType == type, "\(file)")
+                #expect(changes.first?.changeType.rawValue == type, "\(file)")
                 #expect(changes.first?.changedFields == fields, "\(file)")
                 #expect(changes.first?.trelloCardID == scenario.cardID, "\(file)")
             } else {

@@ -140,7 +140,7 @@ extension HostileTrafficTests {
             let changes = try await store.pendingChanges(accountID: account, afterID: 0, limit: 100)
             let expected = good.filter { $0.value == account }.keys.sorted()
             #expect(changes.map(\.trelloCardID).sorted() == expected, "\(changes.map(\.trelloCardID))")
-            #expect(changes.allSatisfy { $0.changeType == "create" })
+            #expect(changes.allSatisfy { $0.changeType == .create })
         }
         let requests = stack.trello.state.withLockedValue { $0.requests }
         for card in good.keys.sorted() {
@@ -299,7 +299,7 @@ final class BatchOrderHarness: @unchecked Sendable {
                 if card.closed {
                     _ = try await f.store.apply([CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at + 1, kind: .removed)])
                 }
-                _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+                _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
             }
         }
 

@@ -19,7 +19,7 @@ struct StoreFixture {
     }
 
     func observe(_ card: String, _ kind: CardObservation.Kind, at seconds: Double = 1_700_000_000, action: String = UUID().uuidString) async throws -> Int {
-        try await store.apply([CardObservation(accountID: account, syncListID: list.id, cardID: card, actionID: action, actionDate: Date(timeIntervalSince1970: seconds), kind: kind)])
+        try await store.apply([CardObservation(accountID: account, syncListID: list.id, cardID: card, actionID: action, actionDate: Date(timeIntervalSince1970: seconds), kind: kind)]).written
     }
 
     func changes() async throws -> [PendingChange] {
@@ -54,7 +54,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true)) == 0)
         let changes = try await f.changes()
         #expect(changes.count == 1)
-        #expect(changes[0].changeType == "create")
+        #expect(changes[0].changeType == .create)
         #expect(changes[0].fields["title"] == .string("Milk"))
         #expect(Set(changes[0].changedFields) == Set(SyncField.all))
     }
@@ -68,40 +68,41 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         var changes = try await f.changes()
         #expect(changes.count == 1)
         #expect(changes[0].id > created.id)
-        #expect(changes[0].changeType == "create")
+        #expect(changes[0].changeType == .create)
         #expect(changes[0].fields["title"] == .string("Oat milk"))
-        #expect(try await f.store.acknowledge(accountID: f.account, ids: [changes[0].id]) == 1)
-        // Acking the superseded id again is harmless and removes nothing.
-        #expect(try await f.store.acknowledge(accountID: f.account, ids: [created.id]) == 0)
+        #expect(try await f.store.acknowledge(accountID: f.account, acks: [ChangeAck(id: changes[0].id)]) == .acked([changes[0].id]))
+        #expect(try await f.changes().isEmpty)
+        // Acking the superseded id again is harmless.
+        #expect(try await f.store.acknowledge(accountID: f.account, acks: [ChangeAck(id: created.id)]) == .acked([created.id]))
 
         // Same value again: nothing written. A new value: an update of that field only.
         #expect(try await f.observe("c1", .fields(["title": .string("Oat milk")], full: false), at: 1_700_000_020) == 0)
         #expect(try await f.observe("c1", .fields(["notes": .string("2 litres")], full: false), at: 1_700_000_030) == 1)
         changes = try await f.changes()
-        #expect(changes.map(\.changeType) == ["update"])
+        #expect(changes.map(\.changeType) == [.update])
         #expect(changes[0].changedFields == ["notes"])
         // Then completion: merged into the unacked update, changed fields are the union.
         _ = try await f.observe("c1", .fields(["completed": .bool(true)], full: false), at: 1_700_000_040)
         changes = try await f.changes()
         #expect(changes.count == 1)
-        #expect(changes[0].changeType == "update")
+        #expect(changes[0].changeType == .update)
         #expect(changes[0].changedFields == ["completed", "notes"])
     }
 
     @Test func completionAloneIsAComplete() async throws {
         let f = try await StoreFixture()
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
-        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         _ = try await f.observe("c1", .fields(["completed": .bool(true)], full: false), at: 1_700_000_100)
         let changes = try await f.changes()
-        #expect(changes.map(\.changeType) == ["complete"])
+        #expect(changes.map(\.changeType) == [.complete])
         #expect(changes[0].changedFields == ["completed"])
     }
 
     @Test func olderActionsDoNotOverwriteNewerFields() async throws {
         let f = try await StoreFixture()
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_000)
-        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         _ = try await f.observe("c1", .fields(["title": .string("Newest")], full: false), at: 1_700_000_200)
         // Delivered late: an earlier rename must not win.
         #expect(try await f.observe("c1", .fields(["title": .string("Older")], full: false), at: 1_700_000_100) == 0)
@@ -111,15 +112,15 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
     @Test func deleteAndCreateThenDelete() async throws {
         let f = try await StoreFixture()
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
-        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         #expect(try await f.observe("c1", .removed) == 1)
-        #expect(try await f.changes().map(\.changeType) == ["delete"])
+        #expect(try await f.changes().map(\.changeType) == [.delete])
         #expect(try await f.observe("c1", .removed) == 0)  // redelivered: nothing new
 
         // A card created and deleted before the app acked the create: one delete (the app may have applied the create).
         _ = try await f.observe("c2", .fields(fullCard("Eggs"), full: true))
         _ = try await f.observe("c2", .removed)
-        #expect(try await f.changes().filter { $0.trelloCardID == "c2" }.map(\.changeType) == ["delete"])
+        #expect(try await f.changes().filter { $0.trelloCardID == "c2" }.map(\.changeType) == [.delete])
     }
 
     @Test func accountsSeeOnlyTheirOwnChanges() async throws {
@@ -128,7 +129,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
         let mine = try await f.changes()
         #expect(try await f.store.pendingChanges(accountID: other, afterID: 0, limit: 100).isEmpty)
-        #expect(try await f.store.acknowledge(accountID: other, ids: mine.map(\.id)) == 0)
+        #expect(try await f.store.acknowledge(accountID: other, acks: mine.map { ChangeAck(id: $0.id) }) == .notFound(mine[0].id))
         #expect(try await f.changes().count == 1)
     }
 
@@ -147,14 +148,14 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
     @Test func aLateRemovalDoesNotDeleteACardSeenSince() async throws {
         let f = try await StoreFixture()
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_100)
-        _ = try await f.store.acknowledge(accountID: f.account, ids: try await f.changes().map(\.id))
+        _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         // "Moved out" at t=50 arrives after the card was seen in the list at t=100.
         #expect(try await f.observe("c1", .removed, at: 1_700_000_050) == 0)
         #expect(try await f.changes().isEmpty)
         // A real removal later still counts, and an older create delivered after it does not bring the card back.
         #expect(try await f.observe("c1", .removed, at: 1_700_000_200) == 1)
         #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_150) == 0)
-        #expect(try await f.changes().map(\.changeType) == ["delete"])
+        #expect(try await f.changes().map(\.changeType) == [.delete])
     }
 
     @Test func ackingTheOlderCreateTurnsTheNewerOneIntoAnUpdate() async throws {
@@ -165,7 +166,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         _ = try await f.observe("c1", .fields(["title": .string("Oat milk")], full: false), at: 1_700_000_010)
         #expect(try await f.store.acknowledge(accountID: f.account, acks: [ChangeAck(id: older.id, reminderID: "R-9")]) == .acked([older.id]))
         let newer = try #require(try await f.changes().first)
-        #expect(newer.changeType == "update")
+        #expect(newer.changeType == .update)
         #expect(newer.reminderID == "R-9")
         #expect(newer.fields["title"] == .string("Oat milk"))
     }

@@ -1,0 +1,147 @@
+import GRDB
+
+// The domain's closed sets of values, each in one place. Raw values are what the columns, the JSON and the metric
+// labels hold, so the stored text and the wire format stay as they were; the CHECK constraints in the migrations
+// name the same values.
+
+/// What a pending change tells the apps to do with a reminder.
+public enum ChangeType: String, Sendable, Hashable, CaseIterable, Codable {
+    case create, update, complete, delete
+}
+
+/// What an app asks the server to do to a card (`POST /dailyroundup/sync`).
+public enum SyncOp: String, Sendable, Hashable, CaseIterable, Codable {
+    case create, update, complete, delete
+}
+
+/// The operation an item of a job's results stands for: an app's edit, or a reconciliation's summary.
+public enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
+    case create, update, complete, delete, reconcile
+
+    public init(_ op: SyncOp) {
+        switch op {
+        case .create: self = .create
+        case .update: self = .update
+        case .complete: self = .complete
+        case .delete: self = .delete
+        }
+    }
+}
+
+/// What became of one item of a job.
+public enum ItemStatus: String, Sendable, Hashable, CaseIterable, Codable {
+    case ok, conflict, duplicate, error
+}
+
+/// The kinds of background job (`background_jobs.kind`).
+public enum JobKind: String, Sendable, Hashable, CaseIterable, Codable {
+    /// The apps' edits, sent to Trello.
+    case sync
+    /// A Trello list's open cards, sent to the apps as creates.
+    case `import`
+    /// A list compared with Trello, drift repaired.
+    case reconcile
+}
+
+/// A job's state as stored (`background_jobs.status`).
+public enum JobStatus: String, Sendable, Hashable, CaseIterable, Codable {
+    case queued, running, completed, error
+}
+
+/// A job's end as the sync metrics count it: how it finished, or that it was given up as stale.
+public enum JobOutcome: String, Sendable, Hashable, CaseIterable {
+    case completed, error, stale
+}
+
+/// Who wins when both sides changed one field (`accounts.conflict_policy`).
+public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Keep both and record a conflict for the user.
+    case manual
+    /// Last writer wins, by modification time.
+    case lww
+    case preferTrello = "prefer_trello"
+    case preferReminders = "prefer_reminders"
+}
+
+/// What deleting a reminder does to its card (`accounts.delete_mode`).
+public enum DeleteMode: String, Sendable, Hashable, CaseIterable, Codable {
+    case archive, delete
+}
+
+/// An open conflict, or one the user resolved (`conflicts.status`).
+public enum ConflictStatus: String, Sendable, Hashable, CaseIterable, Codable {
+    case open, resolved
+}
+
+/// The side the user chose for a conflict (`conflicts.resolution`, the `choice` of the resolve endpoint).
+public enum ConflictChoice: String, Sendable, Hashable, CaseIterable, Codable {
+    case trello, reminders
+    /// A value the user typed.
+    case value
+}
+
+/// A possible duplicate: open, or resolved one of two ways (`potential_duplicates.status`).
+public enum DuplicateStatus: String, Sendable, Hashable, CaseIterable, Codable {
+    case open, merged
+    case keptBoth = "kept_both"
+}
+
+/// The user's answer to a possible duplicate (the `action` of the resolve endpoint).
+public enum DuplicateAction: String, Sendable, Hashable, CaseIterable, Codable {
+    case merge
+    case keepBoth = "keep_both"
+
+    /// The status a duplicate resolved this way is stored with.
+    public var status: DuplicateStatus {
+        switch self {
+        case .merge: .merged
+        case .keepBoth: .keptBoth
+        }
+    }
+}
+
+/// The Apple platform of a registered device.
+public enum DevicePlatform: String, Sendable, Hashable, CaseIterable, Codable {
+    case ios, macos
+}
+
+/// The APNs environment a device token belongs to.
+public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
+    case production, sandbox
+}
+
+/// Why an account needs its user (`accounts.needs_attention`).
+public enum AttentionReason: String, Sendable, Hashable, CaseIterable, Codable {
+    case trelloTokenRevoked = "trello_token_revoked"
+}
+
+// Stored as their raw text on both stores: GRDB converts raw-representable values itself; the PostgreSQL store reads
+// the text and asks `stored(_:)` (a text that is none of the values fails the row; the CHECK constraints keep such
+// text out).
+extension ChangeType: DatabaseValueConvertible {}
+extension SyncOp: DatabaseValueConvertible {}
+extension JobKind: DatabaseValueConvertible {}
+extension JobStatus: DatabaseValueConvertible {}
+extension ConflictPolicy: DatabaseValueConvertible {}
+extension DeleteMode: DatabaseValueConvertible {}
+extension ConflictStatus: DatabaseValueConvertible {}
+extension ConflictChoice: DatabaseValueConvertible {}
+extension DuplicateStatus: DatabaseValueConvertible {}
+extension DevicePlatform: DatabaseValueConvertible {}
+extension APNsEnvironment: DatabaseValueConvertible {}
+extension AttentionReason: DatabaseValueConvertible {}
+
+/// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
+public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {
+    public var type: String
+    public var value: String
+    public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
+}
+
+extension RawRepresentable where RawValue == String {
+    /// The value a column holds, or `UnknownStoredValue`.
+    public static func stored(_ text: String) throws -> Self {
+        guard let value = Self(rawValue: text) else { throw UnknownStoredValue(type: "\(Self.self)", value: text) }
+        return value
+    }
+}

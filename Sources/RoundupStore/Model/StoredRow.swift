@@ -1,0 +1,67 @@
+import GRDB
+import PostgresNIO
+
+/// A row of either store, read by column position: records decode themselves once from it, whichever store read it.
+protocol StoredRow {
+    func text(_ column: Int) throws -> String
+    func optionalText(_ column: Int) throws -> String?
+    func int64(_ column: Int) throws -> Int64
+}
+
+extension StoredRow {
+    /// A domain value stored as its raw text.
+    func value<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value where Value.RawValue == String {
+        try Value.stored(text(column))
+    }
+
+    func optionalValue<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value? where Value.RawValue == String {
+        try optionalText(column).map(Value.stored)
+    }
+}
+
+extension Row: StoredRow {
+    func text(_ column: Int) throws -> String { try decode(String.self, atIndex: column) }
+    func optionalText(_ column: Int) throws -> String? { try decode(String?.self, atIndex: column) }
+    func int64(_ column: Int) throws -> Int64 { try decode(Int64.self, atIndex: column) }
+}
+
+extension PostgresRow: StoredRow {}
+
+extension ConflictRecord {
+    /// The columns `init(stored:)` reads, from `conflicts`.
+    static let columns = "id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at"
+
+    init(stored row: some StoredRow) throws {
+        self.init(
+            id: try row.int64(0), syncListID: try row.optionalText(1), trelloCardID: try row.optionalText(2), reminderID: try row.optionalText(3),
+            field: try row.text(4), trelloValue: try row.optionalText(5), remindersValue: try row.optionalText(6), status: try row.value(7),
+            createdAt: try row.text(8))
+    }
+}
+
+extension ConflictDetail {
+    static let columns = ConflictRecord.columns + ", resolution, resolved_at"
+
+    init(stored row: some StoredRow) throws {
+        self.init(record: try ConflictRecord(stored: row), resolution: try row.optionalValue(9), resolvedAt: try row.optionalText(10))
+    }
+}
+
+extension DuplicateRecord {
+    /// The columns `init(stored:)` reads, from `potential_duplicates`.
+    static let columns = "id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at"
+
+    init(stored row: some StoredRow) throws {
+        self.init(
+            id: try row.int64(0), syncListID: try row.text(1), reminderID: try row.optionalText(2), trelloCardID: try row.text(3), title: try row.text(4),
+            dueDate: try row.optionalText(5), status: try row.value(6), createdAt: try row.text(7))
+    }
+}
+
+extension DuplicateDetail {
+    static let columns = DuplicateRecord.columns + ", fields, resolved_at"
+
+    init(stored row: some StoredRow) throws {
+        self.init(record: try DuplicateRecord(stored: row), fields: PendingChangeCoding.fields(try row.text(8)), resolvedAt: try row.optionalText(9))
+    }
+}

@@ -1,0 +1,54 @@
+import RoundupCore
+
+/// A pending change as acknowledgement needs it.
+struct AckedChange: Sendable, Equatable {
+    var accountID: String
+    var cardID: String
+    var type: ChangeType
+    var superseded: Bool
+}
+
+/// The rows `Acknowledgement` reads and writes. SQLite answers each call with a statement inside its write
+/// transaction; PostgreSQL reads the changes up front and writes afterwards, in the transaction that read them.
+protocol AckRows {
+    /// The highest change id ever issued: a larger id, or one below 1, was never given to an app.
+    mutating func highestIssuedChangeID() throws -> Int64
+    mutating func change(id: Int64) throws -> AckedChange?
+    /// Records the reminder the app made (or updated) for the card.
+    mutating func mapReminder(accountID: String, cardID: String, reminderID: String, now: String) throws
+    /// The card's newer live creates become updates: the app already made the reminder from an older one.
+    mutating func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) throws
+    /// Deletes the change and the older changes of its card that were folded into it.
+    mutating func deleteChange(accountID: String, id: Int64, cardID: String) throws
+}
+
+/// The rule of `POST /dailyroundup/changes/ack`, once for both stores: all or nothing; an id of another account, or
+/// never issued, acks nothing; an id acked (or folded away) before is acked again harmlessly; a create, update or
+/// complete acked with a reminder id maps the card to that reminder; a create acked after it was folded into a newer
+/// change turns that newer create into an update, so the app does not make a second reminder.
+enum Acknowledgement {
+    static func run<Rows: AckRows>(accountID: String, acks: [ChangeAck], rows: inout Rows, now: String = Timestamp.now()) throws -> AckResult {
+        guard !acks.isEmpty else { return .acked([]) }
+        let highest = try rows.highestIssuedChangeID()
+        var found: [Int64: AckedChange] = [:]
+        for ack in acks {
+            if let change = try rows.change(id: ack.id) {
+                guard change.accountID == accountID else { return .notFound(ack.id) }
+                found[ack.id] = change
+            } else if ack.id <= 0 || ack.id > highest {
+                return .notFound(ack.id)
+            }
+        }
+        for ack in acks {
+            guard let change = found[ack.id] else { continue }
+            if let reminder = ack.reminderID, change.type != .delete {
+                try rows.mapReminder(accountID: accountID, cardID: change.cardID, reminderID: reminder, now: now)
+                if change.superseded, change.type == .create {
+                    try rows.turnCreatesIntoUpdates(accountID: accountID, cardID: change.cardID, after: ack.id)
+                }
+            }
+            try rows.deleteChange(accountID: accountID, id: ack.id, cardID: change.cardID)
+        }
+        return .acked(acks.map(\.id))
+    }
+}

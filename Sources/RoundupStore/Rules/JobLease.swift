@@ -1,0 +1,146 @@
+import Foundation
+import RoundupCore
+
+/// The row of `sync_lease`: which job holds the account's lease, which worker runs it (`api` until one picks it up),
+/// and when that worker last beat.
+struct JobLeaseRow: Sendable, Equatable {
+    var accountID: String
+    var jobID: String
+    var holder: String
+    var expiresAt: String
+    var updatedAt: String
+
+    /// The holder a lease names before any worker has picked its job up.
+    static let unclaimed = "api"
+}
+
+/// A job's progress to store with a heartbeat.
+struct JobProgress: Sendable, Equatable {
+    var resultsJSON: String
+    var processed: Int
+    var total: Int?
+}
+
+/// The rows `JobLease` reads and writes. SQLite answers each call with a statement in its write transaction;
+/// PostgreSQL reads the rows a call needs up front (under the account's lock) and writes them back afterwards.
+protocol JobLeaseRows {
+    mutating func job(id: String) throws -> SyncJob?
+    mutating func job(accountID: String, idempotencyKey: String) throws -> SyncJob?
+    mutating func lease(accountID: String) throws -> JobLeaseRow?
+    mutating func insertJob(_ job: SyncJob, idempotencyKey: String?) throws
+    /// Ends a running job (nothing when it is no longer running); `at` moves its `updated_at`, nil leaves it.
+    mutating func endJob(id: String, status: JobStatus, error: String?, at now: String?) throws
+    /// Moves the job's heartbeat, storing its progress when given.
+    mutating func touchJob(id: String, at now: String, progress: JobProgress?) throws
+    mutating func putLease(_ lease: JobLeaseRow) throws
+    mutating func removeLease(accountID: String) throws
+}
+
+/// The job lease, once for both stores: at most one sync or import job runs per account; a job whose heartbeat has
+/// not moved for `staleAfter` seconds has lost its worker, is given up as stale and never resumed; a reconciliation
+/// takes no lease (a per-list lock in Redis keeps runs of one list apart).
+struct JobLease {
+    var staleAfter: TimeInterval
+    var now: Date
+
+    private var nowText: String { Timestamp.string(now) }
+    private var expires: String { Timestamp.string(now.addingTimeInterval(staleAfter)) }
+
+    func submit<Rows: JobLeaseRows>(
+        accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, rows: inout Rows
+    ) throws -> JobSubmission {
+        if let key = idempotencyKey, let existing = try rows.job(accountID: accountID, idempotencyKey: key) { return .replayed(existing) }
+        let takesLease = kind != .reconcile
+        if takesLease, let lease = try rows.lease(accountID: accountID) {
+            if let running = try rows.job(id: lease.jobID), running.status == .running {
+                if !running.isStale(now: now, staleAfter: staleAfter) { return .busy(runningJobID: lease.jobID) }
+                try rows.endJob(id: lease.jobID, status: .error, error: JobOutcome.stale.rawValue, at: nil)
+            }
+            try rows.removeLease(accountID: accountID)
+        }
+        let job = SyncJob(
+            id: UUID().uuidString.lowercased(), accountID: accountID, kind: kind, status: .running, deviceID: deviceID, processed: 0, total: total,
+            payload: payload, results: [], error: nil, createdAt: nowText, updatedAt: nowText)
+        try rows.insertJob(job, idempotencyKey: idempotencyKey)
+        if takesLease {
+            try rows.putLease(JobLeaseRow(accountID: accountID, jobID: job.id, holder: JobLeaseRow.unclaimed, expiresAt: expires, updatedAt: nowText))
+        }
+        return .created(job)
+    }
+
+    /// A worker (`holder`) picks up a job from the stream.
+    func start<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> JobStart {
+        guard var job = try rows.job(id: jobID) else { return .skip(reason: "no such job") }
+        guard job.status == .running else { return .skip(reason: "already \(job.status.rawValue)") }
+        if job.isStale(now: now, staleAfter: staleAfter) {
+            // The app has been told: it stopped polling and may have resubmitted. Never resume it.
+            try giveUpStale(job, rows: &rows)
+            return .skip(reason: JobOutcome.stale.rawValue)
+        }
+        if job.kind != .reconcile {
+            let lease = try rows.lease(accountID: job.accountID)
+            if let lease, lease.jobID != jobID {
+                try rows.endJob(id: jobID, status: .error, error: "lease lost", at: nowText)
+                return .skip(reason: "another job holds the account's lease")
+            }
+            // Its stream entry looked idle, but the worker running it still beats: leave it to that worker.
+            if let lease, lease.holder != holder, lease.holder != JobLeaseRow.unclaimed,
+               let beat = Timestamp.date(lease.updatedAt), now.timeIntervalSince(beat) < staleAfter / 4
+            {
+                return .skip(reason: "running on \(lease.holder)")
+            }
+            try rows.putLease(JobLeaseRow(accountID: job.accountID, jobID: jobID, holder: holder, expiresAt: expires, updatedAt: nowText))
+        }
+        try rows.touchJob(id: jobID, at: nowText, progress: nil)
+        job.updatedAt = nowText
+        return .run(job)
+    }
+
+    /// Moves the heartbeat (storing progress, when given), unless the job is no longer running, already reads as
+    /// stale, or is no longer this holder's (another worker took it over: the lease names that worker now). False
+    /// tells the worker to stop.
+    func beat<Rows: JobLeaseRows>(jobID: String, holder: String, progress: JobProgress? = nil, rows: inout Rows) throws -> Bool {
+        guard let job = try rows.job(id: jobID), job.status == .running else { return false }
+        if job.isStale(now: now, staleAfter: staleAfter) {
+            try giveUpStale(job, rows: &rows)
+            return false
+        }
+        var lease: JobLeaseRow?
+        if job.kind != .reconcile {
+            guard let held = try rows.lease(accountID: job.accountID), held.jobID == jobID, held.holder == holder else { return false }
+            lease = held
+        }
+        try rows.touchJob(id: jobID, at: nowText, progress: progress)
+        if var lease {
+            lease.expiresAt = expires
+            lease.updatedAt = nowText
+            try rows.putLease(lease)
+        }
+        return true
+    }
+
+    /// Stores one item's result (at `index`, or appended) with the heartbeat; false as `beat`.
+    func record<Rows: JobLeaseRows>(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, rows: inout Rows) throws -> Bool {
+        guard let job = try rows.job(id: jobID) else { return false }
+        var results = job.results
+        if index < results.count { results[index] = result } else { results.append(result) }
+        let progress = JobProgress(resultsJSON: JSONValue.array(results.map(\.json)).canonicalJSON, processed: results.count, total: total)
+        return try beat(jobID: jobID, holder: holder, progress: progress, rows: &rows)
+    }
+
+    /// Ends the job (completed or error) and releases the lease.
+    func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
+        guard let job = try rows.job(id: jobID) else { return }
+        try rows.endJob(id: jobID, status: status, error: error, at: nowText)
+        try release(job, rows: &rows)
+    }
+
+    private func giveUpStale<Rows: JobLeaseRows>(_ job: SyncJob, rows: inout Rows) throws {
+        try rows.endJob(id: job.id, status: .error, error: JobOutcome.stale.rawValue, at: nil)
+        try release(job, rows: &rows)
+    }
+
+    private func release<Rows: JobLeaseRows>(_ job: SyncJob, rows: inout Rows) throws {
+        if let lease = try rows.lease(accountID: job.accountID), lease.jobID == job.id { try rows.removeLease(accountID: job.accountID) }
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import RoundupCore
+
+/// A card's row as an outbound write or an import leaves it.
+struct OutboundTask: Sendable, Equatable {
+    var accountID: String
+    var syncListID: String
+    var cardID: String
+    /// Nil keeps the reminder the card maps to.
+    var reminderID: String?
+    var stamps: [String: FieldStamps.Stamp]
+    var deleted: Bool
+    /// When we last wrote the card to Trello; nil keeps the earlier time.
+    var syncedAt: String?
+    var now: String
+}
+
+/// A conflict to store: one open conflict per card and field, holding the latest values of both sides.
+struct StoredConflict: Sendable, Equatable {
+    var accountID: String
+    var syncListID: String
+    var cardID: String
+    var reminderID: String?
+    var field: String
+    var trelloValueJSON: String
+    var remindersValueJSON: String
+    var jobID: String?
+    var now: String
+}
+
+/// The rows of the outbound rules, beside the change rows they fold changes into. SQLite answers each call with a
+/// statement in its write transaction; PostgreSQL reads the card's rows up front and writes them back in order.
+protocol OutboundRows: ChangeRows {
+    mutating func putTask(_ task: OutboundTask) throws
+    mutating func deleteTask(accountID: String, cardID: String) throws
+    /// Drops every change of the card the apps have not acknowledged.
+    mutating func dropChanges(accountID: String, cardID: String) throws
+    mutating func openConflictID(accountID: String, cardID: String, field: String) throws -> Int64?
+    mutating func updateConflict(id: Int64, _ conflict: StoredConflict) throws
+    /// The new conflict's id, or nil when the store learns it only when it writes the row (PostgreSQL).
+    mutating func insertConflict(_ conflict: StoredConflict) throws -> Int64?
+}
+
+extension ChangeApplier where Rows: OutboundRows {
+    /// What an outbound write (to Trello, by a sync job or a resolution) changes in the store, once for both stores:
+    /// the card's stamps (so its webhook echo is recognised, and membership is stamped when the card leaves or comes
+    /// back), its mapping (and the create placeholder goes), the apps' changes (dropped when the app deleted its
+    /// reminder; else the app's winning values rewrite an unacknowledged Trello change that still says otherwise, and
+    /// Trello's kept values are sent), and the conflicts, one open per field. Returns the conflicts' ids in order, nil
+    /// where the store gives the id only when it writes.
+    mutating func record(_ w: SyncWrite, now: Date) throws -> [Int64?] {
+        let nowText = Timestamp.string(now)
+        let existing = try rows.task(accountID: w.accountID, cardID: w.cardID)
+        var stamps = existing?.stamps ?? [:]
+        for (field, stamp) in w.stamps { stamps[field] = FieldStamps.Stamp(hash: stamp.hash, time: stamp.time) }
+        if w.deleted {
+            stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "removed", time: now.timeIntervalSince1970)
+        } else if existing?.deleted ?? true {
+            stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
+        }
+        try rows.putTask(
+            OutboundTask(
+                accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, reminderID: w.reminderID, stamps: stamps, deleted: w.deleted,
+                syncedAt: nowText, now: nowText))
+        if let reminder = w.reminderID { try rows.deleteTask(accountID: w.accountID, cardID: SyncTaskRecord.placeholderPrefix + reminder) }
+
+        let observation = CardObservation(accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, actionID: nil, actionDate: now, kind: .removed)
+        if w.dropPending {
+            try rows.dropChanges(accountID: w.accountID, cardID: w.cardID)
+        } else {
+            if !w.winning.isEmpty, let previous = try rows.latestChange(accountID: w.accountID, cardID: w.cardID), previous.type != .delete {
+                let overlap = w.winning.filter { name, value in previous.fields[name].map { $0 != value } ?? false }
+                if !overlap.isEmpty { try writeChange(observation, type: .update, changed: overlap.keys.sorted(), fields: overlap) }
+            }
+            if !w.toApps.isEmpty {
+                let type: ChangeType = w.toApps == [SyncField.completed: .bool(true)] ? .complete : .update
+                try writeChange(observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps)
+            }
+        }
+
+        var ids: [Int64?] = []
+        for conflict in w.conflicts {
+            let stored = StoredConflict(
+                accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, reminderID: w.reminderID, field: conflict.field,
+                trelloValueJSON: conflict.trelloValue.canonicalJSON, remindersValueJSON: conflict.remindersValue.canonicalJSON, jobID: w.jobID,
+                now: nowText)
+            if let id = try rows.openConflictID(accountID: w.accountID, cardID: w.cardID, field: conflict.field) {
+                try rows.updateConflict(id: id, stored)
+                ids.append(id)
+            } else {
+                ids.append(try rows.insertConflict(stored))
+            }
+        }
+        return ids
+    }
+
+    /// An import of a Trello list, once for both stores: each card not yet on the devices (no reminder mapped, or
+    /// gone from the list) is stamped present and sent to the apps as a create, mapped to no reminder yet.
+    mutating func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])], now: Date) throws {
+        let nowText = Timestamp.string(now)
+        for card in cards {
+            if let task = try rows.task(accountID: accountID, cardID: card.cardID), task.reminderID != nil, !task.deleted { continue }
+            var stamps = card.fields.mapValues { FieldStamps.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
+            stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
+            try rows.putTask(
+                OutboundTask(
+                    accountID: accountID, syncListID: syncListID, cardID: card.cardID, reminderID: nil, stamps: stamps, deleted: false, syncedAt: nil,
+                    now: nowText))
+            let observation = CardObservation(accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
+            try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields)
+        }
+    }
+}
