@@ -67,8 +67,7 @@ public final class PostgresStore: Sendable {
             do {
                 // The body runs in the deadline's child task, which ends before this returns: it does not escape.
                 return try await withoutActuallyEscaping(body) { body in
-                  try await withDeadline { [client, logger] in
-                    try await client.withConnection { connection in
+                    try await withDeadlineConnection { [logger] connection in
                         _ = try await connection.query("BEGIN", logger: logger)  // READ COMMITTED; the account locks do the rest
                         do {
                             let result = try await body(connection)
@@ -79,7 +78,6 @@ public final class PostgresStore: Sendable {
                             throw error
                         }
                     }
-                  }
                 }
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
                 Self.retries.increment()
@@ -94,21 +92,33 @@ public final class PostgresStore: Sendable {
     func read<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
             return try await withoutActuallyEscaping(body) { body in
-                try await withDeadline { [client] in try await client.withConnection { connection in try await body(connection) } }
+                try await withDeadlineConnection { connection in try await body(connection) }
             }
         } catch {
             throw PostgresStoreError(error)
         }
     }
 
-    /// Gives up on an operation after `ROUNDUP_DATABASE_TIMEOUT_SECONDS` (waiting for a pooled connection included):
-    /// a worker whose query never returns (a connection lost in a way the pool has not noticed) fails its batch, which
-    /// is retried, instead of holding it forever.
-    func withDeadline<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T.self) { group in
-            group.addTask { try await operation() }
+    /// Leases a pooled connection and runs `operation` on it, giving up after `ROUNDUP_DATABASE_TIMEOUT_SECONDS` (waiting
+    /// for the connection included): a worker whose query never returns (a connection lost in a way the pool has not
+    /// noticed) fails its batch, which is retried, instead of holding it forever.
+    ///
+    /// Cancelling the operation is not enough: PostgresNIO's queries do not end when their task is cancelled, and the
+    /// task group would wait for them. So when the deadline passes, the connection is closed, which fails whatever
+    /// runs on it at once (the pool replaces it); the operation's task then ends and this returns the timeout.
+    func withDeadlineConnection<T: Sendable>(_ operation: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let lease = DeadlineLease()
+        return try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { [client] in
+                try await client.withConnection { connection in
+                    try lease.hold(connection)
+                    defer { lease.release() }
+                    return try await operation(connection)
+                }
+            }
             group.addTask { [timeout] in
                 try await Task.sleep(for: timeout)
+                lease.expire()
                 throw PostgresStoreError(timeoutAfter: timeout)
             }
             defer { group.cancelAll() }
@@ -177,6 +187,40 @@ public final class PostgresStore: Sendable {
     public func appliedMigrations() async throws -> [String] {
         try await read { c in
             try await c.query("SELECT version FROM roundup_migrations ORDER BY version", logger: logger).collect().map { try $0.decode(String.self) }
+        }
+    }
+}
+
+/// The connection one deadline-bound operation holds, so the deadline can close it.
+// @unchecked: every access to `expired` and `connection` is under `lock`.
+final class DeadlineLease: @unchecked Sendable {
+    private let lock = NSLock()
+    private var expired = false
+    private var connection: PostgresConnection?
+
+    /// Takes note of the leased connection; past the deadline (the lease came too late), throws instead.
+    func hold(_ connection: PostgresConnection) throws {
+        let late = lock.withLock {
+            if !expired { self.connection = connection }
+            return expired
+        }
+        if late { throw CancellationError() }
+    }
+
+    /// The operation is done with the connection (it goes back to the pool).
+    func release() {
+        lock.withLock { connection = nil }
+    }
+
+    /// The deadline passed: closes the connection the operation holds, if any, failing its query.
+    func expire() {
+        let held = lock.withLock {
+            expired = true
+            return connection
+        }
+        if let held {
+            let closing: EventLoopFuture<Void> = held.close()  // the channel closes at once; its queries fail
+            _ = closing
         }
     }
 }

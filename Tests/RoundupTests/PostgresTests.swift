@@ -1,5 +1,7 @@
 import Foundation
+import Logging
 import NIOHTTP1
+import PostgresNIO
 import RoundupCore
 import RoundupRedis
 import RoundupStore
@@ -131,6 +133,46 @@ import Testing
         await stack.shutdown()
     }
 
+    /// PostgresNIO's queries ignore task cancellation, so a deadline that only cancels waits for them: a query blocked
+    /// on a lock someone else holds stands for a query on a connection that will never answer. The store gives up at its
+    /// deadline (1 s here) by closing that connection, and the next call gets a fresh one.
+    @Test func aQueryThatIgnoresCancellationEndsAtTheStoreDeadline() async throws {
+        let url = try await TestStore.makeURL(in: try TestSupport.temporaryDirectory("deadline"))
+        var environment = ProcessInfo.processInfo.environment
+        environment["ROUNDUP_DATABASE_URL"] = url
+        environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
+        environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = "1"
+        var quiet = Logger(label: "roundup.test.deadline")
+        quiet.logLevel = .critical
+        let store = try await Stores.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
+        let account = try await store.createAccount(authTokenHash: "deadline-test")
+
+        // Another session locks the accounts table, so the store's next read of it waits in the server.
+        let target = try PostgresURL(url)
+        let holder = try await PostgresConnection.connect(
+            configuration: .init(host: target.host, port: target.port, username: target.username, password: target.password, database: target.database, tls: .disable),
+            id: 99, logger: quiet)
+        _ = try await holder.query("BEGIN", logger: quiet)
+        _ = try await holder.query("LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE", logger: quiet)
+        // Released after 10 s whatever happens, so a store that waits for its query ends the test instead of hanging it.
+        let release = Task {
+            try? await Task.sleep(for: .seconds(10))
+            _ = try? await holder.query("ROLLBACK", logger: quiet)
+        }
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        await #expect(throws: (any Error).self) { _ = try await store.account(id: account) }
+        let waited = clock.now - start
+        #expect(waited < .seconds(4), "the read took \(waited): the deadline waited for a query that ignores cancellation")
+
+        release.cancel()
+        _ = try? await holder.query("ROLLBACK", logger: quiet)
+        try? await holder.close()
+        // The closed connection was replaced: the store answers again.
+        #expect(try await store.account(id: account) != nil)
+    }
+
     @Test func aPostgresRestartUnderLoadLosesNothing() async throws {
         let stack = try await Stack()
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
@@ -162,19 +204,13 @@ import Testing
         let all = try await TestSupport.eventually(timeout: .seconds(60)) {
             try await stack.streamLength() == 0
         }
-        // Known and intermittent since 2026-11-23 (twice in full scripts/test runs, never in six runs alone): after the
-        // restart the worker can stall, silent, past the store deadline — most likely `PostgresStore.withDeadline`, a
-        // task group, waiting for an operation that ignores cancellation (see that day's closing note). The stall is
-        // recorded as a known issue; what did arrive must still be whole: no card twice, none dead-lettered.
-        withKnownIssue("the worker can stall after a PostgreSQL restart (the store deadline waits for its operation)", isIntermittent: true) {
-            #expect(all)
-        }
+        // A query stuck on a broken connection ends at the store deadline (its connection closed), so the worker
+        // cannot stall (see `aQueryThatIgnoresCancellationEndsAtTheStoreDeadline`).
+        #expect(all)
         try await app.pull(stack, token: token)
         let cards = app.received.compactMap { $0["trello_card_id"]?.stringValue }
         #expect(Set(cards).count == cards.count)
-        if all {
-            #expect(cards.count == count)
-        }
+        #expect(cards.count == count)
         #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
         // (Whether the worker saw errors depends on timing: a transaction in flight at the stop fails and is retried;
         // a request made while the server is down waits in PostgresNIO's pool until it is back. Either way, nothing is lost.)
