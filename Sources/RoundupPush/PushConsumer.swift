@@ -112,11 +112,11 @@ public struct PushConsumer: Service {
 
     let options: Options
     let redis: RedisClient
-    let store: any SyncStore
+    let store: any DeviceRepository
     let sender: PushSender
     let logger: Logger
 
-    public init(options: Options, redis: RedisClient, store: any SyncStore, sender: PushSender, logger: Logger) {
+    public init(options: Options, redis: RedisClient, store: any DeviceRepository, sender: PushSender, logger: Logger) {
         self.options = options
         self.redis = redis
         self.store = store

@@ -8,7 +8,7 @@ import RoundupStore
 public enum RoutePublisher {
     /// Writes every account secret, token and route from the store (worker start-up, so a flushed Redis heals),
     /// in order with every other publication (see `RoutingWrites`): nothing newer is overwritten, nothing deleted restored.
-    public static func publishAll(store: any SyncStore, redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
+    public static func publishAll(store: any StoreMaintenance, redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
         let publication = try await readAll(store: store, redis: redis, keys: keys)
         let outcome = try await publication.write(redis: redis, keys: keys)
         logger.info(
@@ -21,7 +21,7 @@ public enum RoutePublisher {
 
     /// The first half of `publishAll`: a version, then everything the store says. `write` is the second half; tests
     /// run other publications between the two.
-    public static func readAll(store: any SyncStore, redis: RedisClient, keys: RedisKeys) async throws -> Publication {
+    public static func readAll(store: any StoreMaintenance, redis: RedisClient, keys: RedisKeys) async throws -> Publication {
         let version = try await RoutingWrites.nextVersion(redis: redis, keys: keys)
         let snapshot = try await store.routingSnapshot()
         var writes: [RoutingWrites.Write] = []
@@ -51,7 +51,7 @@ public enum RoutePublisher {
     }
 
     /// Publishes the account's webhook secret as the store has it now (removed when it has none, or the account is gone).
-    public static func publishSecret(account: String, store: any SyncStore, redis: RedisClient, keys: RedisKeys) async throws {
+    public static func publishSecret(account: String, store: any AccountRepository, redis: RedisClient, keys: RedisKeys) async throws {
         let version = try await RoutingWrites.nextVersion(redis: redis, keys: keys)
         let secret = try await store.account(id: account)?.trelloWebhookSecret
         _ = try await RoutingWrites.apply([.secret(account, secret, keys: keys)], version: version, redis: redis, keys: keys)
@@ -67,7 +67,7 @@ public enum RoutePublisher {
 
     /// Publishes, for each of these models, whether the account watches it now: it does while one of its lists is that
     /// Trello list or on that board. Call after adding or deleting a list, with the list's and its board's ids.
-    public static func publishRoutes(account: String, models: [String], store: any SyncStore, redis: RedisClient, keys: RedisKeys) async throws {
+    public static func publishRoutes(account: String, models: [String], store: any ListRepository, redis: RedisClient, keys: RedisKeys) async throws {
         let version = try await RoutingWrites.nextVersion(redis: redis, keys: keys)
         let watched = Set(try await store.syncLists(accountID: account).flatMap { [$0.trelloListID, $0.trelloBoardID] })
         let writes = Set(models).sorted().map { RoutingWrites.Write.route(account, model: $0, present: watched.contains($0), keys: keys) }

@@ -44,7 +44,7 @@ public struct Reconciler: Sendable {
         }
     }
 
-    let store: any OutboundStore
+    let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
     let trello: TrelloClient
     let redis: RedisClient
     let keys: RedisKeys
@@ -55,7 +55,7 @@ public struct Reconciler: Sendable {
     let logger: Logger
 
     public init(
-        store: any OutboundStore, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000,
+        store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000,
         echo: EchoFingerprints? = nil, logger: Logger
     ) {
         self.echo = echo

@@ -31,7 +31,7 @@ public struct JobConsumer: Service {
 
     let consumer: StreamConsumer<RedisStreamDriver, JobHandler>
 
-    public init(options: Options, redis: RedisClient, store: any OutboundStore, engine: SyncEngine, logger: Logger) {
+    public init(options: Options, redis: RedisClient, store: any JobRepository, engine: SyncEngine, logger: Logger) {
         consumer = StreamConsumer(
             options: .init(
                 name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
@@ -53,7 +53,7 @@ public struct JobConsumer: Service {
 struct JobHandler: StreamHandler {
     let holder: String
     let staleAfter: TimeInterval
-    let store: any OutboundStore
+    let store: any JobRepository
     let engine: SyncEngine
     let logger: Logger
 

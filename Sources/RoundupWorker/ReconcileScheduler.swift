@@ -11,7 +11,7 @@ import ServiceLifecycle
 /// fire at once), one list at a time per worker and — through the reconciler's lock — one run per list across all
 /// workers. Yields while the webhook stream has a backlog; skips accounts flagged for their user.
 public struct ReconcileScheduler: Service {
-    let store: any OutboundStore
+    let store: any ReconcileStore
     let reconciler: Reconciler
     let redis: RedisClient
     let keys: RedisKeys
@@ -19,7 +19,7 @@ public struct ReconcileScheduler: Service {
     let tick: Duration
     let logger: Logger
 
-    public init(store: any OutboundStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
+    public init(store: any ReconcileStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
         self.store = store
         self.reconciler = reconciler
         self.redis = redis

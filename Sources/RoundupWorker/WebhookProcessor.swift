@@ -81,7 +81,7 @@ public struct BatchOutcome: Sendable {
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
 public final class WebhookProcessor: Sendable {
-    let store: any SyncStore
+    let store: any ChangeFeed & ListRepository
     let cards: any CardSource
     let logger: Logger
     let fetchConcurrency: Int
@@ -90,7 +90,7 @@ public final class WebhookProcessor: Sendable {
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
 
-    public init(store: any SyncStore, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
+    public init(store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
         self.echo = echo
         self.store = store
         self.cards = cards

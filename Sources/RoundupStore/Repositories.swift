@@ -1,0 +1,118 @@
+import Foundation
+import RoundupCore
+
+// The store as callers see it: small repositories, each a seam with two real implementations (SQLiteStore and
+// PostgresStore). A caller takes the ones it uses (`any ChangeFeed & ListRepository`, say); the compositions at the
+// end name what a whole process needs.
+
+/// Accounts: creation, tokens, credentials and settings, deletion.
+public protocol AccountRepository: Sendable {
+    func createAccount(authTokenHash: String) async throws -> String
+    func accountID(tokenHash: String) async throws -> String?
+    func rotateToken(accountID: String, newTokenHash: String) async throws
+    func account(id: String) async throws -> AccountRecord?
+    func accountDetails(id: String) async throws -> AccountDetails?
+    func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws
+    func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails?
+    func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode)
+    /// Deletes the account and everything it owns; returns its lists (for their Trello webhooks) as they were.
+    func deleteAccount(id: String) async throws -> [SyncListRecord]
+}
+
+/// The Trello lists an account syncs, their webhooks, and their boards' Priority field.
+public protocol ListRepository: Sendable {
+    func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord
+    func syncLists(accountID: String) async throws -> [SyncListRecord]
+    func syncList(accountID: String, id: String) async throws -> SyncListRecord?
+    func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws
+    /// Deletes a list with its tasks and pending changes; returns it as it was.
+    func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord?
+    func priorityField(accountID: String, boardID: String) async throws -> PriorityField?
+    func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
+}
+
+/// What changed on Trello's side, for the apps: written by the worker, pulled and acknowledged by the apps.
+public protocol ChangeFeed: Sendable {
+    /// What the worker needs before it fetches and applies a batch, read in one transaction.
+    func lookup(_ items: [BatchLookup]) async throws -> BatchContext
+    /// Applies observations in one transaction: the pending-change rows written, the accounts that got them (for
+    /// their pushes), and how many of each change type.
+    @discardableResult
+    func apply(_ observations: [CardObservation]) async throws -> AppliedChanges
+    func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
+    /// The card's newest unacknowledged change, if any.
+    func unackedChange(accountID: String, cardID: String) async throws -> PendingChange?
+    /// Acks changes, recording reminder ids for creates; all or nothing.
+    func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult
+}
+
+/// The devices that get an account's pushes.
+public protocol DeviceRepository: Sendable {
+    /// Inserts or updates a device; `created` tells which.
+    func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool)
+    func devices(accountID: String) async throws -> [DeviceRecord]
+    func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
+    /// Deletes the device only while it still has this token (APNs said the token is gone).
+    func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool
+}
+
+/// Background jobs and the account's job lease (`JobLease`).
+public protocol JobRepository: Sendable {
+    /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
+    /// that holds the lease). A lease whose job went stale is taken over, and that job is marked stale.
+    func submitJob(accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
+    func job(accountID: String, id: String) async throws -> SyncJob?
+    /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.
+    func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart
+    /// Advances the heartbeat; false when the job is no longer running (it was given up as stale).
+    func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool
+    /// Stores one item's result and advances `processed` (and the heartbeat); false when the job was given up as stale.
+    func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool
+    /// Ends the job (completed or error) and releases the lease.
+    func finishJob(jobID: String, status: JobStatus, error: String?) async throws
+}
+
+/// What the store knows of each card: its stamps and its reminder, and what an outbound write changes.
+public protocol CardStateRepository: Sendable {
+    func task(accountID: String, cardID: String) async throws -> SyncTaskRecord?
+    /// The live card a reminder maps to; else its placeholder (a create in flight), if any.
+    func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord?
+    /// Card ids of the list that a reminder maps to.
+    func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String>
+    /// Records that a create is about to be sent to Trello for this reminder.
+    func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws
+    /// A create that Trello certainly did not perform: its placeholder goes.
+    func releaseCreate(accountID: String, reminderID: String) async throws
+    /// Applies an outbound write's consequences; returns the ids of the conflicts it stored.
+    func recordSyncWrite(_ write: SyncWrite) async throws -> [Int64]
+    /// Emits a `create` change for each card (mapping it to no reminder yet); returns how many were written.
+    func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int
+}
+
+/// Conflicts and possible duplicates, and their resolution by the user.
+public protocol ResolutionRepository: Sendable {
+    func conflicts(accountID: String) async throws -> [ConflictRecord]
+    func conflict(accountID: String, id: Int64) async throws -> ConflictDetail?
+    func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool
+    func duplicates(accountID: String) async throws -> [DuplicateRecord]
+    func addDuplicate(accountID: String, _ duplicate: NewDuplicate) async throws -> Int64
+    func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail?
+    func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool
+    /// Claims an open conflict or duplicate for one resolution at a time; false when it is resolved or claimed.
+    func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool
+    func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws
+}
+
+/// The store itself: its schema, its health, and the routing the ingress reads from Redis.
+public protocol StoreMaintenance: Sendable {
+    func migrate() async throws
+    /// A cheap query, for readiness checks.
+    func ping() async throws
+    /// Secrets, callback tokens and model routes of every account, for publishing to Redis.
+    func routingSnapshot() async throws -> RoutingSnapshot
+}
+
+/// What the API and the ingress-facing side use.
+public typealias SyncStore = AccountRepository & ListRepository & ChangeFeed & DeviceRepository & StoreMaintenance
+/// The outbound side: jobs, card state, resolutions.
+public typealias SyncJobStore = JobRepository & CardStateRepository & ResolutionRepository
