@@ -207,12 +207,15 @@ public final class WebhookProcessor: Sendable {
                 continue
             }
             let received = event.receivedMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
-            let date = decoded.action.date.flatMap(Timestamp.date) ?? received
+            var date = decoded.action.date.flatMap(Timestamp.date) ?? received
             var events = CardEventInterpreter.events(for: decoded, actionType: event.type)
             if event.confirm {
                 // Not delivered to the account's own callback URL (`WebhookCallback`): trust no payload, read each card
-                // from Trello with the account's credentials, so a forged body can change nothing the apps see.
+                // from Trello with the account's credentials, so a forged body can change nothing the apps see. Its date
+                // is the sender's too: never later than its arrival, or a forged future date would stamp the card's
+                // fields and make every real edit before it look older.
                 events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
+                date = min(date, received)
             }
             outcome.types[entry.id] = event.type ?? decoded.action.type ?? "unknown"
             parsed.append(Parsed(entry: entry, account: account, actionID: event.actionID ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
