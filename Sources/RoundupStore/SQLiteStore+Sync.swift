@@ -178,10 +178,15 @@ extension SQLiteStore: SyncJobStore {
     }
 
     public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
+        try await updatesOne(
+            "UPDATE conflicts SET status = 'resolved', resolution = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
+            [resolution, Timestamp.now(), accountID, id])
+    }
+
+    /// Runs one UPDATE in a write transaction; whether it changed exactly one row.
+    private func updatesOne(_ sql: String, _ arguments: StatementArguments) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(
-                sql: "UPDATE conflicts SET status = 'resolved', resolution = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
-                arguments: [resolution, Timestamp.now(), accountID, id])
+            try db.execute(sql: sql, arguments: arguments)
             return db.changesCount == 1
         }
     }
@@ -197,15 +202,9 @@ extension SQLiteStore: SyncJobStore {
     /// false when it is resolved or another resolution holds it.
     public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
         let now = Date()
-        return try await pool.write { db in
-            try db.execute(
-                sql: """
-                    UPDATE \(table.rawValue) SET resolving_at = ? WHERE account_id = ? AND id = ? AND status = 'open'
-                    AND (resolving_at IS NULL OR resolving_at < ?)
-                    """,
-                arguments: [Timestamp.string(now), accountID, id, Timestamp.string(now.addingTimeInterval(-60))])
-            return db.changesCount == 1
-        }
+        return try await updatesOne(
+            "UPDATE \(table.rawValue) SET resolving_at = ? WHERE account_id = ? AND id = ? AND status = 'open' AND (resolving_at IS NULL OR resolving_at < ?)",
+            [Timestamp.string(now), accountID, id, Timestamp.string(now.addingTimeInterval(-60))])
     }
 
     public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
@@ -215,12 +214,9 @@ extension SQLiteStore: SyncJobStore {
     }
 
     public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
-        try await pool.write { db in
-            try db.execute(
-                sql: "UPDATE potential_duplicates SET status = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
-                arguments: [status, Timestamp.now(), accountID, id])
-            return db.changesCount == 1
-        }
+        try await updatesOne(
+            "UPDATE potential_duplicates SET status = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
+            [status, Timestamp.now(), accountID, id])
     }
 
     // MARK: Import, settings
