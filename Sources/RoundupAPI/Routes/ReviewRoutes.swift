@@ -3,16 +3,8 @@ import RoundupStore
 import RoundupSync
 
 /// `/dailyroundup/conflicts`: fields both sides changed, and the user's choice for each.
-struct ConflictRoutes {
+struct ConflictRoutes: ReviewRoutes {
     let api: API
-
-    var collection: RouteCollection<APIRequestContext> {
-        let routes = RouteCollection(context: APIRequestContext.self)
-        routes.add(middleware: api.authentication)
-        routes.get { _, context in try await list(context.requireAccount()) }
-        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
-        return routes
-    }
 
     func list(_ account: String) async throws -> ConflictPage {
         ConflictPage(conflicts: try await api.store.conflicts(accountID: account).map { Conflict($0) })
@@ -31,16 +23,8 @@ struct ConflictRoutes {
 }
 
 /// `/dailyroundup/duplicates`: cards that may be reminders the app already has, and the user's answer for each.
-struct DuplicateRoutes {
+struct DuplicateRoutes: ReviewRoutes {
     let api: API
-
-    var collection: RouteCollection<APIRequestContext> {
-        let routes = RouteCollection(context: APIRequestContext.self)
-        routes.add(middleware: api.authentication)
-        routes.get { _, context in try await list(context.requireAccount()) }
-        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
-        return routes
-    }
 
     func list(_ account: String) async throws -> DuplicatePage {
         DuplicatePage(duplicates: try await api.store.duplicates(accountID: account).map(Duplicate.init))
@@ -55,6 +39,25 @@ struct DuplicateRoutes {
         } catch let error as ResolveError {
             throw APIError(error, what: "duplicate \(id)")
         }
+    }
+}
+
+/// A list of things for the user to review, and the user's answer to one: `GET /` and `POST /{id}/resolve`.
+protocol ReviewRoutes: Sendable {
+    associatedtype Page: ResponseGenerator
+    associatedtype Item: ResponseGenerator
+    var api: API { get }
+    func list(_ account: String) async throws -> Page
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Item
+}
+
+extension ReviewRoutes {
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.get { _, context in try await list(context.requireAccount()) }
+        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
+        return routes
     }
 }
 

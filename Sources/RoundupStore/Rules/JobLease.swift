@@ -99,8 +99,14 @@ struct JobLease {
     /// Moves the heartbeat (storing progress, when given), unless the job is no longer running, already reads as
     /// stale, or is no longer this holder's (another worker took it over: the lease names that worker now). False
     /// tells the worker to stop.
-    func beat<Rows: JobLeaseRows>(jobID: String, holder: String, progress: JobProgress? = nil, rows: inout Rows) throws -> Bool {
-        guard let job = try rows.job(id: jobID), job.status == .running else { return false }
+    func beat<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> Bool {
+        guard let job = try rows.job(id: jobID) else { return false }
+        return try beat(job, holder: holder, progress: nil, rows: &rows)
+    }
+
+    private func beat<Rows: JobLeaseRows>(_ job: SyncJob, holder: String, progress: JobProgress?, rows: inout Rows) throws -> Bool {
+        let jobID = job.id
+        guard job.status == .running else { return false }
         if job.isStale(now: now, staleAfter: staleAfter) {
             try giveUpStale(job, rows: &rows)
             return false
@@ -125,7 +131,7 @@ struct JobLease {
         var results = job.results
         if index < results.count { results[index] = result } else { results.append(result) }
         let progress = JobProgress(resultsJSON: JSONValue.array(results.map(\.json)).canonicalJSON, processed: results.count, total: total)
-        return try beat(jobID: jobID, holder: holder, progress: progress, rows: &rows)
+        return try beat(job, holder: holder, progress: progress, rows: &rows)
     }
 
     /// Ends the job (completed or error) and releases the lease.
