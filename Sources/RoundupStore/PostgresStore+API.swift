@@ -6,20 +6,20 @@ import RoundupCore
 /// What `roundup-api` reads and writes, on PostgreSQL (as `SQLiteStore+API`). Every query names the account.
 extension PostgresStore {
     public func accountID(tokenHash: String) async throws -> String? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT id FROM accounts WHERE auth_token_hash = \(tokenHash)", logger).first?.text(0)
         }
     }
 
     public func rotateToken(accountID: String, newTokenHash: String) async throws {
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run("UPDATE accounts SET auth_token_hash = \(newTokenHash), updated_at = \(now) WHERE id = \(accountID)", logger)
         }
     }
 
     public func accountDetails(id: String) async throws -> AccountDetails? {
-        try await read { c in try await Self.accountDetails(c, id: id, logger: logger) }
+        try await read { [self] c in try await Self.accountDetails(c, id: id, logger: logger) }
     }
 
     static func accountDetails(_ c: PostgresConnection, id: String, logger: Logger) async throws -> AccountDetails? {
@@ -42,7 +42,7 @@ extension PostgresStore {
     }
 
     public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run(
                 """
                 UPDATE accounts SET trello_api_key = COALESCE(\(update.trelloAPIKey)::text, trello_api_key),
@@ -60,7 +60,7 @@ extension PostgresStore {
     }
 
     public func deleteAccount(id: String) async throws -> [SyncListRecord] {
-        try await write { c in
+        try await write { [self] c in
             // The account's lock: a second delete running at once finds nothing, as on SQLite.
             try await Self.lockAccounts(c, [id], logger: logger)
             let lists = try await Self.syncLists(c, accountID: id, logger: logger)
@@ -71,7 +71,7 @@ extension PostgresStore {
     }
 
     public func syncLists(accountID: String) async throws -> [SyncListRecord] {
-        try await read { c in try await Self.syncLists(c, accountID: accountID, logger: logger) }
+        try await read { [self] c in try await Self.syncLists(c, accountID: accountID, logger: logger) }
     }
 
     static func syncLists(_ c: PostgresConnection, accountID: String, id: String? = nil, logger: Logger) async throws -> [SyncListRecord] {
@@ -100,12 +100,12 @@ extension PostgresStore {
     }
 
     public func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
-        try await read { c in try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first }
+        try await read { [self] c in try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first }
     }
 
     public func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run(
                 "UPDATE sync_lists SET list_webhook_id = \(listWebhookID), board_webhook_id = \(boardWebhookID), updated_at = \(now) WHERE id = \(syncListID)",
                 logger)
@@ -113,7 +113,7 @@ extension PostgresStore {
     }
 
     public func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
-        try await write { c in
+        try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             guard let list = try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first else { return nil }
             _ = try await c.run("DELETE FROM sync_lists WHERE account_id = \(accountID) AND id = \(id)", logger)
@@ -123,7 +123,7 @@ extension PostgresStore {
 
     public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
         guard !acks.isEmpty else { return .acked([]) }
-        return try await write { c in
+        return try await write { [self] c in
             // The account's lock first, then the rows: no worker folds a change into one being acked meanwhile.
             try await Self.lockAccounts(c, [accountID], logger: logger)
             var rows = try await PostgresAckRows.load(c, ids: acks.map(\.id), logger: logger)
@@ -134,7 +134,7 @@ extension PostgresStore {
     }
 
     public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool) {
-        try await write { c in
+        try await write { [self] c in
             let now = Timestamp.now()
             // One statement: it inserts, or updates and locks the existing row, so a concurrent delete (APNs refused
             // the old token) cannot slip between a check and the update. `xmax = 0` only for a row just inserted.
@@ -163,46 +163,46 @@ extension PostgresStore {
     }
 
     public func devices(accountID: String) async throws -> [DeviceRecord] {
-        try await read { c in try await Self.devices(c, accountID: accountID, logger: logger) }
+        try await read { [self] c in try await Self.devices(c, accountID: accountID, logger: logger) }
     }
 
     public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
-        try await write { c in
+        try await write { [self] c in
             try await c.run("DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) RETURNING 1", logger) > 0
         }
     }
 
     /// Deletes the device only while it still has this token (as in `SQLiteStore`).
     public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
-        try await write { c in
+        try await write { [self] c in
             try await c.run(
                 "DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) AND apns_token = \(apnsToken) RETURNING 1", logger) > 0
         }
     }
 
     public func conflicts(accountID: String) async throws -> [ConflictRecord] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT \(unescaped: ConflictRecord.columns) FROM conflicts WHERE account_id = \(accountID) ORDER BY id", logger)
                 .map(ConflictRecord.init(stored:))
         }
     }
 
     public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT \(unescaped: DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id", logger)
                 .map(DuplicateRecord.init(stored:))
         }
     }
 
     public func ping() async throws {
-        _ = try await read { c in try await c.run("SELECT 1", logger) }
+        _ = try await read { [self] c in try await c.run("SELECT 1", logger) }
     }
 }
 
 extension PostgresStore {
     /// Every account, for operators (`roundupctl accounts list`).
     public func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT a.id, a.trello_api_key, a.trello_token, a.trello_webhook_secret, a.conflict_policy, a.delete_mode, a.created_at, a.updated_at,
@@ -219,7 +219,7 @@ extension PostgresStore {
     }
 
     public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
-        try await read { c in
+        try await read { [self] c in
             let rows: [PostgresRow]
             if let id {
                 rows = try await c.rows(

@@ -8,7 +8,7 @@ extension PostgresStore: SyncStore {
     public func createAccount(authTokenHash: String) async throws -> String {
         let id = UUID().uuidString.lowercased()
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             try await c.run(
                 "INSERT INTO accounts (id, auth_token_hash, webhook_token, created_at, updated_at) VALUES (\(id), \(authTokenHash), \(WebhookCallback.makeToken()), \(now), \(now))",
                 logger)
@@ -18,7 +18,7 @@ extension PostgresStore: SyncStore {
 
     public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             try await c.run(
                 """
                 UPDATE accounts SET trello_api_key = COALESCE(\(apiKey)::text, trello_api_key), trello_token = COALESCE(\(token)::text, trello_token),
@@ -28,7 +28,7 @@ extension PostgresStore: SyncStore {
     }
 
     public func account(id: String) async throws -> AccountRecord? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = \(id)", logger).first.map {
                 AccountRecord(
                     id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2), trelloWebhookSecret: try $0.optionalText(3),
@@ -41,7 +41,7 @@ extension PostgresStore: SyncStore {
         let record = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
         let now = record.createdAt
         do {
-            try await write { c in
+            try await write { [self] c in
                 try await c.run(
                     """
                     INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
@@ -74,7 +74,7 @@ extension PostgresStore: SyncStore {
             cardIDs.append(item.cardID)
         }
         let accounts = Array(Set(items.map(\.accountID)))
-        return try await read { [listAccounts, listIDs, boardAccounts, boardIDs, taskAccounts, cardIDs] c in
+        return try await read { [logger, listAccounts, listIDs, boardAccounts, boardIDs, taskAccounts, cardIDs] c in
             var context = BatchContext()
             for row in try await c.rows(
                 """
@@ -143,7 +143,7 @@ extension PostgresStore: SyncStore {
         guard let field else { return }
         let options = JSONValue.object(field.options.mapValues(JSONValue.string)).canonicalJSON
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             try await c.run(
                 """
                 INSERT INTO sync_custom_fields (account_id, trello_board_id, trello_field_id, name, type, options, fetched_at)
@@ -157,7 +157,7 @@ extension PostgresStore: SyncStore {
     public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         let keys = observations.map { AccountScoped($0.accountID, $0.cardID) }
-        return try await write { c in
+        return try await write { [self] c in
             try await Self.lockAccounts(c, keys.map(\.accountID), logger: logger)
             var applier = ChangeApplier(rows: try await PostgresChangeRows.load(c, keys: keys, logger: logger))
             for observation in observations { try applier.apply(observation) }
@@ -169,7 +169,7 @@ extension PostgresStore: SyncStore {
     // MARK: Reading changes
 
     public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT \(unescaped: PendingChange.columns) FROM \(unescaped: PendingChange.join)
@@ -181,7 +181,7 @@ extension PostgresStore: SyncStore {
 
     /// Every pending change of every account, oldest first (tests and operators).
     public func allPendingChanges() async throws -> [PendingChange] {
-        let accounts = try await read { c in
+        let accounts = try await read { [self] c in
             try await c.rows("SELECT DISTINCT account_id FROM pending_changes", logger).map { try $0.text(0) }
         }
         var all: [PendingChange] = []
@@ -190,7 +190,7 @@ extension PostgresStore: SyncStore {
     }
 
     public func routingSnapshot() async throws -> RoutingSnapshot {
-        try await read { c in
+        try await read { [self] c in
             var secrets: [String: String] = [:]
             for row in try await c.rows("SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL", logger) {
                 secrets[try row.text(0)] = try row.text(1)

@@ -6,7 +6,7 @@ import RoundupCore
 /// Reconciliation and webhook health, on PostgreSQL (as `SQLiteStore+Reconcile`).
 extension PostgresStore: ReconcileStore {
     public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
@@ -27,7 +27,7 @@ extension PostgresStore: ReconcileStore {
 
     public func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             if succeeded {
                 _ = try await c.run(
                     "UPDATE sync_lists SET last_reconciled_at = \(now), last_reconcile_error = \(error) WHERE id = \(syncListID)", logger)
@@ -39,7 +39,7 @@ extension PostgresStore: ReconcileStore {
 
     @discardableResult
     public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
-        try await write { c in
+        try await write { [self] c in
             if let token = whileToken {
                 return try await c.run(
                     "UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1", logger) == 1
@@ -49,7 +49,7 @@ extension PostgresStore: ReconcileStore {
     }
 
     public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT trello_card_id FROM sync_tasks
@@ -63,7 +63,7 @@ extension PostgresStore: ReconcileStore {
     public func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
         let column = board ? "board_webhook_id" : "list_webhook_id"
         let now = Timestamp.now()
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run("UPDATE sync_lists SET \(unescaped: column) = \(new), updated_at = \(now) WHERE id = \(syncListID)", logger)
             if let old {
                 _ = try await c.run(

@@ -26,7 +26,7 @@ extension PostgresStore: SyncJobStore {
         accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval
     ) async throws -> JobSubmission {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
-        return try await write { c in
+        return try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             var rows = try await PostgresJobLeaseRows.load(c, accountID: accountID, idempotencyKey: idempotencyKey, logger: logger)
             let submission = try lease.submit(
@@ -37,7 +37,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func job(accountID: String, id: String) async throws -> SyncJob? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: Self.jobColumns) FROM background_jobs WHERE id = \(id) AND account_id = \(accountID)", logger
             ).first.map(Self.job)
@@ -49,7 +49,7 @@ extension PostgresStore: SyncJobStore {
         jobID: String, staleAfter: TimeInterval, _ body: @escaping @Sendable (JobLease, inout PostgresJobLeaseRows) throws -> T
     ) async throws -> T {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
-        return try await write { c in
+        return try await write { [self] c in
             try await Self.lockJobAccount(c, jobID: jobID, logger: logger)
             var rows = try await PostgresJobLeaseRows.load(c, jobID: jobID, logger: logger)
             let result = try body(lease, &rows)
@@ -88,7 +88,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: Self.taskColumns) FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(cardID)", logger
             ).first.map(Self.task)
@@ -96,7 +96,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT \(unescaped: Self.taskColumns) FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(reminderID)
@@ -108,7 +108,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
-        try await read { c in
+        try await read { [self] c in
             Set(try await c.rows(
                 """
                 SELECT trello_card_id FROM sync_tasks
@@ -120,7 +120,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows(
                 """
                 SELECT \(unescaped: PendingChange.columns) FROM \(unescaped: PendingChange.join)
@@ -134,7 +134,7 @@ extension PostgresStore: SyncJobStore {
     public func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws {
         let now = Timestamp.now()
         let placeholder = SyncTaskRecord.placeholderPrefix + reminderID
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run(
                 """
                 INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, created_at, updated_at)
@@ -147,14 +147,14 @@ extension PostgresStore: SyncJobStore {
 
     public func releaseCreate(accountID: String, reminderID: String) async throws {
         let placeholder = SyncTaskRecord.placeholderPrefix + reminderID
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run("DELETE FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(placeholder)", logger)
         }
     }
 
     public func recordSyncWrite(_ w: SyncWrite) async throws -> [Int64] {
         let now = Date()
-        return try await write { c in
+        return try await write { [self] c in
             let keys = [AccountScoped(w.accountID, w.cardID)]
             try await Self.lockAccounts(c, [w.accountID], logger: logger)
             var rows = try await PostgresChangeRows.load(c, keys: keys, logger: logger)
@@ -171,7 +171,7 @@ extension PostgresStore: SyncJobStore {
     public func addDuplicate(accountID: String, _ d: NewDuplicate) async throws -> Int64 {
         let now = Timestamp.now()
         let fields = JSONValue.object(d.fields).canonicalJSON
-        return try await write { c in
+        return try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             if let id = try await c.rows(
                 "SELECT id FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) AND status = 'open'", logger
@@ -196,7 +196,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func conflict(accountID: String, id: Int64) async throws -> ConflictDetail? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT \(unescaped: ConflictDetail.columns) FROM conflicts WHERE account_id = \(accountID) AND id = \(id)", logger)
                 .first.map(ConflictDetail.init(stored:))
         }
@@ -204,7 +204,7 @@ extension PostgresStore: SyncJobStore {
 
     public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
         let now = Timestamp.now()
-        return try await write { c in
+        return try await write { [self] c in
             try await c.run(
                 """
                 UPDATE conflicts SET status = 'resolved', resolution = \(resolution.rawValue), resolved_at = \(now)
@@ -215,7 +215,7 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
-        try await read { c in
+        try await read { [self] c in
             try await c.rows("SELECT \(unescaped: DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = \(accountID) AND id = \(id)", logger)
                 .first.map(DuplicateDetail.init(stored:))
         }
@@ -227,7 +227,7 @@ extension PostgresStore: SyncJobStore {
         let nowText = Timestamp.string(now)
         let expired = Timestamp.string(now.addingTimeInterval(-60))
         // One UPDATE: PostgreSQL re-checks its WHERE on the locked row, so two claims cannot both succeed.
-        return try await write { c in
+        return try await write { [self] c in
             try await c.run(
                 """
                 UPDATE \(unescaped: table.rawValue) SET resolving_at = \(nowText) WHERE account_id = \(accountID) AND id = \(id) AND status = 'open'
@@ -238,14 +238,14 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
-        try await write { c in
+        try await write { [self] c in
             _ = try await c.run("UPDATE \(unescaped: table.rawValue) SET resolving_at = NULL WHERE account_id = \(accountID) AND id = \(id)", logger)
         }
     }
 
     public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
         let now = Timestamp.now()
-        return try await write { c in
+        return try await write { [self] c in
             try await c.run(
                 """
                 UPDATE potential_duplicates SET status = \(status.rawValue), resolved_at = \(now)
@@ -260,7 +260,7 @@ extension PostgresStore: SyncJobStore {
     public func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int {
         guard !cards.isEmpty else { return 0 }
         let now = Date()
-        return try await write { c in
+        return try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             let keys = Array(Set(cards.map { AccountScoped(accountID, $0.cardID) }))
             var applier = ChangeApplier(rows: try await PostgresChangeRows.load(c, keys: keys, logger: logger))
@@ -271,11 +271,11 @@ extension PostgresStore: SyncJobStore {
     }
 
     public func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
-        try await read { c in try await Self.priorityField(c, accountID: accountID, boardID: boardID, logger: logger) }
+        try await read { [self] c in try await Self.priorityField(c, accountID: accountID, boardID: boardID, logger: logger) }
     }
 
     public func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
-        try await read { c in
+        try await read { [self] c in
             guard let row = try await c.rows("SELECT conflict_policy, delete_mode FROM accounts WHERE id = \(accountID)", logger).first else {
                 return (.manual, .archive)
             }

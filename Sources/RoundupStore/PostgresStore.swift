@@ -60,23 +60,24 @@ public final class PostgresStore: Sendable {
     /// Runs `body` in one transaction on a pooled connection; a serialization failure (40001) or deadlock (40P01)
     /// rolls back and runs it again, up to eight times, with a short random pause.
     @discardableResult
-    func write<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func write<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                // The body runs in the deadline's child task, which ends before this returns: it does not escape.
-                return try await withoutActuallyEscaping(body) { body in
-                    try await withDeadlineConnection { [logger] connection in
-                        _ = try await connection.query("BEGIN", logger: logger)  // READ COMMITTED; the account locks do the rest
-                        do {
-                            let result = try await body(connection)
-                            _ = try await connection.query("COMMIT", logger: logger)
-                            return result
-                        } catch {
+                return try await withDeadlineConnection { [logger] connection in
+                    _ = try await connection.query("BEGIN", logger: logger)  // READ COMMITTED; the account locks do the rest
+                    do {
+                        let result = try await body(connection)
+                        _ = try await connection.query("COMMIT", logger: logger)
+                        return result
+                    } catch {
+                        // A lost connection took its transaction with it, and a query sent on a closed connection never
+                        // completes (PostgresNIO 1.33 writes it without a promise): no ROLLBACK then.
+                        if !connection.isClosed, !Self.lostConnection(error) {
                             _ = try? await connection.query("ROLLBACK", logger: logger)
-                            throw error
                         }
+                        throw error
                     }
                 }
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
@@ -89,11 +90,9 @@ public final class PostgresStore: Sendable {
     }
 
     /// Runs `body` on a pooled connection without a transaction (single reads).
-    func read<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withoutActuallyEscaping(body) { body in
-                try await withDeadlineConnection { connection in try await body(connection) }
-            }
+            return try await withDeadlineConnection(body)
         } catch {
             throw PostgresStoreError(error)
         }
@@ -103,26 +102,50 @@ public final class PostgresStore: Sendable {
     /// for the connection included): a worker whose query never returns (a connection lost in a way the pool has not
     /// noticed) fails its batch, which is retried, instead of holding it forever.
     ///
-    /// Cancelling the operation is not enough: PostgresNIO's queries do not end when their task is cancelled, and the
-    /// task group would wait for them. So when the deadline passes, the connection is closed, which fails whatever
-    /// runs on it at once (the pool replaces it); the operation's task then ends and this returns the timeout.
+    /// Cancelling the operation is not enough: PostgresNIO's queries do not end when their task is cancelled, and a
+    /// query written to a connection that has just closed never ends at all (seen when PostgreSQL restarts under load:
+    /// the worker's batch waited forever). So the operation runs in a task of its own, and the deadline (or the
+    /// caller's cancellation) answers the caller without waiting for it: the connection is closed, which fails what
+    /// runs on it (the pool replaces it), and the task is cancelled, so an operation still waiting for a connection
+    /// never starts.
     func withDeadlineConnection<T: Sendable>(_ operation: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         let lease = DeadlineLease()
-        return try await withThrowingTaskGroup(of: T.self) { group in
-            group.addTask { [client] in
-                try await client.withConnection { connection in
-                    try lease.hold(connection)
-                    defer { lease.release() }
-                    return try await operation(connection)
+        let race = DeadlineRace<T>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let work = Task { [client] in
+                    do {
+                        let value = try await client.withConnection { connection in
+                            try lease.hold(connection)
+                            defer { lease.release() }
+                            return try await operation(connection)
+                        }
+                        race.finish(.success(value))
+                    } catch {
+                        race.finish(.failure(error))
+                    }
                 }
+                let timer = Task { [timeout] in
+                    try? await Task.sleep(for: timeout)
+                    guard !Task.isCancelled else { return }
+                    if race.finish(.failure(PostgresStoreError(timeoutAfter: timeout))) {
+                        lease.expire()
+                        work.cancel()
+                    }
+                }
+                race.start(continuation, work: work, timer: timer)
             }
-            group.addTask { [timeout] in
-                try await Task.sleep(for: timeout)
-                lease.expire()
-                throw PostgresStoreError(timeoutAfter: timeout)
-            }
-            defer { group.cancelAll() }
-            return try await group.next()!
+        } onCancel: {
+            if race.finish(.failure(CancellationError())) { lease.expire() }
+        }
+    }
+
+    /// The connection is gone with this error (closed by either side, or the server ended the session).
+    static func lostConnection(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError else { return false }
+        switch error.code {
+        case .clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown: return true
+        default: return ["FATAL", "PANIC"].contains(error.serverInfo?[.severity] ?? "")
         }
     }
 
@@ -175,7 +198,7 @@ public final class PostgresStore: Sendable {
 
     /// The names of the tables, for tests and `roundupctl`.
     public func tableNames() async throws -> [String] {
-        try await read { c in
+        try await read { [self] c in
             try await c.query(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'roundup_migrations' ORDER BY tablename",
                 logger: logger
@@ -185,7 +208,7 @@ public final class PostgresStore: Sendable {
 
     /// Migration versions applied, in order.
     public func appliedMigrations() async throws -> [String] {
-        try await read { c in
+        try await read { [self] c in
             try await c.query("SELECT version FROM roundup_migrations ORDER BY version", logger: logger).collect().map { try $0.decode(String.self) }
         }
     }
@@ -222,6 +245,46 @@ final class DeadlineLease: @unchecked Sendable {
             let closing: EventLoopFuture<Void> = held.close()  // the channel closes at once; its queries fail
             _ = closing
         }
+    }
+}
+
+/// Who answers a deadline-bound operation first: the operation, its deadline, or the caller's cancellation. The first
+/// answer resumes the caller; the others are dropped, and the timer and the operation's task are cancelled.
+// @unchecked: every access to `state` is under `lock`.
+final class DeadlineRace<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var answer: Result<T, any Error>?
+    private var tasks: [Task<Void, Never>] = []
+
+    /// Called once, with the continuation and the tasks racing for it; an answer that came first resumes it at once.
+    func start(_ continuation: CheckedContinuation<T, any Error>, work: Task<Void, Never>, timer: Task<Void, Never>) {
+        let early: Result<T, any Error>? = lock.withLock {
+            tasks = [work, timer]
+            if let answer { return answer }
+            self.continuation = continuation
+            return nil
+        }
+        if let early {
+            timer.cancel()
+            work.cancel()
+            continuation.resume(with: early)
+        }
+    }
+
+    /// The first answer wins (true); later ones are ignored (false).
+    @discardableResult
+    func finish(_ result: Result<T, any Error>) -> Bool {
+        let (won, waiting, tasks): (Bool, CheckedContinuation<T, any Error>?, [Task<Void, Never>]) = lock.withLock {
+            guard answer == nil else { return (false, nil, []) }
+            answer = result
+            defer { continuation = nil }
+            return (true, continuation, self.tasks)
+        }
+        guard won else { return false }
+        for task in tasks { task.cancel() }  // the timer stops; an operation still waiting for a connection gives up
+        waiting?.resume(with: result)
+        return true
     }
 }
 
