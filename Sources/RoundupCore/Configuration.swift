@@ -110,6 +110,12 @@ public struct RoundupConfiguration: Sendable {
             }
             return n
         }
+        /// One of an enumeration's raw values, in any case.
+        func choice<Choice: RawRepresentable<String>>(_ key: String, default def: Choice, problem: String) throws -> Choice {
+            guard let text = value(key) else { return def }
+            guard let parsed = Choice(rawValue: text.lowercased()) else { throw ConfigurationError(key: key, problem: problem) }
+            return parsed
+        }
         func url(_ key: String, default def: String?, schemes: Set<String>) throws -> String? {
             guard let text = value(key) ?? def else { return nil }
             guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
@@ -138,22 +144,8 @@ public struct RoundupConfiguration: Sendable {
         host = value("ROUNDUP_HOST") ?? "127.0.0.1"
         ingressPort = try integer("ROUNDUP_INGRESS_PORT", default: 8081, range: 0...65535)
         workerPort = try integer("ROUNDUP_WORKER_PORT", default: 9101, range: 0...65535)
-        if let level = value("LOG_LEVEL") {
-            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
-                throw ConfigurationError(key: "LOG_LEVEL", problem: "must be one of trace, debug, info, notice, warning, error, critical")
-            }
-            logLevel = parsed
-        } else {
-            logLevel = .info
-        }
-        if let format = value("LOG_FORMAT") {
-            guard let parsed = RoundupLogHandler.Format(rawValue: format.lowercased()) else {
-                throw ConfigurationError(key: "LOG_FORMAT", problem: "must be text or json")
-            }
-            logFormat = parsed
-        } else {
-            logFormat = .text
-        }
+        logLevel = try choice("LOG_LEVEL", default: .info, problem: "must be one of trace, debug, info, notice, warning, error, critical")
+        logFormat = try choice("LOG_FORMAT", default: .text, problem: "must be text or json")
         shutdownTimeoutSeconds = try integer("ROUNDUP_SHUTDOWN_TIMEOUT", default: 25, range: 1...3600)
         dedupeTTLSeconds = try integer("ROUNDUP_DEDUPE_TTL_SECONDS", default: 172_800, range: 60...2_592_000)
         maxDeliveries = try integer("ROUNDUP_MAX_DELIVERIES", default: 5, range: 1...1000)

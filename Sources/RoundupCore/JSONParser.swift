@@ -172,37 +172,27 @@ public struct JSONParser: ~Copyable {
     }
 
     private mutating func object(_ member: (inout JSONParser, String) throws -> Void) throws {
-        try expect(UInt8(ascii: "{"))
-        depth += 1
-        guard depth <= Self.maxDepth else { throw fail("nested too deeply") }
-        skipSpace()
-        if peek() == UInt8(ascii: "}") {
-            index += 1
-            depth -= 1
-            return
+        try container(open: "{", close: "}", name: "object") { parser in
+            parser.skipSpace()
+            guard parser.peek() == UInt8(ascii: "\"") else { throw parser.fail("expected a string key") }
+            let key = try parser.string()
+            try parser.expect(UInt8(ascii: ":"))
+            parser.skipSpace()
+            try member(&parser, key)
         }
-        while true {
-            skipSpace()
-            guard peek() == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-            let key = try string()
-            try expect(UInt8(ascii: ":"))
-            skipSpace()
-            try member(&self, key)
-            skipSpace()
-            guard let byte = peek() else { throw fail("unterminated object") }
-            index += 1
-            if byte == UInt8(ascii: "}") { break }
-            guard byte == UInt8(ascii: ",") else { throw fail("expected ',' or '}'") }
-        }
-        depth -= 1
     }
 
     private mutating func array(_ element: (inout JSONParser) throws -> Void) throws {
-        try expect(UInt8(ascii: "["))
+        try container(open: "[", close: "]", name: "array", element)
+    }
+
+    /// An object's or an array's skeleton: `open`, elements separated by commas, `close`, within the nesting bound.
+    private mutating func container(open: Unicode.Scalar, close: Unicode.Scalar, name: StaticString, _ element: (inout JSONParser) throws -> Void) throws {
+        try expect(UInt8(ascii: open))
         depth += 1
         guard depth <= Self.maxDepth else { throw fail("nested too deeply") }
         skipSpace()
-        if peek() == UInt8(ascii: "]") {
+        if peek() == UInt8(ascii: close) {
             index += 1
             depth -= 1
             return
@@ -210,10 +200,10 @@ public struct JSONParser: ~Copyable {
         while true {
             try element(&self)
             skipSpace()
-            guard let byte = peek() else { throw fail("unterminated array") }
+            guard let byte = peek() else { throw fail("unterminated \(name)") }
             index += 1
-            if byte == UInt8(ascii: "]") { break }
-            guard byte == UInt8(ascii: ",") else { throw fail("expected ',' or ']'") }
+            if byte == UInt8(ascii: close) { break }
+            guard byte == UInt8(ascii: ",") else { throw fail("expected ',' or '\(close)'") }
         }
         depth -= 1
     }
