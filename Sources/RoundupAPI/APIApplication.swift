@@ -20,7 +20,7 @@ public enum APIApplication {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
         }
-        let store = try await Stores.open(configuration: configuration, logger: logger)
+        let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
@@ -48,7 +48,10 @@ public enum APIApplication {
                 address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api",
                 availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),
             logger: logger)
-        try await RoundupServices.run([.init(service: app)], configuration: configuration, logger: logger) {
+        try await RoundupServices.run(
+            [.init(service: app)], dependencies: store.service.map { [$0] } ?? [], startUp: { try await store.migrate() },
+            configuration: configuration, logger: logger
+        ) {
             try? await http.shutdown()
             await redis.shutdown()
         }

@@ -4,13 +4,28 @@ import UnixSignals
 
 /// How every roundup process runs its services: one group, stopped by SIGTERM or SIGINT within
 /// `ROUNDUP_SHUTDOWN_TIMEOUT`, then its clients closed — whether the group ended well or not.
+///
+/// `dependencies` (the PostgreSQL connection pool) run in the group from the start and stop last; `startUp` (migrating
+/// the store, publishing routes) runs once they run, and only when it has succeeded do `services` start, in a group of
+/// their own inside the process's group. A start-up that fails ends the process with its error.
 public enum RoundupServices {
     public static func run(
-        _ services: [ServiceGroupConfiguration.ServiceConfiguration], configuration: RoundupConfiguration, logger: Logger,
+        _ services: [ServiceGroupConfiguration.ServiceConfiguration], dependencies: [any Service] = [],
+        startUp: (@Sendable () async throws -> Void)? = nil, configuration: RoundupConfiguration, logger: Logger,
         afterwards close: () async -> Void
     ) async throws {
-        var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownTimeoutSeconds)
+        let shutdownTimeout = Duration.seconds(configuration.shutdownTimeoutSeconds)
+        var top = services
+        if !dependencies.isEmpty || startUp != nil {
+            var inner = ServiceGroupConfiguration(services: services, logger: logger)
+            inner.maximumGracefulShutdownDuration = shutdownTimeout
+            let main = AfterStartUp(startUp: startUp ?? {}, services: ServiceGroup(configuration: inner))
+            top = dependencies.map { .init(service: $0) } + [
+                .init(service: main, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
+            ]
+        }
+        var groupConfiguration = ServiceGroupConfiguration(services: top, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = shutdownTimeout
         let result: Result<Void, any Error>
         do {
             try await ServiceGroup(configuration: groupConfiguration).run()
@@ -20,6 +35,18 @@ public enum RoundupServices {
         }
         await close()
         try result.get()
+    }
+}
+
+/// The process's own services, started once its start-up work is done (a shutdown meanwhile cancels that work).
+struct AfterStartUp: Service {
+    let startUp: @Sendable () async throws -> Void
+    let services: ServiceGroup
+
+    func run() async throws {
+        try await cancelWhenGracefulShutdown { try await startUp() }
+        guard !Task.isShuttingDownGracefully else { return }
+        try await services.run()
     }
 }
 

@@ -27,7 +27,7 @@ public enum PusherApplication {
             endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile, connections: configuration.apnsConnections, logger: logger)
         let sandbox = try APNsClient(
             endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
-        let store = try await Stores.open(configuration: configuration, logger: logger)
+        let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let consumer = PushConsumer(
             options: .init(
@@ -45,7 +45,10 @@ public enum PusherApplication {
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
-        try await RoundupServices.run(services, configuration: configuration, logger: logger) {
+        try await RoundupServices.run(
+            services, dependencies: store.service.map { [$0] } ?? [], startUp: { try await store.migrate() }, configuration: configuration,
+            logger: logger
+        ) {
             production.shutdown()
             sandbox.shutdown()
             await redis.shutdown()

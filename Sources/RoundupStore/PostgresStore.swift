@@ -4,6 +4,7 @@ import Metrics
 import NIOSSL
 import PostgresNIO
 import RoundupCore
+import ServiceLifecycle
 
 /// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.
 /// The same tables, columns and timestamp encoding (ISO-8601 text, UTC, milliseconds) as `SQLiteStore`, so both back
@@ -17,7 +18,6 @@ public final class PostgresStore: Sendable {
     let client: PostgresClient
     let logger: Logger
     let timeout: Duration
-    private let runner: Task<Void, Never>
 
     public init(
         url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, timeout: Duration = .seconds(30), logger: Logger = Logger(label: "roundup.postgres")
@@ -45,15 +45,10 @@ public final class PostgresStore: Sendable {
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         self.logger = logger
-        runner = Task { await client.run() }
     }
 
-    /// Closes the pool's connections.
-    public func shutdown() {
-        runner.cancel()
-    }
-
-    deinit { runner.cancel() }
+    /// The connection pool, a service for the process's ServiceGroup: until it runs, queries wait for a connection.
+    public var service: (any Service)? { client }
 
     // MARK: Transactions
 
@@ -323,25 +318,6 @@ public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & Opera
 
 extension SQLiteStore: OperatorStore {}
 extension PostgresStore: OperatorStore {}
-
-public enum Stores {
-    /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.
-    public static func open(configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store")) async throws -> any ServerStore {
-        if let url = configuration.postgresURL {
-            let store = try PostgresStore(
-                url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile,
-                timeout: .seconds(configuration.databaseTimeoutSeconds), logger: logger)
-            do {
-                try await store.migrate()
-            } catch {
-                store.shutdown()
-                throw error
-            }
-            return store
-        }
-        return try await SQLiteStore.open(configuration: configuration)
-    }
-}
 
 /// A PostgreSQL failure as operators need it in logs: `PSQLError`'s own description is deliberately generic. Only the
 /// SQLSTATE, the server's message and the client's error code are kept: never the query, its values, or the server's

@@ -1,5 +1,6 @@
 import Foundation
 import RoundupCore
+import ServiceLifecycle
 
 // The store as callers see it: small repositories, each a seam with two real implementations (SQLiteStore and
 // PostgresStore). A caller takes the ones it uses (`any ChangeFeed & ListRepository`, say); the compositions at the
@@ -105,6 +106,9 @@ public protocol ResolutionRepository: Sendable {
 
 /// The store itself: its schema, its health, and the routing the ingress reads from Redis.
 public protocol StoreMaintenance: Sendable {
+    /// What must run for the store to answer, as a service for the process's ServiceGroup (PostgreSQL's connection
+    /// pool); nil when nothing must (SQLite).
+    var service: (any Service)? { get }
     func migrate() async throws
     /// A cheap query, for readiness checks.
     func ping() async throws

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import RoundupCore
+import ServiceLifecycle
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -47,6 +48,9 @@ public final class SQLiteStore: SyncStore {
     /// transaction, and serialises only within a process: two processes starting together on a fresh file would both
     /// run the first migration (`table accounts already exists`). An exclusive lock on `<path>.migrate.lock`, held
     /// while migrating, makes them take turns; the second finds everything applied.
+    /// Nothing runs beside a SQLite store.
+    public var service: (any Service)? { nil }
+
     public func migrate() async throws {
         try await SQLiteStartupLock.withLock(databasePath: pool.path) { [pool] in
             try SQLiteMigrations.migrator.migrate(pool)
@@ -307,7 +311,7 @@ extension SQLiteStore {
     /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names.
     public static func open(configuration: RoundupConfiguration) async throws -> SQLiteStore {
         guard let path = configuration.sqlitePath else {
-            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL: open it with Stores.open")
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL: open it with Stores.make")
         }
         return try await open(path: path)
     }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import Prometheus
@@ -16,7 +17,7 @@ import ServiceLifecycle
 /// the consumer loop and the health/metrics endpoint, in one service group.
 public enum WorkerApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
-        let store = try await Stores.open(configuration: configuration, logger: logger)
+        let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
@@ -46,19 +47,23 @@ public enum WorkerApplication {
                 deadLetterMaxAge: .seconds(configuration.deadLetterMaxAgeDays * 86_400)),
             redis: redis, processor: processor, logger: logger)
 
-        // Heal a flushed Redis: the ingress reads secrets and routes only from there. Retried until Redis takes them,
-        // beside the consumers: a Redis at its maxmemory refuses these writes, and only draining the stream frees it.
-        // One attempt before anything starts (the usual case: the ingress finds every account as soon as we are up).
+        // Heal a flushed Redis: the ingress reads secrets and routes only from there. One attempt at start-up, before
+        // the consumers start (the usual case: the ingress finds every account as soon as we are up); if it fails,
+        // retried until Redis takes them, beside the consumers: a Redis at its maxmemory refuses these writes, and only
+        // draining the stream frees it.
+        let published = NIOLockedValueBox(false)
         let publish: @Sendable () async throws -> Void = {
+            guard !published.withLockedValue({ $0 }) else { return }
             try await RoutePublisher.publishAll(store: store, redis: redis, keys: configuration.redisKeys, logger: logger)
+            published.withLockedValue { $0 = true }
         }
-        let publishedAtStart: Bool
-        do {
-            try await publish()
-            publishedAtStart = true
-        } catch {
-            logger.warning("publishing routes failed, retrying beside the consumers", metadata: ["error": "\(error)"])
-            publishedAtStart = false
+        let startUp: @Sendable () async throws -> Void = {
+            try await store.migrate()
+            do {
+                try await publish()
+            } catch {
+                logger.warning("publishing routes failed, retrying beside the consumers", metadata: ["error": "\(error)"])
+            }
         }
 
         let ops = SimpleHTTPService.operations(
@@ -68,16 +73,16 @@ public enum WorkerApplication {
             if (try? await store.ping()) == nil { return "the store is not reachable" }
             return nil
         }
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
+            .init(service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
         ]
-        if !publishedAtStart {
-            services.append(.init(service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore))
-        }
-        try await RoundupServices.run(services, configuration: configuration, logger: logger) {
+        try await RoundupServices.run(
+            services, dependencies: store.service.map { [$0] } ?? [], startUp: startUp, configuration: configuration, logger: logger
+        ) {
             try? await http.shutdown()
             await redis.shutdown()
         }

@@ -177,17 +177,18 @@ struct Jobs: AsyncParsableCommand {
         @Flag var json = false
         func run() async throws {
             let context = try Context.make()
-            let store = try await Stores.open(configuration: context.configuration)
-            let jobs = try await store.jobs(limit: limit, id: nil)
-            let now = Date()
-            let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
-            if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
-                for job in jobs {
-                    let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
-                    print("\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+            try await Stores.withStore(configuration: context.configuration) { store in
+                let jobs = try await store.jobs(limit: limit, id: nil)
+                let now = Date()
+                let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
+                if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
+                    for job in jobs {
+                        let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
+                        print("\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+                    }
                 }
+                await context.redis.shutdown()
             }
-            await context.redis.shutdown()
         }
     }
 
@@ -195,10 +196,11 @@ struct Jobs: AsyncParsableCommand {
         @Argument var id: String
         func run() async throws {
             let context = try Context.make()
-            let store = try await Stores.open(configuration: context.configuration)
-            await context.redis.shutdown()
-            guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
-            printJSON(Jobs.json(job, now: Date(), staleAfter: TimeInterval(context.configuration.jobStaleSeconds)))
+            try await Stores.withStore(configuration: context.configuration) { store in
+                await context.redis.shutdown()
+                guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
+                printJSON(Jobs.json(job, now: Date(), staleAfter: TimeInterval(context.configuration.jobStaleSeconds)))
+            }
         }
     }
 }
@@ -209,23 +211,24 @@ struct Accounts: AsyncParsableCommand {
         @Flag var json = false
         func run() async throws {
             let context = try Context.make()
-            let store = try await Stores.open(configuration: context.configuration)
-            let accounts = try await store.allAccounts()
-            let rows: [JSONValue] = accounts.map { a in
-                .object([
-                    "account_id": .string(a.details.id), "trello_api_key": maskSecret(a.details.trelloAPIKey).map(JSONValue.string) ?? .null,
-                    "trello_token": maskSecret(a.details.trelloToken).map(JSONValue.string) ?? .null,
-                    "trello_webhook_secret": maskSecret(a.details.trelloWebhookSecret).map(JSONValue.string) ?? .null,
-                    "lists": .number(Double(a.lists)), "pending_changes": .number(Double(a.pendingChanges)),
-                    "created_at": .string(a.details.createdAt),
-                ])
-            }
-            if json { printJSON(.array(rows)) } else {
-                for a in accounts {
-                    print("\(a.details.id)  lists \(a.lists)  pending \(a.pendingChanges)  key \(maskSecret(a.details.trelloAPIKey) ?? "-")  token \(maskSecret(a.details.trelloToken) ?? "-")  created \(a.details.createdAt)")
+            try await Stores.withStore(configuration: context.configuration) { store in
+                let accounts = try await store.allAccounts()
+                let rows: [JSONValue] = accounts.map { a in
+                    .object([
+                        "account_id": .string(a.details.id), "trello_api_key": maskSecret(a.details.trelloAPIKey).map(JSONValue.string) ?? .null,
+                        "trello_token": maskSecret(a.details.trelloToken).map(JSONValue.string) ?? .null,
+                        "trello_webhook_secret": maskSecret(a.details.trelloWebhookSecret).map(JSONValue.string) ?? .null,
+                        "lists": .number(Double(a.lists)), "pending_changes": .number(Double(a.pendingChanges)),
+                        "created_at": .string(a.details.createdAt),
+                    ])
                 }
+                if json { printJSON(.array(rows)) } else {
+                    for a in accounts {
+                        print("\(a.details.id)  lists \(a.lists)  pending \(a.pendingChanges)  key \(maskSecret(a.details.trelloAPIKey) ?? "-")  token \(maskSecret(a.details.trelloToken) ?? "-")  created \(a.details.createdAt)")
+                    }
+                }
+                await context.redis.shutdown()
             }
-            await context.redis.shutdown()
         }
     }
 }
@@ -236,13 +239,14 @@ struct Routes: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Republish every account secret and model route from the store to Redis.")
         func run() async throws {
             let context = try Context.make()
-            let store = try await Stores.open(configuration: context.configuration)
-            var logger = Logger(label: "roundupctl")
-            logger.logLevel = .error
-            try await RoutePublisher.publishAll(store: store, redis: context.redis, keys: context.configuration.redisKeys, logger: logger)
-            let snapshot = try await store.routingSnapshot()
-            print("published \(snapshot.secrets.count) secrets and \(snapshot.routes.count) routes")
-            await context.redis.shutdown()
+            try await Stores.withStore(configuration: context.configuration) { store in
+                var logger = Logger(label: "roundupctl")
+                logger.logLevel = .error
+                try await RoutePublisher.publishAll(store: store, redis: context.redis, keys: context.configuration.redisKeys, logger: logger)
+                let snapshot = try await store.routingSnapshot()
+                print("published \(snapshot.secrets.count) secrets and \(snapshot.routes.count) routes")
+                await context.redis.shutdown()
+            }
         }
     }
 }
@@ -251,7 +255,7 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Apply the store's migrations.")
     func run() async throws {
         let context = try Context.make()
-        _ = try await Stores.open(configuration: context.configuration)
+        try await Stores.withStore(configuration: context.configuration) { _ in }
         print("store is at the latest schema")
         await context.redis.shutdown()
     }
@@ -289,17 +293,20 @@ struct Check: AsyncParsableCommand {
             problems.append("redis: \(error)")
         }
         do {
-            let store = try await Stores.open(configuration: context.configuration)
-            try await store.ping()
-            print("ok    store \(context.configuration.postgresURL?.masked ?? context.configuration.databaseURL)")
-            for account in try await store.allAccounts() {
-                let d = account.details
-                if let key = d.trelloAPIKey, !(key.count == 32 && key.allSatisfy(\.isHexDigit)) {
-                    problems.append("account \(d.id): trello_api_key is not 32 hex characters")
+            problems += try await Stores.withStore(configuration: context.configuration) { store in
+                var problems: [String] = []
+                try await store.ping()
+                print("ok    store \(context.configuration.postgresURL?.masked ?? context.configuration.databaseURL)")
+                for account in try await store.allAccounts() {
+                    let d = account.details
+                    if let key = d.trelloAPIKey, !(key.count == 32 && key.allSatisfy(\.isHexDigit)) {
+                        problems.append("account \(d.id): trello_api_key is not 32 hex characters")
+                    }
+                    if account.lists > 0, d.trelloToken == nil || d.trelloWebhookSecret == nil {
+                        problems.append("account \(d.id): syncs lists but lacks trello_token or trello_webhook_secret")
+                    }
                 }
-                if account.lists > 0, d.trelloToken == nil || d.trelloWebhookSecret == nil {
-                    problems.append("account \(d.id): syncs lists but lacks trello_token or trello_webhook_secret")
-                }
+                return problems
             }
         } catch {
             problems.append("store: \(error)")
@@ -321,22 +328,23 @@ struct Lists: AsyncParsableCommand {
     func run() async throws {
         let context = try Context.make()
         await context.redis.shutdown()
-        let store = try await Stores.open(configuration: context.configuration)
-        let lists = try await store.allSyncLists()
-        if json {
-            printJSON(.array(lists.map { item in
-                .object([
-                    "sync_list_id": .string(item.list.id), "account_id": .string(item.list.accountID), "name": .string(item.list.name),
-                    "trello_list_id": .string(item.list.trelloListID), "last_reconciled_at": item.list.lastReconciledAt.map(JSONValue.string) ?? .null,
-                    "last_reconcile_error": item.list.lastReconcileError.map(JSONValue.string) ?? .null, "account_needs_attention": .bool(item.needsAttention),
-                ])
-            }))
-            return
-        }
-        if lists.isEmpty { print("no lists") }
-        for (list, flagged) in lists {
-            let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", Date().timeIntervalSince($0)) } ?? "never"
-            print("\(list.id)  \(shown(list.name))  trello \(shown(list.trelloListID))  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \(shown($0)))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
+        try await Stores.withStore(configuration: context.configuration) { store in
+            let lists = try await store.allSyncLists()
+            if json {
+                printJSON(.array(lists.map { item in
+                    .object([
+                        "sync_list_id": .string(item.list.id), "account_id": .string(item.list.accountID), "name": .string(item.list.name),
+                        "trello_list_id": .string(item.list.trelloListID), "last_reconciled_at": item.list.lastReconciledAt.map(JSONValue.string) ?? .null,
+                        "last_reconcile_error": item.list.lastReconcileError.map(JSONValue.string) ?? .null, "account_needs_attention": .bool(item.needsAttention),
+                    ])
+                }))
+                return
+            }
+            if lists.isEmpty { print("no lists") }
+            for (list, flagged) in lists {
+                let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", Date().timeIntervalSince($0)) } ?? "never"
+                print("\(list.id)  \(shown(list.name))  trello \(shown(list.trelloListID))  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \(shown($0)))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
+            }
         }
     }
 }
@@ -347,18 +355,19 @@ struct Reconcile: AsyncParsableCommand {
     func run() async throws {
         let context = try Context.make()
         defer { Task { await context.redis.shutdown() } }
-        let store = try await Stores.open(configuration: context.configuration)
-        let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
-        guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
-        for item in lists {
-            guard case .created(let job) = try await store.submitJob(
-                accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
-                total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
-            else { continue }
-            _ = try await context.redis.send(.streamAppend(
-                context.configuration.redisKeys.jobStream,
-                fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: JobKind.reconcile.rawValue).fields))
-            print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
+        try await Stores.withStore(configuration: context.configuration) { store in
+            let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
+            guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
+            for item in lists {
+                guard case .created(let job) = try await store.submitJob(
+                    accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
+                    total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
+                else { continue }
+                _ = try await context.redis.send(.streamAppend(
+                    context.configuration.redisKeys.jobStream,
+                    fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: JobKind.reconcile.rawValue).fields))
+                print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
+            }
         }
     }
 }
