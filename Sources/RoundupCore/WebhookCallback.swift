@@ -9,9 +9,6 @@
 /// payload can change nothing they see. Reconciliation moves old webhooks to the new URL.
 public enum WebhookCallback {
     public static let basePath = "/dailyroundup/webhook/trello"
-    /// The webhook stream field the ingress sets ("1") on a delivery that did not come to the account's own callback
-    /// URL: the worker reads every change it describes from Trello instead of trusting its payload.
-    public static let confirmField = "confirm"
 
     public static func path(account: String, token: String) -> String { basePath + "/" + account + "/" + token }
 

@@ -267,14 +267,14 @@ final class IngressHandler: ChannelInboundHandler {
                 RedisArgument(shared.dedupeTTLSeconds),
                 RedisArgument(shared.maxBacklog),
                 // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
-                RedisArgument(WebhookEvent.Field.account), RedisArgument(account),
-                RedisArgument(WebhookEvent.Field.action), RedisArgument(actionID),
-                RedisArgument(WebhookEvent.Field.type), RedisArgument(type),
-                RedisArgument(WebhookEvent.Field.model), RedisArgument(envelope.modelID ?? ""),
-                RedisArgument(WebhookEvent.Field.received), RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
-                RedisArgument(WebhookEvent.Field.body), RedisArgument(buffer: body),
+                RedisArgument(WebhookEvent.Field.account.rawValue), RedisArgument(account),
+                RedisArgument(WebhookEvent.Field.action.rawValue), RedisArgument(actionID),
+                RedisArgument(WebhookEvent.Field.type.rawValue), RedisArgument(type),
+                RedisArgument(WebhookEvent.Field.model.rawValue), RedisArgument(envelope.modelID ?? ""),
+                RedisArgument(WebhookEvent.Field.received.rawValue), RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
+                RedisArgument(WebhookEvent.Field.body.rawValue), RedisArgument(buffer: body),
             ]
-            if !trusted { fields += [RedisArgument(WebhookEvent.Field.confirm), RedisArgument(WebhookEvent.Field.confirmed)] }
+            if !trusted { fields += [RedisArgument(WebhookEvent.Field.confirm.rawValue), RedisArgument(WebhookEvent.confirmed)] }
             return shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],

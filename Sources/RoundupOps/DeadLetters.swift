@@ -15,17 +15,16 @@ public struct DeadLetter: Sendable, Equatable {
 
     public var id: String { letter.id }
 
-    /// The event's fields one by one, as text: a dead letter may hold too little to make an event.
-    private func text(_ name: String) -> String? { letter.original[name].map { String(decoding: $0, as: UTF8.self) } }
-    public var account: String? { event?.account ?? text(WebhookEvent.Field.account) }
-    public var type: String? { event?.type ?? text(WebhookEvent.Field.type) }
+    // The event's fields are read one by one as text: a dead letter may hold too little to make an event.
+    public var account: String? { event?.account ?? letter.original.text(WebhookEvent.Field.account) }
+    public var type: String? { event?.type ?? letter.original.text(WebhookEvent.Field.type) }
     /// The event's body as text.
-    public var body: String? { text(WebhookEvent.Field.body) }
+    public var body: String? { letter.original.text(WebhookEvent.Field.body) }
 
     public var summary: JSONValue {
         .object([
             "id": .string(id), "original_id": letter.originalID.json, "account": account.json,
-            "action": (event?.actionID ?? text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
+            "action": (event?.actionID ?? letter.original.text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
             "deliveries": letter.deliveries.map(String.init).json, "failed_at": letter.failedAt.map(String.init).json,
         ])
     }

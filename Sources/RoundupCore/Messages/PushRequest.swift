@@ -1,11 +1,9 @@
 /// A push roundup-pusher sends to an account's devices (all but the one whose sync caused it), on the push stream.
 public struct PushRequest: StreamMessage, Equatable {
-    public enum Field {
-        public static let account = "account"
-        public static let kind = "kind"
-        public static let reason = "reason"
-        public static let conflictIDs = "conflict_ids"
-        public static let excludeDevice = "exclude_device"
+    public enum Field: String, CaseIterable, Sendable {
+        case account, kind, reason
+        case conflictIDs = "conflict_ids"
+        case excludeDevice = "exclude_device"
     }
 
     public enum Kind: String, Sendable, CaseIterable {

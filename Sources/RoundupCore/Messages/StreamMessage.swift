@@ -8,10 +8,10 @@ public protocol StreamMessage: Sendable {
 }
 
 extension Dictionary where Key == String, Value == [UInt8] {
-    /// A field as text.
-    func text(_ name: String) -> String? { self[name].map { String(decoding: $0, as: UTF8.self) } }
+    /// A stream entry's field as text; `name` is a message's `Field`.
+    public func text(_ name: some RawRepresentable<String>) -> String? { self[name.rawValue].map { String(decoding: $0, as: UTF8.self) } }
 }
 
 extension Array where Element == (name: String, value: [UInt8]) {
-    mutating func append(_ name: String, _ text: String) { append((name: name, value: [UInt8](text.utf8))) }
+    mutating func append(_ name: some RawRepresentable<String>, _ text: String) { append((name: name.rawValue, value: [UInt8](text.utf8))) }
 }

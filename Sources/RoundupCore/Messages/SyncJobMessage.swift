@@ -1,9 +1,7 @@
 /// A sync, import or reconcile job queued for the workers on the job stream; the job itself is a row in the store.
 public struct SyncJobMessage: StreamMessage, Equatable {
-    public enum Field {
-        public static let job = "job"
-        public static let account = "account"
-        public static let kind = "kind"
+    public enum Field: String, CaseIterable, Sendable {
+        case job, account, kind
     }
 
     public var jobID: String

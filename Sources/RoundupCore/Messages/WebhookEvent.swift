@@ -3,21 +3,18 @@
 /// The ingress appends it from a Lua script on its hot path (`IngressScripts.enqueue`) with these field names
 /// (`Field`), in this order; everything else writes and reads it through this type.
 public struct WebhookEvent: StreamMessage, Equatable {
-    public enum Field {
-        public static let account = "account"
-        public static let action = "action"
-        public static let type = "type"
-        public static let model = "model"
-        public static let received = "received"
-        public static let body = "body"
-        /// Set ("1") on a delivery that did not come to the account's own callback URL (`WebhookCallback`).
-        public static let confirm = WebhookCallback.confirmField
-        /// The value of `confirm` when set.
-        public static let confirmed = "1"
+    public enum Field: String, CaseIterable, Sendable {
+        case account, action, type, model, received, body
+        /// Set (`confirmed`) by the ingress on a delivery that did not come to the account's own callback URL
+        /// (`WebhookCallback`): the worker reads every change it describes from Trello instead of trusting its payload.
+        case confirm
     }
 
+    /// The value of `confirm` when set.
+    public static let confirmed = "1"
+
     /// Every field an event may carry: what a dead letter's replay puts back on the stream.
-    public static let fieldNames = [Field.account, Field.action, Field.type, Field.model, Field.received, Field.body, Field.confirm]
+    public static let fieldNames = Field.allCases.map(\.rawValue)
 
     public var account: String
     /// Trello's action id.
@@ -44,11 +41,11 @@ public struct WebhookEvent: StreamMessage, Equatable {
     }
 
     public init?(fields: [String: [UInt8]]) {
-        guard let account = fields.text(Field.account), let body = fields[Field.body] else { return nil }
+        guard let account = fields.text(Field.account), let body = fields[Field.body.rawValue] else { return nil }
         self.init(
             account: account, actionID: fields.text(Field.action), type: fields.text(Field.type), model: fields.text(Field.model),
             receivedMilliseconds: fields.text(Field.received).flatMap { Double($0) }.map { Int($0) }, body: body,
-            confirm: fields.text(Field.confirm) == Field.confirmed)
+            confirm: fields.text(Field.confirm) == Self.confirmed)
     }
 
     public var fields: [(name: String, value: [UInt8])] {
@@ -58,8 +55,8 @@ public struct WebhookEvent: StreamMessage, Equatable {
         if let type { fields.append(Field.type, type) }
         if let model { fields.append(Field.model, model) }
         if let receivedMilliseconds { fields.append(Field.received, String(receivedMilliseconds)) }
-        fields.append((Field.body, body))
-        if confirm { fields.append(Field.confirm, Field.confirmed) }
+        fields.append((Field.body.rawValue, body))
+        if confirm { fields.append(Field.confirm, Self.confirmed) }
         return fields
     }
 

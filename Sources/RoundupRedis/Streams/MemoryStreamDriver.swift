@@ -171,10 +171,10 @@ public struct MemoryStreamDriver: StreamDriver {
         try stream.call("deadLetter")
         return stream.state.withLockedValue { state in
             var fields = state.entries.first(where: { $0.id == id })?.fields ?? [:]
-            fields[StreamDeadLetter.Field.originalID] = Array(id.utf8)
-            fields[StreamDeadLetter.Field.error] = Array((state.errors[id] ?? error).utf8)
-            fields[StreamDeadLetter.Field.deliveries] = Array(String(deliveries).utf8)
-            fields[StreamDeadLetter.Field.failedAt] = Array("0".utf8)
+            fields[StreamDeadLetter.Field.originalID.rawValue] = Array(id.utf8)
+            fields[StreamDeadLetter.Field.error.rawValue] = Array((state.errors[id] ?? error).utf8)
+            fields[StreamDeadLetter.Field.deliveries.rawValue] = Array(String(deliveries).utf8)
+            fields[StreamDeadLetter.Field.failedAt.rawValue] = Array("0".utf8)
             state.deadLetters.append(StreamDeadLetter(id: "\(state.deadLetters.count + 1)-0", fields: fields))
             if let index = state.entries.firstIndex(where: { $0.id == id }) {
                 state.entries.remove(at: index)

@@ -1,13 +1,13 @@
 /// One entry of a dead-letter stream: the original entry's fields, and why and when it was given up. The only code
 /// that names the dead letter's own fields (the dead-letter script writes them from here).
 public struct StreamDeadLetter: Sendable, Equatable {
-    public enum Field {
-        public static let originalID = "original_id"
-        public static let error = "error"
-        public static let deliveries = "deliveries"
-        public static let failedAt = "failed_at"
-        static let all: Set<String> = [originalID, error, deliveries, failedAt]
+    public enum Field: String, CaseIterable, Sendable {
+        case originalID = "original_id"
+        case error, deliveries
+        case failedAt = "failed_at"
     }
+
+    static let ownFields = Set(Field.allCases.map(\.rawValue))
 
     /// Its id in the dead-letter stream.
     public var id: String
@@ -22,12 +22,12 @@ public struct StreamDeadLetter: Sendable, Equatable {
 
     public init(id: String, fields: [String: [UInt8]]) {
         self.id = id
-        func text(_ name: String) -> String? { fields[name].map { String(decoding: $0, as: UTF8.self) } }
-        originalID = text(Field.originalID)
-        error = text(Field.error)
-        deliveries = text(Field.deliveries).flatMap { Int($0) }
-        failedAt = text(Field.failedAt).flatMap { Int($0) }
-        original = fields.filter { !Field.all.contains($0.key) }
+        func text(_ field: Field) -> String? { fields[field.rawValue].map { String(decoding: $0, as: UTF8.self) } }
+        originalID = text(.originalID)
+        error = text(.error)
+        deliveries = text(.deliveries).flatMap { Int($0) }
+        failedAt = text(.failedAt).flatMap { Int($0) }
+        original = fields.filter { !Self.ownFields.contains($0.key) }
     }
 
     /// The failure class of `error` when it was recorded in the `class<TAB>message` form.
@@ -48,10 +48,10 @@ public struct StreamDeadLetter: Sendable, Equatable {
             local err = redis.call('HGET', KEYS[3], ARGV[2]) or ARGV[4]
             local fields = {}
             if entry[1] then fields = entry[1][2] end
-            table.insert(fields, '\(Field.originalID)'); table.insert(fields, ARGV[2])
-            table.insert(fields, '\(Field.error)'); table.insert(fields, err)
-            table.insert(fields, '\(Field.deliveries)'); table.insert(fields, ARGV[3])
-            table.insert(fields, '\(Field.failedAt)'); table.insert(fields, ARGV[5])
+            table.insert(fields, '\(Field.originalID.rawValue)'); table.insert(fields, ARGV[2])
+            table.insert(fields, '\(Field.error.rawValue)'); table.insert(fields, err)
+            table.insert(fields, '\(Field.deliveries.rawValue)'); table.insert(fields, ARGV[3])
+            table.insert(fields, '\(Field.failedAt.rawValue)'); table.insert(fields, ARGV[5])
             redis.call('XADD', KEYS[2], '*', unpack(fields))
             redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
             redis.call('XDEL', KEYS[1], ARGV[2])
