@@ -16,20 +16,6 @@ public struct Change: Codable, Sendable, Equatable {
     public var fields: [String: JSONValue]
     public var createdAt: String
 
-    public init(
-        id: Int64, changeType: ChangeType, syncListID: String, trelloCardID: String, reminderID: String?, changedFields: [String],
-        fields: [String: JSONValue], createdAt: String
-    ) {
-        self.id = id
-        self.changeType = changeType
-        self.syncListID = syncListID
-        self.trelloCardID = trelloCardID
-        self.reminderID = reminderID
-        self.changedFields = changedFields
-        self.fields = fields
-        self.createdAt = createdAt
-    }
-
     enum CodingKeys: String, CodingKey {
         case id
         case changeType = "change_type"
@@ -47,12 +33,6 @@ public struct ChangePage: Codable, Sendable, Equatable {
     public var changes: [Change]
     public var hasMore: Bool
     public var serverTime: String
-
-    public init(changes: [Change], hasMore: Bool, serverTime: String) {
-        self.changes = changes
-        self.hasMore = hasMore
-        self.serverTime = serverTime
-    }
 
     enum CodingKeys: String, CodingKey {
         case changes

@@ -117,19 +117,20 @@ struct ListRoutes {
 
     /// `POST /dailyroundup/lists/{id}/import`: a job that emits a create for every open card of the list.
     func importCards(_ account: String, _ id: String) async throws -> EditedResponse<JobStarted> {
-        guard try await api.store.syncList(accountID: account, id: id) != nil else { throw APIError.notFound("no list \(id)") }
-        let submission = try await api.store.submitJob(
-            accountID: account, kind: .import, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
-            total: 0, staleAfter: api.options.staleAfter)
-        return try await api.queue(submission, account: account)
+        try await submitListJob(account, id, kind: .import, total: 0)
     }
 
     /// `POST /dailyroundup/lists/{id}/reconcile`: a job that compares the list with Trello now (and repairs its webhooks).
     func reconcile(_ account: String, _ id: String) async throws -> EditedResponse<JobStarted> {
+        try await submitListJob(account, id, kind: .reconcile, total: 1)
+    }
+
+    /// A job about one of the account's lists, queued for the workers.
+    private func submitListJob(_ account: String, _ id: String, kind: JobKind, total: Int) async throws -> EditedResponse<JobStarted> {
         guard try await api.store.syncList(accountID: account, id: id) != nil else { throw APIError.notFound("no list \(id)") }
         let submission = try await api.store.submitJob(
-            accountID: account, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
-            total: 1, staleAfter: api.options.staleAfter)
+            accountID: account, kind: kind, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
+            total: total, staleAfter: api.options.staleAfter)
         return try await api.queue(submission, account: account)
     }
 }
