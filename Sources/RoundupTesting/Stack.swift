@@ -8,7 +8,7 @@ import RoundupStore
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
 /// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,
-/// a SQLite file, `roundup-ingress` and any number of `roundup-worker` processes.
+/// a new store of the back end asked for, `roundup-ingress` and any number of `roundup-worker` processes.
 public final class Stack: @unchecked Sendable {
     // @unchecked: processes are started and stopped from the one test task that owns the stack.
     public let redisURL: String
@@ -18,7 +18,9 @@ public final class Stack: @unchecked Sendable {
     public let redis: RedisClient
     public let trello: FakeTrello
     public let directory: URL
-    /// The SQLite file when the tests run on SQLite (see `TestStore`).
+    /// The store's back end.
+    public let backend: StoreBackend
+    /// The SQLite file when the back end is SQLite.
     public let databasePath: String
     /// `ROUNDUP_DATABASE_URL` of every process of this stack: that file, or a database of its own on the test server.
     public let databaseURL: String
@@ -37,11 +39,13 @@ public final class Stack: @unchecked Sendable {
     /// Each worker's /healthz and /metrics port, by worker name.
     public private(set) var workerPorts: [String: Int] = [:]
 
-    /// `redisArguments` (e.g. AOF settings) imply a private redis-server.
-    public init(privateRedis wantsPrivate: Bool = false, redisArguments: [String] = []) async throws {
+    /// A stack on a new store of `backend` (SQLite for a test that is not about the store). `redisArguments` (e.g.
+    /// AOF settings) imply a private redis-server.
+    public init(store backend: StoreBackend = .sqlite, privateRedis wantsPrivate: Bool = false, redisArguments: [String] = []) async throws {
+        self.backend = backend
         directory = try TestSupport.temporaryDirectory("stack")
         databasePath = directory.appendingPathComponent("roundup.sqlite").path
-        databaseURL = try await TestStore.makeURL(in: directory)
+        databaseURL = try await TestStore.makeURL(backend, in: directory)
         ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
@@ -243,7 +247,7 @@ public final class Stack: @unchecked Sendable {
 
     public func shutdown() async {
         isShutDown = true
-        (openedStore as? PostgresStore)?.shutdown()
+        if let openedStore { await TestStore.close(openedStore) }
         for worker in workers { await worker.stop() }
         for pusher in pushers { await pusher.stop() }
         if let ingress { await ingress.stop() }

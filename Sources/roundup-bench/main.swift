@@ -9,7 +9,7 @@ import RoundupTesting
 // Worker throughput benchmark: fills the webhook stream, starts the real `roundup-worker` binary and times how
 // long it takes to drain the stream into `pending_changes`.
 // usage: roundup-bench worker REDIS_URL WORKER_BINARY SCENARIO(update|create) EVENTS
-// BENCH_WORKERS (default 1) worker processes; the store is a new SQLite file, or with ROUNDUP_TEST_STORE=postgres and
+// BENCH_WORKERS (default 1) worker processes; the store is a new SQLite file, or with BENCH_STORE=postgres and
 // ROUNDUP_TEST_POSTGRES_URL a new database on that server.
 
 func fail(_ message: String) -> Never {
@@ -74,7 +74,8 @@ let scenario = args[4]
 guard scenario == "update" || scenario == "create" else { fail("scenario must be update or create") }
 
 let directory = try TestSupport.temporaryDirectory("bench")
-let databaseURL = try await TestStore.makeURL(in: directory)
+guard let backend = StoreBackend(rawValue: ProcessInfo.processInfo.environment["BENCH_STORE"] ?? "sqlite") else { fail("BENCH_STORE must be sqlite or postgres") }
+let databaseURL = try await TestStore.makeURL(backend, in: directory)
 let workerCount = Int(ProcessInfo.processInfo.environment["BENCH_WORKERS"] ?? "1") ?? 1
 let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):")
 let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
@@ -143,7 +144,7 @@ for worker in workers { await worker.stop() }
 let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
 guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
 print(String(format: "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
-             scenario, TestStore.name, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
+             scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
 await redis.shutdown()
 

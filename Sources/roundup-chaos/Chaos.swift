@@ -95,12 +95,12 @@ enum Chaos {
 
     /// The common shape: a stack, an account, workers and the ingress, a load, a fault while it runs, the count.
     static func run(
-        _ name: String, fault: String, cards: Int = 300, perSecond: Double = 100, workers: Int = 2, redisArguments: [String] = [],
+        _ name: String, fault: String, store: StoreBackend = .sqlite, cards: Int = 300, perSecond: Double = 100, workers: Int = 2, redisArguments: [String] = [],
         workerExtra: [String: String] = [:], before: (Stack) async throws -> Void = { _ in },
         during: @escaping @Sendable (Stack) async throws -> [String]
     ) async throws -> ChaosRow {
         var row = ChaosRow(name: name, fault: fault)
-        let stack = try await Stack(redisArguments: redisArguments)
+        let stack = try await Stack(store: store, redisArguments: redisArguments)
         let prefix = "C\(name.filter(\.isLetter).prefix(6))"
         let account = try await seed(stack, cards: cards, prefix: prefix)
         try await before(stack)

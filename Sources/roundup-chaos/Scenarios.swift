@@ -147,8 +147,7 @@ enum ChaosScenarios {
     }
 
     static func sqliteLocked() async throws -> ChaosRow {
-        guard !TestStore.isPostgres else { return ChaosRow(name: "sqlite-locked", fault: "skipped on PostgreSQL", notes: ["SQLite only"]) }
-        return try await Chaos.run("sqlite-locked", fault: "another process holds SQLite's write lock for 12 s (busy timeout 10 s)") { stack in
+        try await Chaos.run("sqlite-locked", fault: "another process holds SQLite's write lock for 12 s (busy timeout 10 s)") { stack in
             try await Task.sleep(for: .milliseconds(800))
             let queue = try DatabaseQueue(path: stack.databasePath)
             try await Task.detached {
@@ -166,9 +165,7 @@ enum ChaosScenarios {
         guard environment["ROUNDUP_TEST_POSTGRES_URL"] != nil, environment["ROUNDUP_TEST_PG_CTL"] != nil else {
             return ChaosRow(name: "postgres-restart", fault: "skipped", notes: ["no PostgreSQL: scripts/chaos starts one"])
         }
-        setenv("ROUNDUP_TEST_STORE", "postgres", 1)
-        defer { unsetenv("ROUNDUP_TEST_STORE") }
-        return try await Chaos.run("postgres-restart", fault: "PostgreSQL stopped for 3 s mid-load (store on PostgreSQL)") { _ in
+        return try await Chaos.run("postgres-restart", fault: "PostgreSQL stopped for 3 s mid-load (store on PostgreSQL)", store: .postgres) { _ in
             try await Task.sleep(for: .milliseconds(1000))
             try await TestStore.postgresControl("stop")
             try await Task.sleep(for: .seconds(3))

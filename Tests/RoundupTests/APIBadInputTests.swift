@@ -85,8 +85,8 @@ import Testing
         return (response.status, response.contentType, response.body)
     }
 
-    @Test func corpus() async throws {
-        try await InProcessAPI.run(bootstrapToken: APITests.bootstrap) { api in try await self.corpus(api) }
+    @Test(arguments: StoreBackend.available) func corpus(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: APITests.bootstrap) { api in try await self.corpus(api) }
     }
 
     func corpus(_ api: InProcessAPI) async throws {

@@ -20,8 +20,8 @@ import Testing
         return (account, token)
     }
 
-    @Test func theFiveStepSetUpThenAWebhookArrivesAsAChange() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func theFiveStepSetUpThenAWebhookArrivesAsAChange(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startIngress()
         try await stack.startWorker(name: "w1")
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
@@ -107,8 +107,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func listPairingFailuresLeaveNothingBehind() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func listPairingFailuresLeaveNothingBehind(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)  // no ingress: Trello's HEAD check will fail
         let (_, token) = try await createAccount(stack)
         let pair = #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#
@@ -135,8 +135,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func accountsAreIsolated() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func accountsAreIsolated(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
         let (a, tokenA) = try await createAccount(stack)
         let (_, tokenB) = try await createAccount(stack)
@@ -171,8 +171,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func devicesRegisterUpdateAndDelete() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func devicesRegisterUpdateAndDelete(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
         let (_, token) = try await createAccount(stack)
         let apns = String(repeating: "0f", count: 32)
@@ -190,8 +190,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func badInputGetsClearErrorsAndSecretsStayMasked() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func badInputGetsClearErrorsAndSecretsStayMasked(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap, extra: ["ROUNDUP_API_RATE_LIMIT": "40"])
         #expect(try await stack.callAPI(.POST, "/dailyroundup/account", token: "wrong-bootstrap-token-000").status == .unauthorized)
         #expect(try await stack.callAPI(.POST, "/dailyroundup/account", token: nil).status == .unauthorized)
@@ -247,8 +247,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func accountCreationIsOffWithoutABootstrapToken() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func accountCreationIsOffWithoutABootstrapToken(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: nil)
         let response = try await stack.callAPI(.POST, "/dailyroundup/account", token: "anything-at-all-0000")
         #expect(response.status == .forbidden)

@@ -25,8 +25,8 @@ import Testing
         _ = try await stack.redis.send("SADD", RedisArgument(stack.keys.modelRoute("L1")), RedisArgument(account))
     }
 
-    @Test func signedCreateCardBecomesAPendingChange() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func signedCreateCardBecomesAPendingChange(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await seed(stack)
         stack.trello.setCard(FakeTrello.card(id: "C1", listID: "L1", boardID: "B1", name: "Buy milk", desc: "2 litres"))
         try await stack.startWorker(name: "w1")
@@ -54,8 +54,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func badRequestsAreRejectedAndNothingIsEnqueued() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func badRequestsAreRejectedAndNothingIsEnqueued(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (_, account) = try await seed(stack)
         try await publish(stack, account: account)
         try await stack.startIngress()
@@ -95,8 +95,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func redeliveriesAndPerModelDeliveriesMakeOneChange() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func redeliveriesAndPerModelDeliveriesMakeOneChange(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await seed(stack)
         stack.trello.setCard(FakeTrello.card(id: "C2", listID: "L1", boardID: "B1", name: "Eggs"))
         try await stack.startWorker(name: "w1")
@@ -116,8 +116,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func aWorkerKilledMidBatchLosesNothing() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aWorkerKilledMidBatchLosesNothing(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await seed(stack)
         let count = 120
         for i in 0..<count { stack.trello.setCard(FakeTrello.card(id: "K\(i)", listID: "L1", boardID: "B1", name: "Task \(i)")) }
@@ -152,8 +152,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func redisDownAnswers503ThenRecovers() async throws {
-        let stack = try await Stack(privateRedis: true)
+    @Test(arguments: StoreBackend.available) func redisDownAnswers503ThenRecovers(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend, privateRedis: true)
         let (_, account) = try await seed(stack)
         try await publish(stack, account: account)
         try await stack.startIngress()
@@ -179,8 +179,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func sigtermStopsBothProcessesCleanly() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func sigtermStopsBothProcessesCleanly(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await seed(stack)
         try await stack.startIngress()
         let worker = try await stack.startWorker(name: "w1")
@@ -216,8 +216,8 @@ import Testing
         return (store, account)
     }
 
-    @Test func anEventThatKeepsFailingIsDeadLetteredWithItsError() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func anEventThatKeepsFailingIsDeadLetteredWithItsError(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await Self.deadLetterOne(stack, card: "D1", action: "D-1", status: 503)
         let entries = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
         let fields = entries.array?.first?.array?[1].array?.compactMap(\.string) ?? []

@@ -81,7 +81,7 @@ import Testing
         }
     }
 
-    @Test func handledBodiesYieldTheExpectedChange() async throws {
+    @Test(arguments: StoreBackend.available) func handledBodiesYieldTheExpectedChange(backend: StoreBackend) async throws {
         let trello = try await FakeTrello.start()
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let client = TrelloClient(baseURL: trello.baseURL, http: http, logger: Logger(label: "test"))
@@ -89,7 +89,7 @@ import Testing
             let raw = try Data(contentsOf: TestSupport.fixturesDirectory.appendingPathComponent(file))
             let body = try TrelloWebhookBody.decode(raw)
             let scenario = Scenario(body: body, raw: try JSONDecoder().decode(JSONValue.self, from: raw))
-            let f = try await StoreFixture(listID: scenario.listID, boardID: scenario.boardID)
+            let f = try await StoreFixture(backend, listID: scenario.listID, boardID: scenario.boardID)
             if !scenario.isCreation {
                 _ = try await f.observe(scenario.cardID, .fields(CardMapper.fields(fromCard: scenario.before), full: true), at: 1_000_000_000)
                 _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })

@@ -78,7 +78,7 @@ extension HostileTrafficTests {
     /// Text columns of that name only (the accounts' and lists' ids are text; other tables' `id` are numbers).
     static func rows(_ stack: Stack, column: String, value: String) async throws -> [String: Int] {
         var found: [String: Int] = [:]
-        if TestStore.isPostgres {
+        if stack.backend == .postgres {
             let url = try PostgresURL(stack.databaseURL)
             let logger = Logger(label: "roundup.test.rows")
             let connection = try await PostgresConnection.connect(
@@ -178,8 +178,8 @@ extension HostileTrafficTests {
 
     // MARK: Deleting always works
 
-    @Test func deletingTheAccountWithARevokedTrelloTokenLeavesNothingOfIt() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func deletingTheAccountWithARevokedTrelloTokenLeavesNothingOfIt(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startIngress()
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)
         let owner = try await pairedAccount(stack, lists: 2)
@@ -237,8 +237,8 @@ extension HostileTrafficTests {
         await stack.shutdown()
     }
 
-    @Test func deletingAListWhenTrelloRefusesOrIsDownStillDeletesIt() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func deletingAListWhenTrelloRefusesOrIsDownStillDeletesIt(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startIngress()
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)
         let owner = try await pairedAccount(stack, lists: 3)
@@ -279,8 +279,8 @@ extension HostileTrafficTests {
     // MARK: Resolutions racing a list deletion
 
     /// In this process (`InProcessAPI`): the concurrent requests go through the API's router without a socket.
-    @Test func resolvingWhileTheListIsDeletedNeverFailsTheServer() async throws {
-        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap) { api in try await self.resolvingWhileTheListIsDeleted(api) }
+    @Test(arguments: StoreBackend.available) func resolvingWhileTheListIsDeletedNeverFailsTheServer(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap) { api in try await self.resolvingWhileTheListIsDeleted(api) }
     }
 
     func resolvingWhileTheListIsDeleted(_ api: InProcessAPI) async throws {
@@ -333,8 +333,8 @@ extension HostileTrafficTests {
 
     // MARK: Throttling the unauthenticated
 
-    @Test func guessedTokensFromOneAddressAreThrottledBeforeTheyCostAStoreQuery() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func guessedTokensFromOneAddressAreThrottledBeforeTheyCostAStoreQuery(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)  // ROUNDUP_AUTH_FAILURE_LIMIT: the default, 30
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.apiBootstrap)
         let token = try #require(created.json["auth_token"]?.stringValue)
@@ -379,8 +379,8 @@ extension HostileTrafficTests {
         await stack.shutdown()
     }
 
-    @Test func behindAProxyEachForwardedClientHasItsOwnBudget() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func behindAProxyEachForwardedClientHasItsOwnBudget(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.apiBootstrap)
         let token = try #require(created.json["auth_token"]?.stringValue)
@@ -404,9 +404,9 @@ extension HostileTrafficTests {
         await stack.shutdown()
     }
 
-    @Test func theThrottleFailsOpenWithoutRedis() async throws {
+    @Test(arguments: StoreBackend.available) func theThrottleFailsOpenWithoutRedis(backend: StoreBackend) async throws {
         // Redis gone: bad tokens are still 401 (not 429, not 5xx), a valid token still works, the throttle says why.
-        let stack = try await Stack(privateRedis: true)
+        let stack = try await Stack(store: backend, privateRedis: true)
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.apiBootstrap)
         let token = try #require(created.json["auth_token"]?.stringValue)
@@ -420,8 +420,8 @@ extension HostileTrafficTests {
     }
 
     /// In this process (`InProcessAPI`), where every request comes from the client address "local".
-    @Test func anAuthFailureLimitOf0TurnsTheThrottleOff() async throws {
-        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"]) { api async throws in
+    @Test(arguments: StoreBackend.available) func anAuthFailureLimitOf0TurnsTheThrottleOff(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"]) { api async throws in
             for i in 0..<40 {
                 #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
             }
@@ -430,8 +430,8 @@ extension HostileTrafficTests {
     }
 
     /// The same throttle in this process: over the limit, 429 with Retry-After for any token, valid or not.
-    @Test func theThrottleAnswers429InProcess() async throws {
-        try await InProcessAPI.run(bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "3"]) { api in
+    @Test(arguments: StoreBackend.available) func theThrottleAnswers429InProcess(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "3"]) { api in
             let (_, token) = try await api.createAccount(bootstrap: Self.apiBootstrap)
             for i in 0..<3 {
                 #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)

@@ -18,8 +18,8 @@ extension HostileTrafficTests {
     /// The apps end where one-by-one processing ends, for each ordering of membership changes inside one batch: the same
     /// events go through one processor as one batch and through another one at a time, each on a fresh store, and what
     /// the apps would see (the unacknowledged changes of each card, and its task) is compared.
-    @Test func membershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds() async throws {
-        let h = try await BatchOrderHarness()
+    @Test(arguments: StoreBackend.available) func membershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds(backend: StoreBackend) async throws {
+        let h = try await BatchOrderHarness(backend)
         // (name, the card before, its actions, what the apps must see after)
         let scenarios: [(String, CardStart, [CardAction], [String])] = [
             ("archive then edit", .live("L1"), [.archive, .rename("Edited while archived")], ["delete L1 []"]),
@@ -49,8 +49,8 @@ extension HostileTrafficTests {
 
     /// The same comparison over random interleavings of two cards' actions (create, rename, complete, label, archive,
     /// unarchive, move between synced and unsynced lists, delete), one batch per seed.
-    @Test func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds() async throws {
-        let h = try await BatchOrderHarness()
+    @Test(arguments: StoreBackend.available) func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds(backend: StoreBackend) async throws {
+        let h = try await BatchOrderHarness(backend)
         for seed in UInt64(1)...60 {
             var rng = SplitMix64(seed: seed)
             var cards: [String: (CardStart, [CardAction])] = [:]
@@ -88,12 +88,12 @@ extension HostileTrafficTests {
     /// The poison: on PostgreSQL a card id with an escaped NUL (refused with SQLSTATE 22021, as the issue found); SQLite
     /// stores a NUL, so there a trigger refuses the poison card's row (`RAISE(ABORT)`, a constraint error), the way a
     /// CHECK would.
-    @Test func aPoisonEntryAmongGoodOnesIsTheOnlyOneDeadLettered() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aPoisonEntryAmongGoodOnesIsTheOnlyOneDeadLettered(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, first) = try await seed(stack)
         let (_, second) = try await seed(stack)
-        let poisonCard = TestStore.isPostgres ? "P\u{0}1" : "POISON1"
-        if !TestStore.isPostgres {
+        let poisonCard = backend == .postgres ? "P\u{0}1" : "POISON1"
+        if backend != .postgres {
             let queue = try DatabaseQueue(path: stack.databasePath)
             try await queue.write { db in
                 try db.execute(sql: """
@@ -151,7 +151,7 @@ extension HostileTrafficTests {
 
     /// Failure classes come from the errors' types and codes: real errors of each store, and the form the worker
     /// records them in (`class<TAB>message`) read back typed.
-    @Test func storeFailuresAreClassifiedByTypeAndCodeAndRecordedTyped() async throws {
+    @Test(arguments: StoreBackend.available) func storeFailuresAreClassifiedByTypeAndCodeAndRecordedTyped(backend: StoreBackend) async throws {
         let sqlite = try DatabaseQueue()
         try await sqlite.write { db in try db.execute(sql: "CREATE TABLE t (id TEXT NOT NULL UNIQUE)") }
         let constraint = await #expect(throws: DatabaseError.self) {
@@ -162,15 +162,15 @@ extension HostileTrafficTests {
         #expect(missing.map(StoreFailure.init) == .statement)
         #expect(StoreFailure(CancellationError()) == .unavailable)
 
-        if TestStore.isPostgres {
+        if backend == .postgres {
             // The issue's poison: a NUL in an id, refused by PostgreSQL with SQLSTATE 22021, through the store's own lookup.
-            let (store, _) = try await TestStore.make()
+            let (store, _) = try await TestStore.make(backend)
             let nul = await #expect(throws: (any Error).self) {
                 try await store.lookup([BatchLookup(accountID: "a", cardID: "P\u{0}1", listIDs: [], boardID: nil)])
             }
             #expect((nul as? PostgresStoreError)?.sqlState == "22021", "\(String(describing: nul))")
             #expect(nul.map(StoreFailure.init) == .data)
-            (store as? PostgresStore)?.shutdown()
+            await TestStore.close(store)
             // Nobody listening: an outage, not the event's fault.
             let closed = try RoundupConfiguration(environment: [
                 "ROUNDUP_DATABASE_URL": "postgres://roundup@127.0.0.1:\(try TestSupport.freePort())/postgres?sslmode=disable",
@@ -178,7 +178,7 @@ extension HostileTrafficTests {
             ])
             var quiet = Logger(label: "test")
             quiet.logLevel = .critical
-            let down = await #expect(throws: (any Error).self) { _ = try await Stores.open(configuration: closed, logger: quiet) }
+            let down = await #expect(throws: (any Error).self) { _ = try await TestStore.open(configuration: closed, logger: quiet) }
             #expect(down.map(StoreFailure.init) == .unavailable, "\(String(describing: down))")
         }
 
@@ -243,12 +243,12 @@ final class BatchOrderHarness: @unchecked Sendable {
     var nextEntry = 0
     var clock = 1_800_000_000.0
 
-    init() async throws {
+    init(_ backend: StoreBackend) async throws {
         trello = try await FakeTrello.start()
         http = HTTPClient(eventLoopGroupProvider: .singleton)
         let client = TrelloClient(baseURL: trello.baseURL, http: http, logger: Logger(label: "test"))
-        batch = try await StoreFixture(listID: "L1", boardID: "B1")
-        single = try await StoreFixture(listID: "L1", boardID: "B1")
+        batch = try await StoreFixture(backend, listID: "L1", boardID: "B1")
+        single = try await StoreFixture(backend, listID: "L1", boardID: "B1")
         for f in [batch, single] { _ = try await f.store.createSyncList(accountID: f.account, name: "Errands", trelloBoardID: "B1", trelloListID: "L2") }
         batchProcessor = WebhookProcessor(store: batch.store, cards: client, logger: Logger(label: "test"))
         singleProcessor = WebhookProcessor(store: single.store, cards: client, logger: Logger(label: "test"))

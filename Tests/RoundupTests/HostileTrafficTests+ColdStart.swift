@@ -29,17 +29,19 @@ extension HostileTrafficTests {
                     + String.fetchAll(db, sql: "SELECT 'migration ' || identifier FROM grdb_migrations ORDER BY identifier")
             }
         }
-        let store = try #require(try await TestStore.open(url: url) as? PostgresStore)
-        defer { store.shutdown() }
-        return try await store.tableNames().map { "table " + $0 } + store.appliedMigrations().map { "migration " + $0 }
+        let opened = try await TestStore.open(url: url)
+        let store = try #require(opened as? PostgresStore)
+        let schema = try await store.tableNames().map { "table " + $0 } + store.appliedMigrations().map { "migration " + $0 }
+        await TestStore.close(opened)
+        return schema
     }
 
-    @Test func everyProcessStartedAtOnceOnAFreshStoreComesUp() async throws {
+    @Test(arguments: StoreBackend.available) func everyProcessStartedAtOnceOnAFreshStoreComesUp(backend: StoreBackend) async throws {
         // The schema of a store migrated by one process alone.
-        let reference = try await Self.schema(try await TestStore.makeURL(in: try TestSupport.temporaryDirectory("coldstart-reference")).withOpened())
+        let reference = try await Self.schema(try await TestStore.makeURL(backend, in: try TestSupport.temporaryDirectory("coldstart-reference")).withOpened())
         #expect(reference.contains("migration v1-reference-schema"))
         for round in 1...3 {
-            let stack = try await Stack()
+            let stack = try await Stack(store: backend)
             var started: [(process: ManagedProcess, healthz: Int)] = []
             var migrations: [ManagedProcess] = []
             func environment(_ extra: [String: String]) -> [String: String] { stack.environment.merging(extra) { _, new in new } }
@@ -61,22 +63,22 @@ extension HostileTrafficTests {
 
             for process in migrations {
                 let code = await process.wait(timeout: .seconds(30))
-                #expect(code == 0, "round \(round) [\(TestStore.name)]: \(process.name) exited \(code.map(String.init) ?? "not at all"): \(process.output)")
+                #expect(code == 0, "round \(round) [\(backend)]: \(process.name) exited \(code.map(String.init) ?? "not at all"): \(process.output)")
                 #expect(process.output.contains("store is at the latest schema"))
             }
             for (process, port) in started {
                 let healthy = await TestSupport.eventually(timeout: .seconds(20)) {
                     (try? await stack.get(port: port, "/healthz").status) == .ok
                 }
-                #expect(healthy, "round \(round) [\(TestStore.name)]: \(process.name) did not come up: \(process.output)")
+                #expect(healthy, "round \(round) [\(backend)]: \(process.name) did not come up: \(process.output)")
             }
             // Up, and still up a moment later (a process that lost a migration race exits after its first answers).
             try await Task.sleep(for: .milliseconds(300))
             for (process, port) in started {
-                #expect(process.isRunning, "round \(round) [\(TestStore.name)]: \(process.name) exited: \(process.output)")
+                #expect(process.isRunning, "round \(round) [\(backend)]: \(process.name) exited: \(process.output)")
                 #expect((try? await stack.get(port: port, "/healthz").status) == .ok)
             }
-            #expect(try await Self.schema(stack.databaseURL) == reference, "round \(round) [\(TestStore.name)]")
+            #expect(try await Self.schema(stack.databaseURL) == reference, "round \(round) [\(backend)]")
             // Opened as every process opens it: WAL, and FULL on the writer (GRDB's WAL set-up would leave NORMAL).
             if let sqlite = try await stack.store() as? SQLiteStore {
                 #expect(try await sqlite.journalMode() == "wal")
@@ -118,8 +120,8 @@ extension HostileTrafficTests {
         return routed
     }
 
-    @Test func aWorkerStartingWhileTheAPIChangesASecretLeavesTheNewestSecret() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aWorkerStartingWhileTheAPIChangesASecretLeavesTheNewestSecret(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.coldStartBootstrap)
         let (account, token) = try await publishingAccount(stack, secret: "secret-old-0123456789")
         let store = try await stack.store()
@@ -148,8 +150,8 @@ extension HostileTrafficTests {
         await stack.shutdown()
     }
 
-    @Test func aWorkerStartingWhileTheAPIDeletesAnAccountOrAListRestoresNothing() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aWorkerStartingWhileTheAPIDeletesAnAccountOrAListRestoresNothing(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.coldStartBootstrap)
         let store = try await stack.store()
         let (gone, goneToken) = try await publishingAccount(stack, secret: "secret-gone-0123456789")
@@ -188,7 +190,7 @@ extension String {
     /// Opens (and so migrates) the store at this URL in this process, alone, and returns the URL.
     fileprivate func withOpened() async throws -> String {
         let store = try await TestStore.open(url: self)
-        (store as? PostgresStore)?.shutdown()
+        await TestStore.close(store)
         return self
     }
 }

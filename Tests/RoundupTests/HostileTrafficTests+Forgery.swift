@@ -9,8 +9,8 @@ import Testing
 
 extension HostileTrafficTests {
     /// The ingress, a worker and the API (reconciliation only on demand), for tests that set accounts up as apps do.
-    func startStackWithAPI() async throws -> Stack {
-        let stack = try await Stack()
+    func startStackWithAPI(_ backend: StoreBackend) async throws -> Stack {
+        let stack = try await Stack(store: backend)
         let manual = ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"]
         try await stack.startIngress()
         try await stack.startWorker(name: "w1", extra: manual)
@@ -20,8 +20,8 @@ extension HostileTrafficTests {
 
     /// Two accounts on one Trello app key share its webhook secret. One of them signs webhooks for the other's list on
     /// every path the ingress knows; none of them changes what the victim's apps see.
-    @Test func aForgedWebhookForAnotherAccountOnTheSameKeyChangesNothingTheAppsSee() async throws {
-        let stack = try await startStackWithAPI()
+    @Test(arguments: StoreBackend.available) func aForgedWebhookForAnotherAccountOnTheSameKeyChangesNothingTheAppsSee(backend: StoreBackend) async throws {
+        let stack = try await startStackWithAPI(backend)
         let victim = try await SyncSetup.make(stack, list: "Lvictim", board: "Bvictim")
         let attacker = try await SyncSetup.make(stack, list: "Lattacker", board: "Battacker")
         let secret = stack.trello.webhookSecret  // the app's: both accounts hold it
@@ -76,8 +76,8 @@ extension HostileTrafficTests {
 
     /// A webhook registered before callback tokens existed (its URL names only the account) is moved to the account's
     /// own URL by reconciliation, and deliveries keep flowing.
-    @Test func reconciliationMovesAWebhookFromAnOlderCallbackURL() async throws {
-        let stack = try await startStackWithAPI()
+    @Test(arguments: StoreBackend.available) func reconciliationMovesAWebhookFromAnOlderCallbackURL(backend: StoreBackend) async throws {
+        let stack = try await startStackWithAPI(backend)
         let s = try await SyncSetup.make(stack, list: "Lold", board: "Bold")
         let legacy = stack.publicURL + "/dailyroundup/webhook/trello/" + s.account
         stack.trello.state.withLockedValue { state in
@@ -98,8 +98,8 @@ extension HostileTrafficTests {
 
     /// A deleted account's webhooks that Trello still holds (the user revoked the token, so they could not be deleted
     /// there) are answered 410 Gone, which makes Trello delete them; an id that never was an account stays 404.
-    @Test func deliveriesForADeletedAccountAre410SoTrelloDropsTheWebhook() async throws {
-        let stack = try await startStackWithAPI()
+    @Test(arguments: StoreBackend.available) func deliveriesForADeletedAccountAre410SoTrelloDropsTheWebhook(backend: StoreBackend) async throws {
+        let stack = try await startStackWithAPI(backend)
         let s = try await SyncSetup.make(stack, list: "Lgone", board: "Bgone")
         let own = try await stack.webhookPath(account: s.account)
         stack.trello.revokeToken("test-token")

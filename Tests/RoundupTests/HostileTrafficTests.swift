@@ -27,8 +27,8 @@ import Testing
 
     // MARK: Floods of junk
 
-    @Test func uniqueJunkFloodsLeaveMemoryFlatAndEnqueueNothing() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func uniqueJunkFloodsLeaveMemoryFlatAndEnqueueNothing(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (_, account) = try await seed(stack)
         try await stack.startIngress()
         let ingress = try #require(stack.ingress)
@@ -56,8 +56,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func absurdIdsCorrectlySignedAreRefusedAndNothingIsEnqueued() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func absurdIdsCorrectlySignedAreRefusedAndNothingIsEnqueued(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (_, account) = try await seed(stack)
         try await stack.startIngress()
         let path = "/dailyroundup/webhook/trello/\(account)"
@@ -92,8 +92,8 @@ import Testing
 
     // MARK: Stalled connections
 
-    @Test func stalledConnectionsAreClosedAndDoNotDelayARealDelivery() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func stalledConnectionsAreClosedAndDoNotDelayARealDelivery(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (_, account) = try await seed(stack)
         let limits = ["ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS": "2", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS": "2", "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS": "2"]
         try await stack.startIngress(extra: limits)
@@ -130,8 +130,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func oversizedHeadersGetAJSONErrorNotACrash() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func oversizedHeadersGetAJSONErrorNotACrash(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         _ = try await seed(stack)
         try await stack.startIngress(extra: ["ROUNDUP_HTTP_MAX_HEADER_BYTES": "4096"])
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(stack.ingressPort)/dailyroundup/webhook/trello")
@@ -148,8 +148,8 @@ import Testing
 
     // MARK: A full Redis
 
-    @Test func aFullRedisAnswers503LosesNothingAndHealsOnceWorkersReturn() async throws {
-        let stack = try await Stack(privateRedis: true)
+    @Test(arguments: StoreBackend.available) func aFullRedisAnswers503LosesNothingAndHealsOnceWorkersReturn(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend, privateRedis: true)
         let (store, account) = try await seed(stack)
         try await stack.startIngress()
         let outcome = try await HostileTraffic.fullRedis(stack, store: store, account: account, secret: Self.secret, cards: 300)
@@ -170,8 +170,8 @@ import Testing
 
     // MARK: Slow batches
 
-    @Test func aBatchSlowerThanTheClaimTimeoutIsProcessedOnce() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aBatchSlowerThanTheClaimTimeoutIsProcessedOnce(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await seed(stack)
         stack.trello.setCard(FakeTrello.card(id: "S1", listID: "L1", boardID: "B1", name: "Slow", desc: ""))
         // Reading the card takes five claim timeouts.

@@ -17,7 +17,7 @@ import RoundupTesting
 import RoundupTrello
 
 /// roundup-api's router inside the test process (`app.test(.router)`): no socket and no child process, over a new
-/// store of the backend under test (`TestStore`), the test Redis under a prefix of its own (`ROUNDUP_TEST_REDIS_URL`,
+/// store of the back end given (`TestStore`; SQLite for a test that is not about the store), the test Redis under a prefix of its own (`ROUNDUP_TEST_REDIS_URL`,
 /// or a private redis-server) and a fake Trello. For what the API decides; what crosses processes stays end-to-end.
 /// Without a socket every request comes from the same client address ("local" for the authentication throttle).
 struct InProcessAPI: Sendable {
@@ -41,9 +41,10 @@ struct InProcessAPI: Sendable {
 
     /// Builds the API as `roundup-api` does from its environment, runs `body` against its router, then tears down.
     static func run<Value: Sendable>(
-        bootstrapToken: String?, environment extra: [String: String] = [:], _ body: @Sendable (InProcessAPI) async throws -> Value
+        store backend: StoreBackend = .sqlite, bootstrapToken: String?, environment extra: [String: String] = [:],
+        _ body: @Sendable (InProcessAPI) async throws -> Value
     ) async throws -> Value {
-        let (store, databaseURL) = try await TestStore.make("api")
+        let (store, databaseURL) = try await TestStore.make(backend, "api")
         var privateRedis: RedisServer?
         let redisURL: String
         if let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
@@ -89,7 +90,7 @@ struct InProcessAPI: Sendable {
         } catch {
             result = .failure(error)
         }
-        (store as? PostgresStore)?.shutdown()
+        await TestStore.close(store)
         try? await http.shutdown()
         await redis.shutdown()
         await trello.stop()

@@ -91,8 +91,8 @@ import Testing
         #"{"device_id":"\#(id)","apns_token":"\#(String(repeating: apns, count: 32))","platform":"ios","environment":"sandbox"}"#
     }
 
-    @Test func anotherAccountsTokenReachesNothingOfTheAccount() async throws {
-        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in try await Self.isolation(api) }
+    @Test(arguments: StoreBackend.available) func anotherAccountsTokenReachesNothingOfTheAccount(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: Self.bootstrap) { api in try await Self.isolation(api) }
     }
 
     static func isolation(_ api: InProcessAPI) async throws {

@@ -9,8 +9,8 @@ import RoundupTesting
 import Testing
 
 /// Scale-out on PostgreSQL: several API and worker processes against one database and one Redis, and a database
-/// restart under load. These run in scripts/test's PostgreSQL pass (`ROUNDUP_TEST_STORE=postgres`).
-@Suite(.serialized, .enabled(if: TestStore.isPostgres)) struct PostgresTests {
+/// restart under load. These run when PostgreSQL is available (`ROUNDUP_TEST_POSTGRES_URL`, which scripts/test sets).
+@Suite(.serialized, .enabled(if: StoreBackend.available.contains(.postgres))) struct PostgresTests {
     static let bootstrap = "bootstrap-0123456789abcdef"
     static let secret = EndToEndTests.secret
 
@@ -72,7 +72,7 @@ import Testing
     }
 
     @Test func twoAPIsAndTwoWorkersApplyABurstExactlyOnce() async throws {
-        let stack = try await Stack()
+        let stack = try await Stack(store: .postgres)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
         let (account, token) = try await account(stack)
@@ -137,14 +137,14 @@ import Testing
     /// on a lock someone else holds stands for a query on a connection that will never answer. The store gives up at its
     /// deadline (1 s here) by closing that connection, and the next call gets a fresh one.
     @Test func aQueryThatIgnoresCancellationEndsAtTheStoreDeadline() async throws {
-        let url = try await TestStore.makeURL(in: try TestSupport.temporaryDirectory("deadline"))
+        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory("deadline"))
         var environment = ProcessInfo.processInfo.environment
         environment["ROUNDUP_DATABASE_URL"] = url
         environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
         environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = "1"
         var quiet = Logger(label: "roundup.test.deadline")
         quiet.logLevel = .critical
-        let store = try await Stores.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
+        let store = try await TestStore.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
         let account = try await store.createAccount(authTokenHash: "deadline-test")
 
         // Another session locks the accounts table, so the store's next read of it waits in the server.
@@ -178,14 +178,14 @@ import Testing
     /// worker's batch waited for it forever. The store answers at its deadline whatever the operation does, and a
     /// transaction whose connection is lost fails without waiting for a rollback.
     @Test(.timeLimit(.minutes(1))) func aTransactionWhoseConnectionClosesAnswersByTheDeadline() async throws {
-        let url = try await TestStore.makeURL(in: try TestSupport.temporaryDirectory("closed"))
+        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory("closed"))
         var environment = ProcessInfo.processInfo.environment
         environment["ROUNDUP_DATABASE_URL"] = url
         environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
         environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = "2"
         var quiet = Logger(label: "roundup.test.closed")
         quiet.logLevel = .critical
-        let opened = try await Stores.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
+        let opened = try await TestStore.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
         let store = try #require(opened as? PostgresStore)
         let logger = quiet
         let account = try await store.createAccount(authTokenHash: "closed-test")
@@ -214,7 +214,7 @@ import Testing
     }
 
     @Test func aPostgresRestartUnderLoadLosesNothing() async throws {
-        let stack = try await Stack()
+        let stack = try await Stack(store: .postgres)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
         let (account, token) = try await account(stack)
         let count = 240

@@ -31,16 +31,16 @@ import Testing
         _ = try await stack.redis.send(RedisCommand("XADD", arguments))
     }
 
-    func start(window: Int = 30, extra: [String: String] = [:]) async throws -> (Stack, FakeAPNs) {
-        let stack = try await Stack()
+    func start(_ backend: StoreBackend, window: Int = 30, extra: [String: String] = [:]) async throws -> (Stack, FakeAPNs) {
+        let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
         let apns = try await FakeAPNs.start()
         try await stack.startPusher(apns: apns, extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": String(window)].merging(extra) { $1 })
         return (stack, apns)
     }
 
-    @Test func backgroundAndAlertPushesCarryTheRightHeadersAndSkipTheSyncingDevice() async throws {
-        let (stack, apns) = try await start()
+    @Test(arguments: StoreBackend.available) func backgroundAndAlertPushesCarryTheRightHeadersAndSkipTheSyncingDevice(backend: StoreBackend) async throws {
+        let (stack, apns) = try await start(backend)
         defer { Task { await stack.shutdown(); await apns.stop() } }
         let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "sandbox"), ("ipad", "production")])
         try await push(stack, account: account, kind: "background", exclude: "ipad")
@@ -70,8 +70,8 @@ import Testing
         await apns.stop()
     }
 
-    @Test func backgroundPushesAreCoalescedPerDeviceWithinTheWindow() async throws {
-        let (stack, apns) = try await start(window: 2)
+    @Test(arguments: StoreBackend.available) func backgroundPushesAreCoalescedPerDeviceWithinTheWindow(backend: StoreBackend) async throws {
+        let (stack, apns) = try await start(backend, window: 2)
         defer { Task { await stack.shutdown(); await apns.stop() } }
         let (account, _) = try await account(stack, devices: [("iphone", "production")])
         for _ in 0..<6 { try await push(stack, account: account, kind: "background") }
@@ -86,8 +86,8 @@ import Testing
         await apns.stop()
     }
 
-    @Test func unregisteredAndBadTokensRemoveTheDeviceAndAreNeverRetried() async throws {
-        let (stack, apns) = try await start(window: 0)
+    @Test(arguments: StoreBackend.available) func unregisteredAndBadTokensRemoveTheDeviceAndAreNeverRetried(backend: StoreBackend) async throws {
+        let (stack, apns) = try await start(backend, window: 0)
         defer { Task { await stack.shutdown(); await apns.stop() } }
         let (account, token) = try await account(stack, devices: [("gone", "production"), ("bad", "production"), ("busy", "production"), ("ok", "production")])
         apns.fail(token: Self.deviceToken(0), status: 410, reason: "Unregistered")
@@ -111,8 +111,8 @@ import Testing
         await apns.stop()
     }
 
-    @Test func anExpiredProviderTokenIsRenewedOnceAndThenReused() async throws {
-        let (stack, apns) = try await start(window: 0)
+    @Test(arguments: StoreBackend.available) func anExpiredProviderTokenIsRenewedOnceAndThenReused(backend: StoreBackend) async throws {
+        let (stack, apns) = try await start(backend, window: 0)
         defer { Task { await stack.shutdown(); await apns.stop() } }
         let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "production")])
         try await push(stack, account: account, kind: "background")
@@ -131,8 +131,8 @@ import Testing
         await apns.stop()
     }
 
-    @Test func aGoAwayMidBurstLosesNoPushAndSendsNoneTwice() async throws {
-        let (stack, apns) = try await start(window: 0, extra: ["ROUNDUP_APNS_CONNECTIONS": "1"])
+    @Test(arguments: StoreBackend.available) func aGoAwayMidBurstLosesNoPushAndSendsNoneTwice(backend: StoreBackend) async throws {
+        let (stack, apns) = try await start(backend, window: 0, extra: ["ROUNDUP_APNS_CONNECTIONS": "1"])
         defer { Task { await stack.shutdown(); await apns.stop() } }
         let devices = (0..<60).map { (id: "d\($0)", environment: "production") }
         let (account, _) = try await account(stack, devices: devices)
@@ -150,8 +150,8 @@ import Testing
         await apns.stop()
     }
 
-    @Test func withoutCredentialsThePusherRefusesToStartNamingTheKeys() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func withoutCredentialsThePusherRefusesToStartNamingTheKeys(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         defer { Task { await stack.shutdown() } }
         var env = stack.environment
         env["ROUNDUP_APNS_TOPIC"] = "app.dailyroundup.ios"
@@ -164,8 +164,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func aSignedTrelloWebhookEndsAsAPushOnTheDevice() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func aSignedTrelloWebhookEndsAsAPushOnTheDevice(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         defer { Task { await stack.shutdown() } }
         try await stack.startIngress()
         try await stack.startWorker(name: "w1")

@@ -11,8 +11,8 @@ import Testing
 @Suite(.serialized) struct ReconcileTests {
     static let manual = ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"]
 
-    func startStack(workers: Int = 1, extra: [String: String] = manual) async throws -> Stack {
-        let stack = try await Stack()
+    func startStack(_ backend: StoreBackend, workers: Int = 1, extra: [String: String] = manual) async throws -> Stack {
+        let stack = try await Stack(store: backend)
         try await stack.startIngress()
         for i in 1...workers { try await stack.startWorker(name: "w\(i)", extra: extra) }
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: extra)
@@ -25,8 +25,8 @@ import Testing
         return try await s.wait(job: try #require(started.json["job_id"]?.stringValue))
     }
 
-    @Test func editsWhoseWebhooksWereLostComeBackOnceAndASecondRunFindsNothing() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func editsWhoseWebhooksWereLostComeBackOnceAndASecondRunFindsNothing(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lrec", board: "Brec")
         let a = stack.trello.userCreateCard(listID: "Lrec", name: "Alpha")
@@ -70,8 +70,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func lostAndDeactivatedWebhooksAreRegisteredAgainAndARevokedTokenFlagsTheAccount() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func lostAndDeactivatedWebhooksAreRegisteredAgainAndARevokedTokenFlagsTheAccount(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lhook", board: "Bhook")
         let before = stack.trello.webhooks
@@ -113,8 +113,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func twoWorkersOnAScheduleNeverReconcileOneListAtOnce() async throws {
-        let stack = try await startStack(workers: 2, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "1"])
+    @Test(arguments: StoreBackend.available) func twoWorkersOnAScheduleNeverReconcileOneListAtOnce(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend, workers: 2, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "1"])
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lsched", board: "Bsched")
         for i in 0..<20 { stack.trello.userCreateCard(listID: "Lsched", name: "Card \(i)") }

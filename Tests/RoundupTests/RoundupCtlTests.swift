@@ -19,8 +19,8 @@ import Testing
         return (code, process.output)
     }
 
-    @Test func queuesReportsTheBacklogNumberByNumber() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func queuesReportsTheBacklogNumberByNumber(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let stream = RedisArgument(stack.keys.webhookStream)
         _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
         for i in 0..<5 { _ = try await stack.redis.send("XADD", stream, "*", "n", RedisArgument(i)) }
@@ -44,8 +44,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func deadLettersAreListedReplayedAndProcessed() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func deadLettersAreListedReplayedAndProcessed(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await DeadLetterTests.deadLetterOne(stack, card: "Q1", action: "Q-1", status: 500)
 
         let listed = try await run(stack, ["dlq", "list", "--json"])
@@ -70,8 +70,8 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test func checkAndAccountsAndRoutes() async throws {
-        let stack = try await Stack()
+    @Test(arguments: StoreBackend.available) func checkAndAccountsAndRoutes(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (_, account) = try await EndToEndTests().seed(stack)
         let good = try await run(stack, ["check"])
         #expect(good.code == 1, "\(good.output)")  // the seeded key is not 32 hex characters: a real finding
@@ -99,8 +99,8 @@ import Testing
     }
 
     /// Writes rows with a GRDB connection (a five-minute-old heartbeat cannot be made through the store): SQLite only.
-    @Test(.enabled(if: !TestStore.isPostgres)) func jobsShowProgressAndStaleness() async throws {
-        let stack = try await Stack()
+    @Test(arguments: [StoreBackend.sqlite]) func jobsShowProgressAndStaleness(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
         let (store, account) = try await EndToEndTests().seed(stack)
         let fresh = Timestamp.now()
         let old = Timestamp.string(Date().addingTimeInterval(-300))

@@ -4,15 +4,16 @@ import RoundupStore
 import RoundupTesting
 import Testing
 
-/// A fresh store (a SQLite file, or a PostgreSQL database: see `TestStore`) with one account and one synced list.
+/// A fresh store of a back end (a SQLite file, or a PostgreSQL database: see `TestStore`) with one account and one
+/// synced list.
 struct StoreFixture {
     let store: any ServerStore
     let url: String
     let account: String
     let list: SyncListRecord
 
-    init(listID: String = "list-1", boardID: String = "board-1") async throws {
-        (store, url) = try await TestStore.make("store")
+    init(_ backend: StoreBackend, listID: String = "list-1", boardID: String = "board-1") async throws {
+        (store, url) = try await TestStore.make(backend, "store")
         account = try await store.createAccount(authTokenHash: UUID().uuidString)
         try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "secret")
         list = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: boardID, trelloListID: listID)
@@ -32,8 +33,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
 }
 
 @Suite struct StoreTests {
-    @Test func migrationsCreateTheSixteenTables() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func migrationsCreateTheSixteenTables(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         let tables = try await f.store.tableNames()
         #expect(Set(tables) == [
             "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_attachments",
@@ -48,8 +49,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.store.tableNames().count == 16)
     }
 
-    @Test func createThenRedeliveryWritesOneChange() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func createThenRedeliveryWritesOneChange(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true)) == 1)
         #expect(try await f.observe("c1", .fields(fullCard("Milk"), full: true)) == 0)
         let changes = try await f.changes()
@@ -59,8 +60,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(Set(changes[0].changedFields) == Set(SyncField.all))
     }
 
-    @Test func updatesCompareHashesAndSupersedeUnackedChanges() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func updatesCompareHashesAndSupersedeUnackedChanges(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
         let created = try await f.changes()[0]
         // An edit before the app acked the create folds into it: one row, a new id, still a create.
@@ -89,8 +90,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(changes[0].changedFields == ["completed", "notes"])
     }
 
-    @Test func completionAloneIsAComplete() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func completionAloneIsAComplete(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
         _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         _ = try await f.observe("c1", .fields(["completed": .bool(true)], full: false), at: 1_700_000_100)
@@ -99,8 +100,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(changes[0].changedFields == ["completed"])
     }
 
-    @Test func olderActionsDoNotOverwriteNewerFields() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func olderActionsDoNotOverwriteNewerFields(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_000)
         _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         _ = try await f.observe("c1", .fields(["title": .string("Newest")], full: false), at: 1_700_000_200)
@@ -109,8 +110,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.changes().last?.fields["title"] == .string("Newest"))
     }
 
-    @Test func deleteAndCreateThenDelete() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func deleteAndCreateThenDelete(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
         _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         #expect(try await f.observe("c1", .removed) == 1)
@@ -123,8 +124,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.changes().filter { $0.trelloCardID == "c2" }.map(\.changeType) == [.delete])
     }
 
-    @Test func accountsSeeOnlyTheirOwnChanges() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func accountsSeeOnlyTheirOwnChanges(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         let other = try await f.store.createAccount(authTokenHash: "other")
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true))
         let mine = try await f.changes()
@@ -133,8 +134,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.changes().count == 1)
     }
 
-    @Test func routingSnapshotHasSecretsAndBothModels() async throws {
-        let f = try await StoreFixture(listID: "L", boardID: "B")
+    @Test(arguments: StoreBackend.available) func routingSnapshotHasSecretsAndBothModels(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend, listID: "L", boardID: "B")
         let snapshot = try await f.store.routingSnapshot()
         #expect(snapshot.secrets[f.account] == "secret")
         #expect(snapshot.routes["L"] == [f.account])
@@ -145,8 +146,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.store.account(id: f.account)?.webhookToken == token)
     }
 
-    @Test func aLateRemovalDoesNotDeleteACardSeenSince() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func aLateRemovalDoesNotDeleteACardSeenSince(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_100)
         _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
         // "Moved out" at t=50 arrives after the card was seen in the list at t=100.
@@ -158,8 +159,8 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(try await f.changes().map(\.changeType) == [.delete])
     }
 
-    @Test func ackingTheOlderCreateTurnsTheNewerOneIntoAnUpdate() async throws {
-        let f = try await StoreFixture()
+    @Test(arguments: StoreBackend.available) func ackingTheOlderCreateTurnsTheNewerOneIntoAnUpdate(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
         _ = try await f.observe("c1", .fields(fullCard("Milk"), full: true), at: 1_700_000_000)
         let older = try #require(try await f.changes().first)
         // The app pulled the create and made a reminder; meanwhile an edit folded the create into a newer one.

@@ -127,16 +127,16 @@ extension Stack {
 @Suite(.serialized) struct SyncJobTests {
     static let fast = ["ROUNDUP_JOB_STALE_SECONDS": "6", "ROUNDUP_JOB_HEARTBEAT_SECONDS": "1", "ROUNDUP_CLAIM_IDLE_MS": "3000"]
 
-    func startStack(workers: Int = 1, extra: [String: String] = [:]) async throws -> Stack {
-        let stack = try await Stack()
+    func startStack(_ backend: StoreBackend, workers: Int = 1, extra: [String: String] = [:]) async throws -> Stack {
+        let stack = try await Stack(store: backend)
         try await stack.startIngress()
         for i in 1...workers { try await stack.startWorker(name: "w\(i)", extra: extra) }
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: extra)
         return stack
     }
 
-    @Test func createUpdateCompleteAndDeleteReachTrelloWithMappingsAndNoEcho() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func createUpdateCompleteAndDeleteReachTrelloWithMappingsAndNoEcho(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lcrud", board: "Bcrud")
 
@@ -192,8 +192,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func priorityMapsToTheBoardsDropdownAndUrlToALinkAttachment() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func priorityMapsToTheBoardsDropdownAndUrlToALinkAttachment(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low", "Low"), ("o-high", "High")])
         let s = try await SyncSetup.make(stack, list: "Lprio", board: "Bprio")
@@ -218,8 +218,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func badSyncRequestsAreRejectedBeforeAnyJobAndIdempotencyKeysReplay() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func badSyncRequestsAreRejectedBeforeAnyJobAndIdempotencyKeysReplay(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lbad", board: "Bbad")
         func expect(_ changes: [JSONValue], _ status: HTTPResponseStatus, mentioning: String, line: Int = #line) async throws {
@@ -269,8 +269,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func oneAccountsTokenReachesNoneOfAnotherAccountsJobsConflictsDuplicatesOrLists() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func oneAccountsTokenReachesNoneOfAnotherAccountsJobsConflictsDuplicatesOrLists(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let owner = try await SyncSetup.make(stack, list: "Lown", board: "Bown", policy: "manual")
         let intruder = try await SyncSetup.make(stack, list: "Lint", board: "Bint")
@@ -317,8 +317,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func theEchoOfOurWriteIsSuppressedWhileAUserEditASecondLaterIsKept() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func theEchoOfOurWriteIsSuppressedWhileAUserEditASecondLaterIsKept(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lecho", board: "Becho")
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Call the plumber"])])
@@ -337,9 +337,9 @@ extension Stack {
     }
 
     /// Trello's side changes a field, the app changes the same field before it has seen that: each policy.
-    @Test(arguments: ["manual", "lww", "prefer_trello", "prefer_reminders"])
-    func conflictPolicies(policy: String) async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available, ["manual", "lww", "prefer_trello", "prefer_reminders"])
+    func conflictPolicies(backend: StoreBackend, policy: String) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "L\(policy.filter(\.isLetter))", board: "B\(policy.filter(\.isLetter))", policy: policy)
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Pay rent", "notes": "by transfer"])])
@@ -404,8 +404,8 @@ extension Stack {
 
     /// A Trello edit whose webhook has not arrived yet, kept by the policy: the job itself sends it to the apps, and
     /// wakes every device but the one that synced.
-    @Test func aTrelloValueKeptBeforeItsWebhookReachesTheAppsAndWakesTheOtherDevices() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func aTrelloValueKeptBeforeItsWebhookReachesTheAppsAndWakesTheOtherDevices(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lkept", board: "Bkept", policy: "prefer_trello")
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Book flights"])])
@@ -426,8 +426,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func completionWithinTwoSecondsPrefersDoneInEveryPolicy() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func completionWithinTwoSecondsPrefersDoneInEveryPolicy(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Ldone", board: "Bdone", policy: "prefer_reminders")
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Water plants", "completed": false])])
@@ -448,8 +448,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func duplicatesAreFlaggedAndResolvedAndImportEmitsCreates() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func duplicatesAreFlaggedAndResolvedAndImportEmitsCreates(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Ldup", board: "Bdup")
         // Cards made in Trello before the list was paired: the webhook never told us about them.
@@ -491,8 +491,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func aDoubleTapOnResolveAppliesOnce() async throws {
-        let stack = try await startStack()
+    @Test(arguments: StoreBackend.available) func aDoubleTapOnResolveAppliesOnce(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Ltap", board: "Btap")
         _ = stack.trello.userCreateCard(listID: "Ltap", name: "Water the garden")
@@ -511,8 +511,8 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard() async throws {
-        let stack = try await startStack(extra: Self.fast)
+    @Test(arguments: StoreBackend.available) func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend, extra: Self.fast)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lkill", board: "Bkill")
         stack.trello.setRequestDelay(.milliseconds(400))
@@ -546,10 +546,10 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test func a429StormWithTwoWorkersCompletesWithinTrellosLimit() async throws {
+    @Test(arguments: StoreBackend.available) func a429StormWithTwoWorkersCompletesWithinTrellosLimit(backend: StoreBackend) async throws {
         let limit = 30
         let extra = ["ROUNDUP_TRELLO_TOKEN_LIMIT": String(limit)]
-        let stack = try await startStack(workers: 2, extra: extra)
+        let stack = try await startStack(backend, workers: 2, extra: extra)
         defer { Task { await stack.shutdown() } }
         stack.trello.setTokenLimit(limit)
         // Two accounts of one Trello user: one token, jobs on both workers at once.
