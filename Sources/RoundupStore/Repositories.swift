@@ -120,3 +120,29 @@ public protocol StoreMaintenance: Sendable {
 public typealias SyncStore = AccountRepository & ListRepository & ChangeFeed & DeviceRepository & StoreMaintenance
 /// The outbound side: jobs, card state, resolutions.
 public typealias SyncJobStore = JobRepository & CardStateRepository & ResolutionRepository
+
+/// What reconciliation and webhook health need from the store.
+public protocol ReconcileStore: Sendable {
+    /// Every synced list of every account, with whether its account needs its user (then it is not reconciled).
+    func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)]
+    /// Records a run: its time when it succeeded, its error either way (nil clears it).
+    func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws
+    /// Flags (or clears) the account; with `whileToken`, only if that is still its Trello token. Returns whether it changed.
+    @discardableResult
+    func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool
+    /// Cards the store holds as present in the list.
+    func liveCardIDs(accountID: String, syncListID: String) async throws -> [String]
+    /// A webhook was registered again: every list of the account that named the old one names the new one.
+    func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws
+}
+
+/// What operators read, on either back end.
+public protocol OperatorStore: Sendable {
+    func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)]
+    func jobs(limit: Int, id: String?) async throws -> [JobRecord]
+    func allPendingChanges() async throws -> [PendingChange]
+    func tableNames() async throws -> [String]
+}
+
+/// Everything a process may need of the store.
+public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore

@@ -2,21 +2,6 @@ import Foundation
 import GRDB
 import RoundupCore
 
-/// What reconciliation and webhook health need from the store.
-public protocol ReconcileStore: Sendable {
-    /// Every synced list of every account, with whether its account needs its user (then it is not reconciled).
-    func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)]
-    /// Records a run: its time when it succeeded, its error either way (nil clears it).
-    func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws
-    /// Flags (or clears) the account; with `whileToken`, only if that is still its Trello token. Returns whether it changed.
-    @discardableResult
-    func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool
-    /// Cards the store holds as present in the list.
-    func liveCardIDs(accountID: String, syncListID: String) async throws -> [String]
-    /// A webhook was registered again: every list of the account that named the old one names the new one.
-    func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws
-}
-
 extension SQLiteStore: ReconcileStore {
     public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
         try await pool.read { db in

@@ -305,17 +305,6 @@ extension PostgresRow {
     subscript(column: Int) -> PostgresCell { PostgresRandomAccessRow(self)[column] }
 }
 
-/// What operators read, on either back end.
-public protocol OperatorStore: Sendable {
-    func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)]
-    func jobs(limit: Int, id: String?) async throws -> [JobRecord]
-    func allPendingChanges() async throws -> [PendingChange]
-    func tableNames() async throws -> [String]
-}
-
-/// Everything a process may need of the store.
-public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore
-
 extension SQLiteStore: OperatorStore {}
 extension PostgresStore: OperatorStore {}
 
