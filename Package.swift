@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "roundup-pusher", targets: ["roundup-pusher"]),
         .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
+        .library(name: "RoundupRuntime", targets: ["RoundupRuntime"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
     ],
     dependencies: [
@@ -57,10 +58,23 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The domain: Trello's webhook payloads, card mapping and signatures, webhook callbacks, the typed stream
+        // messages, JSON. No Roundup dependency.
         .target(
             name: "RoundupCore",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Runtime plumbing every process shares: configuration, logging, metrics, the ServiceGroup runner, the
+        // health/metrics HTTP server, HTTP limits, Redis key names and the Redis client factory.
+        .target(
+            name: "RoundupRuntime",
+            dependencies: [
+                "RoundupCore", "RoundupRedis",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -77,7 +91,7 @@ let package = Package(
         .target(
             name: "RoundupStore",
             dependencies: [
-                "RoundupCore",
+                "RoundupCore", "RoundupRuntime",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -89,7 +103,7 @@ let package = Package(
         .target(
             name: "RoundupTrello",
             dependencies: [
-                "RoundupCore",
+                "RoundupCore", "RoundupRuntime",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -98,19 +112,11 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .target(
-            name: "RoundupRouting",
-            dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore",
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings
-        ),
         // The outbound path: sync jobs, conflicts, duplicates, echo fingerprints, shared Trello rate limits.
         .target(
             name: "RoundupSync",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -126,7 +132,7 @@ let package = Package(
         .target(
             name: "RoundupPush",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupRouting",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -145,7 +151,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-pusher",
             dependencies: [
-                "RoundupPush", "RoundupCore",
+                "RoundupPush", "RoundupCore", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -153,7 +159,7 @@ let package = Package(
         .target(
             name: "RoundupAPI",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupSync",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -169,7 +175,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-api",
             dependencies: [
-                "RoundupAPI", "RoundupCore",
+                "RoundupAPI", "RoundupCore", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -178,14 +184,14 @@ let package = Package(
         .target(
             name: "RoundupOps",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
             ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "roundupctl",
             dependencies: [
-                "RoundupOps", "RoundupCore", "RoundupPush", "RoundupRedis", "RoundupRouting", "RoundupStore",
+                "RoundupOps", "RoundupCore", "RoundupRuntime", "RoundupPush", "RoundupRedis", "RoundupStore", "RoundupSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -195,7 +201,7 @@ let package = Package(
         .target(
             name: "RoundupIngress",
             dependencies: [
-                "RoundupCore", "RoundupRedis",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -211,7 +217,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupRouting", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupSync",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -226,7 +232,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-ingress",
             dependencies: [
-                "RoundupIngress", "RoundupCore",
+                "RoundupIngress", "RoundupCore", "RoundupRuntime",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
@@ -236,7 +242,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-worker",
             dependencies: [
-                "RoundupWorker", "RoundupCore",
+                "RoundupWorker", "RoundupCore", "RoundupRuntime",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
@@ -247,7 +253,7 @@ let package = Package(
         .target(
             name: "RoundupTesting",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -266,7 +272,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello", "RoundupPush",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello", "RoundupPush",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -280,7 +286,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-chaos",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRedis", "RoundupStore",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -290,7 +296,7 @@ let package = Package(
         .testTarget(
             name: "RoundupTests",
             dependencies: [
-                "RoundupCore", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
                 "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

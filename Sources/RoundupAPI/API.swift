@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import RoundupTrello

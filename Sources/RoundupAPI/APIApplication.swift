@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -7,10 +8,9 @@ import NIOHTTPTypes
 import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
-import Foundation
 import RoundupTrello
 import ServiceLifecycle
 

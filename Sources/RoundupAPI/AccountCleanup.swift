@@ -4,8 +4,9 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
+import RoundupSync
 import RoundupTrello
 
 // What deleting an account or a list leaves to clean: its webhooks at Trello, and what Redis still holds of it.

@@ -3,6 +3,7 @@ import NIOCore
 import Prometheus
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import ServiceLifecycle
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.

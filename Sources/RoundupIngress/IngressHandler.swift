@@ -5,6 +5,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 
 /// What the handler needs, shared by every connection.
 struct IngressContext: Sendable {

@@ -4,6 +4,7 @@ import NIOHTTP1
 import NIOPosix
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import ServiceLifecycle
 
 /// The ingress as a service: binds, serves until graceful shutdown, then stops accepting and closes.

@@ -5,7 +5,7 @@ import NIOHTTP1
 import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
 import ServiceLifecycle
 

@@ -1,5 +1,5 @@
-import NIOCore
 import Logging
+import NIOCore
 
 /// A request in flight: the commands (pipelined, one flush) and the promise for their replies.
 struct RedisRequest {

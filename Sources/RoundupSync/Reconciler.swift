@@ -4,7 +4,7 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
 import RoundupTrello
 

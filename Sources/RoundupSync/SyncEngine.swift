@@ -5,6 +5,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTrello
 import ServiceLifecycle

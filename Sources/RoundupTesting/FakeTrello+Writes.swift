@@ -5,6 +5,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import RoundupCore
+import RoundupRuntime
 
 // Card writes (REST and a person's edits in Trello's UI), the webhooks Trello sends for them, and rate-limit
 // accounting. The writes themselves are `FakeTrello.State` methods run under the lock; each returns the answer's

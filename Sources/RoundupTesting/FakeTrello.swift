@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import RoundupCore
+import RoundupRuntime
 
 /// A stand-in for api.trello.com/1, over real HTTP on loopback. It keeps cards, lists, board custom fields and
 /// webhooks; answers card reads and writes as Trello does; checks key+token auth (401 "invalid key" / "invalid

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 
 /// The hostile-traffic scenarios' moving parts, shared by HostileTrafficTests (which assert on them) and

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via

@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
 import RoundupCore
+import RoundupRuntime
 import RoundupStore
 import ServiceLifecycle
 

@@ -4,6 +4,7 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import ServiceLifecycle
@@ -78,7 +79,7 @@ struct JobHandler: StreamHandler {
         switch start {
         case .skip(let reason):
             if reason == "stale" {
-                Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", message.kind ?? JobKind.sync.rawValue), ("status", "stale")]).increment()
+                Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", (message.kind ?? .sync).rawValue), ("status", "stale")]).increment()
             }
             logger.info("job skipped", metadata: ["job": "\(message.jobID)", "reason": "\(reason)"])
             return true

@@ -3,6 +3,7 @@ import Logging
 import Metrics
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import ServiceLifecycle

@@ -4,6 +4,7 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import ServiceLifecycle
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that

@@ -1,11 +1,11 @@
 import Foundation
 import Logging
+import Metrics
 import NIOConcurrencyHelpers
 import RoundupCore
 import RoundupRedis
 import RoundupStore
 import RoundupSync
-import Metrics
 import RoundupTrello
 
 /// Reads full cards and board custom fields from Trello. A protocol so the processor can be driven in

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -6,10 +7,9 @@ import NIOHTTP1
 import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
-import Foundation
 import RoundupTrello
 import ServiceLifecycle
 

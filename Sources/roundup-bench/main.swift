@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 

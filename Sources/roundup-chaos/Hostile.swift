@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 

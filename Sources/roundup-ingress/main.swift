@@ -1,5 +1,6 @@
 import Logging
 import RoundupCore
 import RoundupIngress
+import RoundupRuntime
 
 await RoundupProcess.main(label: "roundup.ingress", failure: "ingress failed", run: IngressApplication.run(configuration:registry:logger:))

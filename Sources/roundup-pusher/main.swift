@@ -1,6 +1,7 @@
 import Logging
 import RoundupCore
 import RoundupPush
+import RoundupRuntime
 
 await RoundupProcess.main(
     label: "roundup.pusher", failure: "pusher failed", configurationErrorsExit: true, run: PusherApplication.run(configuration:registry:logger:))

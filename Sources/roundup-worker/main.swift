@@ -1,5 +1,6 @@
 import Logging
 import RoundupCore
+import RoundupRuntime
 import RoundupWorker
 
 await RoundupProcess.main(label: "roundup.worker", failure: "worker failed", run: WorkerApplication.run(configuration:registry:logger:))

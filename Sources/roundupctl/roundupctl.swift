@@ -6,8 +6,9 @@ import RoundupCore
 import RoundupOps
 import RoundupPush
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
+import RoundupSync
 
 /// The operators' command line. Reads the same environment as the servers.
 /// Exit codes: 0 ok, 1 a check failed, 2 usage error.
@@ -365,7 +366,7 @@ struct Reconcile: AsyncParsableCommand {
                 else { continue }
                 _ = try await context.redis.send(.streamAppend(
                     context.configuration.redisKeys.jobStream,
-                    fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: JobKind.reconcile.rawValue).fields))
+                    fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: .reconcile).fields))
                 print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
             }
         }

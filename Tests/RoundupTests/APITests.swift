@@ -3,6 +3,7 @@ import NIOHTTP1
 import RoundupAPI
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 import Testing

@@ -1,6 +1,7 @@
 import Logging
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import Testing
 
 @Suite struct ConfigurationTests {

@@ -2,6 +2,7 @@ import Foundation
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 import Testing

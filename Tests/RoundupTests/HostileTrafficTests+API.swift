@@ -8,8 +8,9 @@ import NIOHTTP1
 import PostgresNIO
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
+import RoundupSync
 import RoundupTesting
 import Testing
 

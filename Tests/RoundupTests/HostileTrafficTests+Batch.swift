@@ -5,6 +5,7 @@ import Logging
 import NIOConcurrencyHelpers
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 import RoundupTrello

@@ -4,8 +4,9 @@ import Logging
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
+import RoundupSync
 import RoundupTesting
 import Testing
 

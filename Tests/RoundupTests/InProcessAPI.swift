@@ -10,7 +10,7 @@ import PostgresNIO
 import RoundupAPI
 import RoundupCore
 import RoundupRedis
-import RoundupRouting
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import RoundupTesting

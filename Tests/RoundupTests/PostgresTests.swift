@@ -4,6 +4,7 @@ import NIOHTTP1
 import PostgresNIO
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 @testable import RoundupStore
 import RoundupTesting
 import Testing

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import RoundupCore
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 import Testing

@@ -292,7 +292,7 @@ import Testing
     }
 
     @Test func syncJobMessagesRoundTrip() throws {
-        let message = SyncJobMessage(jobID: "j1", account: "acc", kind: "reconcile")
+        let message = SyncJobMessage(jobID: "j1", account: "acc", kind: .reconcile)
         #expect(Self.names(message.fields) == ["job", "account", "kind"])
         #expect(SyncJobMessage(fields: Self.dictionary(message.fields)) == message)
         #expect(SyncJobMessage(fields: ["account": Array("a".utf8)]) == nil)

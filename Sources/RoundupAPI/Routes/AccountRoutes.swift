@@ -1,8 +1,8 @@
 import Hummingbird
 import Logging
 import RoundupCore
-import RoundupRouting
 import RoundupStore
+import RoundupSync
 
 /// `/dailyroundup/account`: creation with the bootstrap token, then the account's own routes behind its token.
 struct AccountRoutes {

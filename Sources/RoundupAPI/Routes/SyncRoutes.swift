@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 
 /// `/dailyroundup/sync`: the apps' edits as a job, and the jobs' progress.
@@ -73,7 +74,7 @@ extension API {
         case .created(let job):
             do {
                 _ = try await redis.send(
-                    .streamAppend(options.keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: account, kind: job.kind.rawValue).fields),
+                    .streamAppend(options.keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: account, kind: job.kind).fields),
                     timeout: .seconds(2))
             } catch {
                 // Not queued: end it now, so the account is not blocked behind a job nobody will run.

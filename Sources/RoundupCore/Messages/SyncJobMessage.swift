@@ -6,11 +6,11 @@ public struct SyncJobMessage: StreamMessage, Equatable {
 
     public var jobID: String
     public var account: String?
-    /// The job's kind as its raw value (`JobKind` in RoundupStore: `sync`, `import`, `reconcile`), which this module
-    /// cannot name.
-    public var kind: String?
+    /// The job's kind (nil in an entry written without one, or with a kind this version does not know: the job's row
+    /// in the store is what counts).
+    public var kind: JobKind?
 
-    public init(jobID: String, account: String?, kind: String?) {
+    public init(jobID: String, account: String?, kind: JobKind?) {
         self.jobID = jobID
         self.account = account
         self.kind = kind
@@ -18,16 +18,14 @@ public struct SyncJobMessage: StreamMessage, Equatable {
 
     public init?(fields: [String: [UInt8]]) {
         guard let job = fields.text(Field.job) else { return nil }
-        self.init(jobID: job, account: fields.text(Field.account), kind: fields.text(Field.kind))
+        self.init(jobID: job, account: fields.text(Field.account), kind: fields.text(Field.kind).flatMap(JobKind.init(rawValue:)))
     }
 
     public var fields: [(name: String, value: [UInt8])] {
         var fields: [(name: String, value: [UInt8])] = []
         fields.append(Field.job, jobID)
         if let account { fields.append(Field.account, account) }
-        if let kind { fields.append(Field.kind, kind) }
+        if let kind { fields.append(Field.kind, kind.rawValue) }
         return fields
     }
-
-    public static func == (a: SyncJobMessage, b: SyncJobMessage) -> Bool { a.jobID == b.jobID && a.account == b.account && a.kind == b.kind }
 }

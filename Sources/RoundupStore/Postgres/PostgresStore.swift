@@ -4,6 +4,7 @@ import Metrics
 import NIOSSL
 import PostgresNIO
 import RoundupCore
+import RoundupRuntime
 import ServiceLifecycle
 
 /// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import RoundupCore
+import RoundupRuntime
 import ServiceLifecycle
 #if canImport(Glibc)
 import Glibc

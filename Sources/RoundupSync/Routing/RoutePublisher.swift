@@ -1,6 +1,7 @@
 import Logging
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 
 /// The ingress's view of accounts lives in Redis (it never opens the database): webhook secrets, callback tokens and

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RoundupCore
 
 /// Sets up logging once per process (executables only; tests never call it).
 public enum RoundupLogging {

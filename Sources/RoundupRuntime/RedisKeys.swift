@@ -1,4 +1,5 @@
 import Crypto
+import RoundupCore
 
 /// Every Redis key the server uses, under one prefix (`ROUNDUP_REDIS_PREFIX`).
 public struct RedisKeys: Sendable {

@@ -2,6 +2,7 @@ import CoreMetrics
 import Logging
 import NIOHTTP1
 import Prometheus
+import RoundupCore
 
 /// The process's Prometheus registry, behind swift-metrics. Executables call `bootstrap()` once;
 /// libraries only use swift-metrics' `Counter`, `Gauge`, `Timer`.

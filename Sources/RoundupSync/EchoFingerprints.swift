@@ -1,0 +1,118 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Logging
+import Metrics
+import NIOCore
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupRuntime
+import RoundupStore
+import RoundupTrello
+
+/// Fingerprints of the values this server writes to Trello, so the webhook that echoes a write is not taken
+/// for a user's edit. Set before the write, checked (not consumed) by the webhook worker, deleted once the
+/// store has the written values' hashes (after which the hash comparison recognises the echo by itself).
+public struct EchoFingerprints: Sendable {
+    let redis: RedisClient
+    let keys: RedisKeys
+    let ttlSeconds: Int
+
+    public init(redis: RedisClient, keys: RedisKeys, ttlSeconds: Int) {
+        self.redis = redis
+        self.keys = keys
+        self.ttlSeconds = ttlSeconds
+    }
+
+    public static let removedField = "_removed"
+
+    public func fieldKey(account: String, card: String, field: String, value: JSONValue) -> String {
+        keys.echo(account: account, card: card, field: field, hash: value.fieldHash)
+    }
+
+    public func createKey(account: String, syncList: String, title: String) -> String {
+        keys.echoCreate(account: account, syncList: syncList, titleHash: JSONValue.string(SyncFields.normalizedTitle(title)).fieldHash)
+    }
+
+    /// Must succeed before the write: a write without its fingerprint could come back as an edit.
+    public func mark(_ names: [String]) async throws {
+        guard !names.isEmpty else { return }
+        let replies = try await redis.pipeline(names.map { RedisCommand("SET", [RedisArgument($0), "1", "EX", RedisArgument(ttlSeconds)]) }, timeout: .seconds(2))
+        if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
+            throw RedisClientError(.server, "setting echo fingerprints: \(failure)")
+        }
+    }
+
+    public func clear(_ names: [String]) async {
+        guard !names.isEmpty else { return }
+        _ = try? await redis.send(RedisCommand("DEL", names.map { RedisArgument($0) }), timeout: .seconds(2))
+    }
+
+    /// Which of these fingerprints exist.
+    public func present(_ names: [String]) async throws -> [Bool] {
+        guard !names.isEmpty else { return [] }
+        let reply = try await redis.send(RedisCommand("MGET", names.map { RedisArgument($0) }), timeout: .seconds(2))
+        let values = reply.array ?? []
+        return names.indices.map { $0 < values.count && !values[$0].isNull }
+    }
+}
+
+extension EchoFingerprints {
+    /// Drops what our own writes to Trello caused: field values we wrote (fingerprinted before the write), cards we
+    /// created (by list and title, until the store knows their ids) and cards we deleted. The field-hash comparison in
+    /// the store catches echoes that arrive after the write was recorded; this catches the ones that arrive before.
+    /// When Redis cannot answer, that comparison is all there is. `isLive` says whether the store holds the card as
+    /// present (a card it does not know may be one we are creating).
+    public func withoutEchoes(
+        _ observations: [CardObservation], logger: Logger, isLive: (_ account: String, _ card: String) -> Bool
+    ) async -> [CardObservation] {
+        var names: [String] = []
+        var ranges: [Range<Int>] = []
+        for o in observations {
+            let start = names.count
+            switch o.kind {
+            case .removed:
+                names.append(fieldKey(account: o.accountID, card: o.cardID, field: Self.removedField, value: .bool(true)))
+            case .fields(let fields, let full):
+                for (name, value) in fields.sorted(by: { $0.key < $1.key }) { names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: value)) }
+                if full, !isLive(o.accountID, o.cardID), let title = fields[SyncField.title]?.stringValue {
+                    names.append(createKey(account: o.accountID, syncList: o.syncListID, title: title))
+                }
+            }
+            ranges.append(start..<names.count)
+        }
+        let present: [Bool]
+        do {
+            present = try await self.present(names)
+        } catch {
+            logger.warning("echo fingerprints unavailable", metadata: ["error": "\(error)"])
+            return observations
+        }
+        var kept: [CardObservation] = []
+        var suppressed = 0
+        for (o, range) in zip(observations, ranges) {
+            switch o.kind {
+            case .removed:
+                if present[range.lowerBound] { suppressed += 1 } else { kept.append(o) }
+            case .fields(let fields, let full):
+                let sortedNames = fields.keys.sorted()
+                if full, range.count > sortedNames.count, present[range.upperBound - 1] {
+                    suppressed += 1  // the create we are making
+                    continue
+                }
+                var remaining = fields
+                for (offset, name) in sortedNames.enumerated() where present[range.lowerBound + offset] {
+                    remaining[name] = nil
+                }
+                if remaining.count < fields.count { suppressed += 1 }
+                if remaining.isEmpty { continue }
+                var copy = o
+                copy.kind = .fields(remaining, full: full)
+                kept.append(copy)
+            }
+        }
+        if suppressed > 0 { Counter(label: "roundup_echo_suppressed_total").increment(by: suppressed) }
+        return kept
+    }
+}
