@@ -1,12 +1,12 @@
-import Foundation
-import Hummingbird
-import Logging
+public import Foundation
+public import Hummingbird
+public import Logging
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
+public import RoundupRedis
+public import RoundupRuntime
 import RoundupStore
-import RoundupSync
-import RoundupTrello
+public import RoundupSync
+public import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.
 public struct API: Sendable {

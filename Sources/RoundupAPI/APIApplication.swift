@@ -2,13 +2,13 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import Logging
+public import Logging
 import NIOCore
 import NIOHTTPTypes
-import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import RoundupTrello

@@ -1,6 +1,6 @@
 import Foundation
-import Hummingbird
-import NIOCore
+public import Hummingbird
+public import NIOCore
 
 /// The request context: Hummingbird's core, the body limit the API promises (1 MiB), the peer's address (the
 /// throttle of failed authentication counts by it), and the account once `AuthenticationMiddleware` has found it.

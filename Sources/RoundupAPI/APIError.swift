@@ -1,7 +1,7 @@
-import HTTPTypes
-import Hummingbird
+public import HTTPTypes
+public import Hummingbird
 import NIOCore
-import RoundupCore
+public import RoundupCore
 
 /// Every error the API answers with: a status and `{"error": {"code", "message"}}`.
 public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConvertible {

@@ -1,6 +1,6 @@
-import NIOHTTPTypes
+public import NIOHTTPTypes
 import RoundupCore
-import RoundupRuntime
+public import RoundupRuntime
 
 // Hummingbird's channel carries the HTTP-types parts; the deadline handler only needs to know where a part stands.
 extension HTTPRequestPart: HTTPDeadlineInbound {

@@ -1,9 +1,9 @@
-import Logging
+public import Logging
 import NIOCore
-import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRuntime
+public import RoundupRuntime
 import ServiceLifecycle
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.

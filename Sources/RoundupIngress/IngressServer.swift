@@ -1,11 +1,11 @@
-import Logging
-import NIOCore
+public import Logging
+public import NIOCore
 import NIOHTTP1
 import NIOPosix
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import ServiceLifecycle
 
 /// The ingress as a service: binds, serves until graceful shutdown, then stops accepting and closes.
 public struct IngressService: Service {

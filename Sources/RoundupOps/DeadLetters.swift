@@ -1,7 +1,7 @@
 import Foundation
-import RoundupCore
-import RoundupRedis
-import RoundupRuntime
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
 
 /// One dead letter of the webhook stream: the original event and why it failed.
 public struct DeadLetter: Sendable, Equatable {

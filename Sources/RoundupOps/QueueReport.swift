@@ -1,7 +1,7 @@
-import Foundation
-import RoundupCore
-import RoundupRedis
-import RoundupRuntime
+public import Foundation
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
 
 /// What `roundupctl queues` shows for one stream and its consumer group.
 public struct StreamReport: Sendable, Equatable {

@@ -1,10 +1,10 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import NIOConcurrencyHelpers
-import NIOCore
+public import NIOCore
 import NIOHPACK
 import NIOHTTP2
-import NIOPosix
+public import NIOPosix
 import NIOSSL
 
 /// One notification for one device token.

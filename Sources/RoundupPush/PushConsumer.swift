@@ -1,13 +1,13 @@
 import Foundation
-import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import ServiceLifecycle
 
 /// Sends one notification with the response rules APNs asks for: 200 done; 410 `Unregistered`, 400 `BadDeviceToken`
 /// or `DeviceTokenNotForTopic` remove the device and never retry; 403 `ExpiredProviderToken` renews the token once and

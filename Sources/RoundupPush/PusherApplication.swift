@@ -1,11 +1,11 @@
 import Foundation
-import Logging
+public import Logging
 import NIOCore
 import NIOHTTP1
-import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import ServiceLifecycle
 

@@ -1,8 +1,8 @@
 import Crypto
-import Logging
+public import Logging
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOPosix
+public import NIOCore
+public import NIOPosix
 
 /// A small pool of pipelined connections. A connection that fails is dropped and a new one is opened
 /// on the next use, so the client recovers by itself when Redis comes back.

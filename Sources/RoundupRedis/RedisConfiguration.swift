@@ -1,5 +1,5 @@
 import Foundation
-import NIOCore
+public import NIOCore
 
 /// Where and how to reach Redis, parsed from a URL:
 /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://` for TLS.

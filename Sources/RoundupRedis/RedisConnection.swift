@@ -1,5 +1,5 @@
 import Logging
-import NIOCore
+public import NIOCore
 import NIOPosix
 import NIOSSL
 

@@ -1,4 +1,4 @@
-import NIOCore
+public import NIOCore
 
 /// A decoded RESP reply.
 public enum RedisValue: Sendable, Equatable, CustomStringConvertible {

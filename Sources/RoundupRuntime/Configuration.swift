@@ -1,5 +1,5 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 
 /// A configuration key that could not be used, named so the operator knows what to fix.
 public struct ConfigurationError: Error, CustomStringConvertible, Sendable {

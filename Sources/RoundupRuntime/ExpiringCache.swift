@@ -1,5 +1,5 @@
 import NIOConcurrencyHelpers
-import NIOCore
+public import NIOCore
 
 /// A small thread-safe cache whose entries expire, bounded in entries and in bytes: what a flood of unique keys can
 /// make it hold is fixed in advance. Full, it first drops what has expired, then the oldest entries. Keys should be

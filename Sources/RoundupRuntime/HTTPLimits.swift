@@ -1,7 +1,7 @@
 import Metrics
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOHTTP1
+public import NIOCore
+public import NIOHTTP1
 
 /// Connection hygiene for the processes that face the internet without a proxy in front (the ingress and the API):
 /// how long a client may take to send a request head and a body, how long a kept-alive connection may idle, how large

@@ -1,5 +1,5 @@
 import Foundation
-import Logging
+public import Logging
 import RoundupCore
 
 /// Sets up logging once per process (executables only; tests never call it).

@@ -1,7 +1,7 @@
 import CoreMetrics
-import Logging
+public import Logging
 import NIOHTTP1
-import Prometheus
+public import Prometheus
 import RoundupCore
 
 /// The process's Prometheus registry, behind swift-metrics. Executables call `bootstrap()` once;

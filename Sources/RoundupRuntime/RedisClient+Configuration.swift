@@ -1,6 +1,6 @@
-import Logging
+public import Logging
 import RoundupCore
-import RoundupRedis
+public import RoundupRedis
 
 extension RedisClient {
     /// The client `ROUNDUP_REDIS_URL` and `ROUNDUP_REDIS_CA_FILE` describe.

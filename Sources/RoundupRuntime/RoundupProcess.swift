@@ -1,6 +1,6 @@
 import Foundation
-import Logging
-import Prometheus
+public import Logging
+public import Prometheus
 
 /// How every roundup server executable starts and ends: its configuration read (a bad one exits 78, EX_CONFIG),
 /// logging and metrics set up, then `run` until the process is told to stop. A failure is logged as `failure` and

@@ -1,5 +1,5 @@
-import Logging
-import ServiceLifecycle
+public import Logging
+public import ServiceLifecycle
 import UnixSignals
 
 /// How every roundup process runs its services: one group, stopped by SIGTERM or SIGINT within

@@ -1,8 +1,8 @@
-import Logging
-import NIOCore
-import NIOHTTP1
-import NIOPosix
-import ServiceLifecycle
+public import Logging
+public import NIOCore
+public import NIOHTTP1
+public import NIOPosix
+public import ServiceLifecycle
 
 /// A request as `SimpleHTTPServer` hands it to its handler: head and the whole body.
 public struct SimpleHTTPRequest: Sendable {

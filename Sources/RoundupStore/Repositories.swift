@@ -1,6 +1,6 @@
-import Foundation
-import RoundupCore
-import ServiceLifecycle
+public import Foundation
+public import RoundupCore
+public import ServiceLifecycle
 
 // The store as callers see it: small repositories, each a seam with two real implementations (SQLiteStore and
 // PostgresStore). A caller takes the ones it uses (`any ChangeFeed & ListRepository`, say); the compositions at the

@@ -1,5 +1,5 @@
-import Foundation
-import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// An account's Trello credentials, as the worker needs them to read cards.
 public struct TrelloCredentials: Sendable, Equatable {

@@ -1,6 +1,6 @@
-import Logging
+public import Logging
 import RoundupCore
-import RoundupRuntime
+public import RoundupRuntime
 import ServiceLifecycle
 
 /// Opening the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.

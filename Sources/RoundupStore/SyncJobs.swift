@@ -1,5 +1,5 @@
-import Foundation
-import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// One edit an app posted in `POST /dailyroundup/sync`, validated.
 public struct SyncItem: Sendable, Equatable {

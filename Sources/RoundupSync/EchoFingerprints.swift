@@ -1,14 +1,14 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
-import Logging
+public import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
-import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
 import RoundupTrello
 
 /// Fingerprints of the values this server writes to Trello, so the webhook that echoes a write is not taken

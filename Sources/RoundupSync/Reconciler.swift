@@ -1,12 +1,12 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOCore
-import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
-import RoundupTrello
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import RoundupTrello
 
 /// The periodic delta pass that heals what webhooks missed, and the repair of the webhooks themselves.
 /// For one list: check the list and board webhooks (missing, inactive or pointing at another callback URL → registered

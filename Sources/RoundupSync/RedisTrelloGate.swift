@@ -1,15 +1,15 @@
-import AsyncHTTPClient
+public import AsyncHTTPClient
 import Crypto
 import Foundation
-import Logging
+public import Logging
 import Metrics
 import NIOCore
-import NIOHTTP1
+public import NIOHTTP1
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
+public import RoundupRedis
+public import RoundupRuntime
 import RoundupStore
-import RoundupTrello
+public import RoundupTrello
 
 /// Trello's rate limits, shared by every process through Redis: at most `tokenLimit` requests per token and
 /// `keyLimit` per API key in any sliding 10-second window, and a pause for a token after Trello answers 429 or

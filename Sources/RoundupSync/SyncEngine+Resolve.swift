@@ -1,6 +1,6 @@
 import Foundation
-import RoundupCore
-import RoundupStore
+public import RoundupCore
+public import RoundupStore
 import RoundupTrello
 
 /// Why a resolution could not be applied.

@@ -1,13 +1,13 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
-import RoundupTrello
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import RoundupTrello
 import ServiceLifecycle
 
 public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore

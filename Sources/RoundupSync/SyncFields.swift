@@ -1,5 +1,5 @@
 import Foundation
-import RoundupCore
+public import RoundupCore
 import RoundupStore
 
 /// The fields an app may send in a sync, checked and put in the form the apps see in changes (and the field

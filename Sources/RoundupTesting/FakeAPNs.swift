@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import NIOConcurrencyHelpers
+public import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK
 import NIOHTTP2

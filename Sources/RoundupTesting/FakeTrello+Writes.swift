@@ -4,7 +4,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-import RoundupCore
+public import RoundupCore
 import RoundupRuntime
 
 // Card writes (REST and a person's edits in Trello's UI), the webhooks Trello sends for them, and rate-limit

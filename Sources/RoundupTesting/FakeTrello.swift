@@ -1,9 +1,9 @@
 import AsyncHTTPClient
 import Foundation
-import NIOConcurrencyHelpers
+public import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-import RoundupCore
+public import RoundupCore
 import RoundupRuntime
 
 /// A stand-in for api.trello.com/1, over real HTTP on loopback. It keeps cards, lists, board custom fields and

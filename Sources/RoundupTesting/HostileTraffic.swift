@@ -1,11 +1,11 @@
-import AsyncHTTPClient
-import Foundation
+public import AsyncHTTPClient
+public import Foundation
 import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
-import RoundupStore
+public import RoundupStore
 
 /// The hostile-traffic scenarios' moving parts, shared by HostileTrafficTests (which assert on them) and
 /// `roundup-chaos hostile` (which prints their figures for docs/RELIABILITY.md).

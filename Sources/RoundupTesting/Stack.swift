@@ -1,11 +1,11 @@
-import AsyncHTTPClient
-import Foundation
+public import AsyncHTTPClient
+public import Foundation
 import NIOCore
-import NIOHTTP1
-import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
+public import NIOHTTP1
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
 /// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,

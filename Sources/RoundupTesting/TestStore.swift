@@ -1,10 +1,10 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
 import RoundupCore
-import RoundupRuntime
-import RoundupStore
+public import RoundupRuntime
+public import RoundupStore
 import ServiceLifecycle
 
 /// A store back end a test runs on: `@Test(arguments: StoreBackend.available) func name(backend: StoreBackend)`, and

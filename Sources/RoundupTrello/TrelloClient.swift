@@ -1,10 +1,10 @@
-import AsyncHTTPClient
+public import AsyncHTTPClient
 import Foundation
-import Logging
+public import Logging
 import Metrics
-import NIOCore
-import NIOHTTP1
-import RoundupCore
+public import NIOCore
+public import NIOHTTP1
+public import RoundupCore
 
 public struct TrelloError: Error, Sendable, CustomStringConvertible {
     public var status: Int?

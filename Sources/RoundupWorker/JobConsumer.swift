@@ -1,13 +1,13 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import Metrics
-import NIOCore
+public import NIOCore
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
-import RoundupSync
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import RoundupSync
+public import ServiceLifecycle
 
 /// The worker's consumer of the job stream: the one stream consumer (`StreamConsumer`) running up to `concurrency`
 /// sync and import jobs at once, each under its entry's lease; it takes over jobs whose worker died (their entries sat

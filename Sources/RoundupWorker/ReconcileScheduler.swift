@@ -1,12 +1,12 @@
-import Foundation
-import Logging
+public import Foundation
+public import Logging
 import Metrics
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
-import RoundupSync
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import RoundupSync
+public import ServiceLifecycle
 
 /// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all
 /// fire at once), one list at a time per worker and — through the reconciler's lock — one run per list across all

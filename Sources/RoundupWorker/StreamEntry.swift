@@ -1,4 +1,4 @@
-import RoundupRedis
+public import RoundupRedis
 
 /// One webhook stream entry as the worker reads it (decoded by `WebhookEvent`).
 public typealias StreamEntry = StreamDelivery

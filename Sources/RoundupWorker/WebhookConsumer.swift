@@ -1,11 +1,11 @@
 import Foundation
-import Logging
+public import Logging
 import Metrics
-import NIOCore
+public import NIOCore
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import ServiceLifecycle
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that
 /// `WebhookProcessor` turns into changes; entries delivered too often are dead-lettered with their last error.

@@ -1,12 +1,12 @@
 import Foundation
-import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
-import RoundupCore
-import RoundupRedis
-import RoundupStore
-import RoundupSync
-import RoundupTrello
+public import RoundupCore
+public import RoundupRedis
+public import RoundupStore
+public import RoundupSync
+public import RoundupTrello
 
 /// Reads full cards and board custom fields from Trello. A protocol so the processor can be driven in
 /// benchmarks and tests with the real client against a fake Trello server.

@@ -1,13 +1,13 @@
 import AsyncHTTPClient
 import Foundation
-import Logging
+public import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupRedis
-import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupSync
 import RoundupTrello

@@ -1,6 +1,6 @@
 import Foundation
-import Hummingbird
-import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/sync and the job endpoints.

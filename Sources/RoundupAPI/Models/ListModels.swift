@@ -1,4 +1,4 @@
-import Hummingbird
+public import Hummingbird
 import RoundupStore
 
 // The bodies of /dailyroundup/lists (docs/openapi.yaml: SyncList, SyncListCreate).

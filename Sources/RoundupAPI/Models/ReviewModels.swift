@@ -1,5 +1,5 @@
-import Hummingbird
-import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/conflicts and /dailyroundup/duplicates.

@@ -1,5 +1,5 @@
 import Foundation
-import RoundupCore
+public import RoundupCore
 import RoundupStore
 import RoundupSync
 

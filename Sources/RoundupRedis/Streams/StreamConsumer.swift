@@ -1,6 +1,6 @@
+public import Metrics
 import Foundation
-import Logging
-import Metrics
+public import Logging
 import NIOConcurrencyHelpers
 
 /// The one loop every stream consumer runs (webhooks, jobs, pushes): read batches (the next one asked for while the

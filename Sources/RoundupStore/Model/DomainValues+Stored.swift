@@ -1,4 +1,4 @@
-import GRDB
+public import GRDB
 import RoundupCore
 
 // Stored as their raw text on both stores: GRDB converts raw-representable values itself; the PostgreSQL store reads

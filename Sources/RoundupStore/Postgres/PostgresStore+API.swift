@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
-import RoundupCore
+public import RoundupCore
 
 /// What `roundup-api` reads and writes, on PostgreSQL (as `SQLiteStore+API`). Every query names the account.
 extension PostgresStore {

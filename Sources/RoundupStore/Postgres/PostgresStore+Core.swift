@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
-import RoundupCore
+public import RoundupCore
 
 /// Accounts, lists, the worker's batch and the apps' changes, on PostgreSQL.
 extension PostgresStore: SyncStore {

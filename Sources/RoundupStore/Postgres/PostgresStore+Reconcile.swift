@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
-import RoundupCore
+public import RoundupCore
 
 /// Reconciliation and webhook health, on PostgreSQL (as `SQLiteStore+Reconcile`).
 extension PostgresStore: ReconcileStore {

@@ -1,7 +1,7 @@
-import Foundation
+public import Foundation
 import Logging
 import PostgresNIO
-import RoundupCore
+public import RoundupCore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on PostgreSQL (as `SQLiteStore+Sync`).
 /// Every write to a job or the lease first takes its account's advisory lock (`lockAccounts`).

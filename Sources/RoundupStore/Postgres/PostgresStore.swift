@@ -1,11 +1,11 @@
 import Foundation
-import Logging
+public import Logging
 import Metrics
 import NIOSSL
 import PostgresNIO
 import RoundupCore
-import RoundupRuntime
-import ServiceLifecycle
+public import RoundupRuntime
+public import ServiceLifecycle
 
 /// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.
 /// The same tables, columns and timestamp encoding (ISO-8601 text, UTC, milliseconds) as `SQLiteStore`, so both back

@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 import GRDB
-import RoundupCore
+public import RoundupCore
 
 /// What `roundup-api` reads and writes: accounts, lists, acks, devices, conflicts, duplicates.
 /// Every query names the account, so one account can never reach another's rows.

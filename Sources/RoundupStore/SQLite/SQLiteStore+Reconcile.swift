@@ -1,6 +1,6 @@
 import Foundation
 import GRDB
-import RoundupCore
+public import RoundupCore
 
 extension SQLiteStore: ReconcileStore {
     public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {

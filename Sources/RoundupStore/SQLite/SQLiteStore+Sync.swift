@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 import GRDB
-import RoundupCore
+public import RoundupCore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on SQLite.
 extension SQLiteStore: SyncJobStore {

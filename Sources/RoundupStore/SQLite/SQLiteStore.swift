@@ -1,8 +1,8 @@
-import Foundation
+public import Foundation
 import GRDB
-import RoundupCore
-import RoundupRuntime
-import ServiceLifecycle
+public import RoundupCore
+public import RoundupRuntime
+public import ServiceLifecycle
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

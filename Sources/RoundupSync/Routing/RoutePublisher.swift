@@ -1,8 +1,8 @@
-import Logging
+public import Logging
 import RoundupCore
-import RoundupRedis
-import RoundupRuntime
-import RoundupStore
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
 
 /// The ingress's view of accounts lives in Redis (it never opens the database): webhook secrets, callback tokens and
 /// model → account routes. Whatever changes them in the store publishes them here, in order (`RoutingWrites`).
