@@ -273,7 +273,8 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello", "RoundupPush",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello",
+                "RoundupPush",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -61,7 +61,8 @@ public struct API: Sendable {
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
         self.authentication = AuthenticationMiddleware(
-            store: store, throttle: throttle, rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger))
+            store: store, throttle: throttle,
+            rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger))
     }
 
     /// The router: request logs, errors as the JSON envelope, request metrics, then one route collection per resource.

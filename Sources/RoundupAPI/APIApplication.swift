@@ -25,8 +25,11 @@ public enum APIApplication {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let engine = SyncEngine(
-            options: .init(keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds), heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
-            store: store, trello: trello, echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds),
+            options: .init(
+                keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+                heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
+            store: store, trello: trello,
+            echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds),
             redis: redis, logger: logger)
         if configuration.bootstrapToken == nil {
             logger.notice("account creation is off (ROUNDUP_BOOTSTRAP_TOKEN is not set)")
@@ -40,10 +43,11 @@ public enum APIApplication {
         let limits = configuration.httpLimits
         let app = Application(
             router: api.router(),
-            server: .http1(configuration: .init(
-                additionalChannelHandlers: [HTTPDeadlineHandler<HTTPRequestPart, HTTPResponsePart>(limits: limits, server: "api")],
-                httpDecoderConfiguration: .init(
-                    maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: 100))),
+            server: .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [HTTPDeadlineHandler<HTTPRequestPart, HTTPResponsePart>(limits: limits, server: "api")],
+                    httpDecoderConfiguration: .init(
+                        maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: 100))),
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.apiPort), serverName: "roundup-api",
                 availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),

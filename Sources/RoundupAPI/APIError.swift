@@ -34,7 +34,9 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
 
     static func badRequest(_ message: String) -> APIError { APIError(.badRequest, "bad_request", message) }
     static func invalidJSON(_ message: String) -> APIError { APIError(.badRequest, "invalid_json", message) }
-    static func unauthorized(_ message: String) -> APIError { APIError(.unauthorized, "unauthorized", message, headers: [.wwwAuthenticate: "Bearer"]) }
+    static func unauthorized(_ message: String) -> APIError {
+        APIError(.unauthorized, "unauthorized", message, headers: [.wwwAuthenticate: "Bearer"])
+    }
     static func forbidden(_ message: String) -> APIError { APIError(.forbidden, "forbidden", message) }
     static func notFound(_ message: String) -> APIError { APIError(.notFound, "not_found", message) }
     static func conflict(_ message: String) -> APIError { APIError(.conflict, "conflict", message) }

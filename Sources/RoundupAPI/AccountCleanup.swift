@@ -111,7 +111,8 @@ extension API {
             var cursor = "0"
             var rounds = 0
             repeat {
-                let reply = try await redis.send(RedisCommand("SCAN", [RedisArgument(cursor), "MATCH", RedisArgument(pattern), "COUNT", 1000]), timeout: .seconds(2))
+                let reply = try await redis.send(
+                    RedisCommand("SCAN", [RedisArgument(cursor), "MATCH", RedisArgument(pattern), "COUNT", 1000]), timeout: .seconds(2))
                 guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
                     throw RedisClientError(.server, "purging the account: SCAN answered \(reply)")
                 }
@@ -125,7 +126,8 @@ extension API {
             rounds = 0
             while rounds < 1_000 {
                 let reply = try await redis.evaluate(
-                    Self.purgeDeadLetters, keys: [RedisArgument(keys.deadLetterStream)], arguments: [RedisArgument(account), RedisArgument(start), 500],
+                    Self.purgeDeadLetters, keys: [RedisArgument(keys.deadLetterStream)],
+                    arguments: [RedisArgument(account), RedisArgument(start), 500],
                     timeout: .seconds(2))
                 guard let last = reply.array?.last?.string, !last.isEmpty else { break }
                 start = "(" + last

@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-import RoundupRuntime
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -11,6 +5,13 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+
+#if canImport(Glibc)
+import Glibc
+import RoundupRuntime
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Failed authentication per client address, kept in Redis so every API process shares it: bearer tokens the store
 /// does not know, and wrong bootstrap tokens. For each address, a fixed window (the key expires with it) holds the

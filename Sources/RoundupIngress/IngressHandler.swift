@@ -247,9 +247,11 @@ final class IngressHandler: ChannelInboundHandler {
                 let lookups = accounts.map { shared.directory.keys(account: $0, on: eventLoop, timeout: timeout) }
                 return EventLoopFuture.whenAllSucceed(lookups, on: eventLoop).map { found in
                     for (account, lookup) in zip(accounts, found) {
-                        if case .known(let keys) = lookup, body.withUnsafeReadableBytes({
-                            TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
-                        }) {
+                        if case .known(let keys) = lookup,
+                            body.withUnsafeReadableBytes({
+                                TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
+                            })
+                        {
                             return (account, false)
                         }
                     }

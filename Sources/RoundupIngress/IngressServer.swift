@@ -22,7 +22,9 @@ public struct IngressService: Service {
         public var maxBacklog: Int
         public var limits: HTTPLimits
 
-        public init(host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int, maxBacklog: Int = 0, limits: HTTPLimits = HTTPLimits()) {
+        public init(
+            host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int, maxBacklog: Int = 0, limits: HTTPLimits = HTTPLimits()
+        ) {
             self.host = host
             self.port = port
             self.publicURL = publicURL
@@ -54,7 +56,8 @@ public struct IngressService: Service {
         let context = IngressContext(
             redis: redis, keys: options.keys,
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),
-            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog, redisTimeout: options.redisTimeout,
+            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog,
+            redisTimeout: options.redisTimeout,
             answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger)
         let limits = options.limits
         let connectionLimit = ConnectionLimitHandler(limit: limits.maxConnections, server: "ingress")
@@ -71,7 +74,8 @@ public struct IngressService: Service {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                         withPipeliningAssistance: true, withErrorHandling: false, withOutboundHeaderValidation: true,
                         withEncoderConfiguration: .init(), withDecoderLimitConfiguration: limits.decoderLimits)
-                    try channel.pipeline.syncOperations.addHandler(HTTPDeadlineHandler<HTTPServerRequestPart, HTTPServerResponsePart>(limits: limits, server: "ingress"))
+                    try channel.pipeline.syncOperations.addHandler(
+                        HTTPDeadlineHandler<HTTPServerRequestPart, HTTPServerResponsePart>(limits: limits, server: "ingress"))
                     try channel.pipeline.syncOperations.addHandler(IngressHandler(context: context))
                 }
             }

@@ -44,24 +44,26 @@ final class SecretDirectory: Sendable {
             return eventLoop.makeSucceededFuture(cached)
         }
         let ttl = self.ttl
-        return redis.pipeline([
-            RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]),
-            RedisCommand("HGET", [RedisArgument(keys.webhookTokens), RedisArgument(account)]),
-            RedisCommand("HEXISTS", [RedisArgument(keys.routingVersions(account: account)), "deleted"]),
-        ], timeout: timeout)
-            .hop(to: eventLoop)
-            .map { [secrets] replies in
-                let found: AccountLookup
-                if let secret = replies.first?.string {
-                    found = .known(AccountKeys(secret: secret, callbackToken: replies.dropFirst().first?.string))
-                } else {
-                    found = replies.dropFirst(2).first?.int == 1 ? .deleted : .unknown
-                }
-                // Unknown accounts are remembered briefly too, so a flood of them cannot hammer Redis.
-                let lifetime: TimeAmount = if case .known = found { ttl } else { min(ttl, .seconds(1)) }
-                secrets.set(found, for: account, lifetime: lifetime)
-                return found
+        return redis.pipeline(
+            [
+                RedisCommand("HGET", [RedisArgument(keys.webhookSecrets), RedisArgument(account)]),
+                RedisCommand("HGET", [RedisArgument(keys.webhookTokens), RedisArgument(account)]),
+                RedisCommand("HEXISTS", [RedisArgument(keys.routingVersions(account: account)), "deleted"]),
+            ], timeout: timeout
+        )
+        .hop(to: eventLoop)
+        .map { [secrets] replies in
+            let found: AccountLookup
+            if let secret = replies.first?.string {
+                found = .known(AccountKeys(secret: secret, callbackToken: replies.dropFirst().first?.string))
+            } else {
+                found = replies.dropFirst(2).first?.int == 1 ? .deleted : .unknown
             }
+            // Unknown accounts are remembered briefly too, so a flood of them cannot hammer Redis.
+            let lifetime: TimeAmount = if case .known = found { ttl } else { min(ttl, .seconds(1)) }
+            secrets.set(found, for: account, lifetime: lifetime)
+            return found
+        }
     }
 
     /// The accounts watching a Trello model.

@@ -28,9 +28,10 @@ public struct StreamReport: Sendable, Equatable {
             "lag": lag.map { .number(Double($0)) } ?? .null, "pending": .number(Double(pending)),
             "oldest_pending_age_ms": oldestPendingAgeMilliseconds.map { .number(Double($0)) } ?? .null,
             "dead_letters": .number(Double(deadLetters)),
-            "consumers": .array(consumers.map {
-                .object(["name": .string($0.name), "pending": .number(Double($0.pending)), "idle_ms": .number(Double($0.idleMilliseconds))])
-            }),
+            "consumers": .array(
+                consumers.map {
+                    .object(["name": .string($0.name), "pending": .number(Double($0.pending)), "idle_ms": .number(Double($0.idleMilliseconds))])
+                }),
         ])
     }
 }
@@ -51,7 +52,9 @@ public enum QueueInspector {
         try await report(redis: redis, stream: keys.pushStream, group: keys.pusherGroup, deadLetterStream: nil, now: now)
     }
 
-    public static func report(redis: RedisClient, stream: String, group: String, deadLetterStream: String?, now: Date = Date()) async throws -> StreamReport {
+    public static func report(
+        redis: RedisClient, stream: String, group: String, deadLetterStream: String?, now: Date = Date()
+    ) async throws -> StreamReport {
         let replies = try await redis.pipeline([
             RedisCommand("XLEN", [RedisArgument(stream)]),
             RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
@@ -76,7 +79,8 @@ public enum QueueInspector {
         }
         report.consumers = (replies[3].array ?? []).map { item in
             let info = item.fieldMap
-            return StreamReport.Consumer(name: info["name"]?.string ?? "?", pending: info["pending"]?.int ?? 0, idleMilliseconds: info["idle"]?.int ?? 0)
+            return StreamReport.Consumer(
+                name: info["name"]?.string ?? "?", pending: info["pending"]?.int ?? 0, idleMilliseconds: info["idle"]?.int ?? 0)
         }.sorted { $0.name < $1.name }
         return report
     }
@@ -93,7 +97,9 @@ public enum QueueInspector {
             "consumers     \(report.consumers.count)",
         ]
         for consumer in report.consumers {
-            lines.append("  \(consumer.name.padding(toLength: max(24, consumer.name.count), withPad: " ", startingAt: 0))  pending \(consumer.pending)  idle \(String(format: "%.1f s", Double(consumer.idleMilliseconds) / 1000))")
+            lines.append(
+                "  \(consumer.name.padding(toLength: max(24, consumer.name.count), withPad: " ", startingAt: 0))  pending \(consumer.pending)  idle \(String(format: "%.1f s", Double(consumer.idleMilliseconds) / 1000))"
+            )
         }
         return lines.joined(separator: "\n")
     }

@@ -111,7 +111,8 @@ final class APNsConnection: Sendable {
                 return
             }
             if NIODeadline.now() - self.lastActivity.withLockedValue({ $0 }) >= interval {
-                let ping = HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64.random(in: 0...UInt64.max)), ack: false))
+                let ping = HTTP2Frame(
+                    streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64.random(in: 0...UInt64.max)), ack: false))
                 self.channel.writeAndFlush(ping, promise: nil)
             }
         }
@@ -307,7 +308,7 @@ private final class APNsStreamHandler: ChannelInboundHandler {
         deadline?.cancel()
         var reason: String?
         if responseBody.readableBytes > 0, let text = responseBody.getString(at: responseBody.readerIndex, length: responseBody.readableBytes),
-           let range = text.range(of: #""reason":""#)
+            let range = text.range(of: #""reason":""#)
         {
             let rest = text[range.upperBound...]
             reason = rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
@@ -349,8 +350,10 @@ public final class APNsClient: Sendable {
     private let ready: [NIOLockedValueBox<APNsConnection?>]
     private let next = NIOLockedValueBox(0)
 
-    public init(endpoint: Endpoint, caFile: String?, connections: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-                timeout: TimeAmount = .seconds(10), logger: Logger) throws {
+    public init(
+        endpoint: Endpoint, caFile: String?, connections: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        timeout: TimeAmount = .seconds(10), logger: Logger
+    ) throws {
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.applicationProtocols = ["h2"]
         if let caFile { configuration.additionalTrustRoots = [.file(caFile)] }
@@ -375,7 +378,8 @@ public final class APNsClient: Sendable {
             if let current { return current }
             let promise = group.next().makePromise(of: APNsConnection.self)
             promise.completeWithTask { [endpoint, tls, group, logger] in
-                try await APNsConnection.connect(host: endpoint.host, port: endpoint.port, tls: tls, group: group, idlePing: .seconds(60), logger: logger)
+                try await APNsConnection.connect(
+                    host: endpoint.host, port: endpoint.port, tls: tls, group: group, idlePing: .seconds(60), logger: logger)
             }
             current = promise.futureResult
             return promise.futureResult

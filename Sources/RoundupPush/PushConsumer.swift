@@ -64,7 +64,8 @@ public struct PushSender: Sendable {
                 continue
             }
             let elapsed = (ContinuousClock.now - started).components
-            Metrics.Timer(label: "roundup_apns_send_duration_seconds").recordNanoseconds(elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
+            Metrics.Timer(label: "roundup_apns_send_duration_seconds").recordNanoseconds(
+                elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000)
             Self.count(String(response.status), response.reason ?? "none")
             switch (response.status, response.reason) {
             case (200, _):
@@ -194,11 +195,15 @@ public struct PushConsumer: Service {
             ])
             if case .status = replies[0] {
                 // Sent now: a push deferred to the end of the last window is covered by this one.
-                _ = try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(account + "|" + device.deviceID)]))
+                _ = try? await redis.send(
+                    RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(account + "|" + device.deviceID)]))
                 await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
             } else {
                 let due = Int(Date().timeIntervalSince1970 * 1000) + max(0, replies[1].int ?? windowMilliseconds)
-                _ = try await redis.send(RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(due), RedisArgument(account + "|" + device.deviceID)]))
+                _ = try await redis.send(
+                    RedisCommand(
+                        "ZADD",
+                        [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(due), RedisArgument(account + "|" + device.deviceID)]))
                 Counter(label: "roundup_push_coalesced_total").increment()
             }
         } catch {
@@ -213,11 +218,18 @@ public struct PushConsumer: Service {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             try? await Task.sleep(for: .milliseconds(250))
             let now = Int(Date().timeIntervalSince1970 * 1000)
-            guard let due = try? await redis.send(RedisCommand("ZRANGEBYSCORE", [
-                RedisArgument(options.keys.deferredPushes), "-inf", RedisArgument(now), "LIMIT", "0", "256",
-            ])).array else { continue }
+            guard
+                let due = try? await redis.send(
+                    RedisCommand(
+                        "ZRANGEBYSCORE",
+                        [
+                            RedisArgument(options.keys.deferredPushes), "-inf", RedisArgument(now), "LIMIT", "0", "256",
+                        ])
+                ).array
+            else { continue }
             for member in due.compactMap(\.string) {
-                guard (try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(member)])).int) == 1 else { continue }
+                guard (try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(member)])).int) == 1
+                else { continue }
                 let parts = member.split(separator: "|", maxSplits: 1).map(String.init)
                 guard parts.count == 2 else { continue }
                 let devices: [DeviceRecord]
@@ -225,11 +237,15 @@ public struct PushConsumer: Service {
                     devices = try await store.devices(accountID: parts[0])
                 } catch {
                     // Put it back for a moment later rather than lose the window's last push.
-                    _ = try? await redis.send(RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(now + 1000), RedisArgument(member)]))
+                    _ = try? await redis.send(
+                        RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "NX", RedisArgument(now + 1000), RedisArgument(member)]))
                     continue
                 }
                 guard let device = devices.first(where: { $0.deviceID == parts[1] }) else { continue }
-                _ = try? await redis.send(RedisCommand("SET", [RedisArgument(options.keys.recentPush(account: parts[0], device: parts[1])), "1", "PX", RedisArgument(windowMilliseconds)]))
+                _ = try? await redis.send(
+                    RedisCommand(
+                        "SET",
+                        [RedisArgument(options.keys.recentPush(account: parts[0], device: parts[1])), "1", "PX", RedisArgument(windowMilliseconds)]))
                 await deliver(.background, payload: Self.backgroundPayload, device: device, account: parts[0], collapseID: "roundup-sync")
             }
         }
@@ -237,7 +253,8 @@ public struct PushConsumer: Service {
 
     func deliver(_ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?) async {
         let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
-        let request = APNsRequest(deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
+        let request = APNsRequest(
+            deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
         switch await sender.send(request, sandbox: device.environment == .sandbox) {
         case .sent:
             break
@@ -251,13 +268,15 @@ public struct PushConsumer: Service {
         }
     }
 
-
     /// Only `content-available` and our own small keys, as Apple asks of background pushes.
     static let backgroundPayload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)
 
     static func alertPayload(reason: String, conflictIDs: [Int]) -> ByteBuffer {
         let ids = conflictIDs.prefix(50).map(String.init).joined(separator: ",")
-        return ByteBuffer(string: #"{"aps":{"alert":{"title":"Sync conflict","body":"A reminder was changed in Trello and on this device. Choose which to keep."},"category":"ROUNDUP_CONFLICT","sound":"default"},"roundup":{"reason":"\#(reason)","conflict_ids":[\#(ids)]}}"#)
+        return ByteBuffer(
+            string:
+                #"{"aps":{"alert":{"title":"Sync conflict","body":"A reminder was changed in Trello and on this device. Choose which to keep."},"category":"ROUNDUP_CONFLICT","sound":"default"},"roundup":{"reason":"\#(reason)","conflict_ids":[\#(ids)]}}"#
+        )
     }
 }
 

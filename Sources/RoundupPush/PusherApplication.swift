@@ -15,7 +15,8 @@ public enum PusherApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         let missing = configuration.missingAPNsKeys
         guard missing.isEmpty else {
-            throw ConfigurationError(key: missing.joined(separator: ", "), problem: "must be set: roundup-pusher cannot sign APNs requests without them")
+            throw ConfigurationError(
+                key: missing.joined(separator: ", "), problem: "must be set: roundup-pusher cannot sign APNs requests without them")
         }
         let tokens: APNsTokenProvider
         do {
@@ -24,7 +25,8 @@ public enum PusherApplication {
             throw ConfigurationError(key: "ROUNDUP_APNS_KEY_FILE", problem: "is not a readable .p8 (PKCS#8 PEM P-256) key: \(error)")
         }
         let production = try APNsClient(
-            endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile, connections: configuration.apnsConnections, logger: logger)
+            endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile,
+            connections: configuration.apnsConnections, logger: logger)
         let sandbox = try APNsClient(
             endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
         let store = try await Stores.make(configuration: configuration, logger: logger)

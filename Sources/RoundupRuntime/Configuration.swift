@@ -119,7 +119,7 @@ public struct RoundupConfiguration: Sendable {
         func url(_ key: String, default def: String?, schemes: Set<String>) throws -> String? {
             guard let text = value(key) ?? def else { return nil }
             guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
-                  schemes.contains(scheme), components.host?.isEmpty == false
+                schemes.contains(scheme), components.host?.isEmpty == false
             else {
                 throw ConfigurationError(key: key, problem: "must be a URL with scheme \(schemes.sorted().joined(separator: " or ")) and a host")
             }
@@ -151,7 +151,8 @@ public struct RoundupConfiguration: Sendable {
         maxDeliveries = try integer("ROUNDUP_MAX_DELIVERIES", default: 5, range: 1...1000)
         claimIdleMilliseconds = try integer("ROUNDUP_CLAIM_IDLE_MS", default: 30_000, range: 100...86_400_000)
         workerBatchSize = try integer("ROUNDUP_WORKER_BATCH", default: 256, range: 1...10_000)
-        workerConsumerName = value("ROUNDUP_WORKER_NAME")
+        workerConsumerName =
+            value("ROUNDUP_WORKER_NAME")
             ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
         apiPort = try integer("ROUNDUP_API_PORT", default: 8080, range: 0...65535)
         bootstrapToken = value("ROUNDUP_BOOTSTRAP_TOKEN")
@@ -163,7 +164,8 @@ public struct RoundupConfiguration: Sendable {
         jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)
         jobHeartbeatSeconds = try integer("ROUNDUP_JOB_HEARTBEAT_SECONDS", default: 5, range: 1...10)
         guard jobHeartbeatSeconds * 2 <= jobStaleSeconds else {
-            throw ConfigurationError(key: "ROUNDUP_JOB_HEARTBEAT_SECONDS", problem: "must be at most half of ROUNDUP_JOB_STALE_SECONDS, or live jobs would read as stale")
+            throw ConfigurationError(
+                key: "ROUNDUP_JOB_HEARTBEAT_SECONDS", problem: "must be at most half of ROUNDUP_JOB_STALE_SECONDS, or live jobs would read as stale")
         }
         jobConcurrency = try integer("ROUNDUP_JOB_CONCURRENCY", default: 4, range: 1...256)
         trelloTokenLimit = try integer("ROUNDUP_TRELLO_TOKEN_LIMIT", default: 100, range: 1...100_000)
@@ -215,8 +217,11 @@ public struct RoundupConfiguration: Sendable {
 
     /// The APNs settings roundup-pusher cannot start without that are not set.
     public var missingAPNsKeys: [String] {
-        [("ROUNDUP_APNS_KEY_FILE", apnsKeyFile), ("ROUNDUP_APNS_KEY_ID", apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", apnsTeamID), ("ROUNDUP_APNS_TOPIC", apnsTopic)]
-            .filter { $0.1 == nil }.map(\.0)
+        [
+            ("ROUNDUP_APNS_KEY_FILE", apnsKeyFile), ("ROUNDUP_APNS_KEY_ID", apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", apnsTeamID),
+            ("ROUNDUP_APNS_TOPIC", apnsTopic),
+        ]
+        .filter { $0.1 == nil }.map(\.0)
     }
 }
 

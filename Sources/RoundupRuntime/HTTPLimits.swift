@@ -17,7 +17,10 @@ public struct HTTPLimits: Sendable, Equatable {
     public var maxHeaderBytes: Int
     public var maxConnections: Int
 
-    public init(headTimeoutSeconds: Int = 10, bodyTimeoutSeconds: Int = 30, idleTimeoutSeconds: Int = 60, maxHeaderBytes: Int = 16_384, maxConnections: Int = 4096) {
+    public init(
+        headTimeoutSeconds: Int = 10, bodyTimeoutSeconds: Int = 30, idleTimeoutSeconds: Int = 60, maxHeaderBytes: Int = 16_384,
+        maxConnections: Int = 4096
+    ) {
         self.headTimeoutSeconds = headTimeoutSeconds
         self.bodyTimeoutSeconds = bodyTimeoutSeconds
         self.idleTimeoutSeconds = idleTimeoutSeconds
@@ -137,16 +140,18 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     private func arm(_ phase: ClientPhase, context: ChannelHandlerContext) {
         cancel()
         armed = true
-        let timeout = switch phase {
-        case .head: limits.headTimeout
-        case .body: limits.bodyTimeout
-        case .idle: limits.idleTimeout
-        }
+        let timeout =
+            switch phase {
+            case .head: limits.headTimeout
+            case .body: limits.bodyTimeout
+            case .idle: limits.idleTimeout
+            }
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         let server = self.server
         timer = context.eventLoop.scheduleTask(in: timeout) {
             // A stalled client: the server closes, so it holds neither a file descriptor nor a buffer for it.
-            Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", phase.rawValue + "_timeout")]).increment()
+            Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", phase.rawValue + "_timeout")])
+                .increment()
             loopBound.value.close(promise: nil)
         }
     }

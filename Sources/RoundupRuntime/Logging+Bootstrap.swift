@@ -59,7 +59,10 @@ public struct RoundupLogHandler: LogHandler {
         case .string(let s): return redact(s)
         case .stringConvertible(let c): return redact(c.description)
         case .array(let a): return "[" + a.map(render).joined(separator: ", ") + "]"
-        case .dictionary(let d): return "[" + d.sorted { $0.key < $1.key }.map { "\($0.key): \(isSecretKey($0.key) ? "[redacted]" : render($0.value))" }.joined(separator: ", ") + "]"
+        case .dictionary(let d):
+            return "["
+                + d.sorted { $0.key < $1.key }.map { "\($0.key): \(isSecretKey($0.key) ? "[redacted]" : render($0.value))" }.joined(separator: ", ")
+                + "]"
         }
     }
 

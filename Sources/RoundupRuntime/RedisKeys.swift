@@ -29,10 +29,11 @@ public struct RedisKeys: Sendable {
     /// Marks an action already accepted for an account, so redeliveries are not enqueued twice. The action id is
     /// hashed, so every such key has one size whatever a client sends.
     public func seenAction(account: String, action: String) -> String {
-        prefix + "seen:" + account + ":" + SHA256.hash(data: Array(action.utf8)).prefix(16).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        prefix + "seen:" + account + ":"
+            + SHA256.hash(data: Array(action.utf8)).prefix(16).map { byte in
+                let hex = String(byte, radix: 16)
+                return byte < 16 ? "0" + hex : hex
+            }.joined()
     }
 
     /// Sync and import jobs for the workers (consumer group `workerGroup`).

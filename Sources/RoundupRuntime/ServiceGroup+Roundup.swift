@@ -20,9 +20,10 @@ public enum RoundupServices {
             var inner = ServiceGroupConfiguration(services: services, logger: logger)
             inner.maximumGracefulShutdownDuration = shutdownTimeout
             let main = AfterStartUp(startUp: startUp ?? {}, services: ServiceGroup(configuration: inner))
-            top = dependencies.map { .init(service: $0) } + [
-                .init(service: main, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
-            ]
+            top =
+                dependencies.map { .init(service: $0) } + [
+                    .init(service: main, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
+                ]
         }
         var groupConfiguration = ServiceGroupConfiguration(services: top, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = shutdownTimeout

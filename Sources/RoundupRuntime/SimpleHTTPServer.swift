@@ -101,7 +101,9 @@ final class SimpleHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.head = nil
             let keepAlive = head.isKeepAlive
             if tooLarge {
-                write(context: context, head: head, response: .json(.payloadTooLarge, #"{"error":{"code":"payload_too_large","message":"body over limit"}}"#), keepAlive: false)
+                write(
+                    context: context, head: head,
+                    response: .json(.payloadTooLarge, #"{"error":{"code":"payload_too_large","message":"body over limit"}}"#), keepAlive: false)
                 return
             }
             let request = SimpleHTTPRequest(method: head.method, uri: head.uri, headers: head.headers, body: body)

@@ -50,7 +50,9 @@ public protocol ChangeFeed: Sendable {
 /// The devices that get an account's pushes.
 public protocol DeviceRepository: Sendable {
     /// Inserts or updates a device; `created` tells which.
-    func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool)
+    func upsertDevice(
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+    ) async throws -> (DeviceRecord, created: Bool)
     func devices(accountID: String) async throws -> [DeviceRecord]
     func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
     /// Deletes the device only while it still has this token (APNs said the token is gone).
@@ -61,7 +63,9 @@ public protocol DeviceRepository: Sendable {
 public protocol JobRepository: Sendable {
     /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
     /// that holds the lease). A lease whose job went stale is taken over, and that job is marked stale.
-    func submitJob(accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval) async throws -> JobSubmission
+    func submitJob(
+        accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval
+    ) async throws -> JobSubmission
     func job(accountID: String, id: String) async throws -> SyncJob?
     /// A worker picks up a job: checks it is still running and not stale, and takes over the lease.
     func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart

@@ -61,7 +61,10 @@ public struct AccountUpdate: Sendable, Equatable {
     public var trelloWebhookSecret: String?
     public var conflictPolicy: ConflictPolicy?
     public var deleteMode: DeleteMode?
-    public init(trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy? = nil, deleteMode: DeleteMode? = nil) {
+    public init(
+        trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy? = nil,
+        deleteMode: DeleteMode? = nil
+    ) {
         self.trelloAPIKey = trelloAPIKey
         self.trelloToken = trelloToken
         self.trelloWebhookSecret = trelloWebhookSecret
@@ -148,7 +151,8 @@ public struct PendingChange: Sendable, Equatable {
 
     /// The columns every reader selects, in the order both stores decode them (`p` is `pending_changes`, `t` the
     /// card's `sync_tasks` row or NULLs).
-    static let columns = "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, t.reminder_id, p.created_at"
+    static let columns =
+        "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, t.reminder_id, p.created_at"
     static let join = "pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id"
 }
 
@@ -233,4 +237,3 @@ public struct AppliedChanges: Sendable, Equatable {
         self.types = types
     }
 }
-

@@ -12,7 +12,10 @@ public struct SyncItem: Sendable, Equatable {
     public var changedFields: [String]
     public var modifiedAt: Date
 
-    public init(op: SyncOp, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String], modifiedAt: Date) {
+    public init(
+        op: SyncOp, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String],
+        modifiedAt: Date
+    ) {
         self.op = op
         self.syncListID = syncListID
         self.reminderID = reminderID
@@ -31,8 +34,9 @@ public struct SyncItem: Sendable, Equatable {
     }
 
     public init?(json: JSONValue) {
-        guard let op = json["op"]?.stringValue.flatMap(SyncOp.init(rawValue:)), let list = json["sync_list_id"]?.stringValue, let reminder = json["reminder_id"]?.stringValue,
-              let modified = json["modified_at"]?.stringValue.flatMap(Timestamp.date)
+        guard let op = json["op"]?.stringValue.flatMap(SyncOp.init(rawValue:)), let list = json["sync_list_id"]?.stringValue,
+            let reminder = json["reminder_id"]?.stringValue,
+            let modified = json["modified_at"]?.stringValue.flatMap(Timestamp.date)
         else { return nil }
         self.init(
             op: op, syncListID: list, reminderID: reminder, trelloCardID: json["trello_card_id"]?.stringValue,
@@ -53,7 +57,10 @@ public struct SyncItemResult: Sendable, Equatable {
     /// A reconciliation's figures (changes emitted by type, cards seen, webhooks registered again).
     public var summary: [String: JSONValue]?
 
-    public init(reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [], duplicateID: Int64? = nil) {
+    public init(
+        reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [],
+        duplicateID: Int64? = nil
+    ) {
         self.reminderID = reminderID
         self.op = op
         self.status = status
@@ -76,7 +83,7 @@ public struct SyncItemResult: Sendable, Equatable {
 
     public init?(json: JSONValue) {
         guard let op = json["op"]?.stringValue.flatMap(JobItemOp.init(rawValue:)),
-              let status = json["status"]?.stringValue.flatMap(ItemStatus.init(rawValue:))
+            let status = json["status"]?.stringValue.flatMap(ItemStatus.init(rawValue:))
         else { return nil }
         let conflicts = (json["conflict_ids"]?.arrayValue ?? []).compactMap { value -> Int64? in
             if case .number(let n) = value { return Int64(n) }
@@ -202,7 +209,8 @@ public struct NewDuplicate: Sendable, Equatable {
     public var dueDate: String?
     public var fields: [String: JSONValue]
     public var jobID: String?
-    public init(syncListID: String, reminderID: String, cardID: String, title: String, dueDate: String?, fields: [String: JSONValue], jobID: String?) {
+    public init(syncListID: String, reminderID: String, cardID: String, title: String, dueDate: String?, fields: [String: JSONValue], jobID: String?)
+    {
         self.syncListID = syncListID
         self.reminderID = reminderID
         self.cardID = cardID
@@ -230,4 +238,3 @@ public struct DuplicateDetail: Sendable, Equatable {
     public var fields: [String: JSONValue]
     public var resolvedAt: String?
 }
-

@@ -38,7 +38,8 @@ public struct EchoFingerprints: Sendable {
     /// Must succeed before the write: a write without its fingerprint could come back as an edit.
     public func mark(_ names: [String]) async throws {
         guard !names.isEmpty else { return }
-        let replies = try await redis.pipeline(names.map { RedisCommand("SET", [RedisArgument($0), "1", "EX", RedisArgument(ttlSeconds)]) }, timeout: .seconds(2))
+        let replies = try await redis.pipeline(
+            names.map { RedisCommand("SET", [RedisArgument($0), "1", "EX", RedisArgument(ttlSeconds)]) }, timeout: .seconds(2))
         if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
             throw RedisClientError(.server, "setting echo fingerprints: \(failure)")
         }
@@ -75,7 +76,9 @@ extension EchoFingerprints {
             case .removed:
                 names.append(fieldKey(account: o.accountID, card: o.cardID, field: Self.removedField, value: .bool(true)))
             case .fields(let fields, let full):
-                for (name, value) in fields.sorted(by: { $0.key < $1.key }) { names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: value)) }
+                for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
+                    names.append(fieldKey(account: o.accountID, card: o.cardID, field: name, value: value))
+                }
                 if full, !isLive(o.accountID, o.cardID), let title = fields[SyncField.title]?.stringValue {
                     names.append(createKey(account: o.accountID, syncList: o.syncListID, title: title))
                 }

@@ -23,7 +23,8 @@ public struct Reconciler: Sendable {
 
         public var summary: [String: JSONValue] {
             [
-                "cards": .number(Double(cards)), "changes": .object(Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
+                "cards": .number(Double(cards)),
+                "changes": .object(Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
                 "webhooks_registered": .number(Double(webhooksRegistered)),
             ]
         }
@@ -55,7 +56,8 @@ public struct Reconciler: Sendable {
     let logger: Logger
 
     public init(
-        store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, pageSize: Int = 1000,
+        store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed, trello: TrelloClient, redis: RedisClient, keys: RedisKeys,
+        publicURL: String?, pageSize: Int = 1000,
         echo: EchoFingerprints? = nil, logger: Logger
     ) {
         self.echo = echo
@@ -117,9 +119,12 @@ public struct Reconciler: Sendable {
             for (type, count) in outcome.changes where count > 0 {
                 Counter(label: "roundup_reconcile_changes_total", dimensions: [("type", type.rawValue)]).increment(by: count)
             }
-            logger.info("list reconciled", metadata: [
-                "list": "\(list.id)", "cards": "\(outcome.cards)", "changes": "\(outcome.changes)", "webhooks_registered": "\(outcome.webhooksRegistered)",
-            ])
+            logger.info(
+                "list reconciled",
+                metadata: [
+                    "list": "\(list.id)", "cards": "\(outcome.cards)", "changes": "\(outcome.changes)",
+                    "webhooks_registered": "\(outcome.webhooksRegistered)",
+                ])
             return outcome
         } catch let error as TrelloError where error.status == 401 && error.message.lowercased().contains("token") {
             // Only if the token Trello refused is still the stored one (the user may have just sent a new one).
@@ -128,9 +133,10 @@ public struct Reconciler: Sendable {
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "token_revoked")]).increment()
             if flagged {
                 Counter(label: "roundup_trello_token_revoked_total").increment()
-                _ = try? await redis.send(.streamAppend(
-                    keys.pushStream, maxLength: PushRequest.streamMaxLength,
-                    fields: PushRequest(account: list.accountID, kind: .alert, reason: .trelloTokenRevoked).fields))
+                _ = try? await redis.send(
+                    .streamAppend(
+                        keys.pushStream, maxLength: PushRequest.streamMaxLength,
+                        fields: PushRequest(account: list.accountID, kind: .alert, reason: .trelloTokenRevoked).fields))
                 logger.warning("trello token revoked; account flagged", metadata: ["account": "\(list.accountID)"])
             }
             throw Failure.tokenRevoked
@@ -185,9 +191,10 @@ public struct Reconciler: Sendable {
             for card in page {
                 guard let id = card["id"]?.stringValue, card["idList"]?.stringValue ?? list.trelloListID == list.trelloListID else { continue }
                 seen.insert(id)
-                observations.append(CardObservation(
-                    accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started,
-                    kind: .fields(CardMapper.fields(fromCard: card, priority: priority), full: true)))
+                observations.append(
+                    CardObservation(
+                        accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started,
+                        kind: .fields(CardMapper.fields(fromCard: card, priority: priority), full: true)))
             }
             outcome.trelloRequests += 1
             guard page.count == pageSize, let last = page.last?["id"]?.stringValue, last != before else { break }
@@ -196,7 +203,8 @@ public struct Reconciler: Sendable {
         outcome.cards = seen.count
         let live = Set(try await store.liveCardIDs(accountID: list.accountID, syncListID: list.id))
         for id in live where !seen.contains(id) {
-            observations.append(CardObservation(accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started, kind: .removed))
+            observations.append(
+                CardObservation(accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started, kind: .removed))
         }
         if let echo { observations = await echo.withoutEchoes(observations, logger: logger) { _, card in live.contains(card) } }
         var written = 0
@@ -206,8 +214,10 @@ public struct Reconciler: Sendable {
             outcome.changes.merge(applied.types) { $0 + $1 }
         }
         if written > 0 {
-            _ = try? await redis.send(.streamAppend(
-                keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: PushRequest.background(account: list.accountID, reason: .reconcile).fields))
+            _ = try? await redis.send(
+                .streamAppend(
+                    keys.pushStream, maxLength: PushRequest.streamMaxLength,
+                    fields: PushRequest.background(account: list.accountID, reason: .reconcile).fields))
         }
     }
 }

@@ -23,7 +23,10 @@ public struct RedisTrelloGate: TrelloRequestGate {
     let windowMilliseconds: Int
     let logger: Logger
 
-    public init(redis: RedisClient, keys: RedisKeys, tokenLimit: Int, keyLimit: Int, window: Duration = .seconds(10), margin: Duration = .milliseconds(500), logger: Logger) {
+    public init(
+        redis: RedisClient, keys: RedisKeys, tokenLimit: Int, keyLimit: Int, window: Duration = .seconds(10), margin: Duration = .milliseconds(500),
+        logger: Logger
+    ) {
         self.redis = redis
         self.keys = keys
         self.tokenLimit = tokenLimit
@@ -116,7 +119,8 @@ extension TrelloClient {
     /// The Trello client every process uses: `ROUNDUP_TRELLO_API_URL`, behind the rate limits shared through Redis.
     public static func make(configuration: RoundupConfiguration, http: HTTPClient, redis: RedisClient, logger: Logger) -> TrelloClient {
         let gate = RedisTrelloGate(
-            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit, logger: logger)
+            redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit,
+            logger: logger)
         return TrelloClient(baseURL: configuration.trelloAPIURL, http: http, gate: gate, logger: logger)
     }
 }

@@ -100,7 +100,9 @@ extension SyncEngine {
                 guard let card = try await trello.card(id: cardID, credentials: state.credentials), card["closed"]?.boolValue != true else {
                     throw ResolveError.invalid("the card no longer exists in Trello; resolve with keep_both")
                 }
-                if let other = try await store.task(accountID: accountID, cardID: cardID), let mapped = other.reminderID, mapped != reminderID, !other.deleted {
+                if let other = try await store.task(accountID: accountID, cardID: cardID), let mapped = other.reminderID, mapped != reminderID,
+                    !other.deleted
+                {
                     throw ResolveError.invalid("the card is mapped to another reminder now; resolve with keep_both")
                 }
                 let priority = try await priorityField(list, state: &state)

@@ -43,7 +43,10 @@ public struct SyncEngine: Sendable {
     /// Runs `reconcile` jobs (nil: such jobs fail saying so).
     let reconciler: Reconciler?
 
-    public init(options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil, logger: Logger) {
+    public init(
+        options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil,
+        logger: Logger
+    ) {
         self.reconciler = reconciler
         self.options = options
         self.store = store
@@ -104,7 +107,8 @@ public struct SyncEngine: Sendable {
         switch outcome {
         case .completed:
             try? await store.finishJob(jobID: job.id, status: .completed, error: nil)
-            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.completed.rawValue)]).increment()
+            Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.completed.rawValue)])
+                .increment()
         case .failed(let message):
             try? await store.finishJob(jobID: job.id, status: .error, error: message)
             Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.error.rawValue)]).increment()
@@ -142,7 +146,10 @@ public struct SyncEngine: Sendable {
             }
             Counter(label: "roundup_sync_items_total", dimensions: [("op", item.op.rawValue), ("status", result.status.rawValue)]).increment()
             do {
-                guard try await store.recordResult(jobID: job.id, holder: holder, index: index, result: result, total: nil, staleAfter: options.staleAfter) else { return .lost }
+                guard
+                    try await store.recordResult(
+                        jobID: job.id, holder: holder, index: index, result: result, total: nil, staleAfter: options.staleAfter)
+                else { return .lost }
             } catch {
                 return .failed("the store could not record a result: \(error)")
             }
@@ -169,14 +176,18 @@ public struct SyncEngine: Sendable {
             do {
                 return try await process(item, state: &state)
             } catch let failure as ItemFailure {
-                return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: failure.description)
+                return SyncItemResult(
+                    reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: failure.description)
             } catch let error as TrelloError where !error.isTransient {
-                return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: error.description)
+                return SyncItemResult(
+                    reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: error.description)
             } catch {
                 // Transient: Trello 429/5xx/timeouts, Redis or the store briefly away. The heartbeat keeps going.
                 if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
                 guard attempt < options.itemAttempts else {
-                    return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: "gave up after \(attempt) attempts: \(error)")
+                    return SyncItemResult(
+                        reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID,
+                        error: "gave up after \(attempt) attempts: \(error)")
                 }
                 let delay = min(8_000, 250 * (1 << (attempt - 1)))
                 logger.info("sync item will be retried", metadata: ["reminder": "\(item.reminderID)", "attempt": "\(attempt)", "error": "\(error)"])
@@ -287,7 +298,9 @@ public struct SyncEngine: Sendable {
         record.conflicts = conflicts
         record.jobID = state.jobID
         // Dated when the card was read: a Trello edit made after that read still counts as newer.
-        for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime) }
+        for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) {
+            record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime)
+        }
         var marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
         record.stamps.merge(try await writeFields(write, card: card, list: list, marks: &marks, state: &state)) { _, new in new }
         let conflictIDs = try await store.recordSyncWrite(record)
@@ -295,14 +308,17 @@ public struct SyncEngine: Sendable {
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
         if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         return SyncItemResult(
-            reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID, conflictIDs: conflictIDs)
+            reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID,
+            conflictIDs: conflictIDs)
     }
 
     /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
     /// `marks` are set first, so the webhook echo of each write is recognised even before the store has the stamps;
     /// marks for intermediate states (a link removed before its replacement is added) are appended, for the caller
     /// to clear once the stamps are stored.
-    func writeFields(_ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState) async throws -> [String: FieldStamp] {
+    func writeFields(
+        _ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
+    ) async throws -> [String: FieldStamp] {
         guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return [:] }
         if let url = write[SyncField.url], url != .null, CardMapper.fields(fromCard: card)[SyncField.url] != .null {
             marks.append(echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.url, value: .null))
@@ -398,7 +414,9 @@ public struct SyncEngine: Sendable {
         let mapped = try await store.mappedCardIDs(accountID: list.accountID, syncListID: list.id)
         let wanted = SyncFields.normalizedTitle(title)
         let match = cards.first { card in
-            guard let id = card["id"]?.stringValue, !mapped.contains(id), SyncFields.normalizedTitle(card["name"]?.stringValue ?? "") == wanted else { return false }
+            guard let id = card["id"]?.stringValue, !mapped.contains(id), SyncFields.normalizedTitle(card["name"]?.stringValue ?? "") == wanted else {
+                return false
+            }
             guard let due else { return true }
             guard let theirs = card["due"]?.stringValue.flatMap(Timestamp.date) else { return false }
             return abs(theirs.timeIntervalSince(due)) < 1
@@ -409,7 +427,9 @@ public struct SyncEngine: Sendable {
                 let priority = try await priorityField(list, state: &state)
                 var adopt = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
                 let now = Date().timeIntervalSince1970
-                for (field, value) in CardMapper.fields(fromCard: match, priority: priority) { adopt.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+                for (field, value) in CardMapper.fields(fromCard: match, priority: priority) {
+                    adopt.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
+                }
                 _ = try await store.recordSyncWrite(adopt)
                 let task = try await store.task(accountID: list.accountID, cardID: cardID)
                 return try await update(item, fields: item.fields, changed: allFields, cardID: cardID, task: task, list: list, state: &state)
@@ -450,7 +470,9 @@ public struct SyncEngine: Sendable {
         let priority = try await priorityField(list, state: &state)
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
         let now = Date().timeIntervalSince1970
-        for (field, value) in CardMapper.fields(fromCard: card, priority: priority) { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+        for (field, value) in CardMapper.fields(fromCard: card, priority: priority) {
+            record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
+        }
         _ = try await store.recordSyncWrite(record)
         // Priority and link are separate requests; the card is known now, so fingerprint them by card.
         var extra: [String: JSONValue] = [:]
@@ -529,7 +551,10 @@ public struct SyncEngine: Sendable {
                 }
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
-                    guard try await store.recordResult(jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter) else { return .lost }
+                    guard
+                        try await store.recordResult(
+                            jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter)
+                    else { return .lost }
                     processed += 1
                 }
                 guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { break }
@@ -553,7 +578,8 @@ public struct SyncEngine: Sendable {
             let result = SyncItemResult(reminderID: nil, op: .reconcile, status: .ok)
             var withSummary = result
             withSummary.summary = outcome.summary
-            guard try await store.recordResult(jobID: job.id, holder: holder, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter) else { return .lost }
+            guard try await store.recordResult(jobID: job.id, holder: holder, index: 0, result: withSummary, total: 1, staleAfter: options.staleAfter)
+            else { return .lost }
             return .completed
         } catch {
             return .failed("\(error)")
@@ -565,14 +591,16 @@ public struct SyncEngine: Sendable {
     /// Queues a background push for the account's devices (roundup-pusher coalesces them per device).
     func queueBackgroundPush(account: String, excludeDevice: String?, reason: PushRequest.Reason) async {
         let request = PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice)
-        _ = try? await redis.send(.streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
+        _ = try? await redis.send(
+            .streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
     }
 
     /// Queues an alert push for the account's devices (roundup-pusher sends it).
     func queueConflictPush(job: SyncJob, item: SyncItem, conflictIDs: [Int64]) async {
         let request = PushRequest(account: job.accountID, kind: .alert, reason: .conflict, conflictIDs: conflictIDs, excludeDevice: job.deviceID)
         do {
-            _ = try await redis.send(.streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
+            _ = try await redis.send(
+                .streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
         } catch {
             logger.warning("conflict push not queued", metadata: ["account": "\(job.accountID)", "error": "\(error)"])
         }

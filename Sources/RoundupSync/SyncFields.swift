@@ -44,7 +44,7 @@ public enum SyncFields {
         case SyncField.url:
             if value == .null { return .null }
             guard case .string(let text) = value, text.utf8.count <= 2048, let url = URL(string: text),
-                  let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false
+                let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false
             else { throw Invalid(description: "\(path) must be an http or https URL of at most 2048 bytes, or null") }
             return value
         default:

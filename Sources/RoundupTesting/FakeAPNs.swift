@@ -146,9 +146,12 @@ public final class FakeAPNs: Sendable {
 
     static func jwt(key: P256.Signing.PrivateKey, keyID: String, teamID: String, issuedAt: Date) -> String {
         func b64(_ bytes: some Sequence<UInt8>) -> String {
-            Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(
+                of: "=", with: "")
         }
-        let input = b64(Array(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8)) + "." + b64(Array(#"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#.utf8))
+        let input =
+            b64(Array(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8)) + "."
+            + b64(Array(#"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#.utf8))
         return input + "." + b64((try? key.signature(for: Array(input.utf8)))?.rawRepresentation ?? Data())
     }
 
@@ -160,19 +163,22 @@ public final class FakeAPNs: Sendable {
 
     /// Checks the provider token as APNs does; returns its `iat`, or the 403 reason.
     func verify(_ authorization: String?) -> Result<Int, FakeAPNsRefusal> {
-        guard let authorization, authorization.lowercased().hasPrefix("bearer ") else { return .failure(.init(status: 403, reason: "MissingProviderToken")) }
+        guard let authorization, authorization.lowercased().hasPrefix("bearer ") else {
+            return .failure(.init(status: 403, reason: "MissingProviderToken"))
+        }
         let jwt = String(authorization.dropFirst(7))
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Self.base64URLDecode(parts[0]), let claimsData = Self.base64URLDecode(parts[1]),
-              let header = try? JSONParser.parse(Array(headerData)), let claims = try? JSONParser.parse(Array(claimsData)),
-              header["alg"] == .string("ES256"), header["kid"] == .string(keyID), claims["iss"] == .string(teamID),
-              case .number(let iatNumber)? = claims["iat"]
+            let header = try? JSONParser.parse(Array(headerData)), let claims = try? JSONParser.parse(Array(claimsData)),
+            header["alg"] == .string("ES256"), header["kid"] == .string(keyID), claims["iss"] == .string(teamID),
+            case .number(let iatNumber)? = claims["iat"]
         else { return .failure(.init(status: 403, reason: "InvalidProviderToken")) }
         let iat = Int(iatNumber)
         let known = state.withLockedValue { $0.verifiedTokens.contains(jwt) }
         if !known {
-            guard let signatureData = Self.base64URLDecode(parts[2]), let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
-                  publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8))
+            guard let signatureData = Self.base64URLDecode(parts[2]),
+                let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
+                publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8))
             else { return .failure(.init(status: 403, reason: "InvalidProviderToken")) }
             state.withLockedValue { _ = $0.verifiedTokens.insert(jwt) }
         }
@@ -258,7 +264,8 @@ final class FakeAPNsStreamHandler: ChannelInboundHandler {
         }
         if goAwayNow, let parent = context.channel.parent {
             connection.goAwayLastStream = streamID
-            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: HTTP2StreamID(streamID), errorCode: .noError, opaqueData: nil))
+            let frame = HTTP2Frame(
+                streamID: .rootStream, payload: .goAway(lastStreamID: HTTP2StreamID(streamID), errorCode: .noError, opaqueData: nil))
             parent.writeAndFlush(frame, promise: nil)
             parent.eventLoop.scheduleTask(in: .milliseconds(300)) { parent.close(promise: nil) }
         }
@@ -302,7 +309,10 @@ final class FakeAPNsStreamHandler: ChannelInboundHandler {
         fake.state.withLockedValue { state in
             state.answered.append((token, 200, nil))
             if state.record {
-                state.delivered.append(FakeAPNs.Received(deviceToken: token, headers: names, payload: payload, apnsID: apnsID, issuedAt: iat, token: bearer, connection: connection.number))
+                state.delivered.append(
+                    FakeAPNs.Received(
+                        deviceToken: token, headers: names, payload: payload, apnsID: apnsID, issuedAt: iat, token: bearer,
+                        connection: connection.number))
             }
         }
         return (200, nil, apnsID)

@@ -390,17 +390,21 @@ extension FakeTrello.State {
         let listID = card["idList"]?.stringValue ?? ""
         var announced = item.objectValue ?? [:]
         announced["modelType"] = "card"
-        let deliveries = announce("updateCustomFieldItem", card: card, data: [
-            "customField": .object(["id": .string(fieldID), "name": field["name"] ?? .null, "type": field["type"] ?? .null]),
-            "customFieldItem": .object(announced),
-            "old": .object(["idValue": previous.map(JSONValue.string) ?? .null]),
-            "list": listRef(listID),
-        ], lists: [listID], member: member)
+        let deliveries = announce(
+            "updateCustomFieldItem", card: card,
+            data: [
+                "customField": .object(["id": .string(fieldID), "name": field["name"] ?? .null, "type": field["type"] ?? .null]),
+                "customFieldItem": .object(announced),
+                "old": .object(["idValue": previous.map(JSONValue.string) ?? .null]),
+                "list": listRef(listID),
+            ], lists: [listID], member: member)
         return .success(FakeTrello.Write(body: item, deliveries: deliveries))
     }
 
     /// `POST /1/cards/{id}/attachments` with `url` (and `name`, the URL by default): a link attachment.
-    mutating func addAttachment(cardID: String, _ params: [String: JSONValue], member: FakeTrello.Member) -> Result<FakeTrello.Write, FakeTrello.Refusal> {
+    mutating func addAttachment(
+        cardID: String, _ params: [String: JSONValue], member: FakeTrello.Member
+    ) -> Result<FakeTrello.Write, FakeTrello.Refusal> {
         guard var card = cards[cardID] else { return .failure(.notFound) }
         guard let url = params["url"]?.stringValue, !url.isEmpty else { return .failure(.invalid("url")) }
         let name = params["name"]?.stringValue ?? url
@@ -410,9 +414,11 @@ extension FakeTrello.State {
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[cardID] = card
         let listID = card["idList"]?.stringValue ?? ""
-        let deliveries = announce("addAttachmentToCard", card: card, data: [
-            "attachment": .object(["id": .string(id), "name": .string(name), "url": .string(url)]), "list": listRef(listID),
-        ], lists: [listID], member: member)
+        let deliveries = announce(
+            "addAttachmentToCard", card: card,
+            data: [
+                "attachment": .object(["id": .string(id), "name": .string(name), "url": .string(url)]), "list": listRef(listID),
+            ], lists: [listID], member: member)
         return .success(FakeTrello.Write(body: attachment, deliveries: deliveries))
     }
 
@@ -426,9 +432,11 @@ extension FakeTrello.State {
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[cardID] = card
         let listID = card["idList"]?.stringValue ?? ""
-        let deliveries = announce("deleteAttachmentFromCard", card: card, data: [
-            "attachment": .object(["id": .string(attachmentID), "name": removed["name"] ?? .null]), "list": listRef(listID),
-        ], lists: [listID], member: member)
+        let deliveries = announce(
+            "deleteAttachmentFromCard", card: card,
+            data: [
+                "attachment": .object(["id": .string(attachmentID), "name": removed["name"] ?? .null]), "list": listRef(listID),
+            ], lists: [listID], member: member)
         return .success(FakeTrello.Write(body: .object(["limits": .object([:])]), deliveries: deliveries))
     }
 
@@ -504,7 +512,9 @@ extension FakeTrello.State {
     ) -> [FakeTrello.Delivery] {
         guard deliverWebhooks else { return [] }
         let boardID = card["idBoard"]?.stringValue ?? ""
-        let hooks = webhooks.values.filter { ($0.idModel == boardID || watched.contains($0.idModel)) && !inactiveWebhooks.contains($0.id) }.sorted { $0.id < $1.id }
+        let hooks = webhooks.values.filter { ($0.idModel == boardID || watched.contains($0.idModel)) && !inactiveWebhooks.contains($0.id) }.sorted {
+            $0.id < $1.id
+        }
         guard !hooks.isEmpty else { return [] }
         let cardID = card["id"]?.stringValue ?? ""
         var cardRef: [String: JSONValue] = [
@@ -542,7 +552,8 @@ extension FakeTrello {
     public func setPriorityField(boardID: String, fieldID: String, options: [(id: String, text: String)]) {
         let field = JSONValue.object([
             "id": .string(fieldID), "idModel": .string(boardID), "modelType": "board", "name": "Priority", "type": "list",
-            "options": .array(options.map { .object(["id": .string($0.id), "idCustomField": .string(fieldID), "value": .object(["text": .string($0.text)])]) }),
+            "options": .array(
+                options.map { .object(["id": .string($0.id), "idCustomField": .string(fieldID), "value": .object(["text": .string($0.text)])]) }),
         ])
         state.withLockedValue { $0.customFields[boardID] = [field] }
     }
@@ -562,5 +573,7 @@ extension FakeTrello {
     }
     /// The most `GET /1/lists/{id}/cards` requests for one list ever in flight at once.
     public func maxConcurrentListReads(_ listID: String) -> Int { state.withLockedValue { $0.listReadsMax[listID] ?? 0 } }
-    public func listReads(_ listID: String) -> Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/lists/\(listID)/cards") }.count } }
+    public func listReads(_ listID: String) -> Int {
+        state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/lists/\(listID)/cards") }.count }
+    }
 }

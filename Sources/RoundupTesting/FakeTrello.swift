@@ -266,10 +266,12 @@ public final class FakeTrello: Sendable {
             guard let hook = state.withLockedValue({ state in state.webhooks[p[2]].map { ($0, !state.inactiveWebhooks.contains($0.id)) } }) else {
                 return .text(.notFound, "The requested resource was not found.")
             }
-            return .json(.ok, JSONValue.object([
-                "id": .string(hook.0.id), "idModel": .string(hook.0.idModel), "callbackURL": .string(hook.0.callbackURL),
-                "description": .string(hook.0.description), "active": .bool(hook.1), "consecutiveFailures": .number(hook.1 ? 0 : 1000),
-            ]).canonicalJSON)
+            return .json(
+                .ok,
+                JSONValue.object([
+                    "id": .string(hook.0.id), "idModel": .string(hook.0.idModel), "callbackURL": .string(hook.0.callbackURL),
+                    "description": .string(hook.0.description), "active": .bool(hook.1), "consecutiveFailures": .number(hook.1 ? 0 : 1000),
+                ]).canonicalJSON)
         case (.DELETE, 3) where p[1] == "webhooks":
             let removed = state.withLockedValue { $0.webhooks.removeValue(forKey: p[2]) }
             return removed == nil ? .text(.notFound, "model not found") : .json(.ok, #"{"_value":null}"#)
@@ -282,11 +284,12 @@ public final class FakeTrello: Sendable {
             guard let card = state.withLockedValue({ $0.cards[p[2]] }) else { return Refusal.notFound.response }
             return .json(.ok, JSONValue.object(card).canonicalJSON)
         case (.POST, 2) where p[1] == "cards":
-            return Self.response(perform { state in
-                let result = state.createCard(params, member: member)
-                if case .success = result { state.cardsCreated += 1 }
-                return result
-            })
+            return Self.response(
+                perform { state in
+                    let result = state.createCard(params, member: member)
+                    if case .success = result { state.cardsCreated += 1 }
+                    return result
+                })
         case (.PUT, 3) where p[1] == "cards":
             return Self.response(perform { $0.updateCard(id: p[2], params, member: member) })
         case (.DELETE, 3) where p[1] == "cards":
@@ -328,10 +331,12 @@ public final class FakeTrello: Sendable {
             let id = String(format: "%024x", state.nextID)
             state.nextID += 1
             state.webhooks[id] = Webhook(id: id, idModel: model, callbackURL: callback, description: description)
-            return .json(.ok, JSONValue.object([
-                "id": .string(id), "idModel": .string(model), "callbackURL": .string(callback), "active": .bool(true),
-                "description": .string(description),
-            ]).canonicalJSON)
+            return .json(
+                .ok,
+                JSONValue.object([
+                    "id": .string(id), "idModel": .string(model), "callbackURL": .string(callback), "active": .bool(true),
+                    "description": .string(description),
+                ]).canonicalJSON)
         }
     }
 

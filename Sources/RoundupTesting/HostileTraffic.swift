@@ -83,7 +83,8 @@ public enum HostileTraffic {
             if i % 2 == 0 {
                 try await connection.send("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
             } else {
-                try await connection.send("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"act")
+                try await connection.send(
+                    "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"act")
             }
             connections.append(connection)
         }
@@ -104,14 +105,19 @@ public enum HostileTraffic {
     /// Redis given a few hundred KB of room beyond what it holds and no eviction, the workers away, then a burst of
     /// `cards` createCard actions the way Trello delivers them (a 503 retried up to three times, every fourth action
     /// delivered twice); then a worker starts and drains. `stack` has its ingress running and `account` a synced L1.
-    public static func fullRedis(_ stack: Stack, store: any ServerStore, account: String, secret: String, cards: Int) async throws -> FullRedisOutcome {
+    public static func fullRedis(_ stack: Stack, store: any ServerStore, account: String, secret: String, cards: Int) async throws -> FullRedisOutcome
+    {
         var outcome = FullRedisOutcome()
         let path = "/dailyroundup/webhook/trello/\(account)"
         for i in 0..<cards {
             stack.trello.setCard(FakeTrello.card(id: "F\(i)", listID: "L1", boardID: "B1", name: "Card \(i)", desc: ""))
         }
         let info = try await stack.redis.send("INFO", "memory").string ?? ""
-        guard let used = info.split(separator: "\r\n").first(where: { $0.hasPrefix("used_memory:") }).flatMap({ Int($0.dropFirst("used_memory:".count)) }) else {
+        guard
+            let used = info.split(separator: "\r\n").first(where: { $0.hasPrefix("used_memory:") }).flatMap({
+                Int($0.dropFirst("used_memory:".count))
+            })
+        else {
             throw StackError("INFO memory has no used_memory")
         }
         _ = try await stack.redis.send("CONFIG", "SET", "maxmemory-policy", "noeviction")
@@ -137,7 +143,8 @@ public enum HostileTraffic {
         outcome.appliedCards = try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000).map(\.trelloCardID)
         outcome.deadLettered = try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int ?? -1
         outcome.healed = await TestSupport.eventually(timeout: .seconds(30)) {
-            let body = WebhookBodies.body(type: "createCard", actionID: "after-\(UUID().uuidString.prefix(8))", cardID: "F0", listID: "L1", boardID: "B1")
+            let body = WebhookBodies.body(
+                type: "createCard", actionID: "after-\(UUID().uuidString.prefix(8))", cardID: "F0", listID: "L1", boardID: "B1")
             return (try? await stack.postWebhook(path: path, body: body, secret: secret).status) == .ok
         }
         return outcome

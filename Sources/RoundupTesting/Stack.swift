@@ -273,7 +273,9 @@ public enum WebhookBodies {
         card extra: [String: JSONValue] = [:], old: [String: JSONValue]? = nil, date: String = "2026-11-22T10:00:00.000Z",
         padding: Int = 0
     ) -> [UInt8] {
-        var card: [String: JSONValue] = ["id": .string(cardID), "name": .string("Card \(cardID)"), "idShort": .number(7), "shortLink": .string("aBcD1234")]
+        var card: [String: JSONValue] = [
+            "id": .string(cardID), "name": .string("Card \(cardID)"), "idShort": .number(7), "shortLink": .string("aBcD1234"),
+        ]
         for (k, v) in extra { card[k] = v }
         var data: [String: JSONValue] = [
             "card": .object(card), "list": .object(["id": .string(listID), "name": .string("Groceries")]),
@@ -287,7 +289,9 @@ public enum WebhookBodies {
                 "id": .string("5a5b5c5d5e5f606162636465"), "fullName": .string("Ada Lovelace"), "username": .string("ada"),
                 "avatarHash": .string(String(repeating: "f", count: 32)), "initials": .string("AL"),
             ]),
-            "display": .object(["translationKey": .string("action_changed_description_of_card"), "entities": .string(String(repeating: "x", count: padding))]),
+            "display": .object([
+                "translationKey": .string("action_changed_description_of_card"), "entities": .string(String(repeating: "x", count: padding)),
+            ]),
         ]
         let model: [String: JSONValue] = [
             "id": .string(listID), "name": .string("Groceries"), "closed": .bool(false), "idBoard": .string(boardID), "pos": .number(65535),

@@ -99,7 +99,9 @@ public final class ManagedProcess: @unchecked Sendable {
         var child: pid_t = 0
         let result = posix_spawn(&child, executable.path, &actions, &attributes, argv, envp)
         guard result == 0 else {
-            throw NSError(domain: "ManagedProcess", code: Int(result), userInfo: [NSLocalizedDescriptionKey: "cannot start \(executable.path): \(String(cString: strerror(result)))"])
+            throw NSError(
+                domain: "ManagedProcess", code: Int(result),
+                userInfo: [NSLocalizedDescriptionKey: "cannot start \(executable.path): \(String(cString: strerror(result)))"])
         }
         pid = child
     }

@@ -35,7 +35,8 @@ public enum TestStore {
         let url = try PostgresURL(admin)
         let name = "t_" + UUID().uuidString.prefix(12).lowercased().replacingOccurrences(of: "-", with: "")
         let connection = try await PostgresConnection.connect(
-            configuration: .init(host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable),
+            configuration: .init(
+                host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable),
             id: 1, logger: Logger(label: "roundup.test.postgres"))
         do {
             _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: Logger(label: "roundup.test.postgres"))

@@ -44,7 +44,10 @@ public struct TrelloClient: Sendable {
         return String(text[..<open])
     }
 
-    public init(baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, gate: (any TrelloRequestGate)? = nil, logger: Logger) {
+    public init(
+        baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, gate: (any TrelloRequestGate)? = nil,
+        logger: Logger
+    ) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.http = http
         self.timeout = timeout
@@ -62,19 +65,22 @@ public struct TrelloClient: Sendable {
 
     /// The full card, or nil when Trello says it no longer exists.
     public func card(id: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue]? {
-        guard let value = try await get("/cards/\(Self.escape(id))?\(Self.cardQuery)", credentials: credentials, notFoundIsNil: true) else { return nil }
+        guard let value = try await get("/cards/\(Self.escape(id))?\(Self.cardQuery)", credentials: credentials, notFoundIsNil: true) else {
+            return nil
+        }
         guard let object = value.objectValue else { throw TrelloError(status: nil, message: "card \(id) is not a JSON object", isTransient: false) }
         return object
     }
 
     /// The board's Priority dropdown custom field, if it has one.
     public func priorityField(boardID: String, credentials: TrelloCredentialsValue) async throws -> PriorityField? {
-        guard let fields = try await get("/boards/\(Self.escape(boardID))/customFields", credentials: credentials, notFoundIsNil: true)?.arrayValue else {
+        guard let fields = try await get("/boards/\(Self.escape(boardID))/customFields", credentials: credentials, notFoundIsNil: true)?.arrayValue
+        else {
             return nil
         }
         for field in fields {
             guard field["name"]?.stringValue?.lowercased() == "priority", field["type"]?.stringValue == "list",
-                  let id = field["id"]?.stringValue
+                let id = field["id"]?.stringValue
             else { continue }
             var options: [String: String] = [:]
             for option in field["options"]?.arrayValue ?? [] {
@@ -115,7 +121,8 @@ public struct TrelloClient: Sendable {
     /// A webhook as Trello has it; nil when it no longer exists.
     public func webhook(id: String, credentials: TrelloCredentialsValue) async throws -> WebhookInfo? {
         guard let value = try await get("/webhooks/\(Self.escape(id))", credentials: credentials, notFoundIsNil: true) else { return nil }
-        guard let hookID = value["id"]?.stringValue, let model = value["idModel"]?.stringValue, let callback = value["callbackURL"]?.stringValue else {
+        guard let hookID = value["id"]?.stringValue, let model = value["idModel"]?.stringValue, let callback = value["callbackURL"]?.stringValue
+        else {
             throw TrelloError(status: 200, message: "webhook \(id) reply is not a webhook", isTransient: false)
         }
         return WebhookInfo(id: hookID, idModel: model, callbackURL: callback, active: value["active"]?.boolValue ?? true)
@@ -130,7 +137,7 @@ public struct TrelloClient: Sendable {
         body["idList"] = .string(listID)
         body["pos"] = .string("bottom")
         guard let card = try await send(.POST, "/cards", body: .object(body), credentials: credentials, idempotent: false)?.objectValue,
-              card["id"]?.stringValue != nil
+            card["id"]?.stringValue != nil
         else { throw TrelloError(status: 200, message: "card reply has no id", isTransient: false) }
         return card
     }
@@ -164,11 +171,15 @@ public struct TrelloClient: Sendable {
     }
 
     public func addURLAttachment(cardID: String, url: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
-        try await send(.POST, "/cards/\(Self.escape(cardID))/attachments", body: .object(["url": .string(url)]), credentials: credentials, idempotent: false)?.objectValue ?? [:]
+        try await send(
+            .POST, "/cards/\(Self.escape(cardID))/attachments", body: .object(["url": .string(url)]), credentials: credentials, idempotent: false)?
+            .objectValue ?? [:]
     }
 
     public func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentialsValue) async throws {
-        _ = try await send(.DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials, notFoundIsNil: true)
+        _ = try await send(
+            .DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials,
+            notFoundIsNil: true)
     }
 
     // MARK: Requests
@@ -180,7 +191,8 @@ public struct TrelloClient: Sendable {
     /// One request with retries. `idempotent: false` retries only answers that say Trello did nothing (429);
     /// a timeout or a 5xx may have been applied.
     func send(
-        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool = false, idempotent: Bool = true
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool = false,
+        idempotent: Bool = true
     ) async throws -> JSONValue? {
         var attempt = 0
         while true {
@@ -190,13 +202,17 @@ public struct TrelloClient: Sendable {
             } catch let error as TrelloError where error.isTransient && attempt < maxAttempts && (idempotent || error.status == 429) {
                 let base = 200.0 * pow(2.0, Double(attempt - 1))
                 let delayMS = error.retryAfter.map { Double($0.nanoseconds) / 1e6 } ?? (base + Double.random(in: 0...base))
-                logger.debug("trello request retry", metadata: ["path": "\(path.split(separator: "?").first ?? "")", "attempt": "\(attempt)", "error": "\(error)"])
+                logger.debug(
+                    "trello request retry",
+                    metadata: ["path": "\(path.split(separator: "?").first ?? "")", "attempt": "\(attempt)", "error": "\(error)"])
                 try await Task.sleep(for: .milliseconds(Int(min(delayMS, 10_000))))
             }
         }
     }
 
-    private func sendOnce(_ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
+    private func sendOnce(
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool
+    ) async throws -> JSONValue? {
         try await gate?.acquire(credentials)
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = method
@@ -257,7 +273,8 @@ public struct TrelloClient: Sendable {
 
     /// Percent-encodes an id for a path segment (RFC 3986 unreserved characters stay as they are).
     static func escape(_ id: String) -> String {
-        id.addingPercentEncoding(withAllowedCharacters: CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")) ?? id
+        id.addingPercentEncoding(
+            withAllowedCharacters: CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")) ?? id
     }
 }
 

@@ -20,7 +20,10 @@ public struct ReconcileScheduler: Service {
     let tick: Duration
     let logger: Logger
 
-    public init(store: any ReconcileStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
+    public init(
+        store: any ReconcileStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5),
+        logger: Logger
+    ) {
         self.store = store
         self.reconciler = reconciler
         self.redis = redis

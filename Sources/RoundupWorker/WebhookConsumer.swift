@@ -77,7 +77,8 @@ struct WebhookHandler: StreamHandler {
             deadLetter: outcome.poison.map { (id: $0.id, failure: $0.error) })
         // New changes: a background push to the account's devices (roundup-pusher coalesces them per device).
         result.appends = outcome.accountsWithChanges.sorted().map { account in
-            StreamAppend(stream: pushStream, maxLength: PushRequest.streamMaxLength, fields: PushRequest.background(account: account, reason: .changes).fields)
+            StreamAppend(
+                stream: pushStream, maxLength: PushRequest.streamMaxLength, fields: PushRequest.background(account: account, reason: .changes).fields)
         }
         result.detail = outcome
         return result
@@ -92,8 +93,12 @@ struct WebhookHandler: StreamHandler {
         for id in outcome.done { byType[outcome.types[id] ?? "unknown", default: (0, 0)].ok += 1 }
         for (id, _) in outcome.retry { byType[outcome.types[id] ?? "unknown", default: (0, 0)].retry += 1 }
         for (type, counts) in byType {
-            if counts.ok > 0 { Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "done")]).increment(by: counts.ok) }
-            if counts.retry > 0 { Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "retry")]).increment(by: counts.retry) }
+            if counts.ok > 0 {
+                Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "done")]).increment(by: counts.ok)
+            }
+            if counts.retry > 0 {
+                Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "retry")]).increment(by: counts.retry)
+            }
         }
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
@@ -102,10 +107,12 @@ struct WebhookHandler: StreamHandler {
         let elapsed = duration.components
         let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
         metrics.batch.recordNanoseconds(nanoseconds)
-        logger.debug("batch settled", metadata: [
-            "entries": "\(batch.count)", "done": "\(outcome.done.count)", "changes": "\(outcome.changesWritten)",
-            "duration_ms": "\(nanoseconds / 1_000_000)",
-        ])
+        logger.debug(
+            "batch settled",
+            metadata: [
+                "entries": "\(batch.count)", "done": "\(outcome.done.count)", "changes": "\(outcome.changesWritten)",
+                "duration_ms": "\(nanoseconds / 1_000_000)",
+            ])
     }
 }
 

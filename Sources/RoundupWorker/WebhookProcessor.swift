@@ -90,7 +90,9 @@ public final class WebhookProcessor: Sendable {
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
 
-    public init(store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil) {
+    public init(
+        store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil
+    ) {
         self.echo = echo
         self.store = store
         self.cards = cards
@@ -148,7 +150,9 @@ public final class WebhookProcessor: Sendable {
         let list = event.listID.flatMap { context.lists[AccountScoped(p.account, $0)] }
         let board = event.boardID ?? p.boardID
         func observation(_ syncListID: String, _ kind: CardObservation.Kind) -> Plan {
-            .apply(CardObservation(accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind))
+            .apply(
+                CardObservation(
+                    accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind))
         }
         switch view {
         case .known(let task):
@@ -218,11 +222,16 @@ public final class WebhookProcessor: Sendable {
                 date = min(date, received)
             }
             outcome.types[entry.id] = event.type ?? decoded.action.type ?? "unknown"
-            parsed.append(Parsed(entry: entry, account: account, actionID: event.actionID ?? decoded.action.id, date: date, events: events, boardID: decoded.action.data?.board?.id))
+            parsed.append(
+                Parsed(
+                    entry: entry, account: account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
+                    boardID: decoded.action.data?.board?.id))
         }
 
         let lookups = parsed.flatMap { p in
-            p.events.map { BatchLookup(accountID: p.account, cardID: $0.cardID, listIDs: $0.listID.map { [$0] } ?? [], boardID: $0.boardID ?? p.boardID) }
+            p.events.map {
+                BatchLookup(accountID: p.account, cardID: $0.cardID, listIDs: $0.listID.map { [$0] } ?? [], boardID: $0.boardID ?? p.boardID)
+            }
         }
         let firstContext: BatchContext
         do {
@@ -264,7 +273,8 @@ public final class WebhookProcessor: Sendable {
         // A fetched card names its list; look up the lists the payloads did not name.
         let unknownLists = fetched.compactMap { key, result -> BatchLookup? in
             guard case .success(let card?) = result, let listID = card.listID,
-                  context.lists[AccountScoped(key.accountID, listID)] == nil else { return nil }
+                context.lists[AccountScoped(key.accountID, listID)] == nil
+            else { return nil }
             return BatchLookup(accountID: key.accountID, cardID: key.id, listIDs: [listID], boardID: nil)
         }
         if !unknownLists.isEmpty {
@@ -303,10 +313,16 @@ public final class WebhookProcessor: Sendable {
                             failure = EntryError(error.failure, error.message)
                         case .success(let result):
                             if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed {
-                                entryObservations.append(CardObservation(accountID: account, syncListID: list.id, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .fields(result.fields, full: true)))
+                                entryObservations.append(
+                                    CardObservation(
+                                        accountID: account, syncListID: list.id, cardID: cardID, actionID: p.actionID, actionDate: p.date,
+                                        kind: .fields(result.fields, full: true)))
                             } else {
                                 for listID in knownLists {
-                                    entryObservations.append(CardObservation(accountID: account, syncListID: listID, cardID: cardID, actionID: p.actionID, actionDate: p.date, kind: .removed))
+                                    entryObservations.append(
+                                        CardObservation(
+                                            accountID: account, syncListID: listID, cardID: cardID, actionID: p.actionID, actionDate: p.date,
+                                            kind: .removed))
                                 }
                             }
                         case nil:
@@ -350,7 +366,8 @@ public final class WebhookProcessor: Sendable {
                 if EventFailure(store: error) == .eventData {
                     // The entries dropped here are processed again too: they were planned as if the others applied.
                     let again = Set((applied + dropped).map(\.id))
-                    return await storeFailed(parsed.map(\.entry).filter { again.contains($0.id) }, outcome: outcome, error: error, stage: "write", fetched: fetchedCards)
+                    return await storeFailed(
+                        parsed.map(\.entry).filter { again.contains($0.id) }, outcome: outcome, error: error, stage: "write", fetched: fetchedCards)
                 }
                 if attempt >= 3 {
                     logger.error("store write failed", metadata: ["error": "\(error)", "entries": "\(applied.count)"])
@@ -395,7 +412,9 @@ public final class WebhookProcessor: Sendable {
         return outcome
     }
 
-    static func withoutEchoes(_ observations: [CardObservation], context: BatchContext, echo: EchoFingerprints, logger: Logger) async -> [CardObservation] {
+    static func withoutEchoes(
+        _ observations: [CardObservation], context: BatchContext, echo: EchoFingerprints, logger: Logger
+    ) async -> [CardObservation] {
         await echo.withoutEchoes(observations, logger: logger) { account, card in
             context.tasks[AccountScoped(account, card)].map { !$0.deleted } ?? false
         }
@@ -428,7 +447,10 @@ public final class WebhookProcessor: Sendable {
                 let knownPriority = wantedBoard.flatMap { priorities[AccountScoped(key.accountID, $0)] }
                 group.addTask {
                     guard let credentials else {
-                        return (key, .failure(TrelloFetchError(failure: .trelloRejected, message: "account \(key.accountID) has no Trello key and token")), nil)
+                        return (
+                            key,
+                            .failure(TrelloFetchError(failure: .trelloRejected, message: "account \(key.accountID) has no Trello key and token")), nil
+                        )
                     }
                     do {
                         guard let card = try await self.cards.card(id: key.id, credentials: credentials) else { return (key, .success(nil), nil) }
@@ -440,9 +462,15 @@ public final class WebhookProcessor: Sendable {
                             if let priority { learned = (AccountScoped(key.accountID, board), priority) }
                         }
                         let fields = CardMapper.fields(fromCard: card, priority: priority)
-                        return (key, .success(FetchedCard(fields: fields, listID: card["idList"]?.stringValue, closed: card["closed"]?.boolValue ?? false)), learned)
+                        return (
+                            key,
+                            .success(FetchedCard(fields: fields, listID: card["idList"]?.stringValue, closed: card["closed"]?.boolValue ?? false)),
+                            learned
+                        )
                     } catch let error as TrelloError {
-                        return (key, .failure(TrelloFetchError(failure: error.isTransient ? .trelloTransient : .trelloRejected, message: "\(error)")), nil)
+                        return (
+                            key, .failure(TrelloFetchError(failure: error.isTransient ? .trelloTransient : .trelloRejected, message: "\(error)")), nil
+                        )
                     } catch {
                         return (key, .failure(TrelloFetchError(failure: .trelloTransient, message: "\(error)")), nil)
                     }

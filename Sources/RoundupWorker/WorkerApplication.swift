@@ -78,7 +78,9 @@ public enum WorkerApplication {
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
-            .init(service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
+            .init(
+                service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore,
+                failureTerminationBehavior: .ignore),
         ]
         try await RoundupServices.run(
             services, dependencies: store.service.map { [$0] } ?? [], startUp: startUp, configuration: configuration, logger: logger

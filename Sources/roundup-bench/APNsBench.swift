@@ -52,11 +52,13 @@ enum APNsBench {
             process.waitUntilExit()
             // "finished in 1.23s, 81234.56 req/s, …" and "status codes: N 2xx"
             if let line = output.split(separator: "\n").first(where: { $0.contains("finished in") }),
-               let rate = line.split(separator: ",").dropFirst().first?.split(separator: " ").first.flatMap({ Double($0) })
+                let rate = line.split(separator: ",").dropFirst().first?.split(separator: " ").first.flatMap({ Double($0) })
             {
                 h2loadRate = rate
             }
-            if let codes = output.split(separator: "\n").first(where: { $0.contains("status codes:") }) { print("h2load \(codes.trimmingCharacters(in: .whitespaces))") }
+            if let codes = output.split(separator: "\n").first(where: { $0.contains("status codes:") }) {
+                print("h2load \(codes.trimmingCharacters(in: .whitespaces))")
+            }
             break
         }
 
@@ -66,7 +68,10 @@ enum APNsBench {
             let client = try APNsClient(endpoint: endpoint, caFile: caFile, connections: connections, logger: logger)
             // Warm the connections up.
             for _ in 0..<connections * 2 {
-                _ = try await client.send(APNsRequest(deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)), token: tokens.token().value)
+                _ = try await client.send(
+                    APNsRequest(
+                        deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)),
+                    token: tokens.token().value)
             }
             let inFlight = 100 * connections
             let started = ContinuousClock.now
@@ -77,7 +82,8 @@ enum APNsBench {
                     guard sent < pushes else { return }
                     sent += 1
                     group.addTask {
-                        let request = APNsRequest(deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
+                        let request = APNsRequest(
+                            deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
                         return (try? await client.send(request, token: tokens.token().value).status) == 200 ? 1 : 0
                     }
                 }
@@ -95,9 +101,13 @@ enum APNsBench {
         }
         for r in results {
             let share = h2loadRate.map { String(format: " = %.0f%% of h2load", 100 * r.rate / $0) } ?? ""
-            print(String(format: "%@: our sender, %d connection(s), %d in flight: %d pushes at %.0f/s (%d answered 200)%@",
-                         label, r.connections, 100 * r.connections, pushes, r.rate, r.ok, share))
+            print(
+                String(
+                    format: "%@: our sender, %d connection(s), %d in flight: %d pushes at %.0f/s (%d answered 200)%@",
+                    label, r.connections, 100 * r.connections, pushes, r.rate, r.ok, share))
         }
-        print(h2loadRate.map { String(format: "%@: h2load -c1 -m100: %.0f requests/s", label, $0) } ?? "h2load not installed (apt-get install nghttp2-client)")
+        print(
+            h2loadRate.map { String(format: "%@: h2load -c1 -m100: %.0f requests/s", label, $0) }
+                ?? "h2load not installed (apt-get install nghttp2-client)")
     }
 }

@@ -32,9 +32,12 @@ enum BenchStack {
     /// An account with Trello credentials and one synced list; returns its API token and the list's id.
     static func account(_ stack: Stack, list: String, board: String) async throws -> (token: String, list: String) {
         let token = try json(try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap))["auth_token"]!.stringValue!
-        _ = try json(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object([
-            "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
-        ]).canonicalJSON))
+        _ = try json(
+            try await stack.callAPI(
+                .PUT, "/dailyroundup/account", token: token,
+                body: JSONValue.object([
+                    "trello_api_key": "test-api-key", "trello_token": "test-token", "trello_webhook_secret": .string(stack.trello.webhookSecret),
+                ]).canonicalJSON))
         stack.trello.addList(id: list, boardID: board)
         let body = #"{"name":"Bench","trello_board_id":"\#(board)","trello_list_id":"\#(list)"}"#
         return (token, try json(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: body))["sync_list_id"]!.stringValue!)
@@ -82,7 +85,9 @@ enum SyncBench {
                                 job = try json(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: setup.token))
                             }
                             let failed = (job["results"]?.arrayValue ?? []).filter { $0["status"]?.stringValue != "ok" }
-                            if job["status"]?.stringValue != "completed" || !failed.isEmpty { benchFail("job \(id): \(job["status"] ?? .null) \(failed.prefix(3))") }
+                            if job["status"]?.stringValue != "completed" || !failed.isEmpty {
+                                benchFail("job \(id): \(job["status"] ?? .null) \(failed.prefix(3))")
+                            }
                         }
                     }
                 }
@@ -96,12 +101,17 @@ enum SyncBench {
         try await Task.sleep(for: .seconds(1))
         var leaked = 0
         for setup in setups {
-            leaked += (try json(try await stack.callAPI(.GET, "/dailyroundup/changes?limit=500", token: setup.token))["changes"]?.arrayValue ?? []).count
+            leaked +=
+                (try json(try await stack.callAPI(.GET, "/dailyroundup/changes?limit=500", token: setup.token))["changes"]?.arrayValue ?? []).count
         }
         let echoes = stack.trello.webhooksSent
         let total = accounts * items * 3
-        print(String(format: "sync: %d accounts x %d items x 3 ops = %d items in %.2f s = %.0f items/s; Trello sent %d webhooks back, %d became changes for the apps (suppression %.2f%%); cards created %d",
-                     accounts, items, total, seconds, Double(total) / seconds, echoes, leaked, echoes == 0 ? 0 : 100 * Double(echoes - leaked) / Double(echoes), stack.trello.cardsCreated))
+        print(
+            String(
+                format:
+                    "sync: %d accounts x %d items x 3 ops = %d items in %.2f s = %.0f items/s; Trello sent %d webhooks back, %d became changes for the apps (suppression %.2f%%); cards created %d",
+                accounts, items, total, seconds, Double(total) / seconds, echoes, leaked,
+                echoes == 0 ? 0 : 100 * Double(echoes - leaked) / Double(echoes), stack.trello.cardsCreated))
         await stack.shutdown()
     }
 }
@@ -120,7 +130,10 @@ enum ReconcileBench {
         let json = BenchStack.json
         let (token, list) = try await BenchStack.account(stack, list: "Lbench", board: "Bbench")
         for i in 0..<cards {
-            stack.trello.setCard(FakeTrello.card(id: String(format: "%024x", 0x5000_0000 + i), listID: "Lbench", boardID: "Bbench", name: "Card \(i)", desc: "Notes for card \(i)"))
+            stack.trello.setCard(
+                FakeTrello.card(
+                    id: String(format: "%024x", 0x5000_0000 + i), listID: "Lbench", boardID: "Bbench", name: "Card \(i)", desc: "Notes for card \(i)")
+            )
         }
         var lines: [String] = []
         for label in ["first run (every card new)", "second run (in sync)"] {
@@ -137,8 +150,10 @@ enum ReconcileBench {
             guard job["status"]?.stringValue == "completed" else { benchFail("reconcile: \(job)") }
             let requests = stack.trello.state.withLockedValue { $0.requests.count } - requestsBefore
             let changes = job["results"]?.arrayValue?.first?["summary"]?["changes"]?.canonicalJSON ?? "?"
-            lines.append(String(format: "reconcile, %@: %d cards in %.2f s = %.0f cards/s; %d Trello requests; changes emitted %@",
-                                label, cards, seconds, Double(cards) / seconds, requests, changes))
+            lines.append(
+                String(
+                    format: "reconcile, %@: %d cards in %.2f s = %.0f cards/s; %d Trello requests; changes emitted %@",
+                    label, cards, seconds, Double(cards) / seconds, requests, changes))
         }
         await stack.shutdown()
         for line in lines { print(line) }

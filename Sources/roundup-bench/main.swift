@@ -31,8 +31,14 @@ if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
     let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
     var batch: [CardObservation] = []
     for i in 0..<count {
-        let card: [String: JSONValue] = ["name": .string("Card \(i) with a realistic title"), "desc": .string(String(repeating: "notes ", count: 20)), "due": .string("2026-12-01T09:00:00.000Z")]
-        batch.append(CardObservation(accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: "act-\(i)", actionDate: Date(), kind: .fields(CardMapper.fields(fromCard: card), full: true)))
+        let card: [String: JSONValue] = [
+            "name": .string("Card \(i) with a realistic title"), "desc": .string(String(repeating: "notes ", count: 20)),
+            "due": .string("2026-12-01T09:00:00.000Z"),
+        ]
+        batch.append(
+            CardObservation(
+                accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: "act-\(i)", actionDate: Date(),
+                kind: .fields(CardMapper.fields(fromCard: card), full: true)))
         if batch.count == 2_000 || i == count - 1 {
             _ = try await store.apply(batch)
             batch.removeAll(keepingCapacity: true)
@@ -75,7 +81,9 @@ let scenario = args[4]
 guard scenario == "update" || scenario == "create" else { fail("scenario must be update or create") }
 
 let directory = try TestSupport.temporaryDirectory("bench")
-guard let backend = StoreBackend(rawValue: ProcessInfo.processInfo.environment["BENCH_STORE"] ?? "sqlite") else { fail("BENCH_STORE must be sqlite or postgres") }
+guard let backend = StoreBackend(rawValue: ProcessInfo.processInfo.environment["BENCH_STORE"] ?? "sqlite") else {
+    fail("BENCH_STORE must be sqlite or postgres")
+}
 let databaseURL = try await TestStore.makeURL(backend, in: directory)
 let workerCount = Int(ProcessInfo.processInfo.environment["BENCH_WORKERS"] ?? "1") ?? 1
 let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):")
@@ -90,8 +98,9 @@ let list = try await store.createSyncList(accountID: account, name: "Bench", tre
 let cards = scenario == "update" ? 1_000 : events
 if scenario == "update" {
     let seed = (0..<cards).map { i in
-        CardObservation(accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: nil, actionDate: Date(timeIntervalSince1970: 1_600_000_000),
-                        kind: .fields(CardMapper.fields(fromCard: ["name": .string("Card \(i)")]), full: true))
+        CardObservation(
+            accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: nil, actionDate: Date(timeIntervalSince1970: 1_600_000_000),
+            kind: .fields(CardMapper.fields(fromCard: ["name": .string("Card \(i)")]), full: true))
     }
     _ = try await store.apply(seed)
     let ids = try await store.pendingChanges(accountID: account, afterID: 0, limit: cards).map(\.id)
@@ -105,33 +114,41 @@ var batch: [RedisCommand] = []
 for i in 0..<events {
     let card = "card-\(i % cards)"
     let date = Timestamp.string(Date(timeIntervalSince1970: 1_700_000_000 + Double(i) / 1000))
-    let body = scenario == "update"
-        ? WebhookBodies.body(type: "updateCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1",
-                             card: ["name": .string("Renamed \(i)")], old: ["name": .string("Card")], date: date, padding: 3_000)
+    let body =
+        scenario == "update"
+        ? WebhookBodies.body(
+            type: "updateCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1",
+            card: ["name": .string("Renamed \(i)")], old: ["name": .string("Card")], date: date, padding: 3_000)
         : WebhookBodies.body(type: "createCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1", date: date, padding: 3_000)
     let event = WebhookEvent(
-        account: account, actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1", receivedMilliseconds: 0, body: body)
+        account: account, actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1", receivedMilliseconds: 0,
+        body: body)
     batch.append(.streamAppend(keys.webhookStream, fields: event.fields))
     if batch.count == 1_000 || i == events - 1 {
         _ = try await redis.pipeline(batch, timeout: .seconds(30)).get()
         batch.removeAll(keepingCapacity: true)
     }
 }
-let bodySize = WebhookBodies.body(type: "updateCard", actionID: "act-0", cardID: "card-0", listID: "L1", boardID: "B1", card: ["name": .string("Renamed 0")], old: ["name": .string("Card")], padding: 3_000).count
+let bodySize = WebhookBodies.body(
+    type: "updateCard", actionID: "act-0", cardID: "card-0", listID: "L1", boardID: "B1", card: ["name": .string("Renamed 0")],
+    old: ["name": .string("Card")], padding: 3_000
+).count
 
 let started = ContinuousClock.now
 var workers: [ManagedProcess] = []
 for n in 1...workerCount {
-    workers.append(try ManagedProcess(
-        name: "bench-worker-\(n)", executable: workerBinary,
-        environment: [
-            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": databaseURL,
-            "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()), "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
-            "ROUNDUP_WORKER_NAME": "bench-\(n)",
-            // The fake Trello has no rate limit; ours (100 per 10 s per token by default) would pace the card fetches.
-            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000",
-        ],
-        logDirectory: directory))
+    workers.append(
+        try ManagedProcess(
+            name: "bench-worker-\(n)", executable: workerBinary,
+            environment: [
+                "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": databaseURL,
+                "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()),
+                "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
+                "ROUNDUP_WORKER_NAME": "bench-\(n)",
+                // The fake Trello has no rate limit; ours (100 per 10 s per token by default) would pace the card fetches.
+                "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000",
+            ],
+            logDirectory: directory))
 }
 let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .milliseconds(10)) {
     let length = (try? await redis.send("XLEN", RedisArgument(keys.webhookStream)).int) ?? -1
@@ -139,13 +156,18 @@ let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .mi
 }
 let elapsed = ContinuousClock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-let rss = (try? String(contentsOfFile: "/proc/\(workers[0].pid)/status", encoding: .utf8))?
+let rss =
+    (try? String(contentsOfFile: "/proc/\(workers[0].pid)/status", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("VmHWM") }.map(String.init) ?? "VmHWM: ?"
 for worker in workers { await worker.stop() }
 let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
 guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
-print(String(format: "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
-             scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written, rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
+print(
+    String(
+        format:
+            "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
+        scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written,
+        rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
 await redis.shutdown()
 

@@ -39,7 +39,7 @@ struct WebhookLoad {
                     let body = WebhookBodies.body(type: "createCard", actionID: "\(card)-create", cardID: card, listID: "L1", boardID: "B1")
                     for _ in 0..<attempts {
                         if let response = try? await stack.postWebhook(path: path, body: body, secret: Chaos.secret),
-                           response.status == .ok
+                            response.status == .ok
                         {
                             return card
                         }
@@ -96,7 +96,8 @@ enum Chaos {
 
     /// The common shape: a stack, an account, workers and the ingress, a load, a fault while it runs, the count.
     static func run(
-        _ name: String, fault: String, store: StoreBackend = .sqlite, cards: Int = 300, perSecond: Double = 100, workers: Int = 2, redisArguments: [String] = [],
+        _ name: String, fault: String, store: StoreBackend = .sqlite, cards: Int = 300, perSecond: Double = 100, workers: Int = 2,
+        redisArguments: [String] = [],
         workerExtra: [String: String] = [:], before: (Stack) async throws -> Void = { _ in },
         during: @escaping @Sendable (Stack) async throws -> [String]
     ) async throws -> ChaosRow {

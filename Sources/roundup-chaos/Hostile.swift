@@ -24,7 +24,9 @@ enum HostileFigures {
 
     static func median(_ values: [Duration]) -> Duration { values.sorted()[values.count / 2] }
 
-    static func ms(_ d: Duration) -> String { String(format: "%.1f ms", Double(d.components.attoseconds) / 1e15 + Double(d.components.seconds) * 1000) }
+    static func ms(_ d: Duration) -> String {
+        String(format: "%.1f ms", Double(d.components.attoseconds) / 1e15 + Double(d.components.seconds) * 1000)
+    }
 
     /// Delivery times of `count` real signed deliveries, one after another.
     static func deliveries(_ stack: Stack, account: String, count: Int, tag: String) async throws -> [Duration] {
@@ -58,7 +60,9 @@ enum HostileFigures {
         let answers = first.merging(second, uniquingKeysWith: +).sorted { $0.key < $1.key }.map { "\($0.value)× \($0.key)" }.joined(separator: ", ")
         let enqueued = try await stack.streamLength()
         let memoryMet = after - before <= 10 * 1024 && afterSecond - before <= 10 * 1024 && after <= 40 * 1024 && enqueued == 50
-        lines.append("| 10,000 then 10,000 more unique junk requests (64 KB ids, 8 KB paths, unknown well-shaped ids), no credentials | ingress resident \(before / 1024) MB before, \(after / 1024) MB after 10,000, \(afterSecond / 1024) MB after 20,000; answers \(answers); enqueued by the junk: \(enqueued - 50) | within 10 MB, ≤ 40 MB in all (after 10,000) | \(mark(memoryMet)) |")
+        lines.append(
+            "| 10,000 then 10,000 more unique junk requests (64 KB ids, 8 KB paths, unknown well-shaped ids), no credentials | ingress resident \(before / 1024) MB before, \(after / 1024) MB after 10,000, \(afterSecond / 1024) MB after 20,000; answers \(answers); enqueued by the junk: \(enqueued - 50) | within 10 MB, ≤ 40 MB in all (after 10,000) | \(mark(memoryMet)) |"
+        )
 
         // A real delivery beside 1,000 stalled connections, against one without them.
         let alone = try await deliveries(stack, account: account, count: 30, tag: "alone")
@@ -70,7 +74,9 @@ enum HostileFigures {
         let closedIn = ContinuousClock.now - stalledAt
         for connection in stalled { await connection.close() }
         let stallMet = median(beside) - median(alone) < .milliseconds(100) && closed == 1_000
-        lines.append("| a real delivery beside 1,000 stalled connections (500 in the head, 500 in the body; 5 s deadlines) | median \(ms(median(alone))) alone, \(ms(median(beside))) beside them (max \(ms(alone.max() ?? .zero)) / \(ms(beside.max() ?? .zero))); \(closed) of 1,000 closed by the server, the last \(ms(closedIn)) after the deliveries | under 100 ms more; all closed | \(mark(stallMet)) |")
+        lines.append(
+            "| a real delivery beside 1,000 stalled connections (500 in the head, 500 in the body; 5 s deadlines) | median \(ms(median(alone))) alone, \(ms(median(beside))) beside them (max \(ms(alone.max() ?? .zero)) / \(ms(beside.max() ?? .zero))); \(closed) of 1,000 closed by the server, the last \(ms(closedIn)) after the deliveries | under 100 ms more; all closed | \(mark(stallMet)) |"
+        )
         await stack.shutdown()
         return (lines, memoryMet && stallMet)
     }
@@ -89,6 +95,10 @@ enum HostileFigures {
         await stack.shutdown()
         let onlyExpected = Set(outcome.statuses.keys).isSubset(of: [200, 503])
         let met = lost == 0 && duplicated == 0 && outcome.healed && onlyExpected && outcome.deadLettered == 0
-        return (["| Redis 600 KB from its maxmemory (noeviction), workers away, 600 actions delivered as Trello does (503 retried ×3, every fourth twice) | answers \(answers); \(outcome.accepted.count) actions got a 200, \(applied.intersection(outcome.accepted).count) applied once the worker started, lost \(lost), duplicated \(duplicated), dead-lettered \(outcome.deadLettered); ingress accepting again by itself: \(outcome.healed ? "yes" : "no") | only 200 or 503; every accepted event applied once | \(mark(met)) |"], met)
+        return (
+            [
+                "| Redis 600 KB from its maxmemory (noeviction), workers away, 600 actions delivered as Trello does (503 retried ×3, every fourth twice) | answers \(answers); \(outcome.accepted.count) actions got a 200, \(applied.intersection(outcome.accepted).count) applied once the worker started, lost \(lost), duplicated \(duplicated), dead-lettered \(outcome.deadLettered); ingress accepting again by itself: \(outcome.healed ? "yes" : "no") | only 200 or 503; every accepted event applied once | \(mark(met)) |"
+            ], met
+        )
     }
 }

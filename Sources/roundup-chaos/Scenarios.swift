@@ -13,7 +13,8 @@ enum ChaosScenarios {
     /// An account made through the API (so the app has a token), with list L1 and the cards in the fake Trello.
     static func apiAccount(_ stack: Stack, cards: Int, prefix: String) async throws -> (account: String, token: String) {
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Chaos.bootstrap)
-        guard created.status == .created, let account = created.json["account_id"]?.stringValue, let token = created.json["auth_token"]?.stringValue else {
+        guard created.status == .created, let account = created.json["account_id"]?.stringValue, let token = created.json["auth_token"]?.stringValue
+        else {
             throw StackError("account creation failed: \(created.status) \(created.body)")
         }
         let store = try await stack.store()
@@ -31,7 +32,8 @@ enum ChaosScenarios {
         var failures = 0
 
         func pullOnce(_ stack: Stack, token: String) async -> Bool {
-            guard let page = try? await stack.callAPI(.GET, "/dailyroundup/changes?after_id=\(afterID)&limit=100", token: token), page.status == .ok else {
+            guard let page = try? await stack.callAPI(.GET, "/dailyroundup/changes?after_id=\(afterID)&limit=100", token: token), page.status == .ok
+            else {
                 failures += 1
                 return false
             }
@@ -45,7 +47,9 @@ enum ChaosScenarios {
             guard !ids.isEmpty else { return false }
             // A lost ack answer is harmless: the next pull starts after these ids, and an acked change is gone.
             let acks = ids.map { #"{"id":\#($0),"reminder_id":"r\#($0)"}"# }.joined(separator: ",")
-            if (try? await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"acks":[\#(acks)]}"#))?.status != .ok { failures += 1 }
+            if (try? await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"acks":[\#(acks)]}"#))?.status != .ok {
+                failures += 1
+            }
             afterID = ids.max() ?? afterID
             return page.json["has_more"] == .bool(true)
         }
@@ -222,7 +226,8 @@ enum ChaosScenarios {
         // Pushes sent after the expiry for certain (the load may have finished first), each must still arrive.
         let before = apns.delivered.filter { $0.deviceToken == good }.count
         for _ in 0..<5 {
-            _ = try await stack.redis.send(.streamAppend(stack.keys.pushStream, fields: PushRequest.background(account: account, reason: .changes).fields))
+            _ = try await stack.redis.send(
+                .streamAppend(stack.keys.pushStream, fields: PushRequest.background(account: account, reason: .changes).fields))
         }
         let afterExpiry = await TestSupport.eventually(timeout: .seconds(30)) { apns.delivered.filter { $0.deviceToken == good }.count >= before + 5 }
         if !afterExpiry { row.notes.append("pushes queued after the token expired did not all arrive") }
@@ -234,8 +239,12 @@ enum ChaosScenarios {
         let answered = apns.state.withLockedValue { $0.answered }
         let byStatus = Dictionary(grouping: answered, by: { "\($0.status)\($0.reason.map { " " + $0 } ?? "")" }).mapValues(\.count)
         let delivered = apns.delivered.filter { $0.deviceToken == good }.count
-        row.notes.append("APNs answers \(byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")); GOAWAYs sent \(apns.state.withLockedValue { $0.goAwaysSent })")
-        row.notes.append("pushes delivered to the live device: \(delivered); devices left: \(devices) (the 410 one removed: \(!devices.contains("old-ipad"))); push entries unsettled: **\(left)**")
+        row.notes.append(
+            "APNs answers \(byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")); GOAWAYs sent \(apns.state.withLockedValue { $0.goAwaysSent })"
+        )
+        row.notes.append(
+            "pushes delivered to the live device: \(delivered); devices left: \(devices) (the 410 one removed: \(!devices.contains("old-ipad"))); push entries unsettled: **\(left)**"
+        )
         if left != 0 || devices.contains("old-ipad") || delivered == 0 || !afterExpiry { row.lost += max(left, 1) }
         await stack.shutdown()
         await apns.stop()
@@ -259,7 +268,8 @@ enum ChaosScenarios {
         }
         let stalled = apns.state.withLockedValue { $0.stalled }
         let delivered = apns.delivered.filter { $0.deviceToken == device }.count
-        row.notes.append("\(stalled) pushes went unanswered and were sent again after the timeout; \(delivered) delivered; push entries settled: \(settled)")
+        row.notes.append(
+            "\(stalled) pushes went unanswered and were sent again after the timeout; \(delivered) delivered; push entries settled: \(settled)")
         if !settled || delivered == 0 || stalled != 4 { row.lost += 1 }
         await stack.shutdown()
         await apns.stop()

@@ -27,64 +27,88 @@ func killRepeatedly(
 }
 
 let scenarios: [Scenario] = [
-    ("baseline", {
-        try await Chaos.run("baseline", fault: "none: two workers, 300 webhooks at 100/s") { _ in [] }
-    }),
-    ("kill-worker", {
-        try await Chaos.run("kill-worker", fault: "SIGKILL a worker (of two) ×4 mid-batch") { stack in
-            try await killRepeatedly(times: 4, every: .milliseconds(600)) {
-                let victim = stack.workers.last { $0.isRunning }
-                victim?.signal(SIGKILL)
-                _ = await victim?.wait()
-            } restart: {
-                try await stack.startWorker(name: "w\(stack.workers.count + 1)", extra: Chaos.worker)
+    (
+        "baseline",
+        {
+            try await Chaos.run("baseline", fault: "none: two workers, 300 webhooks at 100/s") { _ in [] }
+        }
+    ),
+    (
+        "kill-worker",
+        {
+            try await Chaos.run("kill-worker", fault: "SIGKILL a worker (of two) ×4 mid-batch") { stack in
+                try await killRepeatedly(times: 4, every: .milliseconds(600)) {
+                    let victim = stack.workers.last { $0.isRunning }
+                    victim?.signal(SIGKILL)
+                    _ = await victim?.wait()
+                } restart: {
+                    try await stack.startWorker(name: "w\(stack.workers.count + 1)", extra: Chaos.worker)
+                }
             }
         }
-    }),
-    ("kill-ingress", {
-        try await Chaos.run("kill-ingress", fault: "SIGKILL the ingress ×3 (Trello retries what got no 200)") { stack in
-            try await killRepeatedly(times: 3, every: .milliseconds(700)) {
-                stack.ingress?.signal(SIGKILL)
-                _ = await stack.ingress?.wait()
-            } restart: {
-                try await stack.startIngress()
+    ),
+    (
+        "kill-ingress",
+        {
+            try await Chaos.run("kill-ingress", fault: "SIGKILL the ingress ×3 (Trello retries what got no 200)") { stack in
+                try await killRepeatedly(times: 3, every: .milliseconds(700)) {
+                    stack.ingress?.signal(SIGKILL)
+                    _ = await stack.ingress?.wait()
+                } restart: {
+                    try await stack.startIngress()
+                }
             }
         }
-    }),
+    ),
     ("kill-api", { try await ChaosScenarios.killAPI() }),
     ("kill-pusher", { try await ChaosScenarios.killPusher() }),
-    ("redis-crash-everysec", {
-        try await ChaosScenarios.redisCrash(fsync: "everysec")
-    }),
-    ("redis-crash-always", {
-        try await ChaosScenarios.redisCrash(fsync: "always")
-    }),
+    (
+        "redis-crash-everysec",
+        {
+            try await ChaosScenarios.redisCrash(fsync: "everysec")
+        }
+    ),
+    (
+        "redis-crash-always",
+        {
+            try await ChaosScenarios.redisCrash(fsync: "always")
+        }
+    ),
     ("sqlite-locked", { try await ChaosScenarios.sqliteLocked() }),
     ("postgres-restart", { try await ChaosScenarios.postgresRestart() }),
-    ("trello-5xx", {
-        try await Chaos.run("trello-5xx", fault: "Trello answers 500 to the next 400 card reads") { stack in
-            stack.trello.failNextCardRequests(status: 500, count: 400)
-            return []
+    (
+        "trello-5xx",
+        {
+            try await Chaos.run("trello-5xx", fault: "Trello answers 500 to the next 400 card reads") { stack in
+                stack.trello.failNextCardRequests(status: 500, count: 400)
+                return []
+            }
         }
-    }),
-    ("trello-429", {
-        try await Chaos.run("trello-429", fault: "Trello's own limit at 40 requests per 10 s per token (429 with its headers)") { stack in
-            stack.trello.setTokenLimit(40)
-            try await Task.sleep(for: .seconds(4))
-            stack.trello.setTokenLimit(nil)
-            return ["limit lifted after 4 s"]
+    ),
+    (
+        "trello-429",
+        {
+            try await Chaos.run("trello-429", fault: "Trello's own limit at 40 requests per 10 s per token (429 with its headers)") { stack in
+                stack.trello.setTokenLimit(40)
+                try await Task.sleep(for: .seconds(4))
+                stack.trello.setTokenLimit(nil)
+                return ["limit lifted after 4 s"]
+            }
         }
-    }),
-    ("trello-slow", {
-        try await Chaos.run("trello-slow", fault: "card reads take 12 s (beyond the 10 s timeout) for 3 s, then 300 ms") { stack in
-            stack.trello.setCardDelay(.seconds(12))
-            try await Task.sleep(for: .seconds(3))
-            stack.trello.setCardDelay(.milliseconds(300))
-            try await Task.sleep(for: .seconds(3))
-            stack.trello.setCardDelay(.zero)
-            return []
+    ),
+    (
+        "trello-slow",
+        {
+            try await Chaos.run("trello-slow", fault: "card reads take 12 s (beyond the 10 s timeout) for 3 s, then 300 ms") { stack in
+                stack.trello.setCardDelay(.seconds(12))
+                try await Task.sleep(for: .seconds(3))
+                stack.trello.setCardDelay(.milliseconds(300))
+                try await Task.sleep(for: .seconds(3))
+                stack.trello.setCardDelay(.zero)
+                return []
+            }
         }
-    }),
+    ),
     ("trello-deleted-card", { try await ChaosScenarios.deletedCards() }),
     ("apns-faults", { try await ChaosScenarios.apnsFaults() }),
     ("apns-timeouts", { try await ChaosScenarios.apnsTimeouts() }),
@@ -115,7 +139,9 @@ for scenario in scenarios where wanted.isEmpty || wanted.contains(scenario.name)
     do {
         let row = try await scenario.run()
         let notes = (row.notes + ["\(Int((ContinuousClock.now - started).components.seconds)) s"]).joined(separator: "; ")
-        print("| \(row.name) | \(row.fault) | \(row.sent) | \(row.accepted) | \(row.applied) | \(row.deadLettered) | **\(row.lost)** | **\(row.duplicated)** | \(notes) |")
+        print(
+            "| \(row.name) | \(row.fault) | \(row.sent) | \(row.accepted) | \(row.applied) | \(row.deadLettered) | **\(row.lost)** | **\(row.duplicated)** | \(notes) |"
+        )
         if row.lost > 0 || row.duplicated > 0 { failed = true }
     } catch {
         failed = true

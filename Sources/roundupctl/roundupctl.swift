@@ -63,7 +63,8 @@ func printJSON(_ value: JSONValue) { print(TerminalText.jsonSafe(value.canonical
 func shown(_ text: String) -> String { TerminalText.printable(text) }
 
 struct Queues: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
+    static let configuration = CommandConfiguration(
+        abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
 
     @Flag(help: "One JSON object, for tools.") var json = false
     @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
@@ -75,7 +76,9 @@ struct Queues: AsyncParsableCommand {
             let report = try await QueueInspector.webhookReport(redis: context.redis, keys: context.configuration.redisKeys)
             let jobs = try await QueueInspector.jobReport(redis: context.redis, keys: context.configuration.redisKeys)
             let pushes = try await QueueInspector.pushReport(redis: context.redis, keys: context.configuration.redisKeys)
-            if json { printJSON(.object(["streams": .array([report.json, jobs.json, pushes.json])])) } else {
+            if json {
+                printJSON(.object(["streams": .array([report.json, jobs.json, pushes.json])]))
+            } else {
                 if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
                 print(QueueInspector.table(report))
                 print("")
@@ -99,9 +102,15 @@ struct DLQ: AsyncParsableCommand {
         func run() async throws {
             let context = try Context.make()
             let letters = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).list(limit: limit)
-            if json { printJSON(.array(letters.map(\.summary))) } else if letters.isEmpty { print("no dead letters") } else {
+            if json {
+                printJSON(.array(letters.map(\.summary)))
+            } else if letters.isEmpty {
+                print("no dead letters")
+            } else {
                 for letter in letters {
-                    print("\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))")
+                    print(
+                        "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
+                    )
                 }
             }
             await context.redis.shutdown()
@@ -161,12 +170,14 @@ struct DLQ: AsyncParsableCommand {
 }
 
 struct Jobs: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Background jobs: status, progress, heartbeat age, stale or not.", subcommands: [List.self, Show.self])
+    static let configuration = CommandConfiguration(
+        abstract: "Background jobs: status, progress, heartbeat age, stale or not.", subcommands: [List.self, Show.self])
 
     static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
         let age = Timestamp.date(job.updatedAt).map { now.timeIntervalSince($0) }
         return .object([
-            "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind.rawValue), "status": .string(job.status.rawValue),
+            "job_id": .string(job.id), "account_id": .string(job.accountID), "kind": .string(job.kind.rawValue),
+            "status": .string(job.status.rawValue),
             "processed": .number(Double(job.processed)), "total": .number(Double(job.total)), "error": job.error.map(JSONValue.string) ?? .null,
             "heartbeat_age_s": age.map { .number(($0 * 10).rounded() / 10) } ?? .null, "stale": .bool(job.isStale(now: now, after: staleAfter)),
             "created_at": .string(job.createdAt), "updated_at": .string(job.updatedAt),
@@ -182,10 +193,16 @@ struct Jobs: AsyncParsableCommand {
                 let jobs = try await store.jobs(limit: limit, id: nil)
                 let now = Date()
                 let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
-                if json { printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })) } else if jobs.isEmpty { print("no jobs") } else {
+                if json {
+                    printJSON(.array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) }))
+                } else if jobs.isEmpty {
+                    print("no jobs")
+                } else {
                     for job in jobs {
                         let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
-                        print("\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)")
+                        print(
+                            "\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)"
+                        )
                     }
                 }
                 await context.redis.shutdown()
@@ -223,9 +240,13 @@ struct Accounts: AsyncParsableCommand {
                         "created_at": .string(a.details.createdAt),
                     ])
                 }
-                if json { printJSON(.array(rows)) } else {
+                if json {
+                    printJSON(.array(rows))
+                } else {
                     for a in accounts {
-                        print("\(a.details.id)  lists \(a.lists)  pending \(a.pendingChanges)  key \(maskSecret(a.details.trelloAPIKey) ?? "-")  token \(maskSecret(a.details.trelloToken) ?? "-")  created \(a.details.createdAt)")
+                        print(
+                            "\(a.details.id)  lists \(a.lists)  pending \(a.pendingChanges)  key \(maskSecret(a.details.trelloAPIKey) ?? "-")  token \(maskSecret(a.details.trelloToken) ?? "-")  created \(a.details.createdAt)"
+                        )
                     }
                 }
                 await context.redis.shutdown()
@@ -283,7 +304,8 @@ struct Check: AsyncParsableCommand {
         return problems
     }
 
-    static let configuration = CommandConfiguration(abstract: "Reach Redis and the store; check stored credentials look right. Exits 1 when anything is wrong.")
+    static let configuration = CommandConfiguration(
+        abstract: "Reach Redis and the store; check stored credentials look right. Exits 1 when anything is wrong.")
     func run() async throws {
         let context = try Context.make()
         var problems: [String] = []
@@ -315,7 +337,9 @@ struct Check: AsyncParsableCommand {
         if context.configuration.publicURL == nil { problems.append("ROUNDUP_PUBLIC_URL is not set (the ingress and the API need it)") }
         problems += Self.apnsProblems(context.configuration)
         if context.configuration.missingAPNsKeys.isEmpty, Self.apnsProblems(context.configuration).isEmpty {
-            print("ok    apns key \(context.configuration.apnsKeyID ?? "") (team \(context.configuration.apnsTeamID ?? ""), topic \(context.configuration.apnsTopic ?? ""))")
+            print(
+                "ok    apns key \(context.configuration.apnsKeyID ?? "") (team \(context.configuration.apnsTeamID ?? ""), topic \(context.configuration.apnsTopic ?? ""))"
+            )
         }
         await context.redis.shutdown()
         for problem in problems { print("FAIL  \(problem)") }
@@ -332,19 +356,25 @@ struct Lists: AsyncParsableCommand {
         try await Stores.withStore(configuration: context.configuration) { store in
             let lists = try await store.allSyncLists()
             if json {
-                printJSON(.array(lists.map { item in
-                    .object([
-                        "sync_list_id": .string(item.list.id), "account_id": .string(item.list.accountID), "name": .string(item.list.name),
-                        "trello_list_id": .string(item.list.trelloListID), "last_reconciled_at": item.list.lastReconciledAt.map(JSONValue.string) ?? .null,
-                        "last_reconcile_error": item.list.lastReconcileError.map(JSONValue.string) ?? .null, "account_needs_attention": .bool(item.needsAttention),
-                    ])
-                }))
+                printJSON(
+                    .array(
+                        lists.map { item in
+                            .object([
+                                "sync_list_id": .string(item.list.id), "account_id": .string(item.list.accountID), "name": .string(item.list.name),
+                                "trello_list_id": .string(item.list.trelloListID),
+                                "last_reconciled_at": item.list.lastReconciledAt.map(JSONValue.string) ?? .null,
+                                "last_reconcile_error": item.list.lastReconcileError.map(JSONValue.string) ?? .null,
+                                "account_needs_attention": .bool(item.needsAttention),
+                            ])
+                        }))
                 return
             }
             if lists.isEmpty { print("no lists") }
             for (list, flagged) in lists {
                 let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", Date().timeIntervalSince($0)) } ?? "never"
-                print("\(list.id)  \(shown(list.name))  trello \(shown(list.trelloListID))  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \(shown($0)))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")")
+                print(
+                    "\(list.id)  \(shown(list.name))  trello \(shown(list.trelloListID))  reconciled \(last)\(list.lastReconcileError.map { "  (last error: \(shown($0)))" } ?? "")\(flagged ? "  ACCOUNT NEEDS ATTENTION" : "")"
+                )
             }
         }
     }
@@ -360,13 +390,16 @@ struct Reconcile: AsyncParsableCommand {
             let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
             guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
             for item in lists {
-                guard case .created(let job) = try await store.submitJob(
-                    accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(item.id)]),
-                    total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
+                guard
+                    case .created(let job) = try await store.submitJob(
+                        accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil,
+                        payload: .object(["sync_list_id": .string(item.id)]),
+                        total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
                 else { continue }
-                _ = try await context.redis.send(.streamAppend(
-                    context.configuration.redisKeys.jobStream,
-                    fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: .reconcile).fields))
+                _ = try await context.redis.send(
+                    .streamAppend(
+                        context.configuration.redisKeys.jobStream,
+                        fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: .reconcile).fields))
                 print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
             }
         }

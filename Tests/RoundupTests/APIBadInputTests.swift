@@ -70,7 +70,8 @@ import Testing
     }
 
     /// Sends a case as it is: raw body bytes, its content type (or none), its Authorization.
-    private func send(_ api: InProcessAPI, _ c: Case, token: String) async throws -> (status: HTTPResponseStatus, contentType: String?, body: String) {
+    private func send(_ api: InProcessAPI, _ c: Case, token: String) async throws -> (status: HTTPResponseStatus, contentType: String?, body: String)
+    {
         var headers = HTTPFields()
         switch c.auth {
         case .account: headers[.authorization] = "Bearer \(token)"
@@ -101,9 +102,12 @@ import Testing
         let list = try await store.createSyncList(accountID: account, name: "Errands", trelloBoardID: "B1", trelloListID: "L1")
         let otherList = try await store.createSyncList(accountID: account, name: "Garden", trelloBoardID: "B1", trelloListID: "L2")
         _ = try await store.apply([
-            CardObservation(accountID: account, syncListID: list.id, cardID: "C1", actionID: "A1", actionDate: Date(), kind: .fields(["title": "Stamps"], full: true)),
+            CardObservation(
+                accountID: account, syncListID: list.id, cardID: "C1", actionID: "A1", actionDate: Date(),
+                kind: .fields(["title": "Stamps"], full: true))
         ])
-        _ = try await store.upsertDevice(accountID: account, deviceID: "phone-1", apnsToken: String(repeating: "ab", count: 32), platform: .ios, environment: .sandbox)
+        _ = try await store.upsertDevice(
+            accountID: account, deviceID: "phone-1", apnsToken: String(repeating: "ab", count: 32), platform: .ios, environment: .sandbox)
         let before = try await snapshot(api, account: account)
         #expect(before.lists.count == 2 && before.changes.count == 1 && before.devices.count == 1)
 
@@ -156,7 +160,9 @@ import Testing
             Case(name: "bootstrap: Basic scheme", path: accountPath, auth: .header("Basic Ym9vdHN0cmFwOng="), expect: .unauthorized),
             Case(name: "bootstrap: Bearer without a token", path: accountPath, auth: .header("Bearer"), expect: .unauthorized),
             Case(name: "bootstrap: an account token", path: accountPath, auth: .account, expect: .unauthorized),
-            Case(name: "bootstrap token on an account route", method: .GET, path: accountPath, auth: .bearer(APITests.bootstrap), expect: .unauthorized),
+            Case(
+                name: "bootstrap token on an account route", method: .GET, path: accountPath, auth: .bearer(APITests.bootstrap), expect: .unauthorized
+            ),
             Case(name: "delete account, wrong token", method: .DELETE, path: accountPath, auth: .bearer("rt_not-a-token"), expect: .unauthorized),
             Case(name: "rotate token, no Authorization", path: "/dailyroundup/account/token", auth: .anonymous, expect: .unauthorized),
             Case(name: "sync, no Authorization", path: syncPath, body: sync([change()]), auth: .anonymous, expect: .unauthorized),
@@ -172,46 +178,105 @@ import Testing
             Case(name: "account: JSON null", method: .PUT, path: accountPath, body: raw("null"), expect: .badRequest),
             Case(name: "account: JSON number", method: .PUT, path: accountPath, body: raw("42"), expect: .badRequest),
             Case(name: "account: trailing garbage", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive"} x"#), expect: .badRequest),
-            Case(name: "account: UTF-8 BOM", method: .PUT, path: accountPath, body: [0xEF, 0xBB, 0xBF] + raw(#"{"delete_mode":"archive"}"#), expect: .badRequest),
-            Case(name: "account: NUL byte in a string", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"arch"#) + [0] + raw(#"ive"}"#), expect: .badRequest),
-            Case(name: "account: invalid UTF-8 outside strings", method: .PUT, path: accountPath, body: raw("{") + invalidUTF8 + raw("}"), expect: .badRequest),
+            Case(
+                name: "account: UTF-8 BOM", method: .PUT, path: accountPath, body: [0xEF, 0xBB, 0xBF] + raw(#"{"delete_mode":"archive"}"#),
+                expect: .badRequest),
+            Case(
+                name: "account: NUL byte in a string", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"arch"#) + [0] + raw(#"ive"}"#),
+                expect: .badRequest),
+            Case(
+                name: "account: invalid UTF-8 outside strings", method: .PUT, path: accountPath, body: raw("{") + invalidUTF8 + raw("}"),
+                expect: .badRequest),
             Case(name: "account: invalid UTF-8 bytes only", method: .PUT, path: accountPath, body: invalidUTF8, expect: .badRequest),
             // Found by schemathesis: a key with control characters was stored, then broke the Trello request's header.
-            Case(name: "account: trello_token with a control character", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"abc\u001bdef"}"#), expect: .unprocessableEntity),
-            Case(name: "account: trello_api_key not ASCII", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":"clé-0123456789"}"#), expect: .unprocessableEntity),
-            Case(name: "account: trello_webhook_secret with a space", method: .PUT, path: accountPath, body: raw(#"{"trello_webhook_secret":"two words"}"#), expect: .unprocessableEntity),
-            Case(name: "account: NUL in a string", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"abc\u0000def"}"#), expect: .badRequest),
+            Case(
+                name: "account: trello_token with a control character", method: .PUT, path: accountPath,
+                body: raw(#"{"trello_token":"abc\u001bdef"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "account: trello_api_key not ASCII", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":"clé-0123456789"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: trello_webhook_secret with a space", method: .PUT, path: accountPath,
+                body: raw(#"{"trello_webhook_secret":"two words"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "account: NUL in a string", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"abc\u0000def"}"#), expect: .badRequest
+            ),
             Case(name: "account: NUL in a key", method: .PUT, path: accountPath, body: raw(#"{"conflict\u0000policy":"lww"}"#), expect: .badRequest),
-            Case(name: "account: content type application/jsonp", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"lww"}"#), type: "application/jsonp", expect: .unsupportedMediaType),
+            Case(
+                name: "account: content type application/jsonp", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"lww"}"#),
+                type: "application/jsonp", expect: .unsupportedMediaType),
             // Not rejected by the parser (decoded with U+FFFD): rejected as a value that is not one of the choices.
-            Case(name: "account: invalid UTF-8 in conflict_policy", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":""#) + invalidUTF8 + raw(#""}"#), expect: .badRequest),
-            Case(name: "account: invalid UTF-8 in a key", method: .PUT, path: accountPath, body: raw(#"{""#) + invalidUTF8 + raw(#"":"lww"}"#), expect: .badRequest),
-            Case(name: "account: 10,000 nested arrays", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"# + deepArrays + "}"), expect: .badRequest),
+            Case(
+                name: "account: invalid UTF-8 in conflict_policy", method: .PUT, path: accountPath,
+                body: raw(#"{"conflict_policy":""#) + invalidUTF8 + raw(#""}"#), expect: .badRequest),
+            Case(
+                name: "account: invalid UTF-8 in a key", method: .PUT, path: accountPath, body: raw(#"{""#) + invalidUTF8 + raw(#"":"lww"}"#),
+                expect: .badRequest),
+            Case(
+                name: "account: 10,000 nested arrays", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"# + deepArrays + "}"),
+                expect: .badRequest),
             Case(name: "account: 10,000 nested objects", method: .PUT, path: accountPath, body: raw(deepObjects), expect: .badRequest),
-            Case(name: "account: 10,000 unclosed arrays", method: .PUT, path: accountPath, body: raw(String(repeating: "[", count: 10_000)), expect: .badRequest),
-            Case(name: "account: over 1 MiB", method: .PUT, path: accountPath, body: raw(#"{"trello_token":""#) + over + raw(#""}"#), expect: .payloadTooLarge),
-            Case(name: "account: text/plain", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive"}"#), type: "text/plain", expect: .unsupportedMediaType),
-            Case(name: "account: form-encoded", method: .PUT, path: accountPath, body: raw("delete_mode=archive"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
-            Case(name: "account: no content type", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive"}"#), type: nil, expect: .unsupportedMediaType),
-            Case(name: "account: application/xml", method: .PUT, path: accountPath, body: raw("<delete_mode>archive</delete_mode>"), type: "application/xml", expect: .unsupportedMediaType),
-            Case(name: "account: multipart", method: .PUT, path: accountPath, body: raw("--x\r\n\r\narchive\r\n--x--"), type: "multipart/form-data; boundary=x", expect: .unsupportedMediaType),
-            Case(name: "account: unknown field", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive","is_admin":true}"#), expect: .unprocessableEntity),
-            Case(name: "account: id is not writable", method: .PUT, path: accountPath, body: raw(#"{"account_id":"someone-else"}"#), expect: .unprocessableEntity),
-            Case(name: "account: bad conflict_policy", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"coin_flip"}"#), expect: .unprocessableEntity),
-            Case(name: "account: conflict_policy upper case", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"LWW"}"#), expect: .unprocessableEntity),
-            Case(name: "account: bad delete_mode", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"shred"}"#), expect: .unprocessableEntity),
-            Case(name: "account: good key, bad delete_mode", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":"k-123","delete_mode":"shred"}"#), expect: .unprocessableEntity),
-            Case(name: "account: last duplicate key is bad", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive","delete_mode":"shred"}"#), expect: .unprocessableEntity),
-            Case(name: "account: conflict_policy a number", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":1}"#), expect: .badRequest),
+            Case(
+                name: "account: 10,000 unclosed arrays", method: .PUT, path: accountPath, body: raw(String(repeating: "[", count: 10_000)),
+                expect: .badRequest),
+            Case(
+                name: "account: over 1 MiB", method: .PUT, path: accountPath, body: raw(#"{"trello_token":""#) + over + raw(#""}"#),
+                expect: .payloadTooLarge),
+            Case(
+                name: "account: text/plain", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive"}"#), type: "text/plain",
+                expect: .unsupportedMediaType),
+            Case(
+                name: "account: form-encoded", method: .PUT, path: accountPath, body: raw("delete_mode=archive"),
+                type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "account: no content type", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive"}"#), type: nil,
+                expect: .unsupportedMediaType),
+            Case(
+                name: "account: application/xml", method: .PUT, path: accountPath, body: raw("<delete_mode>archive</delete_mode>"),
+                type: "application/xml", expect: .unsupportedMediaType),
+            Case(
+                name: "account: multipart", method: .PUT, path: accountPath, body: raw("--x\r\n\r\narchive\r\n--x--"),
+                type: "multipart/form-data; boundary=x", expect: .unsupportedMediaType),
+            Case(
+                name: "account: unknown field", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"archive","is_admin":true}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: id is not writable", method: .PUT, path: accountPath, body: raw(#"{"account_id":"someone-else"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: bad conflict_policy", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"coin_flip"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: conflict_policy upper case", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":"LWW"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: bad delete_mode", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":"shred"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: good key, bad delete_mode", method: .PUT, path: accountPath,
+                body: raw(#"{"trello_api_key":"k-123","delete_mode":"shred"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "account: last duplicate key is bad", method: .PUT, path: accountPath,
+                body: raw(#"{"delete_mode":"archive","delete_mode":"shred"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "account: conflict_policy a number", method: .PUT, path: accountPath, body: raw(#"{"conflict_policy":1}"#), expect: .badRequest),
             Case(name: "account: delete_mode a bool", method: .PUT, path: accountPath, body: raw(#"{"delete_mode":true}"#), expect: .badRequest),
-            Case(name: "account: webhook secret an object", method: .PUT, path: accountPath, body: raw(#"{"trello_webhook_secret":{}}"#), expect: .badRequest),
+            Case(
+                name: "account: webhook secret an object", method: .PUT, path: accountPath, body: raw(#"{"trello_webhook_secret":{}}"#),
+                expect: .badRequest),
             Case(name: "account: api key an array", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":["k"]}"#), expect: .badRequest),
             Case(name: "account: empty api key", method: .PUT, path: accountPath, body: raw(#"{"trello_api_key":""}"#), expect: .unprocessableEntity),
             Case(name: "account: blank token", method: .PUT, path: accountPath, body: raw(#"{"trello_token":"   "}"#), expect: .unprocessableEntity),
-            Case(name: "account: 100 KB api key", method: .PUT, path: accountPath, body: json(.object(["trello_api_key": .string(hundredKB)])), expect: .unprocessableEntity),
-            Case(name: "account: 501-character token", method: .PUT, path: accountPath, body: json(.object(["trello_token": .string(String(repeating: "t", count: 501))])), expect: .unprocessableEntity),
+            Case(
+                name: "account: 100 KB api key", method: .PUT, path: accountPath, body: json(.object(["trello_api_key": .string(hundredKB)])),
+                expect: .unprocessableEntity),
+            Case(
+                name: "account: 501-character token", method: .PUT, path: accountPath,
+                body: json(.object(["trello_token": .string(String(repeating: "t", count: 501))])), expect: .unprocessableEntity),
             Case(name: "account: empty object", method: .PUT, path: accountPath, body: raw("{}"), expect: .unprocessableEntity),
-            Case(name: "account: only nulls", method: .PUT, path: accountPath, body: raw(#"{"trello_token":null,"delete_mode":null}"#), expect: .unprocessableEntity),
+            Case(
+                name: "account: only nulls", method: .PUT, path: accountPath, body: raw(#"{"trello_token":null,"delete_mode":null}"#),
+                expect: .unprocessableEntity),
             Case(name: "account: PATCH", method: .PATCH, path: accountPath, body: raw(#"{"delete_mode":"archive"}"#), expect: .methodNotAllowed),
         ]
         // POST /dailyroundup/lists (the account has no Trello credentials: a valid pairing is a 409).
@@ -219,7 +284,9 @@ import Testing
             Case(name: "lists: malformed JSON", path: lists, body: raw(#"{"name":"x",}"#), expect: .badRequest),
             Case(name: "lists: JSON array", path: lists, body: raw("[]"), expect: .badRequest),
             Case(name: "lists: text/plain", path: lists, body: pairing(), type: "text/plain", expect: .unsupportedMediaType),
-            Case(name: "lists: form-encoded", path: lists, body: raw("name=x&trello_board_id=B9&trello_list_id=L9"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "lists: form-encoded", path: lists, body: raw("name=x&trello_board_id=B9&trello_list_id=L9"),
+                type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
             Case(name: "lists: unknown field", path: lists, body: pairing(["webhook_url": "http://evil.example"]), expect: .unprocessableEntity),
             Case(name: "lists: name missing", path: lists, body: pairing(without: ["name"]), expect: .unprocessableEntity),
             Case(name: "lists: name a number", path: lists, body: pairing(["name": .number(42)]), expect: .badRequest),
@@ -228,12 +295,15 @@ import Testing
             Case(name: "lists: board id with a slash", path: lists, body: pairing(["trello_board_id": "B/1"]), expect: .unprocessableEntity),
             Case(name: "lists: board id path traversal", path: lists, body: pairing(["trello_board_id": "../../etc"]), expect: .unprocessableEntity),
             Case(name: "lists: list id not ASCII", path: lists, body: pairing(["trello_list_id": "Lé9"]), expect: .unprocessableEntity),
-            Case(name: "lists: list id 65 characters", path: lists, body: pairing(["trello_list_id": .string(String(repeating: "a", count: 65))]), expect: .unprocessableEntity),
+            Case(
+                name: "lists: list id 65 characters", path: lists, body: pairing(["trello_list_id": .string(String(repeating: "a", count: 65))]),
+                expect: .unprocessableEntity),
             Case(name: "lists: list id a bool", path: lists, body: pairing(["trello_list_id": false]), expect: .badRequest),
             Case(name: "lists: valid, but no Trello credentials", path: lists, body: pairing(), expect: .conflict),
             Case(name: "lists: get unknown", method: .GET, path: lists + "/nope", expect: .notFound),
             Case(name: "lists: get percent-encoded traversal", method: .GET, path: lists + "/..%2F..%2Faccount", expect: .notFound),
-            Case(name: "lists: dot segments", method: .GET, path: lists + "/../lists/nope", expect: .notFound),  // 404 whether or not the client folds the dots
+            // 404 whether or not the client folds the dots
+            Case(name: "lists: dot segments", method: .GET, path: lists + "/../lists/nope", expect: .notFound),
             Case(name: "lists: delete unknown", method: .DELETE, path: lists + "/%2e%2e", expect: .notFound),
             Case(name: "lists: import unknown", path: lists + "/nope/import", expect: .notFound),
             Case(name: "lists: reconcile traversal", path: lists + "/..%2F" + otherList.id + "/reconcile", expect: .notFound),
@@ -245,14 +315,30 @@ import Testing
             Case(name: "devices: empty body", path: devices, body: [], expect: .badRequest),
             Case(name: "devices: over 1 MiB", path: devices, body: raw(#"{"device_id":""#) + over + raw(#""}"#), expect: .payloadTooLarge),
             Case(name: "devices: text/plain", path: devices, body: device(), type: "text/plain", expect: .unsupportedMediaType),
-            Case(name: "devices: form-encoded", path: devices, body: raw("device_id=mac-1&platform=macos"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "devices: form-encoded", path: devices, body: raw("device_id=mac-1&platform=macos"), type: "application/x-www-form-urlencoded",
+                expect: .unsupportedMediaType),
             Case(name: "devices: unknown field", path: devices, body: device(["push_topic": "x"]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token not hex", path: devices, body: device(["apns_token": .string(String(repeating: "zz", count: 32))]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token odd length", path: devices, body: device(["apns_token": .string(apns + "a")]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token too short", path: devices, body: device(["apns_token": .string(String(repeating: "0f", count: 15))]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token over 400", path: devices, body: device(["apns_token": .string(String(repeating: "0f", count: 201))]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token with a space inside", path: devices, body: device(["apns_token": .string(String(repeating: "0f", count: 16) + " " + String(repeating: "0f", count: 16))]), expect: .unprocessableEntity),
-            Case(name: "devices: apns_token with invalid UTF-8", path: devices, body: raw(#"{"device_id":"mac-1","platform":"macos","environment":"production","apns_token":""#) + raw(String(repeating: "0f", count: 31)) + invalidUTF8 + raw(#""}"#), expect: .badRequest),
+            Case(
+                name: "devices: apns_token not hex", path: devices, body: device(["apns_token": .string(String(repeating: "zz", count: 32))]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "devices: apns_token odd length", path: devices, body: device(["apns_token": .string(apns + "a")]), expect: .unprocessableEntity
+            ),
+            Case(
+                name: "devices: apns_token too short", path: devices, body: device(["apns_token": .string(String(repeating: "0f", count: 15))]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "devices: apns_token over 400", path: devices, body: device(["apns_token": .string(String(repeating: "0f", count: 201))]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "devices: apns_token with a space inside", path: devices,
+                body: device(["apns_token": .string(String(repeating: "0f", count: 16) + " " + String(repeating: "0f", count: 16))]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "devices: apns_token with invalid UTF-8", path: devices,
+                body: raw(#"{"device_id":"mac-1","platform":"macos","environment":"production","apns_token":""#)
+                    + raw(String(repeating: "0f", count: 31)) + invalidUTF8 + raw(#""}"#), expect: .badRequest),
             Case(name: "devices: apns_token a number", path: devices, body: device(["apns_token": .number(1234)]), expect: .badRequest),
             Case(name: "devices: android", path: devices, body: device(["platform": "android"]), expect: .unprocessableEntity),
             Case(name: "devices: platform iOS", path: devices, body: device(["platform": "iOS"]), expect: .unprocessableEntity),
@@ -260,7 +346,9 @@ import Testing
             Case(name: "devices: environment a bool", path: devices, body: device(["environment": true]), expect: .badRequest),
             Case(name: "devices: platform missing", path: devices, body: device(without: ["platform"]), expect: .unprocessableEntity),
             Case(name: "devices: empty device_id", path: devices, body: device(["device_id": ""]), expect: .unprocessableEntity),
-            Case(name: "devices: 201-character device_id", path: devices, body: device(["device_id": .string(String(repeating: "d", count: 201))]), expect: .unprocessableEntity),
+            Case(
+                name: "devices: 201-character device_id", path: devices, body: device(["device_id": .string(String(repeating: "d", count: 201))]),
+                expect: .unprocessableEntity),
             Case(name: "devices: device_id a number", path: devices, body: device(["device_id": .number(7)]), expect: .badRequest),
             Case(name: "devices: delete unknown", method: .DELETE, path: devices + "/no-such-device", expect: .notFound),
             Case(name: "devices: delete traversal", method: .DELETE, path: devices + "/..%2F..%2Faccount", expect: .notFound),
@@ -296,16 +384,22 @@ import Testing
             Case(name: "ack: id percent-encoded", path: changes + "/%2D1/ack", expect: .badRequest),
             Case(name: "ack: id traversal", path: changes + "/..%2F..%2Faccount/ack", expect: .badRequest),
             Case(name: "ack: malformed body", path: changes + "/99999999999/ack", body: raw("{reminder_id: R1}"), expect: .badRequest),
-            Case(name: "ack: text/plain body", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":"R1"}"#), type: "text/plain", expect: .unsupportedMediaType),
+            Case(
+                name: "ack: text/plain body", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":"R1"}"#), type: "text/plain",
+                expect: .unsupportedMediaType),
             Case(name: "ack: reminder_id a number", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":5}"#), expect: .badRequest),
             Case(name: "ack: empty reminder_id", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":""}"#), expect: .unprocessableEntity),
-            Case(name: "ack: unknown field", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":"R1","all":true}"#), expect: .unprocessableEntity),
+            Case(
+                name: "ack: unknown field", path: changes + "/99999999999/ack", body: raw(#"{"reminder_id":"R1","all":true}"#),
+                expect: .unprocessableEntity),
             Case(name: "ack: GET", method: .GET, path: changes + "/1/ack", expect: .methodNotAllowed),
         ]
         // POST /dailyroundup/changes/ack.
         let ackManyCases: [Case] = [
             Case(name: "ack many: JSON array", path: ack, body: raw("[1,2]"), expect: .badRequest),
-            Case(name: "ack many: form-encoded", path: ack, body: raw("ids=1&ids=2"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "ack many: form-encoded", path: ack, body: raw("ids=1&ids=2"), type: "application/x-www-form-urlencoded",
+                expect: .unsupportedMediaType),
             Case(name: "ack many: neither acks nor ids", path: ack, body: raw("{}"), expect: .unprocessableEntity),
             Case(name: "ack many: unknown field", path: ack, body: raw(#"{"ids":[1],"everything":true}"#), expect: .unprocessableEntity),
             Case(name: "ack many: ids a string", path: ack, body: raw(#"{"ids":"1"}"#), expect: .badRequest),
@@ -322,8 +416,12 @@ import Testing
             Case(name: "ack many: ack without id", path: ack, body: raw(#"{"acks":[{"reminder_id":"R1"}]}"#), expect: .badRequest),
             Case(name: "ack many: ack id a string", path: ack, body: raw(#"{"acks":[{"id":"1"}]}"#), expect: .badRequest),
             Case(name: "ack many: ack empty reminder_id", path: ack, body: raw(#"{"acks":[{"id":1,"reminder_id":""}]}"#), expect: .badRequest),
-            Case(name: "ack many: 501 ids", path: ack, body: raw(#"{"ids":["# + Array(repeating: "-1", count: 501).joined(separator: ",") + "]}"), expect: .unprocessableEntity),
-            Case(name: "ack many: 100,000 ids", path: ack, body: raw(#"{"ids":["# + Array(repeating: "-1", count: 100_000).joined(separator: ",") + "]}"), expect: .unprocessableEntity),
+            Case(
+                name: "ack many: 501 ids", path: ack, body: raw(#"{"ids":["# + Array(repeating: "-1", count: 501).joined(separator: ",") + "]}"),
+                expect: .unprocessableEntity),
+            Case(
+                name: "ack many: 100,000 ids", path: ack,
+                body: raw(#"{"ids":["# + Array(repeating: "-1", count: 100_000).joined(separator: ",") + "]}"), expect: .unprocessableEntity),
         ]
         // POST /dailyroundup/sync: the envelope.
         let syncCases: [Case] = [
@@ -332,9 +430,13 @@ import Testing
             Case(name: "sync: JSON array", path: syncPath, body: json(.array([change()])), expect: .badRequest),
             Case(name: "sync: over 1 MiB", path: syncPath, body: raw(#"{"device_id":""#) + over + raw(#""}"#), expect: .payloadTooLarge),
             Case(name: "sync: text/plain", path: syncPath, body: sync([change()]), type: "text/plain", expect: .unsupportedMediaType),
-            Case(name: "sync: form-encoded", path: syncPath, body: raw("device_id=iphone-1&changes=x"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "sync: form-encoded", path: syncPath, body: raw("device_id=iphone-1&changes=x"), type: "application/x-www-form-urlencoded",
+                expect: .unsupportedMediaType),
             Case(name: "sync: 10,000 nested arrays", path: syncPath, body: syncRaw(deepArrays), expect: .badRequest),
-            Case(name: "sync: unknown field", path: syncPath, body: json(.object(["device_id": "iphone-1", "changes": .array([change()]), "force": true])), expect: .unprocessableEntity),
+            Case(
+                name: "sync: unknown field", path: syncPath,
+                body: json(.object(["device_id": "iphone-1", "changes": .array([change()]), "force": true])), expect: .unprocessableEntity),
             Case(name: "sync: device_id missing", path: syncPath, body: json(.object(["changes": .array([change()])])), expect: .unprocessableEntity),
             Case(name: "sync: device_id a number", path: syncPath, body: sync([change()], device: .number(42)), expect: .badRequest),
             Case(name: "sync: empty device_id", path: syncPath, body: sync([change()], device: ""), expect: .unprocessableEntity),
@@ -342,9 +444,14 @@ import Testing
             Case(name: "sync: changes an object", path: syncPath, body: syncRaw("{}"), expect: .badRequest),
             Case(name: "sync: changes a string", path: syncPath, body: syncRaw(#""all""#), expect: .badRequest),
             Case(name: "sync: no changes", path: syncPath, body: syncRaw("[]"), expect: .unprocessableEntity),
-            Case(name: "sync: 600 changes", path: syncPath, body: sync(Array(repeating: change(), count: 600)), expect: .unprocessableEntity),  // at most 500
-            Case(name: "sync: 100,000 changes", path: syncPath, body: syncRaw("[" + Array(repeating: "{}", count: 100_000).joined(separator: ",") + "]"), expect: .unprocessableEntity),
-            Case(name: "sync: Idempotency-Key over 200", path: syncPath, body: sync([change()]), headers: ["Idempotency-Key": String(repeating: "k", count: 201)], expect: .unprocessableEntity),
+            // at most 500
+            Case(name: "sync: 600 changes", path: syncPath, body: sync(Array(repeating: change(), count: 600)), expect: .unprocessableEntity),
+            Case(
+                name: "sync: 100,000 changes", path: syncPath,
+                body: syncRaw("[" + Array(repeating: "{}", count: 100_000).joined(separator: ",") + "]"), expect: .unprocessableEntity),
+            Case(
+                name: "sync: Idempotency-Key over 200", path: syncPath, body: sync([change()]),
+                headers: ["Idempotency-Key": String(repeating: "k", count: 201)], expect: .unprocessableEntity),
             Case(name: "sync: PUT", method: .PUT, path: syncPath, body: sync([change()]), expect: .methodNotAllowed),
         ]
         // POST /dailyroundup/sync: one bad change.
@@ -357,43 +464,87 @@ import Testing
             Case(name: "sync: op a number", path: syncPath, body: sync([change(["op": .number(1)])]), expect: .badRequest),
             Case(name: "sync: op missing", path: syncPath, body: sync([change(without: ["op"])]), expect: .unprocessableEntity),
             Case(name: "sync: unknown list", path: syncPath, body: sync([change(["sync_list_id": "no-such-list"])]), expect: .unprocessableEntity),
-            Case(name: "sync: list id traversal", path: syncPath, body: sync([change(["sync_list_id": .string("../" + list.id)])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: list id traversal", path: syncPath, body: sync([change(["sync_list_id": .string("../" + list.id)])]),
+                expect: .unprocessableEntity),
             Case(name: "sync: empty reminder_id", path: syncPath, body: sync([change(["reminder_id": ""])]), expect: .unprocessableEntity),
-            Case(name: "sync: 201-character reminder_id", path: syncPath, body: sync([change(["reminder_id": .string(String(repeating: "r", count: 201))])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: 201-character reminder_id", path: syncPath,
+                body: sync([change(["reminder_id": .string(String(repeating: "r", count: 201))])]), expect: .unprocessableEntity),
             Case(name: "sync: modified_at missing", path: syncPath, body: sync([change(without: ["modified_at"])]), expect: .unprocessableEntity),
             Case(name: "sync: modified_at tomorrow", path: syncPath, body: sync([change(["modified_at": "tomorrow"])]), expect: .unprocessableEntity),
-            Case(name: "sync: modified_at European", path: syncPath, body: sync([change(["modified_at": "23/11/2026 09:00"])]), expect: .unprocessableEntity),
-            Case(name: "sync: modified_at a number", path: syncPath, body: sync([change(["modified_at": .number(1_795_000_000)])]), expect: .badRequest),
-            Case(name: "sync: modified_at invalid UTF-8", path: syncPath,
-                 body: raw(#"{"device_id":"iphone-1","changes":[{"op":"delete","sync_list_id":"\#(list.id)","reminder_id":"R-1","modified_at":""#) + invalidUTF8 + raw(#""}]}"#),
-                 expect: .badRequest),
+            Case(
+                name: "sync: modified_at European", path: syncPath, body: sync([change(["modified_at": "23/11/2026 09:00"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: modified_at a number", path: syncPath, body: sync([change(["modified_at": .number(1_795_000_000)])]), expect: .badRequest
+            ),
+            Case(
+                name: "sync: modified_at invalid UTF-8", path: syncPath,
+                body: raw(#"{"device_id":"iphone-1","changes":[{"op":"delete","sync_list_id":"\#(list.id)","reminder_id":"R-1","modified_at":""#)
+                    + invalidUTF8 + raw(#""}]}"#),
+                expect: .badRequest),
             Case(name: "sync: fields a string", path: syncPath, body: sync([change(["fields": "title"])]), expect: .badRequest),
             Case(name: "sync: fields an array", path: syncPath, body: sync([change(["fields": .array(["title"])])]), expect: .badRequest),
-            Case(name: "sync: unknown field in fields", path: syncPath, body: sync([fields(["title": "x", "colour": "red"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: unknown field in fields", path: syncPath, body: sync([fields(["title": "x", "colour": "red"])]),
+                expect: .unprocessableEntity),
             Case(name: "sync: create without title", path: syncPath, body: sync([fields(["notes": "no title"])]), expect: .unprocessableEntity),
             Case(name: "sync: empty title", path: syncPath, body: sync([fields(["title": ""])]), expect: .unprocessableEntity),
             Case(name: "sync: blank title", path: syncPath, body: sync([fields(["title": " \n "])]), expect: .unprocessableEntity),
             Case(name: "sync: title a number", path: syncPath, body: sync([fields(["title": .number(3)])]), expect: .unprocessableEntity),
-            Case(name: "sync: title over 16 KB", path: syncPath, body: sync([fields(["title": .string(String(repeating: "t", count: 16_385))])]), expect: .unprocessableEntity),
-            Case(name: "sync: due_date next tuesday", path: syncPath, body: sync([fields(["title": "x", "due_date": "next tuesday"])]), expect: .unprocessableEntity),
-            Case(name: "sync: start_date a number", path: syncPath, body: sync([fields(["title": "x", "start_date": .number(20261123)])]), expect: .unprocessableEntity),
-            Case(name: "sync: priority urgent", path: syncPath, body: sync([fields(["title": "x", "priority": "urgent"])]), expect: .unprocessableEntity),
-            Case(name: "sync: priority a number", path: syncPath, body: sync([fields(["title": "x", "priority": .number(3)])]), expect: .unprocessableEntity),
-            Case(name: "sync: completed yes", path: syncPath, body: sync([fields(["title": "x", "completed": "yes"])]), expect: .unprocessableEntity),
-            Case(name: "sync: url javascript:", path: syncPath, body: sync([fields(["title": "x", "url": "javascript:alert(1)"])]), expect: .unprocessableEntity),
-            Case(name: "sync: url ftp:", path: syncPath, body: sync([fields(["title": "x", "url": "ftp://example.com/file"])]), expect: .unprocessableEntity),
-            Case(name: "sync: url without host", path: syncPath, body: sync([fields(["title": "x", "url": "http://"])]), expect: .unprocessableEntity),
-            Case(name: "sync: url not a URL", path: syncPath, body: sync([fields(["title": "x", "url": "not a url"])]), expect: .unprocessableEntity),
-            Case(name: "sync: url over 2048 bytes", path: syncPath, body: sync([fields(["title": "x", "url": .string("https://example.com/" + String(repeating: "a", count: 2_100))])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: title over 16 KB", path: syncPath, body: sync([fields(["title": .string(String(repeating: "t", count: 16_385))])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: due_date next tuesday", path: syncPath, body: sync([fields(["title": "x", "due_date": "next tuesday"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: start_date a number", path: syncPath, body: sync([fields(["title": "x", "start_date": .number(20261123)])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: priority urgent", path: syncPath, body: sync([fields(["title": "x", "priority": "urgent"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: priority a number", path: syncPath, body: sync([fields(["title": "x", "priority": .number(3)])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: completed yes", path: syncPath, body: sync([fields(["title": "x", "completed": "yes"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: url javascript:", path: syncPath, body: sync([fields(["title": "x", "url": "javascript:alert(1)"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: url ftp:", path: syncPath, body: sync([fields(["title": "x", "url": "ftp://example.com/file"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: url without host", path: syncPath, body: sync([fields(["title": "x", "url": "http://"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: url not a URL", path: syncPath, body: sync([fields(["title": "x", "url": "not a url"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: url over 2048 bytes", path: syncPath,
+                body: sync([fields(["title": "x", "url": .string("https://example.com/" + String(repeating: "a", count: 2_100))])]),
+                expect: .unprocessableEntity),
             Case(name: "sync: url a bool", path: syncPath, body: sync([fields(["title": "x", "url": true])]), expect: .unprocessableEntity),
             Case(name: "sync: changed_fields a string", path: syncPath, body: sync([change(["changed_fields": "title"])]), expect: .badRequest),
-            Case(name: "sync: changed_fields a number inside", path: syncPath, body: sync([change(["changed_fields": .array([.number(1)])])]), expect: .badRequest),
-            Case(name: "sync: changed_fields not writable", path: syncPath, body: sync([change(["changed_fields": .array(["labels"])])]), expect: .unprocessableEntity),
-            Case(name: "sync: changed_fields not in fields", path: syncPath, body: sync([change(["changed_fields": .array(["notes"])])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: changed_fields a number inside", path: syncPath, body: sync([change(["changed_fields": .array([.number(1)])])]),
+                expect: .badRequest),
+            Case(
+                name: "sync: changed_fields not writable", path: syncPath, body: sync([change(["changed_fields": .array(["labels"])])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: changed_fields not in fields", path: syncPath, body: sync([change(["changed_fields": .array(["notes"])])]),
+                expect: .unprocessableEntity),
             Case(name: "sync: update without changed_fields", path: syncPath, body: sync([change(["op": "update"])]), expect: .unprocessableEntity),
-            Case(name: "sync: unknown card", path: syncPath, body: sync([change(["op": "complete", "trello_card_id": "no-such-card"])]), expect: .unprocessableEntity),
-            Case(name: "sync: card of another list", path: syncPath, body: sync([change(["op": "complete", "sync_list_id": .string(otherList.id), "trello_card_id": "C1"])]), expect: .unprocessableEntity),
-            Case(name: "sync: good change then a bad one", path: syncPath, body: sync([change(), change(["op": "erase", "reminder_id": "R-2"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: unknown card", path: syncPath, body: sync([change(["op": "complete", "trello_card_id": "no-such-card"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: card of another list", path: syncPath,
+                body: sync([change(["op": "complete", "sync_list_id": .string(otherList.id), "trello_card_id": "C1"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: good change then a bad one", path: syncPath, body: sync([change(), change(["op": "erase", "reminder_id": "R-2"])]),
+                expect: .unprocessableEntity),
         ]
         // Jobs, conflicts, duplicates.
         let reviewCases: [Case] = [
@@ -402,23 +553,43 @@ import Testing
             Case(name: "conflict: id abc", path: "/dailyroundup/conflicts/abc/resolve", body: raw(#"{"choice":"trello"}"#), expect: .notFound),
             Case(name: "conflict: id 0", path: "/dailyroundup/conflicts/0/resolve", body: raw(#"{"choice":"trello"}"#), expect: .notFound),
             Case(name: "conflict: id -3", path: "/dailyroundup/conflicts/-3/resolve", body: raw(#"{"choice":"trello"}"#), expect: .notFound),
-            Case(name: "conflict: id past Int64", path: "/dailyroundup/conflicts/99999999999999999999/resolve", body: raw(#"{"choice":"trello"}"#), expect: .notFound),
+            Case(
+                name: "conflict: id past Int64", path: "/dailyroundup/conflicts/99999999999999999999/resolve", body: raw(#"{"choice":"trello"}"#),
+                expect: .notFound),
             Case(name: "conflict: unknown id", path: "/dailyroundup/conflicts/999999/resolve", body: raw(#"{"choice":"trello"}"#), expect: .notFound),
-            Case(name: "conflict: choice coin", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"coin"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "conflict: choice coin", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"coin"}"#),
+                expect: .unprocessableEntity),
             Case(name: "conflict: choice a number", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":1}"#), expect: .badRequest),
-            Case(name: "conflict: choice missing", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"value":"x"}"#), expect: .unprocessableEntity),
-            Case(name: "conflict: value without value", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"value"}"#), expect: .unprocessableEntity),
-            Case(name: "conflict: unknown field", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"trello","why":"x"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "conflict: choice missing", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"value":"x"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "conflict: value without value", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"value"}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "conflict: unknown field", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"trello","why":"x"}"#),
+                expect: .unprocessableEntity),
             Case(name: "conflict: JSON array", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"["trello"]"#), expect: .badRequest),
             Case(name: "conflict: empty body", path: "/dailyroundup/conflicts/1/resolve", body: [], expect: .badRequest),
-            Case(name: "conflict: text/plain", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"trello"}"#), type: "text/plain", expect: .unsupportedMediaType),
+            Case(
+                name: "conflict: text/plain", path: "/dailyroundup/conflicts/1/resolve", body: raw(#"{"choice":"trello"}"#), type: "text/plain",
+                expect: .unsupportedMediaType),
             Case(name: "duplicate: id abc", path: "/dailyroundup/duplicates/abc/resolve", body: raw(#"{"action":"merge"}"#), expect: .notFound),
-            Case(name: "duplicate: unknown id", path: "/dailyroundup/duplicates/999999/resolve", body: raw(#"{"action":"keep_both"}"#), expect: .notFound),
-            Case(name: "duplicate: action delete", path: "/dailyroundup/duplicates/1/resolve", body: raw(#"{"action":"delete"}"#), expect: .unprocessableEntity),
+            Case(
+                name: "duplicate: unknown id", path: "/dailyroundup/duplicates/999999/resolve", body: raw(#"{"action":"keep_both"}"#),
+                expect: .notFound),
+            Case(
+                name: "duplicate: action delete", path: "/dailyroundup/duplicates/1/resolve", body: raw(#"{"action":"delete"}"#),
+                expect: .unprocessableEntity),
             Case(name: "duplicate: action missing", path: "/dailyroundup/duplicates/1/resolve", body: raw("{}"), expect: .unprocessableEntity),
             Case(name: "duplicate: action a bool", path: "/dailyroundup/duplicates/1/resolve", body: raw(#"{"action":true}"#), expect: .badRequest),
-            Case(name: "duplicate: unknown field", path: "/dailyroundup/duplicates/1/resolve", body: raw(#"{"action":"merge","force":true}"#), expect: .unprocessableEntity),
-            Case(name: "duplicate: form-encoded", path: "/dailyroundup/duplicates/1/resolve", body: raw("action=merge"), type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
+            Case(
+                name: "duplicate: unknown field", path: "/dailyroundup/duplicates/1/resolve", body: raw(#"{"action":"merge","force":true}"#),
+                expect: .unprocessableEntity),
+            Case(
+                name: "duplicate: form-encoded", path: "/dailyroundup/duplicates/1/resolve", body: raw("action=merge"),
+                type: "application/x-www-form-urlencoded", expect: .unsupportedMediaType),
         ]
         // Paths.
         let pathCases: [Case] = [

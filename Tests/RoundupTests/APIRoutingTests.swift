@@ -48,10 +48,11 @@ import Testing
             let details = try await api.call(.GET, "/dailyroundup/account", token: token)
             #expect(details.status == .ok && details.contentType == "application/json")
             let object = try #require(details.json.objectValue)
-            #expect(Set(object.keys) == [
-                "account_id", "trello_api_key", "trello_token", "trello_webhook_secret", "conflict_policy", "delete_mode", "created_at",
-                "updated_at", "needs_attention",
-            ])
+            #expect(
+                Set(object.keys) == [
+                    "account_id", "trello_api_key", "trello_token", "trello_webhook_secret", "conflict_policy", "delete_mode", "created_at",
+                    "updated_at", "needs_attention",
+                ])
             #expect(object["trello_api_key"] == .null && object["needs_attention"] == .null)
             #expect(object["conflict_policy"] == "manual" && object["delete_mode"] == "archive", "\(details.body)")
             // Keys sorted, slashes as they are: the bytes the API always wrote.
@@ -82,15 +83,17 @@ import Testing
             #expect(try await api.call(.POST, "/dailyroundup/devices", token: token, body: device).status == .ok)
 
             // A job: 202 with its id and total; read back with every member, `error` null while none.
-            let sync = #"{"device_id":"phone-1","changes":[{"op":"create","sync_list_id":"\#(list.id)","reminder_id":"R-2","fields":{"title":"Milk"},"modified_at":"2026-11-23T09:00:00Z"}]}"#
+            let sync =
+                #"{"device_id":"phone-1","changes":[{"op":"create","sync_list_id":"\#(list.id)","reminder_id":"R-2","fields":{"title":"Milk"},"modified_at":"2026-11-23T09:00:00Z"}]}"#
             let started = try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync)
             #expect(started.status == .accepted, "\(started.body)")
             #expect(started.json["status"] == "running" && started.json["total"] == .number(1), "\(started.body)")
             let jobID = try #require(started.json["job_id"]?.stringValue)
             let job = try await api.call(.GET, "/dailyroundup/sync/jobs/\(jobID)", token: token)
-            #expect(Set(try #require(job.json.objectValue).keys) == [
-                "job_id", "kind", "status", "processed", "total", "results", "error", "created_at", "updated_at",
-            ])
+            #expect(
+                Set(try #require(job.json.objectValue).keys) == [
+                    "job_id", "kind", "status", "processed", "total", "results", "error", "created_at", "updated_at",
+                ])
             #expect(job.json["kind"] == "sync" && job.json["error"] == .null && job.json["processed"] == .number(0), "\(job.body)")
             // Another while it is queued: 409 job_running, with its id and Retry-After.
             let busy = try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync)

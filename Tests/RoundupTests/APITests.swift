@@ -37,7 +37,8 @@ import Testing
         #expect(Timestamp.date(empty.json["server_time"]?.stringValue ?? "") != nil)
         // 3. Key and webhook secret; 4. token. Masked every time.
         let secret = "webhook-secret-0123456789"
-        let step3 = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_api_key":"test-api-key","trello_webhook_secret":"\#(secret)"}"#)
+        let step3 = try await stack.callAPI(
+            .PUT, "/dailyroundup/account", token: token, body: #"{"trello_api_key":"test-api-key","trello_webhook_secret":"\#(secret)"}"#)
         #expect(step3.status == .ok)
         #expect(!step3.body.contains("test-api-key") && !step3.body.contains(secret))
         #expect(step3.json["trello_webhook_secret"]?.stringValue?.hasSuffix("6789") == true)
@@ -46,7 +47,8 @@ import Testing
         #expect(step4.status == .ok && !step4.body.contains("test-token"))
         #expect(step4.json["trello_token"]?.stringValue != nil)
         // 5. Pair a list: two webhooks, each checked by Trello with HEAD against the real ingress.
-        let list = try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#)
+        let list = try await stack.callAPI(
+            .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#)
         #expect(list.status == .created, "\(list.body)")
         let listID = try #require(list.json["sync_list_id"]?.stringValue)
         #expect(list.json["trello_list_id"] == "L1" && list.json["trello_board_id"] == "B1" && list.json["name"] == "Groceries")
@@ -90,8 +92,9 @@ import Testing
         #expect(try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"] == .array([]))
 
         // A later edit of card 1 carries the mapping recorded by the ack.
-        let rename = WebhookBodies.body(type: "updateCard", actionID: "A9", cardID: "C1", listID: "L1", boardID: "B1",
-                                        card: ["name": "Card one"], old: ["name": "Card 1"], date: "2030-01-01T00:00:00.000Z")
+        let rename = WebhookBodies.body(
+            type: "updateCard", actionID: "A9", cardID: "C1", listID: "L1", boardID: "B1",
+            card: ["name": "Card one"], old: ["name": "Card 1"], date: "2030-01-01T00:00:00.000Z")
         #expect(try await stack.postWebhook(path: ownPath, body: rename, secret: secret).status == .ok)
         let renamed = try await TestSupport.eventually {
             try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 1
@@ -116,7 +119,9 @@ import Testing
         let missing = try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: pair)
         #expect(missing.status == .conflict)
         #expect(missing.body.contains("trello_api_key") && missing.body.contains("trello_token") && missing.body.contains("trello_webhook_secret"))
-        _ = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"whsec-0123456789"}"#)
+        _ = try await stack.callAPI(
+            .PUT, "/dailyroundup/account", token: token,
+            body: #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"whsec-0123456789"}"#)
         let refused = try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: pair)
         #expect(refused.status == .badGateway)
         #expect(refused.body.contains("did not return 200"))
@@ -127,7 +132,10 @@ import Testing
         #expect(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: pair).status == .created)
         #expect(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: pair).status == .conflict)
         // A second list on the same board shares the board webhook.
-        #expect(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"B1","trello_list_id":"L2"}"#).status == .created)
+        #expect(
+            try await stack.callAPI(
+                .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"B1","trello_list_id":"L2"}"#
+            ).status == .created)
         #expect(stack.trello.webhooks.map(\.idModel).sorted() == ["B1", "L1", "L2"])
         // Deleting the account deletes every webhook.
         #expect(try await stack.callAPI(.DELETE, "/dailyroundup/account", token: token).status == .noContent)
@@ -144,9 +152,17 @@ import Testing
         // Give A a list, a pending change and a device, straight in the store the API reads.
         let store = try await stack.store()
         let list = try await store.createSyncList(accountID: a, name: "A's", trelloBoardID: "BA", trelloListID: "LA")
-        _ = try await store.apply([CardObservation(accountID: a, syncListID: list.id, cardID: "CA", actionID: "X", actionDate: Date(), kind: .fields(["title": "secret plans"], full: true))])
+        _ = try await store.apply([
+            CardObservation(
+                accountID: a, syncListID: list.id, cardID: "CA", actionID: "X", actionDate: Date(),
+                kind: .fields(["title": "secret plans"], full: true))
+        ])
         let change = try #require(try await store.pendingChanges(accountID: a, afterID: 0, limit: 1).first)
-        #expect(try await stack.callAPI(.POST, "/dailyroundup/devices", token: tokenA, body: #"{"device_id":"phone-a","apns_token":"\#(String(repeating: "ab", count: 32))","platform":"ios","environment":"sandbox"}"#).status == .created)
+        #expect(
+            try await stack.callAPI(
+                .POST, "/dailyroundup/devices", token: tokenA,
+                body: #"{"device_id":"phone-a","apns_token":"\#(String(repeating: "ab", count: 32))","platform":"ios","environment":"sandbox"}"#
+            ).status == .created)
 
         #expect(try await stack.callAPI(.GET, "/dailyroundup/lists/\(list.id)", token: tokenB).status == .notFound)
         #expect(try await stack.callAPI(.DELETE, "/dailyroundup/lists/\(list.id)", token: tokenB).status == .notFound)
@@ -182,7 +198,9 @@ import Testing
         #expect(created.status == .created)
         #expect(!created.body.contains(apns) && created.json["apns_token"]?.stringValue?.hasSuffix("0f0f") == true)
         #expect(try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body).status == .ok)
-        let bad = try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: #"{"device_id":"x","apns_token":"zz","platform":"android","environment":"production"}"#)
+        let bad = try await stack.callAPI(
+            .POST, "/dailyroundup/devices", token: token,
+            body: #"{"device_id":"x","apns_token":"zz","platform":"android","environment":"production"}"#)
         #expect(bad.status == .unprocessableEntity)
         #expect(try await stack.callAPI(.DELETE, "/dailyroundup/devices/mac-1", token: token).status == .noContent)
         #expect(try await stack.callAPI(.DELETE, "/dailyroundup/devices/mac-1", token: token).status == .notFound)
@@ -200,30 +218,46 @@ import Testing
         func expectError(_ response: Stack.Response, _ status: HTTPResponseStatus, _ code: String, mentioning: String? = nil, _ line: Int = #line) {
             #expect(response.status == status, "line \(line): \(response.body)")
             #expect(response.json["error"]?["code"]?.stringValue == code, "line \(line): \(response.body)")
-            if let mentioning { #expect(response.json["error"]?["message"]?.stringValue?.contains(mentioning) == true, "line \(line): \(response.body)") }
+            if let mentioning {
+                #expect(response.json["error"]?["message"]?.stringValue?.contains(mentioning) == true, "line \(line): \(response.body)")
+            }
         }
         expectError(try await stack.callAPI(.GET, "/dailyroundup/changes", token: nil), .unauthorized, "unauthorized")
         expectError(try await stack.callAPI(.GET, "/dailyroundup/changes", token: "rt_nope"), .unauthorized, "unauthorized")
         expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: "{not json"), .badRequest, "invalid_json")
-        expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_token": 42}"#), .badRequest, "bad_request", mentioning: "trello_token")
-        expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"conflict_policy":"coin_flip"}"#), .unprocessableEntity, "unprocessable", mentioning: "conflict_policy")
+        expectError(
+            try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_token": 42}"#), .badRequest, "bad_request",
+            mentioning: "trello_token")
+        expectError(
+            try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"conflict_policy":"coin_flip"}"#), .unprocessableEntity,
+            "unprocessable", mentioning: "conflict_policy")
         expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{}"#), .unprocessableEntity, "unprocessable")
-        expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_token":"x"}"#, contentType: "text/plain"), .unsupportedMediaType, "unsupported_media_type")
+        expectError(
+            try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_token":"x"}"#, contentType: "text/plain"),
+            .unsupportedMediaType, "unsupported_media_type")
         let huge = #"{"trello_token":""# + String(repeating: "x", count: (1 << 20) + 10) + #""}"#
         expectError(try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: huge), .payloadTooLarge, "payload_too_large")
         expectError(try await stack.callAPI(.PATCH, "/dailyroundup/lists", token: token, body: "{}"), .methodNotAllowed, "method_not_allowed")
         expectError(try await stack.callAPI(.GET, "/dailyroundup/nothing-here", token: token), .notFound, "not_found")
         expectError(try await stack.callAPI(.GET, "/dailyroundup/lists/nope", token: token), .notFound, "not_found")
         expectError(try await stack.callAPI(.GET, "/dailyroundup/changes?limit=abc", token: token), .badRequest, "bad_request", mentioning: "limit")
-        expectError(try await stack.callAPI(.GET, "/dailyroundup/changes?limit=1000", token: token), .unprocessableEntity, "unprocessable", mentioning: "limit")
+        expectError(
+            try await stack.callAPI(.GET, "/dailyroundup/changes?limit=1000", token: token), .unprocessableEntity, "unprocessable",
+            mentioning: "limit")
         expectError(try await stack.callAPI(.POST, "/dailyroundup/changes/abc/ack", token: token), .badRequest, "bad_request")
         expectError(try await stack.callAPI(.POST, "/dailyroundup/changes/999999/ack", token: token), .notFound, "not_found")
-        expectError(try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"ids":["one"]}"#), .badRequest, "bad_request", mentioning: "ids[0]")
-        expectError(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"x","trello_board_id":"B/1","trello_list_id":"L1"}"#), .unprocessableEntity, "unprocessable", mentioning: "trello_board_id")
+        expectError(
+            try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"ids":["one"]}"#), .badRequest, "bad_request",
+            mentioning: "ids[0]")
+        expectError(
+            try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"x","trello_board_id":"B/1","trello_list_id":"L1"}"#),
+            .unprocessableEntity, "unprocessable", mentioning: "trello_board_id")
 
         // Credentials never come back whole, and never reach the log.
         let key = "trello-key-ABCDEF0123456789", trelloToken = "trello-token-ABCDEF0123456789", secret = "trello-secret-ABCDEF0123456789"
-        let put = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_api_key":"\#(key)","trello_token":"\#(trelloToken)","trello_webhook_secret":"\#(secret)"}"#)
+        let put = try await stack.callAPI(
+            .PUT, "/dailyroundup/account", token: token,
+            body: #"{"trello_api_key":"\#(key)","trello_token":"\#(trelloToken)","trello_webhook_secret":"\#(secret)"}"#)
         #expect(put.status == .ok)
         let shown = try await stack.callAPI(.GET, "/dailyroundup/account", token: token)
         for value in [key, trelloToken, secret] {
@@ -267,7 +301,10 @@ import Testing
         var inPaths = false
         var currentPath: String?
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            if line.hasPrefix("paths:") { inPaths = true; continue }
+            if line.hasPrefix("paths:") {
+                inPaths = true
+                continue
+            }
             if inPaths, let first = line.first, first != " ", first != "#" { inPaths = false }
             guard inPaths else { continue }
             if line.hasPrefix("  /"), line.hasSuffix(":"), !line.hasPrefix("   ") {
@@ -279,6 +316,8 @@ import Testing
         }
         let registered = Set(try await InProcessAPI.run(bootstrapToken: nil) { $0.routeNames })
         #expect(!documented.isEmpty)
-        #expect(documented == registered, "only in the document: \(documented.subtracting(registered)); only in the router: \(registered.subtracting(documented))")
+        #expect(
+            documented == registered,
+            "only in the document: \(documented.subtracting(registered)); only in the router: \(registered.subtracting(documented))")
     }
 }

@@ -119,7 +119,9 @@ final class SimulatedApp: @unchecked Sendable {
                     if let value = change["fields"]?[field] { reminders[id!]?[field] = value }
                 }
             }
-            log.append("pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0] ?? .null)" }.joined(separator: " ") } ?? "")")
+            log.append(
+                "pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0] ?? .null)" }.joined(separator: " ") } ?? "")"
+            )
         }
         try await s.ack(changes, reminders: made)
         return changes.count
@@ -150,7 +152,8 @@ final class SimulatedApp: @unchecked Sendable {
         if Set(mapped).count != mapped.count { problems.append("two reminders map to one card: \(cardOf)") }
         if reminders.count != cardOf.count { problems.append("\(reminders.count) reminders, \(cardOf.count) mapped") }
         for card in cards {
-            guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder] else { continue }
+            guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder]
+            else { continue }
             let trello = CardMapper.fields(fromCard: card)
             for field in Self.fields where trello[field] != fields[field] {
                 problems.append("\(id).\(field): Trello \(trello[field] ?? .null), app \(fields[field] ?? .null)")
@@ -173,7 +176,9 @@ final class SimulatedApp: @unchecked Sendable {
         // PostgreSQL's round trips make each seed slower: fewer of them there (ROUNDUP_CONVERGENCE_SEEDS sets both).
         let seeds = Int(ProcessInfo.processInfo.environment["ROUNDUP_CONVERGENCE_SEEDS"] ?? "") ?? (backend == .postgres ? 60 : 200)
         let steps = 8
-        let extra = ["ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_JOB_CONCURRENCY": "16", "LOG_LEVEL": "warning"]
+        let extra = [
+            "ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000", "ROUNDUP_JOB_CONCURRENCY": "16", "LOG_LEVEL": "warning",
+        ]
         let stack = try await Stack(store: backend)
         defer { Task { await stack.shutdown() } }
         try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
@@ -217,12 +222,15 @@ final class SimulatedApp: @unchecked Sendable {
             if try await app.pull() > 0 { app.log.append("late changes after quiet") }
             let problems = app.check()
             if !problems.isEmpty {
-                failures.append("seed \(app.seed) (\(policies[Int(app.seed) % policies.count])): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))")
+                failures.append(
+                    "seed \(app.seed) (\(policies[Int(app.seed) % policies.count])): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))"
+                )
             }
         }
         let deliveryFailures = stack.trello.state.withLockedValue { $0.webhookFailures }
         for failure in failures.prefix(3) { Issue.record(Comment(rawValue: failure)) }
-        #expect(failures.isEmpty, "\(failures.count) of \(seeds) seeds did not converge; fake Trello's failed webhook deliveries: \(deliveryFailures)")
+        #expect(
+            failures.isEmpty, "\(failures.count) of \(seeds) seeds did not converge; fake Trello's failed webhook deliveries: \(deliveryFailures)")
         // The run exercised both sides, and the check can fail: a reminder edited behind the server's back is caught.
         let lines = apps.flatMap(\.log)
         let trelloEdits = lines.filter { $0.contains(": trello ") && !$0.contains("create") }.count

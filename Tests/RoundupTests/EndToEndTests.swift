@@ -1,5 +1,7 @@
 import Foundation
+import NIOCore
 import NIOHTTP1
+import NIOPosix
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
@@ -61,7 +63,8 @@ import Testing
         try await publish(stack, account: account)
         try await stack.startIngress()
         let path = "/dailyroundup/webhook/trello/\(account)"
-        let good = WebhookBodies.body(type: "updateCard", actionID: "A2", cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string("x")], old: ["name": .string("y")])
+        let good = WebhookBodies.body(
+            type: "updateCard", actionID: "A2", cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string("x")], old: ["name": .string("y")])
 
         #expect(try await stack.request(.HEAD, path, body: nil, headers: [:]).status == .ok)
         #expect(try await stack.request(.HEAD, "/dailyroundup/webhook/trello", body: nil, headers: [:]).status == .ok)
@@ -160,7 +163,9 @@ import Testing
         try await stack.startIngress()
         let path = "/dailyroundup/webhook/trello/\(account)"
         func body(_ id: String) -> [UInt8] {
-            WebhookBodies.body(type: "updateCard", actionID: id, cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string(id)], old: ["name": .string("old")])
+            WebhookBodies.body(
+                type: "updateCard", actionID: id, cardID: "C1", listID: "L1", boardID: "B1", card: ["name": .string(id)],
+                old: ["name": .string("old")])
         }
         #expect(try await stack.postWebhook(path: path, body: body("R1"), secret: Self.secret).status == .ok)
         await stack.privateRedis!.stop()
@@ -231,9 +236,6 @@ import Testing
     }
 }
 
-import NIOCore
-import NIOPosix
-
 /// A TCP server that accepts connections and never answers: Redis behind a network partition.
 final class BlackHoleServer: Sendable {
     final class Swallow: ChannelInboundHandler, Sendable {
@@ -263,7 +265,8 @@ final class BlackHoleServer: Sendable {
         let body = WebhookBodies.body(type: "createCard", actionID: "H-1", cardID: "H1", listID: "L1", boardID: "B1")
         for attempt in 1...3 {
             let started = ContinuousClock.now
-            let response = try await stack.postWebhook(path: "/dailyroundup/webhook/trello/00000000-0000-4000-8000-000000000000", body: body, secret: "s")
+            let response = try await stack.postWebhook(
+                path: "/dailyroundup/webhook/trello/00000000-0000-4000-8000-000000000000", body: body, secret: "s")
             let elapsed = ContinuousClock.now - started
             #expect(response.status == .serviceUnavailable, "attempt \(attempt): \(response.status) \(response.body)")
             #expect(response.body.contains(#""code":"unavailable""#))

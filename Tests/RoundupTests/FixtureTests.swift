@@ -96,10 +96,12 @@ import Testing
             }
             trello.setCard(scenario.after)
             let processor = WebhookProcessor(store: f.store, cards: client, logger: Logger(label: "test"))
-            let entry = StreamEntry(id: "1-0", fields: [
-                "account": Array(f.account.utf8), "action": Array((body.action.id ?? "a").utf8),
-                "type": Array((body.action.type ?? "").utf8), "body": Array(raw),
-            ])
+            let entry = StreamEntry(
+                id: "1-0",
+                fields: [
+                    "account": Array(f.account.utf8), "action": Array((body.action.id ?? "a").utf8),
+                    "type": Array((body.action.type ?? "").utf8), "body": Array(raw),
+                ])
             let outcome = await processor.process([entry])
             #expect(outcome.done == ["1-0"], "\(file): \(outcome.retry)")
             let changes = try await f.changes()
@@ -150,9 +152,14 @@ struct Scenario {
             before["checklists"] = .array(type == "addChecklistToCard" ? [] : [checklist])
         case "updateCheckItemStateOnCard":
             func list(_ state: String) -> JSONValue {
-                .array([.object(["id": .string("cl-1"), "name": .string("Steps"), "checkItems": .array([
-                    .object(["id": .string("ci-1"), "name": .string("One"), "state": .string(state), "pos": .number(1)]),
-                ])])])
+                .array([
+                    .object([
+                        "id": .string("cl-1"), "name": .string("Steps"),
+                        "checkItems": .array([
+                            .object(["id": .string("ci-1"), "name": .string("One"), "state": .string(state), "pos": .number(1)])
+                        ]),
+                    ])
+                ])
             }
             after["checklists"] = list("complete")
             before["checklists"] = list("incomplete")

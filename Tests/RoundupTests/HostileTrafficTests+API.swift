@@ -83,7 +83,8 @@ extension HostileTrafficTests {
             let url = try PostgresURL(stack.databaseURL)
             let logger = Logger(label: "roundup.test.rows")
             let connection = try await PostgresConnection.connect(
-                configuration: .init(host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable),
+                configuration: .init(
+                    host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable),
                 id: 7, logger: logger)
             do {
                 var tables: [String] = []
@@ -95,11 +96,13 @@ extension HostileTrafficTests {
                 for try await table in named.decode(String.self) { tables.append(table) }
                 for table in tables {
                     let counted = try await connection.query(
-                        PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table) WHERE \(column) = $1", binds: {
-                            var binds = PostgresBindings()
-                            binds.append(value)
-                            return binds
-                        }()), logger: logger)
+                        PostgresQuery(
+                            unsafeSQL: "SELECT count(*) FROM \(table) WHERE \(column) = $1",
+                            binds: {
+                                var binds = PostgresBindings()
+                                binds.append(value)
+                                return binds
+                            }()), logger: logger)
                     for try await count in counted.decode(Int64.self) where count > 0 { found[table] = Int(count) }
                 }
             } catch {
@@ -115,7 +118,7 @@ extension HostileTrafficTests {
                     let columns = try Row.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table]).map { $0[0] as String }
                     let types = try Row.fetchAll(db, sql: "SELECT name, type FROM pragma_table_info(?)", arguments: [table])
                     guard columns.contains(column),
-                          types.contains(where: { ($0[0] as String) == column && (($0[1] as String?) ?? "").uppercased() == "TEXT" })
+                        types.contains(where: { ($0[0] as String) == column && (($0[1] as String?) ?? "").uppercased() == "TEXT" })
                     else { continue }
                     let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM \"\(table)\" WHERE \"\(column)\" = ?", arguments: [value]) ?? 0
                     if count > 0 { found[table] = count }
@@ -164,7 +167,9 @@ extension HostileTrafficTests {
     }
 
     /// A request to the API with its response headers (Stack.callAPI keeps status and body only).
-    static func callWithHeaders(_ stack: Stack, _ method: HTTPMethod, _ path: String, token: String?) async throws -> (status: HTTPResponseStatus, headers: HTTPHeaders, body: String) {
+    static func callWithHeaders(
+        _ stack: Stack, _ method: HTTPMethod, _ path: String, token: String?
+    ) async throws -> (status: HTTPResponseStatus, headers: HTTPHeaders, body: String) {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(stack.apiPort)\(path)")
         request.method = method
         if let token { request.headers.add(name: "authorization", value: "Bearer \(token)") }
@@ -194,15 +199,18 @@ extension HostileTrafficTests {
         let device = #"{"device_id":"phone-1","apns_token":"\#(String(repeating: "ab", count: 32))","platform":"ios","environment":"sandbox"}"#
         #expect(try await stack.callAPI(.POST, "/dailyroundup/devices", token: owner.token, body: device).status == .created)
         _ = try await stack.store().submitJob(
-            accountID: account, kind: .import, deviceID: nil, idempotencyKey: "import-1", payload: .object(["sync_list_id": .string(owner.lists[0].id)]),
+            accountID: account, kind: .import, deviceID: nil, idempotencyKey: "import-1",
+            payload: .object(["sync_list_id": .string(owner.lists[0].id)]),
             total: 0, staleAfter: 60)
         let first = owner.lists[0]
-        let delivery = WebhookBodies.body(type: "createCard", actionID: "a-1", cardID: Self.trelloID("c9", 1), listID: first.list, boardID: first.board)
+        let delivery = WebhookBodies.body(
+            type: "createCard", actionID: "a-1", cardID: Self.trelloID("c9", 1), listID: first.list, boardID: first.board)
         let delivered = try await stack.postWebhook(path: try await stack.webhookPath(account: account), body: delivery, secret: Self.apiSecret)
         #expect(delivered.status == .ok, "\(delivered.body)")
         for owner in [account, bystander] {
             _ = try await stack.redis.send(
-                "XADD", RedisArgument(stack.keys.deadLetterStream), "*", "account", RedisArgument(owner), "action", "a-dead", "body", "{}", "error", "x")
+                "XADD", RedisArgument(stack.keys.deadLetterStream), "*", "account", RedisArgument(owner), "action", "a-dead", "body", "{}", "error",
+                "x")
             _ = try await stack.redis.send("ZADD", RedisArgument(stack.keys.deferredPushes), "1", RedisArgument(owner + "|phone-1"))
             _ = try await stack.redis.send("SET", RedisArgument(stack.keys.recentPush(account: owner, device: "phone-1")), "1", "PX", "60000")
         }
@@ -262,7 +270,8 @@ extension HostileTrafficTests {
             #expect(try await Self.rows(stack, column: "sync_list_id", value: gone.id) == [:])
             #expect(try await Self.rows(stack, column: "id", value: gone.id) == [:])
             for model in [gone.list, gone.board] {
-                #expect(try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute(model)), RedisArgument(owner.account)) == .integer(0))
+                #expect(
+                    try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute(model)), RedisArgument(owner.account)) == .integer(0))
             }
         }
         // The third list is untouched, and Trello still has the webhooks it was not able to delete.
@@ -306,10 +315,17 @@ extension HostileTrafficTests {
             let conflictBody = choice == "value" ? #"{"choice":"value","value":"chosen"}"# : #"{"choice":"\#(choice)"}"#
             let answers = try await withThrowingTaskGroup(of: (String, UInt).self) { group in
                 group.addTask {
-                    ("conflict", try await api.call(.POST, "/dailyroundup/conflicts/\(conflict)/resolve", token: token, body: conflictBody).status.code)
+                    (
+                        "conflict",
+                        try await api.call(.POST, "/dailyroundup/conflicts/\(conflict)/resolve", token: token, body: conflictBody).status.code
+                    )
                 }
                 group.addTask {
-                    ("duplicate", try await api.call(.POST, "/dailyroundup/duplicates/\(duplicate)/resolve", token: token, body: #"{"action":"\#(action)"}"#).status.code)
+                    (
+                        "duplicate",
+                        try await api.call(.POST, "/dailyroundup/duplicates/\(duplicate)/resolve", token: token, body: #"{"action":"\#(action)"}"#)
+                            .status.code
+                    )
                 }
                 group.addTask {
                     try await Task.sleep(for: .milliseconds(delay))
@@ -323,7 +339,8 @@ extension HostileTrafficTests {
         }
         #expect(statuses["delete"]?.allSatisfy { $0 == 204 } == true, "\(statuses)")
         for what in ["conflict", "duplicate"] {
-            #expect(statuses[what]?.count == delays.count && statuses[what]?.allSatisfy { [200, 404, 409].contains($0) } == true, "\(what): \(statuses)")
+            #expect(
+                statuses[what]?.count == delays.count && statuses[what]?.allSatisfy { [200, 404, 409].contains($0) } == true, "\(what): \(statuses)")
         }
         // The API still answers; every list and what it held is gone.
         #expect(try await api.call(.GET, "/healthz", token: nil).status == .ok)
@@ -334,7 +351,8 @@ extension HostileTrafficTests {
 
     // MARK: Throttling the unauthenticated
 
-    @Test(arguments: StoreBackend.available) func guessedTokensFromOneAddressAreThrottledBeforeTheyCostAStoreQuery(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func guessedTokensFromOneAddressAreThrottledBeforeTheyCostAStoreQuery(backend: StoreBackend) async throws
+    {
         let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.apiBootstrap)  // ROUNDUP_AUTH_FAILURE_LIMIT: the default, 30
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: Self.apiBootstrap)
@@ -422,7 +440,8 @@ extension HostileTrafficTests {
 
     /// In this process (`InProcessAPI`), where every request comes from the client address "local".
     @Test(arguments: StoreBackend.available) func anAuthFailureLimitOf0TurnsTheThrottleOff(backend: StoreBackend) async throws {
-        try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"]) { api async throws in
+        try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "0"]) {
+            api async throws in
             for i in 0..<40 {
                 #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
             }

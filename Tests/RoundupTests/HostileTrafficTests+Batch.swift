@@ -50,7 +50,9 @@ extension HostileTrafficTests {
 
     /// The same comparison over random interleavings of two cards' actions (create, rename, complete, label, archive,
     /// unarchive, move between synced and unsynced lists, delete), one batch per seed.
-    @Test(arguments: StoreBackend.available) func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func randomMembershipChangesInsideOneBatchEndWhereOneByOneProcessingEnds(
+        backend: StoreBackend
+    ) async throws {
         let h = try await BatchOrderHarness(backend)
         for seed in UInt64(1)...60 {
             var rng = SplitMix64(seed: seed)
@@ -64,7 +66,8 @@ extension HostileTrafficTests {
                     // Membership changes and edits mostly alternate: an edit after a membership change is what a batch gets wrong.
                     let membership: [CardAction] = [.archive, .unarchive, .move("L1"), .move("L2"), .move("L3"), .archive, .unarchive, .delete]
                     let edits: [CardAction] = [.rename("s\(seed)-\(c)-\(step)"), .complete(Bool.random(using: &rng)), .label]
-                    let choices: [CardAction] = exists
+                    let choices: [CardAction] =
+                        exists
                         ? (step.isMultiple(of: 2) ? membership : edits) + [.rename("s\(seed)-\(c)-\(step)b")]
                         : [.create(["L1", "L2", "L3"][Int.random(in: 0..<3, using: &rng)], "s\(seed)-\(c)-\(step)")]
                     let action = choices[Int.random(in: 0..<choices.count, using: &rng)]
@@ -76,7 +79,10 @@ extension HostileTrafficTests {
             }
             let seen = try await h.run(cards: cards, interleave: seed)
             for card in cards.keys.sorted() {
-                #expect(seen.batch[card] == seen.single[card], "seed \(seed) \(card) \(cards[card].map { "\($0.0) \($0.1)" } ?? ""): as one batch \(seen.batch[card] ?? []) ≠ one by one \(seen.single[card] ?? [])")
+                #expect(
+                    seen.batch[card] == seen.single[card],
+                    "seed \(seed) \(card) \(cards[card].map { "\($0.0) \($0.1)" } ?? ""): as one batch \(seen.batch[card] ?? []) ≠ one by one \(seen.single[card] ?? [])"
+                )
             }
         }
         try await h.shutdown()
@@ -97,10 +103,11 @@ extension HostileTrafficTests {
         if backend != .postgres {
             let queue = try DatabaseQueue(path: stack.databasePath)
             try await queue.write { db in
-                try db.execute(sql: """
-                    CREATE TRIGGER refuse_poison BEFORE INSERT ON sync_tasks WHEN NEW.trello_card_id = 'POISON1'
-                    BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
-                    """)
+                try db.execute(
+                    sql: """
+                        CREATE TRIGGER refuse_poison BEFORE INSERT ON sync_tasks WHEN NEW.trello_card_id = 'POISON1'
+                        BEGIN SELECT RAISE(ABORT, 'refused by the test'); END
+                        """)
             }
             try queue.close()
         }
@@ -196,7 +203,8 @@ extension HostileTrafficTests {
         let body = WebhookBodies.body(type: "createCard", actionID: action, cardID: card, listID: "L1", boardID: "B1")
         _ = try await stack.redis.send(
             "XADD", RedisArgument(stack.keys.webhookStream), "*", "account", RedisArgument(account), "action", RedisArgument(action),
-            "type", "createCard", "model", "L1", "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)), "body", RedisArgument(bytes: body))
+            "type", "createCard", "model", "L1", "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)), "body",
+            RedisArgument(bytes: body))
     }
 }
 
@@ -250,7 +258,9 @@ final class BatchOrderHarness: @unchecked Sendable {
         let client = TrelloClient(baseURL: trello.baseURL, http: http, logger: Logger(label: "test"))
         batch = try await StoreFixture(backend, listID: "L1", boardID: "B1")
         single = try await StoreFixture(backend, listID: "L1", boardID: "B1")
-        for f in [batch, single] { _ = try await f.store.createSyncList(accountID: f.account, name: "Errands", trelloBoardID: "B1", trelloListID: "L2") }
+        for f in [batch, single] {
+            _ = try await f.store.createSyncList(accountID: f.account, name: "Errands", trelloBoardID: "B1", trelloListID: "L2")
+        }
         batchProcessor = WebhookProcessor(store: batch.store, cards: client, logger: Logger(label: "test"))
         singleProcessor = WebhookProcessor(store: single.store, cards: client, logger: Logger(label: "test"))
     }
@@ -279,7 +289,9 @@ final class BatchOrderHarness: @unchecked Sendable {
     /// Seeds both stores with each card's start (acknowledged), plays the actions (interleaved by `interleave` when
     /// given, else card after card), leaves Trello with the cards as they end, and processes the webhooks as one batch
     /// on one store and one at a time on the other. Returns what the apps see of each card on each store.
-    func run(cards: [String: (CardStart, [CardAction])], interleave: UInt64? = nil) async throws -> (batch: [String: [String]], single: [String: [String]]) {
+    func run(
+        cards: [String: (CardStart, [CardAction])], interleave: UInt64? = nil
+    ) async throws -> (batch: [String: [String]], single: [String: [String]]) {
         var state: [String: Card] = [:]
         for (id, (start, _)) in cards.sorted(by: { $0.key < $1.key }) {
             switch start {
@@ -296,9 +308,14 @@ final class BatchOrderHarness: @unchecked Sendable {
                 guard let syncList else { continue }
                 let fields = CardMapper.fields(fromCard: Card(list: card.list, name: card.name).value(id: id))
                 let at = Date(timeIntervalSince1970: clock - 100)
-                _ = try await f.store.apply([CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at, kind: .fields(fields, full: true))])
+                _ = try await f.store.apply([
+                    CardObservation(
+                        accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at, kind: .fields(fields, full: true))
+                ])
                 if card.closed {
-                    _ = try await f.store.apply([CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at + 1, kind: .removed)])
+                    _ = try await f.store.apply([
+                        CardObservation(accountID: f.account, syncListID: syncList.id, cardID: id, actionID: nil, actionDate: at + 1, kind: .removed)
+                    ])
                 }
                 _ = try await f.store.acknowledge(accountID: f.account, acks: try await f.changes().map { ChangeAck(id: $0.id) })
             }
@@ -320,7 +337,10 @@ final class BatchOrderHarness: @unchecked Sendable {
             nextEntry += 1
             let actionID = "a\(nextEntry)"
             let date = Timestamp.string(Date(timeIntervalSince1970: clock))
-            func body(_ type: String, _ cardData: [String: JSONValue], old: [String: JSONValue]? = nil, list: String? = nil, before: String? = nil, after: String? = nil) {
+            func body(
+                _ type: String, _ cardData: [String: JSONValue], old: [String: JSONValue]? = nil, list: String? = nil, before: String? = nil,
+                after: String? = nil
+            ) {
                 func ref(_ id: String) -> JSONValue { .object(["id": .string(id), "name": .string("Name of \(id)")]) }
                 var data: [String: JSONValue] = ["card": .object(cardData.merging(["id": .string(id)]) { a, _ in a }), "board": ref("B1")]
                 if let list { data["list"] = ref(list) }
@@ -371,9 +391,11 @@ final class BatchOrderHarness: @unchecked Sendable {
 
         func entries(_ f: StoreFixture) -> [StreamEntry] {
             bodies.enumerated().map { index, b in
-                StreamEntry(id: "\(nextEntry)-\(index)", fields: [
-                    "account": Array(f.account.utf8), "action": Array(b.action.utf8), "type": Array(b.type.utf8), "body": b.body,
-                ])
+                StreamEntry(
+                    id: "\(nextEntry)-\(index)",
+                    fields: [
+                        "account": Array(f.account.utf8), "action": Array(b.action.utf8), "type": Array(b.type.utf8), "body": b.body,
+                    ])
             }
         }
         let whole = await batchProcessor.process(entries(batch))

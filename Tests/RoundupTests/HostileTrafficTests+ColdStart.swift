@@ -26,7 +26,10 @@ extension HostileTrafficTests {
             let queue = try DatabaseQueue(path: String(url.dropFirst("sqlite:".count)), configuration: configuration)
             return try await queue.read { db in
                 try String.fetchAll(
-                    db, sql: "SELECT type || ' ' || name || ' ' || coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
+                    db,
+                    sql:
+                        "SELECT type || ' ' || name || ' ' || coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+                )
                     + String.fetchAll(db, sql: "SELECT 'migration ' || identifier FROM grdb_migrations ORDER BY identifier")
             }
         }
@@ -39,7 +42,8 @@ extension HostileTrafficTests {
 
     @Test(arguments: StoreBackend.available) func everyProcessStartedAtOnceOnAFreshStoreComesUp(backend: StoreBackend) async throws {
         // The schema of a store migrated by one process alone.
-        let reference = try await Self.schema(try await TestStore.makeURL(backend, in: try TestSupport.temporaryDirectory("coldstart-reference")).withOpened())
+        let reference = try await Self.schema(
+            try await TestStore.makeURL(backend, in: try TestSupport.temporaryDirectory("coldstart-reference")).withOpened())
         #expect(reference.contains("migration v1-reference-schema"))
         for round in 1...3 {
             let stack = try await Stack(store: backend)
@@ -55,10 +59,12 @@ extension HostileTrafficTests {
             let ports = try (0..<4).map { _ in try TestSupport.freePort() }
             started.append((try spawn("roundup-ingress", "ingress", ["ROUNDUP_INGRESS_PORT": "\(stack.ingressPort)"]), stack.ingressPort))
             for (i, port) in ports[0..<2].enumerated() {
-                started.append((try spawn("roundup-worker", "worker\(i)", ["ROUNDUP_WORKER_PORT": "\(port)", "ROUNDUP_WORKER_NAME": "cold\(i)"]), port))
+                started.append(
+                    (try spawn("roundup-worker", "worker\(i)", ["ROUNDUP_WORKER_PORT": "\(port)", "ROUNDUP_WORKER_NAME": "cold\(i)"]), port))
             }
             for (i, port) in ports[2..<4].enumerated() {
-                started.append((try spawn("roundup-api", "api\(i)", ["ROUNDUP_API_PORT": "\(port)", "ROUNDUP_BOOTSTRAP_TOKEN": Self.coldStartBootstrap]), port))
+                started.append(
+                    (try spawn("roundup-api", "api\(i)", ["ROUNDUP_API_PORT": "\(port)", "ROUNDUP_BOOTSTRAP_TOKEN": Self.coldStartBootstrap]), port))
             }
             for i in 0..<2 { migrations.append(try spawn("roundupctl", "migrate\(i)", arguments: ["migrate"], [:])) }
 
@@ -115,7 +121,8 @@ extension HostileTrafficTests {
     /// Which of these models route to the account, in the order given.
     func routes(_ stack: Stack, _ account: String, _ models: [String]) async throws -> [String] {
         var routed: [String] = []
-        for model in models where try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute(model)), RedisArgument(account)) == .integer(1) {
+        for model in models
+        where try await stack.redis.send("SISMEMBER", RedisArgument(stack.keys.modelRoute(model)), RedisArgument(account)) == .integer(1) {
             routed.append(model)
         }
         return routed
@@ -145,13 +152,15 @@ extension HostileTrafficTests {
         #expect(try await publishedSecret(stack, account) == "secret-new-0123456789")
         // A lost version counter (deleted by hand) does not freeze what is published: the next change still lands.
         _ = try await stack.redis.send("DEL", RedisArgument(stack.keys.routingEpoch))
-        let again = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_webhook_secret":"secret-newest-0123456789"}"#)
+        let again = try await stack.callAPI(
+            .PUT, "/dailyroundup/account", token: token, body: #"{"trello_webhook_secret":"secret-newest-0123456789"}"#)
         #expect(again.status == .ok, "\(again.body)")
         #expect(try await publishedSecret(stack, account) == "secret-newest-0123456789")
         await stack.shutdown()
     }
 
-    @Test(arguments: StoreBackend.available) func aWorkerStartingWhileTheAPIDeletesAnAccountOrAListRestoresNothing(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func aWorkerStartingWhileTheAPIDeletesAnAccountOrAListRestoresNothing(backend: StoreBackend) async throws
+    {
         let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.coldStartBootstrap)
         let store = try await stack.store()

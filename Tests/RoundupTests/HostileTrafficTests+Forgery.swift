@@ -20,7 +20,9 @@ extension HostileTrafficTests {
 
     /// Two accounts on one Trello app key share its webhook secret. One of them signs webhooks for the other's list on
     /// every path the ingress knows; none of them changes what the victim's apps see.
-    @Test(arguments: StoreBackend.available) func aForgedWebhookForAnotherAccountOnTheSameKeyChangesNothingTheAppsSee(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func aForgedWebhookForAnotherAccountOnTheSameKeyChangesNothingTheAppsSee(
+        backend: StoreBackend
+    ) async throws {
         let stack = try await startStackWithAPI(backend)
         let victim = try await SyncSetup.make(stack, list: "Lvictim", board: "Bvictim")
         let attacker = try await SyncSetup.make(stack, list: "Lattacker", board: "Battacker")
@@ -39,11 +41,14 @@ extension HostileTrafficTests {
         #expect(WebhookCallback.isToken(attackerToken))
         var forged = 0
         for (i, path) in ["/dailyroundup/webhook/trello", "/dailyroundup/webhook/trello/\(victim.account)"].enumerated() {
-            let rename = WebhookBodies.body(type: "updateCard", actionID: "forged-rename-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
+            let rename = WebhookBodies.body(
+                type: "updateCard", actionID: "forged-rename-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
                 card: ["name": "Pwned"], old: ["name": "Real title"], date: "2030-01-01T00:00:00.000Z")
-            let complete = WebhookBodies.body(type: "updateCard", actionID: "forged-complete-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
+            let complete = WebhookBodies.body(
+                type: "updateCard", actionID: "forged-complete-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
                 card: ["dueComplete": true], old: ["dueComplete": false], date: "2030-01-01T00:00:01.000Z")
-            let delete = WebhookBodies.body(type: "deleteCard", actionID: "forged-delete-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
+            let delete = WebhookBodies.body(
+                type: "deleteCard", actionID: "forged-delete-\(i)", cardID: card, listID: "Lvictim", boardID: "Bvictim",
                 date: "2030-01-01T00:00:02.000Z")
             for body in [rename, complete, delete] {
                 // Accepted (the signature is valid for the shared secret), but only as something to confirm with Trello.
@@ -54,7 +59,8 @@ extension HostileTrafficTests {
         }
         // The victim's own URL with the attacker's token (or any other) is no account's.
         let wrongToken = "/dailyroundup/webhook/trello/\(victim.account)/\(attackerToken)"
-        let body = WebhookBodies.body(type: "updateCard", actionID: "forged-token", cardID: card, listID: "Lvictim", boardID: "Bvictim", card: ["name": "Pwned"])
+        let body = WebhookBodies.body(
+            type: "updateCard", actionID: "forged-token", cardID: card, listID: "Lvictim", boardID: "Bvictim", card: ["name": "Pwned"])
         #expect(try await stack.postWebhook(path: wrongToken, body: body, secret: secret).status == .notFound)
         #expect(forged == 6)
 
@@ -106,7 +112,8 @@ extension HostileTrafficTests {
         let deleted = try await stack.callAPI(.DELETE, "/dailyroundup/account", token: s.token)
         #expect((200..<300).contains(deleted.status.code), "\(deleted.status) \(deleted.body)")
         #expect(stack.trello.webhooks.count == 2, "the revoked token could not delete them at Trello")
-        let body = WebhookBodies.body(type: "updateCard", actionID: "after-delete", cardID: "C1", listID: "Lgone", boardID: "Bgone", card: ["name": "x"])
+        let body = WebhookBodies.body(
+            type: "updateCard", actionID: "after-delete", cardID: "C1", listID: "Lgone", boardID: "Bgone", card: ["name": "x"])
         let gone = try await TestSupport.eventually(timeout: .seconds(5)) {
             try await stack.postWebhook(path: own, body: body, secret: stack.trello.webhookSecret).status == .gone
         }

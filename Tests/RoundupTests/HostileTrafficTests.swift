@@ -63,7 +63,9 @@ import Testing
         try await stack.startIngress()
         let path = "/dailyroundup/webhook/trello/\(account)"
         func body(action: String = "A1", card: String = "C1", list: String = "L1", model: String = "L1") -> [UInt8] {
-            Array(#"{"action":{"id":"\#(action)","type":"updateCard","data":{"card":{"id":"\#(card)","name":"x"},"list":{"id":"\#(list)"},"board":{"id":"B1"}}},"model":{"id":"\#(model)"}}"#.utf8)
+            Array(
+                #"{"action":{"id":"\#(action)","type":"updateCard","data":{"card":{"id":"\#(card)","name":"x"},"list":{"id":"\#(list)"},"board":{"id":"B1"}}},"model":{"id":"\#(model)"}}"#
+                    .utf8)
         }
         let cases: [(String, [UInt8])] = [
             ("300 KB action id", body(action: String(repeating: "a", count: 300 * 1024))),

@@ -70,9 +70,11 @@ struct InProcessAPI: Sendable {
         let trelloClient = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let engine = SyncEngine(
             options: .init(
-                keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds), heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
+                keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+                heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
             store: store, trello: trelloClient,
-            echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds), redis: redis, logger: logger)
+            echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds), redis: redis,
+            logger: logger)
         let api = API(
             options: .init(
                 publicURL: configuration.publicURL ?? "", bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
@@ -84,7 +86,8 @@ struct InProcessAPI: Sendable {
         do {
             let value = try await app.test(.router) { client in
                 try await body(
-                    InProcessAPI(client: client, store: store, redis: redis, keys: configuration.redisKeys, trello: trello, routeNames: api.routeNames))
+                    InProcessAPI(
+                        client: client, store: store, redis: redis, keys: configuration.redisKeys, trello: trello, routeNames: api.routeNames))
             }
             result = .success(value)
         } catch {
@@ -124,7 +127,8 @@ struct InProcessAPI: Sendable {
     /// A new account made with the bootstrap token.
     func createAccount(bootstrap: String) async throws -> (account: String, token: String) {
         let created = try await call(.POST, "/dailyroundup/account", token: bootstrap)
-        guard created.status == .created, let account = created.json["account_id"]?.stringValue, let token = created.json["auth_token"]?.stringValue else {
+        guard created.status == .created, let account = created.json["account_id"]?.stringValue, let token = created.json["auth_token"]?.stringValue
+        else {
             throw StackError("account not created: \(created.status) \(created.body)")
         }
         return (account, token)

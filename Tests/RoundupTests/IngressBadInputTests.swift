@@ -50,9 +50,13 @@ import Testing
             Case(name: "10 KB signature", body: valid, signature: .value(String(repeating: "A", count: 10_000)), expect: .unauthorized),
             Case(name: "another account's secret", body: valid, signature: .secret("someone-elses-secret"), expect: .unauthorized),
             Case(name: "signed for a trailing slash", body: valid, signature: .url(stack.publicURL + path + "/"), expect: .unauthorized),
-            Case(name: "signed for https", body: valid, signature: .url(stack.publicURL.replacingOccurrences(of: "http:", with: "https:") + path), expect: .unauthorized),
+            Case(
+                name: "signed for https", body: valid, signature: .url(stack.publicURL.replacingOccurrences(of: "http:", with: "https:") + path),
+                expect: .unauthorized),
             Case(name: "signed for a query string", body: valid, signature: .url(stack.publicURL + path + "?x=1"), expect: .unauthorized),
-            Case(name: "signed for another account's path", body: valid, signature: .url(stack.publicURL + "/dailyroundup/webhook/trello/\(other)"), expect: .unauthorized),
+            Case(
+                name: "signed for another account's path", body: valid, signature: .url(stack.publicURL + "/dailyroundup/webhook/trello/\(other)"),
+                expect: .unauthorized),
             Case(name: "not JSON", body: raw("<html>hello</html>"), expect: .badRequest),
             Case(name: "empty body", body: [], expect: .badRequest),
             Case(name: "JSON array", body: raw("[1,2,3]"), expect: .badRequest),
@@ -63,14 +67,18 @@ import Testing
             Case(name: "action a string", body: raw(#"{"action":"createCard"}"#), expect: .badRequest),
             Case(name: "truncated JSON", body: Array(valid.prefix(valid.count / 2)), expect: .badRequest),
             Case(name: "trailing garbage", body: valid + raw("}}"), expect: .badRequest),
-            Case(name: "invalid UTF-8", body: raw(#"{"action":{"id":"u1","type":"updateCard","data":{"card":{"id":"C1","name":""#) + [0xC3, 0x28, 0xFF] + raw(#""}}}}"#), expect: .badRequest),
+            Case(
+                name: "invalid UTF-8",
+                body: raw(#"{"action":{"id":"u1","type":"updateCard","data":{"card":{"id":"C1","name":""#) + [0xC3, 0x28, 0xFF] + raw(#""}}}}"#),
+                expect: .badRequest),
             Case(name: "NUL in a string", body: raw(#"{"action":{"id":"n1","type":"updateCard","x":""#) + [0] + raw(#""}}"#), expect: .badRequest),
             Case(name: "50,000 levels deep", body: raw(#"{"action":"# + nested + "}"), expect: .badRequest),
             Case(name: "800 KB array, no action", body: raw(hugeArray), expect: .badRequest),
             Case(name: "over 1 MiB", body: [UInt8](repeating: 0x20, count: (1 << 20) + 1), expect: .payloadTooLarge),
             Case(name: "action without id", body: raw(#"{"action":{"type":"updateCard"},"model":{"id":"L1"}}"#), expect: .badRequest),
             Case(name: "action with empty id", body: raw(#"{"action":{"id":"","type":"updateCard"},"model":{"id":"L1"}}"#), expect: .badRequest),
-            Case(name: "type a number", body: raw(#"{"action":{"id":"t9","type":7},"model":{"id":"L1"}}"#), expect: .ok),  // not a handled type: ignored
+            // not a handled type: ignored
+            Case(name: "type a number", body: raw(#"{"action":{"id":"t9","type":7},"model":{"id":"L1"}}"#), expect: .ok),
             Case(name: "unhandled type", body: body("vote-1", type: "voteOnCard"), expect: .ok),
             Case(name: "comment", body: body("comment-1", type: "commentCard"), expect: .ok),
             Case(name: "unknown account", path: "/dailyroundup/webhook/trello/no-such-account", body: valid, expect: .notFound),
@@ -79,12 +87,18 @@ import Testing
             Case(name: "GET", method: .GET, body: [], signature: .none, expect: .methodNotAllowed),
             Case(name: "PUT", method: .PUT, body: valid, expect: .methodNotAllowed),
             Case(name: "DELETE", method: .DELETE, body: [], signature: .none, expect: .methodNotAllowed),
-            Case(name: "model path without model", path: "/dailyroundup/webhook/trello", body: raw(#"{"action":{"id":"m1","type":"updateCard"}}"#), expect: .badRequest),
-            Case(name: "model nobody watches", path: "/dailyroundup/webhook/trello", body: raw(#"{"action":{"id":"m2","type":"updateCard"},"model":{"id":"ZZZ"}}"#), expect: .notFound),
+            Case(
+                name: "model path without model", path: "/dailyroundup/webhook/trello", body: raw(#"{"action":{"id":"m1","type":"updateCard"}}"#),
+                expect: .badRequest),
+            Case(
+                name: "model nobody watches", path: "/dailyroundup/webhook/trello",
+                body: raw(#"{"action":{"id":"m2","type":"updateCard"},"model":{"id":"ZZZ"}}"#), expect: .notFound),
             Case(name: "text/plain but signed", body: body("ct-1"), headers: ["content-type": "text/plain"], expect: .ok, enqueues: true),
             Case(name: "first delivery", body: body("replay-1"), expect: .ok, enqueues: true),
             Case(name: "replay", body: body("replay-1"), expect: .ok),
-            Case(name: "replay, other path", path: "/dailyroundup/webhook/trello", body: body("replay-1"), signature: .url(stack.publicURL + "/dailyroundup/webhook/trello"), expect: .ok),
+            Case(
+                name: "replay, other path", path: "/dailyroundup/webhook/trello", body: body("replay-1"),
+                signature: .url(stack.publicURL + "/dailyroundup/webhook/trello"), expect: .ok),
         ]
         cases.append(Case(name: "valid", body: valid, expect: .ok, enqueues: true))
         #expect(cases.count >= 40)
@@ -96,11 +110,17 @@ import Testing
             request.method = c.method
             request.headers.add(name: "content-type", value: c.headers["content-type"] ?? "application/json")
             switch c.signature {
-            case .valid: request.headers.add(name: "x-trello-webhook", value: TrelloSignature.sign(secret: EndToEndTests.secret, body: c.body, callbackURL: stack.publicURL + target))
+            case .valid:
+                request.headers.add(
+                    name: "x-trello-webhook",
+                    value: TrelloSignature.sign(secret: EndToEndTests.secret, body: c.body, callbackURL: stack.publicURL + target))
             case .none: break
             case .value(let v): request.headers.add(name: "x-trello-webhook", value: v)
-            case .secret(let s): request.headers.add(name: "x-trello-webhook", value: TrelloSignature.sign(secret: s, body: c.body, callbackURL: stack.publicURL + target))
-            case .url(let u): request.headers.add(name: "x-trello-webhook", value: TrelloSignature.sign(secret: EndToEndTests.secret, body: c.body, callbackURL: u))
+            case .secret(let s):
+                request.headers.add(
+                    name: "x-trello-webhook", value: TrelloSignature.sign(secret: s, body: c.body, callbackURL: stack.publicURL + target))
+            case .url(let u):
+                request.headers.add(name: "x-trello-webhook", value: TrelloSignature.sign(secret: EndToEndTests.secret, body: c.body, callbackURL: u))
             }
             if !c.body.isEmpty { request.body = .bytes(ByteBuffer(bytes: c.body)) }
             let response = try await stack.http.execute(request, timeout: .seconds(10))

@@ -197,7 +197,8 @@ import Testing
         let numbersOfA = [Double(a.changeID), Double(a.conflictID), Double(a.duplicateID)]
         // (path, member holding the collection, how many items B owns there; nil: the account itself)
         let listings: [(path: String, key: String, count: Int?)] = [
-            ("/dailyroundup/lists", "lists", 1), ("/dailyroundup/changes", "changes", 0), ("/dailyroundup/changes?after_id=0&limit=500", "changes", 0),
+            ("/dailyroundup/lists", "lists", 1), ("/dailyroundup/changes", "changes", 0),
+            ("/dailyroundup/changes?after_id=0&limit=500", "changes", 0),
             ("/dailyroundup/devices", "devices", 0), ("/dailyroundup/conflicts", "conflicts", 0), ("/dailyroundup/duplicates", "duplicates", 0),
             ("/dailyroundup/account", "account_id", nil),
         ]
@@ -219,12 +220,14 @@ import Testing
         let other: [(method: HTTPMethod, path: String, body: String?)] = [
             (.GET, "/dailyroundup/account", nil), (.PUT, "/dailyroundup/account", #"{"conflict_policy":"lww"}"#),
             (.DELETE, "/dailyroundup/account", nil), (.POST, "/dailyroundup/account/token", nil),
-            (.GET, "/dailyroundup/lists", nil), (.POST, "/dailyroundup/lists", #"{"name":"x","trello_board_id":"BoardOfA","trello_list_id":"ListOfA"}"#),
+            (.GET, "/dailyroundup/lists", nil),
+            (.POST, "/dailyroundup/lists", #"{"name":"x","trello_board_id":"BoardOfA","trello_list_id":"ListOfA"}"#),
             (.GET, "/dailyroundup/changes", nil), (.GET, "/dailyroundup/devices", nil),
             (.POST, "/dailyroundup/devices", Self.deviceBody("phone-of-a", apns: "ef")),
             (.GET, "/dailyroundup/conflicts", nil), (.GET, "/dailyroundup/duplicates", nil),
         ]
-        let authenticated: [(method: HTTPMethod, path: String, body: String?)] = foreign.map { (method: $0.method, path: $0.path, body: $0.body) } + other
+        let authenticated: [(method: HTTPMethod, path: String, body: String?)] =
+            foreign.map { (method: $0.method, path: $0.path, body: $0.body) } + other
         let tampered = String(a.token.dropLast()) + (a.token.hasSuffix("A") ? "B" : "A")
         let badTokens: [(name: String, token: String?)] = [
             ("no token", nil), ("a made-up token", "rt_madeUpTokenThatWasNeverIssued0123456789abc"), ("A's token altered", tampered),
@@ -236,7 +239,8 @@ import Testing
             }
         }
         for (name, token) in badTokens.dropLast() {  // the bootstrap token would rightly create an account here
-            Self.expectError(try await api.call(.POST, "/dailyroundup/account", token: token), .unauthorized, "POST /dailyroundup/account with \(name)")
+            Self.expectError(
+                try await api.call(.POST, "/dailyroundup/account", token: token), .unauthorized, "POST /dailyroundup/account with \(name)")
         }
 
         // Ids are scoped by account, never global: A's Idempotency-Key does not replay A's job to B, and A's device_id
@@ -245,7 +249,8 @@ import Testing
             "op": "create", "sync_list_id": .string(listOfB.id), "reminder_id": "reminder-of-b-own",
             "fields": .object(["title": "errand of B"]), "modified_at": modified,
         ]
-        let replay = try await api.call(.POST, "/dailyroundup/sync", token: tokenB, body: Self.syncBody([ownChange]), headers: ["Idempotency-Key": "key-of-a"])
+        let replay = try await api.call(
+            .POST, "/dailyroundup/sync", token: tokenB, body: Self.syncBody([ownChange]), headers: ["Idempotency-Key": "key-of-a"])
         #expect(replay.status == .accepted, "\(replay.body)")
         let jobOfB = try #require(replay.json["job_id"]?.stringValue)
         #expect(jobOfB != a.jobID)

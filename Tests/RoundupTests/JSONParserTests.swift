@@ -1,5 +1,6 @@
 import Foundation
 import RoundupCore
+import RoundupStore
 import RoundupTesting
 import Testing
 
@@ -17,9 +18,13 @@ import Testing
 
     @Test func agreesWithFoundationOnEveryFixture() throws {
         let dir = TestSupport.fixturesDirectory
-        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map { dir.appendingPathComponent($0) }
+        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map {
+            dir.appendingPathComponent($0)
+        }
         let actions = dir.appendingPathComponent("action-only")
-        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map { actions.appendingPathComponent($0) }
+        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map {
+            actions.appendingPathComponent($0)
+        }
         #expect(files.count > 40)
         for file in files {
             let data = try Data(contentsOf: file)
@@ -64,8 +69,6 @@ import Testing
         #expect(RoundupStoreTimestamp.fast("2024-01-01T00:00:00." + String(repeating: "9", count: 40) + "Z") == nil)
     }
 }
-
-import RoundupStore
 
 enum RoundupStoreTimestamp {
     static func fast(_ text: String) -> Date? { Timestamp.fastParse(text) }

@@ -50,7 +50,9 @@ import Testing
         #expect(Self.value(worker, #"roundup_worker_changes_written_total"#) == 1)
         #expect(Self.value(worker, #"roundup_trello_requests_total{status="2xx"}"#) ?? 0 >= 1)
         #expect(Self.value(worker, #"roundup_worker_events_by_type_total{type="createCard",result="done"}"#) == 1)
-        #expect(worker.contains("roundup_stream_length") && worker.contains("roundup_stream_lag") && worker.contains("roundup_stream_oldest_pending_age_seconds"))
+        #expect(
+            worker.contains("roundup_stream_length") && worker.contains("roundup_stream_lag")
+                && worker.contains("roundup_stream_oldest_pending_age_seconds"))
 
         // The API's request metrics, by route and status.
         try await stack.startAPI(bootstrapToken: nil)
@@ -70,14 +72,19 @@ import Testing
         let account = try #require(created.json["account_id"]?.stringValue)
         let token = try #require(created.json["auth_token"]?.stringValue)
         let secret = "json-log-webhook-secret-42"
-        _ = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"\#(secret)"}"#)
-        #expect(try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"L","trello_board_id":"B1","trello_list_id":"L1"}"#).status == .created)
+        _ = try await stack.callAPI(
+            .PUT, "/dailyroundup/account", token: token,
+            body: #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"\#(secret)"}"#)
+        #expect(
+            try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"L","trello_board_id":"B1","trello_list_id":"L1"}"#)
+                .status == .created)
         stack.trello.setCard(FakeTrello.card(id: "J1", listID: "L1", boardID: "B1", name: "Logged"))
         let body = WebhookBodies.body(type: "createCard", actionID: "J-1", cardID: "J1", listID: "L1", boardID: "B1")
         #expect(try await stack.postWebhook(path: try await stack.webhookPath(account: account), body: body, secret: secret).status == .ok)
-        #expect(try await TestSupport.eventually {
-            try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 1
-        })
+        #expect(
+            try await TestSupport.eventually {
+                try await stack.callAPI(.GET, "/dailyroundup/changes", token: token).json["changes"]?.arrayValue?.count == 1
+            })
         _ = try await stack.callAPI(.GET, "/dailyroundup/changes", token: "rt_wrong_token_value")
         await stack.shutdown()
 

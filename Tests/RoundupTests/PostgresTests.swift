@@ -5,9 +5,10 @@ import PostgresNIO
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
-@testable import RoundupStore
 import RoundupTesting
 import Testing
+
+@testable import RoundupStore
 
 /// Scale-out on PostgreSQL: several API and worker processes against one database and one Redis, and a database
 /// restart under load. These run when PostgreSQL is available (`ROUNDUP_TEST_POSTGRES_URL`, which scripts/test sets).
@@ -65,7 +66,8 @@ import Testing
                 let ids = changes.compactMap { $0["id"]?.numberValue.map { Int64($0) } }
                 afterID = ids.max() ?? afterID
                 let acks = ids.map { #"{"id":\#($0),"reminder_id":"r-\#($0)"}"# }.joined(separator: ",")
-                let ack = try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: #"{"acks":[\#(acks)]}"#, port: stack.apis[turn % stack.apis.count].port)
+                let ack = try await stack.callAPI(
+                    .POST, "/dailyroundup/changes/ack", token: token, body: #"{"acks":[\#(acks)]}"#, port: stack.apis[turn % stack.apis.count].port)
                 #expect(ack.status == .ok, "\(ack.body)")
                 if page.json["has_more"] != .bool(true) { return }
             }
@@ -151,7 +153,8 @@ import Testing
         // Another session locks the accounts table, so the store's next read of it waits in the server.
         let target = try PostgresURL(url)
         let holder = try await PostgresConnection.connect(
-            configuration: .init(host: target.host, port: target.port, username: target.username, password: target.password, database: target.database, tls: .disable),
+            configuration: .init(
+                host: target.host, port: target.port, username: target.username, password: target.password, database: target.database, tls: .disable),
             id: 99, logger: quiet)
         _ = try await holder.query("BEGIN", logger: quiet)
         _ = try await holder.query("LOCK TABLE accounts IN ACCESS EXCLUSIVE MODE", logger: quiet)

@@ -18,7 +18,8 @@ import Testing
         let account = try #require(created.json["account_id"]?.stringValue)
         let token = try #require(created.json["auth_token"]?.stringValue)
         for (index, device) in devices.enumerated() {
-            let body = #"{"device_id":"\#(device.id)","apns_token":"\#(Self.deviceToken(index))","platform":"ios","environment":"\#(device.environment)"}"#
+            let body =
+                #"{"device_id":"\#(device.id)","apns_token":"\#(Self.deviceToken(index))","platform":"ios","environment":"\#(device.environment)"}"#
             let response = try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: body)
             #expect(response.status == .created, "\(response.body)")
         }
@@ -40,9 +41,16 @@ import Testing
         return (stack, apns)
     }
 
-    @Test(arguments: StoreBackend.available) func backgroundAndAlertPushesCarryTheRightHeadersAndSkipTheSyncingDevice(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func backgroundAndAlertPushesCarryTheRightHeadersAndSkipTheSyncingDevice(
+        backend: StoreBackend
+    ) async throws {
         let (stack, apns) = try await start(backend)
-        defer { Task { await stack.shutdown(); await apns.stop() } }
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
         let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "sandbox"), ("ipad", "production")])
         try await push(stack, account: account, kind: "background", exclude: "ipad")
         #expect(await TestSupport.eventually { apns.delivered.count == 2 })
@@ -73,7 +81,12 @@ import Testing
 
     @Test(arguments: StoreBackend.available) func backgroundPushesAreCoalescedPerDeviceWithinTheWindow(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 2)
-        defer { Task { await stack.shutdown(); await apns.stop() } }
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
         let (account, _) = try await account(stack, devices: [("iphone", "production")])
         for _ in 0..<6 { try await push(stack, account: account, kind: "background") }
         #expect(await TestSupport.eventually { apns.delivered.count >= 1 })
@@ -89,8 +102,14 @@ import Testing
 
     @Test(arguments: StoreBackend.available) func unregisteredAndBadTokensRemoveTheDeviceAndAreNeverRetried(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 0)
-        defer { Task { await stack.shutdown(); await apns.stop() } }
-        let (account, token) = try await account(stack, devices: [("gone", "production"), ("bad", "production"), ("busy", "production"), ("ok", "production")])
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
+        let (account, token) = try await account(
+            stack, devices: [("gone", "production"), ("bad", "production"), ("busy", "production"), ("ok", "production")])
         apns.fail(token: Self.deviceToken(0), status: 410, reason: "Unregistered")
         apns.fail(token: Self.deviceToken(1), status: 400, reason: "BadDeviceToken")
         apns.fail(token: Self.deviceToken(2), status: 503, reason: "ServiceUnavailable", times: 2)
@@ -107,14 +126,21 @@ import Testing
         // 503 twice, then delivered: retried with backoff.
         #expect(answered.filter { $0.token == Self.deviceToken(2) }.map(\.status) == [503, 503, 200])
         let metrics = try await stack.get(port: stack.pusherPorts["p1"] ?? 0, "/metrics").body
-        #expect(metrics.contains(#"roundup_apns_sends_total{reason="Unregistered",status="410"} 1"#) || metrics.contains(#"roundup_apns_sends_total{status="410",reason="Unregistered"} 1"#), "\(metrics)")
+        #expect(
+            metrics.contains(#"roundup_apns_sends_total{reason="Unregistered",status="410"} 1"#)
+                || metrics.contains(#"roundup_apns_sends_total{status="410",reason="Unregistered"} 1"#), "\(metrics)")
         await stack.shutdown()
         await apns.stop()
     }
 
     @Test(arguments: StoreBackend.available) func anExpiredProviderTokenIsRenewedOnceAndThenReused(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 0)
-        defer { Task { await stack.shutdown(); await apns.stop() } }
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
         let (account, _) = try await account(stack, devices: [("iphone", "production"), ("mac", "production")])
         try await push(stack, account: account, kind: "background")
         #expect(await TestSupport.eventually { apns.delivered.count == 2 })
@@ -134,7 +160,12 @@ import Testing
 
     @Test(arguments: StoreBackend.available) func aGoAwayMidBurstLosesNoPushAndSendsNoneTwice(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 0, extra: ["ROUNDUP_APNS_CONNECTIONS": "1"])
-        defer { Task { await stack.shutdown(); await apns.stop() } }
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
         let devices = (0..<60).map { (id: "d\($0)", environment: "production") }
         let (account, _) = try await account(stack, devices: devices)
         apns.state.withLockedValue { $0.goAwayAfter = 20 }
@@ -157,10 +188,13 @@ import Testing
         var env = stack.environment
         env["ROUNDUP_APNS_TOPIC"] = "app.dailyroundup.ios"
         let process = try ManagedProcess(
-            name: "pusher-nokeys", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"), environment: env, logDirectory: stack.directory)
+            name: "pusher-nokeys", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"), environment: env,
+            logDirectory: stack.directory)
         let code = await process.wait(timeout: .seconds(20))
         #expect(code == 78)
-        #expect(process.output.contains("ROUNDUP_APNS_KEY_FILE") && process.output.contains("ROUNDUP_APNS_KEY_ID") && process.output.contains("ROUNDUP_APNS_TEAM_ID"))
+        #expect(
+            process.output.contains("ROUNDUP_APNS_KEY_FILE") && process.output.contains("ROUNDUP_APNS_KEY_ID")
+                && process.output.contains("ROUNDUP_APNS_TEAM_ID"))
         #expect(!process.output.contains("ROUNDUP_APNS_TOPIC,"))
         await stack.shutdown()
     }

@@ -26,7 +26,8 @@ import Testing
         return try await s.wait(job: try #require(started.json["job_id"]?.stringValue))
     }
 
-    @Test(arguments: StoreBackend.available) func editsWhoseWebhooksWereLostComeBackOnceAndASecondRunFindsNothing(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func editsWhoseWebhooksWereLostComeBackOnceAndASecondRunFindsNothing(backend: StoreBackend) async throws
+    {
         let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lrec", board: "Brec")
@@ -52,7 +53,8 @@ import Testing
         #expect(job["status"] == "completed", "\(job)")
         let summary = try #require(job["results"]?[0]?["summary"])
         #expect(summary["cards"] == .number(3))
-        #expect(summary["changes"] == .object(["create": .number(1), "update": .number(1), "delete": .number(1), "complete": .number(1)]), "\(summary)")
+        #expect(
+            summary["changes"] == .object(["create": .number(1), "update": .number(1), "delete": .number(1), "complete": .number(1)]), "\(summary)")
         let healed = try await s.changes()
         #expect(healed.count == 4, "\(healed)")
         func change(_ card: String) -> JSONValue? { healed.first { $0["trello_card_id"] == .string(card) } }
@@ -71,7 +73,9 @@ import Testing
         await stack.shutdown()
     }
 
-    @Test(arguments: StoreBackend.available) func lostAndDeactivatedWebhooksAreRegisteredAgainAndARevokedTokenFlagsTheAccount(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func lostAndDeactivatedWebhooksAreRegisteredAgainAndARevokedTokenFlagsTheAccount(
+        backend: StoreBackend
+    ) async throws {
         let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lhook", board: "Bhook")
@@ -129,7 +133,8 @@ import Testing
         // However many runs, each card reached the apps once.
         let changes = try await s.changes()
         #expect(changes.count == 20 && Set(changes.compactMap { $0["trello_card_id"]?.stringValue }).count == 20)
-        let metrics = try await stack.get(port: stack.workerPorts["w1"] ?? 0, "/metrics").body
+        let metrics =
+            try await stack.get(port: stack.workerPorts["w1"] ?? 0, "/metrics").body
             + (try await stack.get(port: stack.workerPorts["w2"] ?? 0, "/metrics").body)
         #expect(metrics.contains("roundup_reconcile_runs_total") && metrics.contains("roundup_reconcile_oldest_age_seconds"))
         await stack.shutdown()

@@ -63,7 +63,8 @@ import Testing
 
     @Test func reconnectsAfterRedisRestarts() async throws {
         let server = try await RedisServer()
-        let client = RedisClient(configuration: RedisConfiguration(port: server.port, poolSize: 1, connectTimeout: .milliseconds(300), commandTimeout: .milliseconds(500)))
+        let client = RedisClient(
+            configuration: RedisConfiguration(port: server.port, poolSize: 1, connectTimeout: .milliseconds(300), commandTimeout: .milliseconds(500)))
         #expect(try await client.send("PING") == .status("PONG"))
         await server.stop()
         await #expect {

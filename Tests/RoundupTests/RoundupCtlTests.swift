@@ -39,7 +39,11 @@ import Testing
         #expect(report["consumers"]?.arrayValue?.count == 1)
         #expect(report["consumers"]?.arrayValue?.first?["name"] == "c1")
         #expect(report["consumers"]?.arrayValue?.first?["pending"] == .number(2))
-        if case .number(let age)? = report["oldest_pending_age_ms"] { #expect(age >= 0 && age < 60_000) } else { Issue.record("no oldest_pending_age_ms") }
+        if case .number(let age)? = report["oldest_pending_age_ms"] {
+            #expect(age >= 0 && age < 60_000)
+        } else {
+            Issue.record("no oldest_pending_age_ms")
+        }
         let table = try await run(stack, ["queues"])
         #expect(table.code == 0 && table.output.contains("pending       2"))
         await stack.shutdown()
@@ -80,9 +84,11 @@ import Testing
         // APNs credentials are checked when any is set: a key file that is not a .p8, a short key id, a missing topic.
         let badKey = stack.directory.appendingPathComponent("not-a-key.p8")
         try "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n".write(to: badKey, atomically: true, encoding: .utf8)
-        let apns = try await run(stack, ["check"], extra: [
-            "ROUNDUP_APNS_KEY_FILE": badKey.path, "ROUNDUP_APNS_KEY_ID": "SHORT", "ROUNDUP_APNS_TEAM_ID": "ABCDE12345",
-        ])
+        let apns = try await run(
+            stack, ["check"],
+            extra: [
+                "ROUNDUP_APNS_KEY_FILE": badKey.path, "ROUNDUP_APNS_KEY_ID": "SHORT", "ROUNDUP_APNS_TEAM_ID": "ABCDE12345",
+            ])
         #expect(apns.code == 1)
         #expect(apns.output.contains("ROUNDUP_APNS_KEY_FILE") && apns.output.contains("not a P-256 .p8 key"), "\(apns.output)")
         #expect(apns.output.contains("ROUNDUP_APNS_KEY_ID should be") && apns.output.contains("ROUNDUP_APNS_TOPIC is not set"))
@@ -111,7 +117,8 @@ import Testing
         try await db.write { db in
             for (id, processed, total, updated) in [("job-live", 3, 10, fresh), ("job-dead", 1, 5, old)] {
                 try db.execute(
-                    sql: "INSERT INTO background_jobs (id, account_id, kind, status, processed, total, created_at, updated_at) VALUES (?, ?, 'sync', 'running', ?, ?, ?, ?)",
+                    sql:
+                        "INSERT INTO background_jobs (id, account_id, kind, status, processed, total, created_at, updated_at) VALUES (?, ?, 'sync', 'running', ?, ?, ?, ?)",
                     arguments: [id, account, processed, total, updated, updated])
             }
         }

@@ -19,8 +19,13 @@ struct StoreFixture {
         list = try await store.createSyncList(accountID: account, name: "Groceries", trelloBoardID: boardID, trelloListID: listID)
     }
 
-    func observe(_ card: String, _ kind: CardObservation.Kind, at seconds: Double = 1_700_000_000, action: String = UUID().uuidString) async throws -> Int {
-        try await store.apply([CardObservation(accountID: account, syncListID: list.id, cardID: card, actionID: action, actionDate: Date(timeIntervalSince1970: seconds), kind: kind)]).written
+    func observe(
+        _ card: String, _ kind: CardObservation.Kind, at seconds: Double = 1_700_000_000, action: String = UUID().uuidString
+    ) async throws -> Int {
+        try await store.apply([
+            CardObservation(
+                accountID: account, syncListID: list.id, cardID: card, actionID: action, actionDate: Date(timeIntervalSince1970: seconds), kind: kind)
+        ]).written
     }
 
     func changes() async throws -> [PendingChange] {
@@ -36,14 +41,19 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
     @Test(arguments: StoreBackend.available) func migrationsCreateTheSixteenTables(backend: StoreBackend) async throws {
         let f = try await StoreFixture(backend)
         let tables = try await f.store.tableNames()
-        #expect(Set(tables) == [
-            "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_attachments",
-            "sync_custom_fields", "sync_locations", "sync_lease", "trello_card_labels", "sync_checklists",
-            "sync_checklist_items", "trello_card_custom_field_values", "background_jobs", "potential_duplicates",
-        ])
+        #expect(
+            Set(tables) == [
+                "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_attachments",
+                "sync_custom_fields", "sync_locations", "sync_lease", "trello_card_labels", "sync_checklists",
+                "sync_checklist_items", "trello_card_custom_field_values", "background_jobs", "potential_duplicates",
+            ])
         if let sqlite = f.store as? SQLiteStore { #expect(try await sqlite.journalMode() == "wal") }
         if let postgres = f.store as? PostgresStore {
-            #expect(try await postgres.appliedMigrations() == ["v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims", "v6-webhook-callback-tokens"])
+            #expect(
+                try await postgres.appliedMigrations() == [
+                    "v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims",
+                    "v6-webhook-callback-tokens",
+                ])
         }
         try await f.store.migrate()  // a second run changes nothing and does not fail
         #expect(try await f.store.tableNames().count == 16)

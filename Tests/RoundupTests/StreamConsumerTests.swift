@@ -100,7 +100,8 @@ import Testing
         for n in 0..<25 { stream.add(Self.event(n)) }
         struct Appending: StreamHandler {
             func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<UnclassifiedFailure> {
-                StreamBatchResult(done: batch.map(\.id), appends: [StreamAppend(stream: "push", maxLength: 100, fields: [("account", Array("a".utf8))])])
+                StreamBatchResult(
+                    done: batch.map(\.id), appends: [StreamAppend(stream: "push", maxLength: 100, fields: [("account", Array("a".utf8))])])
             }
         }
         let consumer = StreamConsumer(
@@ -270,7 +271,8 @@ import Testing
 
     @Test func webhookEventsRoundTripInTheIngressFormat() throws {
         let event = WebhookEvent(
-            account: "acc", actionID: "act", type: "updateCard", model: "L1", receivedMilliseconds: 1_700_000_000_123, body: Array(#"{"a":1}"#.utf8), confirm: true)
+            account: "acc", actionID: "act", type: "updateCard", model: "L1", receivedMilliseconds: 1_700_000_000_123, body: Array(#"{"a":1}"#.utf8),
+            confirm: true)
         #expect(Self.names(event.fields) == ["account", "action", "type", "model", "received", "body", "confirm"])
         #expect(Self.texts(event.fields).last == "1")
         #expect(WebhookEvent(fields: Self.dictionary(event.fields)) == event)

@@ -19,13 +19,17 @@ struct SyncSetup: Sendable {
 
     static let bootstrap = "bootstrap-0123456789abcdef"
 
-    static func make(_ stack: Stack, list trelloList: String, board: String, policy: String? = nil, trelloToken: String = "test-token") async throws -> SyncSetup {
+    static func make(
+        _ stack: Stack, list trelloList: String, board: String, policy: String? = nil, trelloToken: String = "test-token"
+    ) async throws -> SyncSetup {
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap)
         #expect(created.status == .created, "\(created.body)")
         let account = try #require(created.json["account_id"]?.stringValue)
         let token = try #require(created.json["auth_token"]?.stringValue)
         let secret = stack.trello.webhookSecret
-        var settings: [String: JSONValue] = ["trello_api_key": "test-api-key", "trello_token": .string(trelloToken), "trello_webhook_secret": .string(secret)]
+        var settings: [String: JSONValue] = [
+            "trello_api_key": "test-api-key", "trello_token": .string(trelloToken), "trello_webhook_secret": .string(secret),
+        ]
         if let policy { settings["conflict_policy"] = .string(policy) }
         let put = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object(settings).canonicalJSON)
         #expect(put.status == .ok, "\(put.body)")
@@ -33,7 +37,9 @@ struct SyncSetup: Sendable {
         let list = try await stack.callAPI(
             .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"\#(board)","trello_list_id":"\#(trelloList)"}"#)
         #expect(list.status == .created, "\(list.body)")
-        return SyncSetup(stack: stack, account: account, token: token, listID: try #require(list.json["sync_list_id"]?.stringValue), trelloList: trelloList, board: board)
+        return SyncSetup(
+            stack: stack, account: account, token: token, listID: try #require(list.json["sync_list_id"]?.stringValue), trelloList: trelloList,
+            board: board)
     }
 
     func change(
@@ -95,7 +101,8 @@ struct SyncSetup: Sendable {
             }
             return .object(["id": id])
         }
-        let response = try await stack.callAPI(.POST, "/dailyroundup/changes/ack", token: token, body: JSONValue.object(["acks": .array(acks)]).canonicalJSON)
+        let response = try await stack.callAPI(
+            .POST, "/dailyroundup/changes/ack", token: token, body: JSONValue.object(["acks": .array(acks)]).canonicalJSON)
         #expect(response.status == .ok, "\(response.body)")
     }
 }
@@ -179,7 +186,9 @@ extension Stack {
         #expect(try await s.changes().isEmpty, "our own writes came back as changes")
 
         // Resubmitting a finished delete is harmless; updating a deleted card says so.
-        let again = try await s.sync([s.change("delete", reminder: "R2"), s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"])])
+        let again = try await s.sync([
+            s.change("delete", reminder: "R2"), s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"]),
+        ])
         #expect(again["results"]?[0]?["status"] == "ok")
         #expect(again["results"]?[1]?["status"] == "error")
         #expect(again["results"]?[1]?["error"]?.stringValue?.contains("deleted") == true)
@@ -198,7 +207,9 @@ extension Stack {
         defer { Task { await stack.shutdown() } }
         stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low", "Low"), ("o-high", "High")])
         let s = try await SyncSetup.make(stack, list: "Lprio", board: "Bprio")
-        let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "File taxes", "priority": "high", "url": "https://example.com/forms"])])
+        let created = try await s.sync([
+            s.change("create", reminder: "R1", fields: ["title": "File taxes", "priority": "high", "url": "https://example.com/forms"])
+        ])
         #expect(created["results"]?[0]?["status"] == "ok", "\(created)")
         let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
         let stored = try #require(stack.trello.cardValue(card))
@@ -206,7 +217,9 @@ extension Stack {
         #expect(stored["attachments"]?[0]?["url"] == "https://example.com/forms")
         // The board's field was edited in Trello: the option ids we kept are stale, Trello rejects them, we read again.
         stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low-2", "Low"), ("o-high-2", "High")])
-        let updated = try await s.sync([s.change("update", reminder: "R1", fields: ["priority": "low", "url": "https://example.com/v2"], changed: ["priority", "url"])])
+        let updated = try await s.sync([
+            s.change("update", reminder: "R1", fields: ["priority": "low", "url": "https://example.com/v2"], changed: ["priority", "url"])
+        ])
         #expect(updated["results"]?[0]?["status"] == "ok", "\(updated)")
         let after = try #require(stack.trello.cardValue(card))
         #expect(after["customFieldItems"]?[0]?["idValue"] == "o-low-2", "\(after)")
@@ -231,16 +244,24 @@ extension Stack {
         try await expect([s.change("update", reminder: "R1", fields: ["title": "x"])], .unprocessableEntity, mentioning: "changed_fields")
         try await expect([s.change("create", reminder: "R1", fields: ["notes": "no title"])], .unprocessableEntity, mentioning: "title")
         try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "colour": "red"])], .unprocessableEntity, mentioning: "colour")
-        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "due_date": "tomorrow"])], .unprocessableEntity, mentioning: "changes[0].fields.due_date")
-        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "priority": "urgent"])], .unprocessableEntity, mentioning: "priority")
+        try await expect(
+            [s.change("create", reminder: "R1", fields: ["title": "x", "due_date": "tomorrow"])], .unprocessableEntity,
+            mentioning: "changes[0].fields.due_date")
+        try await expect(
+            [s.change("create", reminder: "R1", fields: ["title": "x", "priority": "urgent"])], .unprocessableEntity, mentioning: "priority")
         try await expect([s.change("create", reminder: "R1", fields: ["title": .number(3)])], .unprocessableEntity, mentioning: "title")
-        try await expect([s.change("create", reminder: "R1", fields: ["title": "x"]), s.change("erase", reminder: "R2")], .unprocessableEntity, mentioning: "changes[1].op")
-        try await expect([s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"], card: "no-such-card")], .unprocessableEntity, mentioning: "trello_card_id")
+        try await expect(
+            [s.change("create", reminder: "R1", fields: ["title": "x"]), s.change("erase", reminder: "R2")], .unprocessableEntity,
+            mentioning: "changes[1].op")
+        try await expect(
+            [s.change("update", reminder: "R1", fields: ["title": "x"], changed: ["title"], card: "no-such-card")], .unprocessableEntity,
+            mentioning: "trello_card_id")
         var foreign = s.change("create", reminder: "R1", fields: ["title": "x"]).objectValue!
         foreign["sync_list_id"] = "another-accounts-list"
         try await expect([.object(foreign)], .unprocessableEntity, mentioning: "sync_list_id")
         try await expect([], .unprocessableEntity, mentioning: "empty")
-        try await expect(Array(repeating: s.change("create", reminder: "R", fields: ["title": "x"]), count: 501), .unprocessableEntity, mentioning: "500")
+        try await expect(
+            Array(repeating: s.change("create", reminder: "R", fields: ["title": "x"]), count: 501), .unprocessableEntity, mentioning: "500")
         let notArray = try await stack.callAPI(.POST, "/dailyroundup/sync", token: s.token, body: #"{"device_id":"d","changes":{}}"#)
         #expect(notArray.status == .badRequest)
         // Nothing was started by any of them.
@@ -265,12 +286,16 @@ extension Stack {
         stack.trello.setCardDelay(.zero)
         let done = try await s.wait(job: try #require(slow.json["job_id"]?.stringValue))
         #expect(done["status"] == "completed")
-        let other = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(slow.json["job_id"]!.stringValue!)", token: (try await SyncSetup.make(stack, list: "Lbad2", board: "Bbad2")).token)
+        let other = try await stack.callAPI(
+            .GET, "/dailyroundup/sync/jobs/\(slow.json["job_id"]!.stringValue!)",
+            token: (try await SyncSetup.make(stack, list: "Lbad2", board: "Bbad2")).token)
         #expect(other.status == .notFound)
         await stack.shutdown()
     }
 
-    @Test(arguments: StoreBackend.available) func oneAccountsTokenReachesNoneOfAnotherAccountsJobsConflictsDuplicatesOrLists(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func oneAccountsTokenReachesNoneOfAnotherAccountsJobsConflictsDuplicatesOrLists(
+        backend: StoreBackend
+    ) async throws {
         let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let owner = try await SyncSetup.make(stack, list: "Lown", board: "Bown", policy: "manual")
@@ -302,10 +327,12 @@ extension Stack {
             #expect(response.status == .notFound, "\(method) \(path): \(response.status) \(response.body)")
         }
         // A sync naming the owner's list or card is refused before anything starts.
-        let foreignList = try await intruder.post([.object([
-            "op": "create", "sync_list_id": .string(owner.listID), "reminder_id": "X", "fields": .object(["title": "x"]),
-            "modified_at": .string(Timestamp.now()),
-        ])])
+        let foreignList = try await intruder.post([
+            .object([
+                "op": "create", "sync_list_id": .string(owner.listID), "reminder_id": "X", "fields": .object(["title": "x"]),
+                "modified_at": .string(Timestamp.now()),
+            ])
+        ])
         #expect(foreignList.status == .unprocessableEntity)
         let foreignCard = try await intruder.post([intruder.change("update", reminder: "X", fields: ["title": "x"], changed: ["title"], card: card)])
         #expect(foreignCard.status == .unprocessableEntity)
@@ -324,7 +351,9 @@ extension Stack {
         let s = try await SyncSetup.make(stack, list: "Lecho", board: "Becho")
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Call the plumber"])])
         let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
-        let updated = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Call the plumber at 9", "completed": true], changed: ["title", "completed"])])
+        let updated = try await s.sync([
+            s.change("update", reminder: "R1", fields: ["title": "Call the plumber at 9", "completed": true], changed: ["title", "completed"])
+        ])
         #expect(updated["results"]?[0]?["status"] == "ok")
         try await Task.sleep(for: .seconds(1))
         stack.trello.userUpdateCard(id: card, ["name": "Call the plumber at 10"])
@@ -350,7 +379,9 @@ extension Stack {
         stack.trello.userUpdateCard(id: card, ["name": "Pay rent (Trello)"])
         try await stack.quiet()
         // The app edits title (conflicting) and notes (only its side): notes merge in every policy.
-        let result = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Pay rent (app)", "notes": "by card"], changed: ["title", "notes"])])
+        let result = try await s.sync([
+            s.change("update", reminder: "R1", fields: ["title": "Pay rent (app)", "notes": "by card"], changed: ["title", "notes"])
+        ])
         let item = try #require(result["results"]?[0])
         let trelloCard = try #require(stack.trello.cardValue(card))
         #expect(trelloCard["desc"] == "by card")
@@ -368,7 +399,10 @@ extension Stack {
             #expect(item["conflict_ids"] == .array([conflicts.first?["id"] ?? .null]))
             // The alert push is queued for the account's devices, not the one that synced.
             let pushes = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.pushStream), "-", "+").streamEntries
-            #expect(pushes.contains { $0.fields["account"].map { String(decoding: $0, as: UTF8.self) } == s.account && $0.fields["kind"] == Array("alert".utf8) })
+            #expect(
+                pushes.contains {
+                    $0.fields["account"].map { String(decoding: $0, as: UTF8.self) } == s.account && $0.fields["kind"] == Array("alert".utf8)
+                })
             // The user picks the reminder's value: it goes to Trello, and the conflict is resolved.
             let id = Int(conflicts.first?["id"]?.numberValue ?? 0)
             let resolved = try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(id)/resolve", token: s.token, body: #"{"choice":"reminders"}"#)
@@ -396,7 +430,11 @@ extension Stack {
             // An app edit made before Trello's loses.
             stack.trello.userUpdateCard(id: card, ["name": "Pay rent (Trello, later)"])
             try await stack.quiet()
-            let old = try await s.sync([s.change("update", reminder: "R1", fields: ["title": "Pay rent (app, earlier)"], changed: ["title"], modified: Date().addingTimeInterval(-3600))])
+            let old = try await s.sync([
+                s.change(
+                    "update", reminder: "R1", fields: ["title": "Pay rent (app, earlier)"], changed: ["title"],
+                    modified: Date().addingTimeInterval(-3600))
+            ])
             #expect(old["results"]?[0]?["status"] == "ok")
             #expect(stack.trello.cardValue(card)?["name"] == "Pay rent (Trello, later)")
         }
@@ -405,7 +443,9 @@ extension Stack {
 
     /// A Trello edit whose webhook has not arrived yet, kept by the policy: the job itself sends it to the apps, and
     /// wakes every device but the one that synced.
-    @Test(arguments: StoreBackend.available) func aTrelloValueKeptBeforeItsWebhookReachesTheAppsAndWakesTheOtherDevices(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func aTrelloValueKeptBeforeItsWebhookReachesTheAppsAndWakesTheOtherDevices(
+        backend: StoreBackend
+    ) async throws {
         let stack = try await startStack(backend)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lkept", board: "Bkept", policy: "prefer_trello")
@@ -421,9 +461,11 @@ extension Stack {
         let changes = try await s.changes()
         #expect(changes.count == 1 && changes.first?["fields"]?["title"] == "Book flights (Trello)", "\(changes)")
         let pushes = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.pushStream), "-", "+").streamEntries
-        #expect(pushes.contains {
-            $0.fields["kind"] == Array("background".utf8) && $0.fields["reason"] == Array("sync".utf8) && $0.fields["exclude_device"] == Array("iphone-1".utf8)
-        }, "\(pushes.map { $0.fields.mapValues { String(decoding: $0, as: UTF8.self) } })")
+        #expect(
+            pushes.contains {
+                $0.fields["kind"] == Array("background".utf8) && $0.fields["reason"] == Array("sync".utf8)
+                    && $0.fields["exclude_device"] == Array("iphone-1".utf8)
+            }, "\(pushes.map { $0.fields.mapValues { String(decoding: $0, as: UTF8.self) } })")
         await stack.shutdown()
     }
 
@@ -443,7 +485,9 @@ extension Stack {
         let changes = try await s.changes()
         #expect(changes.last?["fields"]?["completed"] == .bool(true), "\(changes)")
         // Outside the two seconds the policy decides again: the phone's later un-complete wins.
-        let later = try await s.sync([s.change("update", reminder: "R1", fields: ["completed": false], changed: ["completed"], modified: Date().addingTimeInterval(30))])
+        let later = try await s.sync([
+            s.change("update", reminder: "R1", fields: ["completed": false], changed: ["completed"], modified: Date().addingTimeInterval(30))
+        ])
         #expect(later["results"]?[0]?["status"] == "ok")
         #expect(stack.trello.cardValue(card)?["dueComplete"] == .bool(false))
         await stack.shutdown()
@@ -467,9 +511,13 @@ extension Stack {
         #expect(stack.trello.cardsCreated == 0)
         let listed = try await stack.callAPI(.GET, "/dailyroundup/duplicates", token: s.token).json["duplicates"]?.arrayValue ?? []
         #expect(listed.count == 2)
-        let merge = try await stack.callAPI(.POST, "/dailyroundup/duplicates/\(Int(items[0]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token, body: #"{"action":"merge"}"#)
+        let merge = try await stack.callAPI(
+            .POST, "/dailyroundup/duplicates/\(Int(items[0]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token, body: #"{"action":"merge"}"#
+        )
         #expect(merge.status == .ok && merge.json["status"] == "merged", "\(merge.body)")
-        let keep = try await stack.callAPI(.POST, "/dailyroundup/duplicates/\(Int(items[1]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token, body: #"{"action":"keep_both"}"#)
+        let keep = try await stack.callAPI(
+            .POST, "/dailyroundup/duplicates/\(Int(items[1]["duplicate_id"]?.numberValue ?? 0))/resolve", token: s.token,
+            body: #"{"action":"keep_both"}"#)
         #expect(keep.status == .ok && keep.json["status"] == "kept_both", "\(keep.body)")
         #expect(stack.trello.cardsCreated == 1)
         #expect(stack.trello.openCards(inList: "Ldup").filter { $0["name"] == "Return library books" }.count == 2)
@@ -512,7 +560,9 @@ extension Stack {
         await stack.shutdown()
     }
 
-    @Test(arguments: StoreBackend.available) func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard(backend: StoreBackend) async throws {
+    @Test(arguments: StoreBackend.available) func aWorkerKilledMidJobLeavesAStaleJobAndResubmittingMakesNoSecondCard(
+        backend: StoreBackend
+    ) async throws {
         let stack = try await startStack(backend, extra: Self.fast)
         defer { Task { await stack.shutdown() } }
         let s = try await SyncSetup.make(stack, list: "Lkill", board: "Bkill")
@@ -557,8 +607,10 @@ extension Stack {
         let a = try await SyncSetup.make(stack, list: "La", board: "Ba")
         let b = try await SyncSetup.make(stack, list: "Lb", board: "Bb")
         stack.trello.failNextRequests(status: 429, count: 6, pathPrefix: "/1/")
-        async let jobA = a.sync((1...12).map { a.change("create", reminder: "A\($0)", fields: ["title": .string("A \($0)")]) }, timeout: .seconds(120))
-        async let jobB = b.sync((1...12).map { b.change("create", reminder: "B\($0)", fields: ["title": .string("B \($0)")]) }, timeout: .seconds(120))
+        async let jobA = a.sync(
+            (1...12).map { a.change("create", reminder: "A\($0)", fields: ["title": .string("A \($0)")]) }, timeout: .seconds(120))
+        async let jobB = b.sync(
+            (1...12).map { b.change("create", reminder: "B\($0)", fields: ["title": .string("B \($0)")]) }, timeout: .seconds(120))
         let (resultA, resultB) = try await (jobA, jobB)
         #expect(resultA["status"] == "completed" && resultB["status"] == "completed")
         #expect(resultA["results"]?.arrayValue?.allSatisfy { $0["status"] == "ok" } == true, "\(resultA)")

@@ -97,7 +97,8 @@ struct RateLimit: Sendable {
         if let count = replies.first?.int, count > perMinute {
             let retry = 60 - Int(Date().timeIntervalSince1970) % 60
             throw APIError(
-                .tooManyRequests, "rate_limited", "more than \(perMinute) requests this minute; retry in \(retry) s", headers: [.retryAfter: String(retry)])
+                .tooManyRequests, "rate_limited", "more than \(perMinute) requests this minute; retry in \(retry) s",
+                headers: [.retryAfter: String(retry)])
         }
     }
 

@@ -23,7 +23,8 @@ struct ErrorMiddleware: RouterMiddleware {
                 if !methods.isEmpty {
                     let list = methods.joined(separator: ", ")
                     throw APIError(
-                        .methodNotAllowed, "method_not_allowed", "\(request.method.rawValue) is not allowed here; use \(list)", headers: [.allow: list])
+                        .methodNotAllowed, "method_not_allowed", "\(request.method.rawValue) is not allowed here; use \(list)",
+                        headers: [.allow: list])
                 }
                 throw APIError.notFound("no such path")
             case .contentTooLarge: throw APIError(.contentTooLarge, "payload_too_large", "the body is over 1 MiB")

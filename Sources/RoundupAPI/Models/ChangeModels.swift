@@ -88,7 +88,9 @@ public struct ChangeAckBatch: Codable, Sendable, Equatable {
                 let id = try JSONBody.integer(idValue, name: "acks[\(index)].id")
                 var reminder: String?
                 if let value = object["reminder_id"], value != .null {
-                    guard case .string(let text) = value, !text.isEmpty else { throw APIError.badRequest("acks[\(index)].reminder_id must be a string") }
+                    guard case .string(let text) = value, !text.isEmpty else {
+                        throw APIError.badRequest("acks[\(index)].reminder_id must be a string")
+                    }
                     reminder = text
                 }
                 return Item(id: id, reminderID: reminder)

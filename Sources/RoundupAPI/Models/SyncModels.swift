@@ -92,7 +92,8 @@ public struct SyncChange: Codable, Sendable, Equatable {
             for name in names {
                 guard case .string(let field) = name else { throw APIError.badRequest("\(path).changed_fields must be an array of field names") }
                 guard SyncFields.writable.contains(field) else {
-                    throw APIError.unprocessable("\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writable.joined(separator: ", "))")
+                    throw APIError.unprocessable(
+                        "\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writable.joined(separator: ", "))")
                 }
                 guard fields[field] != nil || object["fields"]?[field] == .null else {
                     throw APIError.unprocessable("\(path).changed_fields names \(field), which is not in fields")

@@ -52,7 +52,8 @@ struct AccountRoutes {
         let changes = try AccountChanges(try await JSONBody.read(request, context: context))
         let update = changes.update
         guard update != AccountUpdate() else {
-            throw APIError.unprocessable("nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
+            throw APIError.unprocessable(
+                "nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
         }
         guard let details = try await api.store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
         if update.trelloWebhookSecret != nil {

@@ -71,7 +71,8 @@ struct ListRoutes {
                 made.append(boardHook)
             }
             try await store.setWebhooks(syncListID: list.id, listWebhookID: listHook, boardWebhookID: boardHook)
-            try await RoutePublisher.publishRoutes(account: account, models: [listID, boardID], store: store, redis: api.redis, keys: api.options.keys)
+            try await RoutePublisher.publishRoutes(
+                account: account, models: [listID, boardID], store: store, redis: api.redis, keys: api.options.keys)
         } catch {
             await api.deleteWebhooks(Set(made), credentials: credentials, account: account, syncList: list.id)
             _ = try? await store.deleteSyncList(accountID: account, id: list.id)

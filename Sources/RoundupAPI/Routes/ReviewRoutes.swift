@@ -56,7 +56,9 @@ extension ReviewRoutes {
         let routes = RouteCollection(context: APIRequestContext.self)
         routes.add(middleware: api.authentication)
         routes.get { _, context in try await list(context.requireAccount()) }
-        routes.post("{id}/resolve") { request, context in try await resolve(context.requireAccount(), context.parameters.require("id"), request, context) }
+        routes.post("{id}/resolve") { request, context in
+            try await resolve(context.requireAccount(), context.parameters.require("id"), request, context)
+        }
         return routes
     }
 }

@@ -63,18 +63,27 @@ public struct JSONParser: ~Copyable {
                 switch key {
                 case "action":
                     // Only an object is an action (`"action": null` or a string is as good as none).
-                    guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                    guard parser.peek() == UInt8(ascii: "{") else {
+                        try parser.skip()
+                        return
+                    }
                     envelope.hasAction = true
                     try parser.object { parser, key in
                         switch key {
                         case "id": envelope.actionID = try parser.stringOrSkip()
                         case "type": envelope.actionType = try parser.stringOrSkip()
                         case "data":
-                            guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                            guard parser.peek() == UInt8(ascii: "{") else {
+                                try parser.skip()
+                                return
+                            }
                             try parser.object { parser, key in
                                 switch key {
                                 case "card", "list", "listBefore", "listAfter", "board":
-                                    guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                                    guard parser.peek() == UInt8(ascii: "{") else {
+                                        try parser.skip()
+                                        return
+                                    }
                                     try parser.object { parser, key in
                                         if key == "id", let id = try parser.stringOrSkip() { envelope.dataIDs.append(id) } else { try parser.skip() }
                                     }
@@ -85,7 +94,10 @@ public struct JSONParser: ~Copyable {
                         }
                     }
                 case "model":
-                    guard parser.peek() == UInt8(ascii: "{") else { try parser.skip(); return }
+                    guard parser.peek() == UInt8(ascii: "{") else {
+                        try parser.skip()
+                        return
+                    }
                     try parser.object { parser, key in
                         if key == "id" { envelope.modelID = try parser.stringOrSkip() } else { try parser.skip() }
                     }
@@ -142,9 +154,15 @@ public struct JSONParser: ~Copyable {
             try self.array { parser in array.append(try parser.value()) }
             return .array(array)
         case UInt8(ascii: "\""): return .string(try string())
-        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
-        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
-        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "t"):
+            try literal("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try literal("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try literal("null")
+            return .null
         default: return .number(try number())
         }
     }
@@ -187,7 +205,9 @@ public struct JSONParser: ~Copyable {
     }
 
     /// An object's or an array's skeleton: `open`, elements separated by commas, `close`, within the nesting bound.
-    private mutating func container(open: Unicode.Scalar, close: Unicode.Scalar, name: StaticString, _ element: (inout JSONParser) throws -> Void) throws {
+    private mutating func container(
+        open: Unicode.Scalar, close: Unicode.Scalar, name: StaticString, _ element: (inout JSONParser) throws -> Void
+    ) throws {
         try expect(UInt8(ascii: open))
         depth += 1
         guard depth <= Self.maxDepth else { throw fail("nested too deeply") }

@@ -50,7 +50,8 @@ public struct PushRequest: StreamMessage, Equatable {
         guard let account = fields.text(Field.account) else { return nil }
         let kind = fields.text(Field.kind).flatMap(Kind.init(rawValue:)) ?? .background
         self.init(
-            account: account, kind: kind, reason: fields.text(Field.reason).flatMap(Reason.init(rawValue:)) ?? (kind == .alert ? .conflict : .changes),
+            account: account, kind: kind,
+            reason: fields.text(Field.reason).flatMap(Reason.init(rawValue:)) ?? (kind == .alert ? .conflict : .changes),
             conflictIDs: (fields.text(Field.conflictIDs) ?? "").split(separator: ",").compactMap { Int64($0) },
             excludeDevice: fields.text(Field.excludeDevice))
     }

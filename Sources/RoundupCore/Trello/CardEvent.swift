@@ -30,7 +30,7 @@ public enum CardEventInterpreter {
     public static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
         let action = body.action
         guard let type = actionType ?? action.type, let data = action.data,
-              let cardID = data.card?["id"]?.stringValue
+            let cardID = data.card?["id"]?.stringValue
         else { return [] }
         let board = data.board?.id
         // A list model names the list when the payload does not.

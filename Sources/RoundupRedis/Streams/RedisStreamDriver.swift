@@ -71,9 +71,12 @@ public final class RedisStreamDriver: StreamDriver {
     }
 
     public func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
-        let reply = try await redis.send(RedisCommand("XPENDING", [
-            RedisArgument(stream), RedisArgument(group), "IDLE", RedisArgument(Self.milliseconds(idle)), "-", "+", RedisArgument(count),
-        ]))
+        let reply = try await redis.send(
+            RedisCommand(
+                "XPENDING",
+                [
+                    RedisArgument(stream), RedisArgument(group), "IDLE", RedisArgument(Self.milliseconds(idle)), "-", "+", RedisArgument(count),
+                ]))
         return (reply.array ?? []).compactMap { item in
             guard let fields = item.array, fields.count >= 4, let id = fields[0].string, let deliveries = fields[3].int else { return nil }
             return StreamPendingEntry(id: id, deliveries: deliveries)
@@ -82,9 +85,12 @@ public final class RedisStreamDriver: StreamDriver {
 
     public func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
         guard !ids.isEmpty else { return [] }
-        let claimed = try await redis.send(RedisCommand("XCLAIM", [
-            RedisArgument(stream), RedisArgument(group), RedisArgument(consumer), RedisArgument(Self.milliseconds(idle)),
-        ] + ids.map { RedisArgument($0) }))
+        let claimed = try await redis.send(
+            RedisCommand(
+                "XCLAIM",
+                [
+                    RedisArgument(stream), RedisArgument(group), RedisArgument(consumer), RedisArgument(Self.milliseconds(idle)),
+                ] + ids.map { RedisArgument($0) }))
         // Entries deleted meanwhile come back without fields (or not at all): ack them so they leave the pending list.
         let entries = claimed.streamEntries.filter { !$0.fields.isEmpty }.map { StreamDelivery(id: $0.id, fields: $0.fields) }
         let gone = Set(ids).subtracting(entries.map(\.id))
@@ -96,8 +102,9 @@ public final class RedisStreamDriver: StreamDriver {
 
     public func extendLease(_ ids: [String]) async throws {
         guard !ids.isEmpty else { return }
-        _ = try await redis.send(RedisCommand(
-            "XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(consumer), "0"] + ids.map { RedisArgument($0) } + ["JUSTID"]))
+        _ = try await redis.send(
+            RedisCommand(
+                "XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(consumer), "0"] + ids.map { RedisArgument($0) } + ["JUSTID"]))
     }
 
     public func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
@@ -114,7 +121,9 @@ public final class RedisStreamDriver: StreamDriver {
         let essential = commands.count
         commands += appends.map(\.command)
         if let errors {
-            for (id, recorded) in failed { commands.append(RedisCommand("HSET", [RedisArgument(errors), RedisArgument(id), RedisArgument(recorded)])) }
+            for (id, recorded) in failed {
+                commands.append(RedisCommand("HSET", [RedisArgument(errors), RedisArgument(id), RedisArgument(recorded)]))
+            }
         }
         guard !commands.isEmpty else { return 0 }
         let replies = try await redis.pipeline(commands)
@@ -141,7 +150,8 @@ public final class RedisStreamDriver: StreamDriver {
             arguments: [
                 RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(now),
                 RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)),
-            ]).int ?? 0
+            ]
+        ).int ?? 0
     }
 
     public func stats() async -> StreamStats? {

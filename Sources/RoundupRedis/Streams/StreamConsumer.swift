@@ -1,6 +1,6 @@
-public import Metrics
 import Foundation
 public import Logging
+public import Metrics
 import NIOConcurrencyHelpers
 
 /// The one loop every stream consumer runs (webhooks, jobs, pushes): read batches (the next one asked for while the
@@ -249,11 +249,14 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                     continue
                 }
                 do {
-                    try await deadLetter(entry.id, deliveries: entry.deliveries, error: failure?.description ?? text ?? "delivered \(entry.deliveries) times without success")
+                    try await deadLetter(
+                        entry.id, deliveries: entry.deliveries,
+                        error: failure?.description ?? text ?? "delivered \(entry.deliveries) times without success")
                 } catch {
                     // Redis refused the dead letter (at its maxmemory, most likely): the entry stays pending and is
                     // tried again next round; the reclaim of the others, and the draining, go on.
-                    logger.warning("dead-lettering failed, will retry", metadata: ["stream": "\(options.name)", "entry": "\(entry.id)", "error": "\(error)"])
+                    logger.warning(
+                        "dead-lettering failed, will retry", metadata: ["stream": "\(options.name)", "entry": "\(entry.id)", "error": "\(error)"])
                 }
             }
         }
@@ -268,7 +271,9 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
     func deadLetter(_ id: String, deliveries: Int, error: String) async throws {
         let trimmed = try await driver.deadLetter(id, deliveries: deliveries, error: error)
         metrics.deadLettered?.increment()
-        logger.error("event dead-lettered", metadata: ["stream": "\(options.name)", "entry": "\(id)", "deliveries": "\(deliveries)", "error": "\(error.prefix(200))"])
+        logger.error(
+            "event dead-lettered",
+            metadata: ["stream": "\(options.name)", "entry": "\(id)", "deliveries": "\(deliveries)", "error": "\(error.prefix(200))"])
         if trimmed > 0 {
             metrics.deadLettersTrimmed?.increment(by: trimmed)
             logger.warning("old dead letters trimmed", metadata: ["stream": "\(options.name)", "count": "\(trimmed)"])
@@ -323,6 +328,16 @@ final class InFlight: Sendable {
     var entries: Int { state.withLockedValue { $0.ids.count } }
     var batches: Int { state.withLockedValue { $0.batches } }
     func contains(_ id: String) -> Bool { state.withLockedValue { $0.ids.contains(id) } }
-    func add(_ ids: [String]) { state.withLockedValue { $0.ids.formUnion(ids); $0.batches += 1 } }
-    func remove(_ ids: [String]) { state.withLockedValue { $0.ids.subtract(ids); $0.batches -= 1 } }
+    func add(_ ids: [String]) {
+        state.withLockedValue {
+            $0.ids.formUnion(ids)
+            $0.batches += 1
+        }
+    }
+    func remove(_ ids: [String]) {
+        state.withLockedValue {
+            $0.ids.subtract(ids)
+            $0.batches -= 1
+        }
+    }
 }

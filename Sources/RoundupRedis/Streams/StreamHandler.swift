@@ -34,7 +34,10 @@ public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     /// Whatever the handler wants back in `settled` (its own counts).
     public var detail: (any Sendable)?
 
-    public init(done: [String] = [], retry: [(id: String, failure: StreamFailure<Failure>?)] = [], deadLetter: [(id: String, failure: StreamFailure<Failure>)] = [], appends: [StreamAppend] = []) {
+    public init(
+        done: [String] = [], retry: [(id: String, failure: StreamFailure<Failure>?)] = [],
+        deadLetter: [(id: String, failure: StreamFailure<Failure>)] = [], appends: [StreamAppend] = []
+    ) {
         self.done = done
         self.retry = retry
         self.deadLetter = deadLetter

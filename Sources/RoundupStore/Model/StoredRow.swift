@@ -53,7 +53,8 @@ extension DuplicateRecord {
 
     init(stored row: some StoredRow) throws {
         self.init(
-            id: try row.int64(0), syncListID: try row.text(1), reminderID: try row.optionalText(2), trelloCardID: try row.text(3), title: try row.text(4),
+            id: try row.int64(0), syncListID: try row.text(1), reminderID: try row.optionalText(2), trelloCardID: try row.text(3),
+            title: try row.text(4),
             dueDate: try row.optionalText(5), status: try row.value(6), createdAt: try row.text(7))
     }
 }

@@ -37,7 +37,8 @@ extension PostgresStore {
     private static func details(_ row: PostgresRow) throws -> AccountDetails {
         try AccountDetails(
             id: row.text(0), trelloAPIKey: row.optionalText(1), trelloToken: row.optionalText(2), trelloWebhookSecret: row.optionalText(3),
-            conflictPolicy: ConflictPolicy.stored(row.text(4)), deleteMode: DeleteMode.stored(row.text(5)), createdAt: row.text(6), updatedAt: row.text(7),
+            conflictPolicy: ConflictPolicy.stored(row.text(4)), deleteMode: DeleteMode.stored(row.text(5)), createdAt: row.text(6),
+            updatedAt: row.text(7),
             needsAttention: row.optionalText(8).map(AttentionReason.stored))
     }
 
@@ -133,7 +134,9 @@ extension PostgresStore {
         }
     }
 
-    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool) {
+    public func upsertDevice(
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+    ) async throws -> (DeviceRecord, created: Bool) {
         try await write { [self] c in
             let now = Timestamp.now()
             // One statement: it inserts, or updates and locks the existing row, so a concurrent delete (APNs refused
@@ -158,7 +161,8 @@ extension PostgresStore {
             logger
         ).map { row in
             try DeviceRecord(
-                deviceID: row.text(0), apnsToken: row.text(1), platform: DevicePlatform.stored(row.text(2)), environment: APNsEnvironment.stored(row.text(3)), createdAt: row.text(4), updatedAt: row.text(5))
+                deviceID: row.text(0), apnsToken: row.text(1), platform: DevicePlatform.stored(row.text(2)),
+                environment: APNsEnvironment.stored(row.text(3)), createdAt: row.text(4), updatedAt: row.text(5))
         }
     }
 
@@ -176,7 +180,8 @@ extension PostgresStore {
     public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
         try await write { [self] c in
             try await c.run(
-                "DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) AND apns_token = \(apnsToken) RETURNING 1", logger) > 0
+                "DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) AND apns_token = \(apnsToken) RETURNING 1", logger)
+                > 0
         }
     }
 
@@ -189,8 +194,10 @@ extension PostgresStore {
 
     public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await read { [self] c in
-            try await c.rows("SELECT \(unescaped: DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id", logger)
-                .map(DuplicateRecord.init(stored:))
+            try await c.rows(
+                "SELECT \(unescaped: DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id", logger
+            )
+            .map(DuplicateRecord.init(stored:))
         }
     }
 
@@ -238,7 +245,8 @@ extension PostgresStore {
             }
             return try rows.map { row in
                 try JobRecord(
-                    id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)), processed: row.int(4), total: row.int(5),
+                    id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)),
+                    processed: row.int(4), total: row.int(5),
                     error: row.optionalText(6), createdAt: row.text(7), updatedAt: row.text(8))
             }
         }
@@ -260,12 +268,16 @@ struct PostgresAckRows: AckRows {
     var writes: [Write] = []
 
     static func load(_ c: PostgresConnection, ids: [Int64], logger: Logger) async throws -> Self {
-        let highest = try await c.rows(
-            "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('pending_changes', 'id')), 0)", logger
-        ).first?.int64(0) ?? 0
+        let highest =
+            try await c.rows(
+                "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('pending_changes', 'id')), 0)", logger
+            ).first?.int64(0) ?? 0
         var changes: [Int64: AckedChange] = [:]
-        for row in try await c.rows("SELECT id, account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ANY(\(ids))", logger) {
-            changes[try row.int64(0)] = try AckedChange(accountID: row.text(1), cardID: row.text(2), type: ChangeType.stored(row.text(3)), superseded: row.bool(4))
+        for row in try await c.rows(
+            "SELECT id, account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ANY(\(ids))", logger)
+        {
+            changes[try row.int64(0)] = try AckedChange(
+                accountID: row.text(1), cardID: row.text(2), type: ChangeType.stored(row.text(3)), superseded: row.bool(4))
         }
         return Self(highest: highest, changes: changes)
     }

@@ -29,11 +29,13 @@ extension PostgresStore: SyncStore {
 
     public func account(id: String) async throws -> AccountRecord? {
         try await read { [self] c in
-            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = \(id)", logger).first.map {
-                AccountRecord(
-                    id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2), trelloWebhookSecret: try $0.optionalText(3),
-                    webhookToken: try $0.optionalText(4))
-            }
+            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = \(id)", logger)
+                .first.map {
+                    AccountRecord(
+                        id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2),
+                        trelloWebhookSecret: try $0.optionalText(3),
+                        webhookToken: try $0.optionalText(4))
+                }
         }
     }
 
@@ -48,7 +50,7 @@ extension PostgresStore: SyncStore {
                     VALUES (\(record.id), \(accountID), \(name), \(trelloBoardID), \(trelloListID), \(now), \(now))
                     """, logger)
             }
-        } catch where Self.sqlState(error) == "23505" {
+        } catch  where Self.sqlState(error) == "23505" {
             throw StoreError.duplicateList
         }
         return record
@@ -260,7 +262,8 @@ struct PostgresChangeRows: ChangeRows {
             """, logger)
         {
             rows.tasks[AccountScoped(try row.text(0), try row.text(1))] = .init(
-                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4), reminderID: try row.optionalText(5))
+                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4),
+                reminderID: try row.optionalText(5))
         }
         for row in try await c.rows(
             """
@@ -291,10 +294,13 @@ struct PostgresChangeRows: ChangeRows {
         task.stamps = stamps
         if let deleted { task.deleted = deleted }
         tasks[key] = task
-        recordTask(key, TaskWrite(syncListID: task.syncListID, stamps: FieldStamps.encode(stamps), deleted: task.deleted, actionID: actionID, now: now))
+        recordTask(
+            key, TaskWrite(syncListID: task.syncListID, stamps: FieldStamps.encode(stamps), deleted: task.deleted, actionID: actionID, now: now))
     }
 
-    mutating func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) {
+    mutating func upsertTask(
+        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String
+    ) {
         let key = AccountScoped(accountID, cardID)
         tasks[key] = .init(syncListID: syncListID, stamps: stamps, deleted: false, reminderID: tasks[key]?.reminderID)
         recordTask(key, TaskWrite(syncListID: syncListID, stamps: FieldStamps.encode(stamps), deleted: false, actionID: actionID, now: now))

@@ -20,7 +20,8 @@ extension PostgresStore: ReconcileStore {
                         id: row.text(0), accountID: row.text(1), name: row.text(2), trelloBoardID: row.text(3), trelloListID: row.text(4),
                         listWebhookID: row.optionalText(5), boardWebhookID: row.optionalText(6), createdAt: row.optionalText(7),
                         lastReconciledAt: row.optionalText(8), lastReconcileError: row.optionalText(9)),
-                    needsAttention: row.bool(10))
+                    needsAttention: row.bool(10)
+                )
             }
         }
     }
@@ -42,7 +43,8 @@ extension PostgresStore: ReconcileStore {
         try await write { [self] c in
             if let token = whileToken {
                 return try await c.run(
-                    "UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1", logger) == 1
+                    "UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1",
+                    logger) == 1
             }
             return try await c.run("UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) RETURNING 1", logger) == 1
         }

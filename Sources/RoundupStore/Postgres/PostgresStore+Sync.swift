@@ -13,7 +13,8 @@ extension PostgresStore: SyncJobStore {
         let resultsText = try row.text(8)
         let results = (try? JSONParser.parse(Array(resultsText.utf8)))?.arrayValue ?? []
         return try SyncJob(
-            id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)), deviceID: row.optionalText(4),
+            id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)),
+            deviceID: row.optionalText(4),
             processed: row.int(5), total: row.int(6), payload: (try? JSONParser.parse(Array(payloadText.utf8))) ?? .null,
             results: results.compactMap(SyncItemResult.init(json:)), error: row.optionalText(9), createdAt: row.text(10), updatedAt: row.text(11))
     }
@@ -66,14 +67,17 @@ extension PostgresStore: SyncJobStore {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in try lease.beat(jobID: jobID, holder: holder, rows: &rows) }
     }
 
-    public func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool {
+    public func recordResult(
+        jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval
+    ) async throws -> Bool {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in
             try lease.record(jobID: jobID, holder: holder, index: index, result: result, total: total, rows: &rows)
         }
     }
 
     public func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
-        try await withJobLease(jobID: jobID, staleAfter: 0) { lease, rows in try lease.finish(jobID: jobID, status: status, error: error, rows: &rows) }
+        try await withJobLease(jobID: jobID, staleAfter: 0) { lease, rows in try lease.finish(jobID: jobID, status: status, error: error, rows: &rows)
+        }
     }
 
     // MARK: Mappings
@@ -109,13 +113,14 @@ extension PostgresStore: SyncJobStore {
 
     public func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
         try await read { [self] c in
-            Set(try await c.rows(
-                """
-                SELECT trello_card_id FROM sync_tasks
-                WHERE account_id = \(accountID) AND sync_list_id = \(syncListID) AND reminder_id IS NOT NULL AND deleted = false
-                """,
-                logger
-            ).map { try $0.text(0) })
+            Set(
+                try await c.rows(
+                    """
+                    SELECT trello_card_id FROM sync_tasks
+                    WHERE account_id = \(accountID) AND sync_list_id = \(syncListID) AND reminder_id IS NOT NULL AND deleted = false
+                    """,
+                    logger
+                ).map { try $0.text(0) })
         }
     }
 
@@ -216,8 +221,10 @@ extension PostgresStore: SyncJobStore {
 
     public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
         try await read { [self] c in
-            try await c.rows("SELECT \(unescaped: DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = \(accountID) AND id = \(id)", logger)
-                .first.map(DuplicateDetail.init(stored:))
+            try await c.rows(
+                "SELECT \(unescaped: DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = \(accountID) AND id = \(id)", logger
+            )
+            .first.map(DuplicateDetail.init(stored:))
         }
     }
 
@@ -305,7 +312,8 @@ struct PostgresJobLeaseRows: JobLeaseRows {
         var rows = Self()
         if let key = idempotencyKey {
             rows.replay = try await c.rows(
-                "SELECT \(unescaped: PostgresStore.jobColumns) FROM background_jobs WHERE account_id = \(accountID) AND idempotency_key = \(key)", logger
+                "SELECT \(unescaped: PostgresStore.jobColumns) FROM background_jobs WHERE account_id = \(accountID) AND idempotency_key = \(key)",
+                logger
             ).first.map(PostgresStore.job)
         }
         try await rows.loadLease(c, accountID: accountID, logger: logger)
@@ -322,7 +330,8 @@ struct PostgresJobLeaseRows: JobLeaseRows {
     }
 
     private mutating func loadLease(_ c: PostgresConnection, accountID: String, logger: Logger) async throws {
-        guard let row = try await c.rows("SELECT job_id, holder, expires_at, updated_at FROM sync_lease WHERE account_id = \(accountID)", logger).first
+        guard
+            let row = try await c.rows("SELECT job_id, holder, expires_at, updated_at FROM sync_lease WHERE account_id = \(accountID)", logger).first
         else { return }
         let lease = try JobLeaseRow(accountID: accountID, jobID: row.text(0), holder: row.text(1), expiresAt: row.text(2), updatedAt: row.text(3))
         leases[accountID] = lease

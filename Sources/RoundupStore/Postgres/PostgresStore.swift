@@ -21,7 +21,8 @@ public final class PostgresStore: Sendable {
     let timeout: Duration
 
     public init(
-        url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, timeout: Duration = .seconds(30), logger: Logger = Logger(label: "roundup.postgres")
+        url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, timeout: Duration = .seconds(30),
+        logger: Logger = Logger(label: "roundup.postgres")
     ) throws {
         self.timeout = timeout
         var tls: PostgresClient.Configuration.TLS

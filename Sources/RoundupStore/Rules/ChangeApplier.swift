@@ -7,9 +7,11 @@ import RoundupCore
 protocol ChangeRows {
     mutating func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow?
     /// Changes stamps (and `deleted`, when given) of an existing task.
-    mutating func updateTask(accountID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], deleted: Bool?, actionID: String?, now: String) throws
+    mutating func updateTask(
+        accountID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], deleted: Bool?, actionID: String?, now: String) throws
     /// Creates the task, or puts an existing one (deleted, or in another list) back in `syncListID`.
-    mutating func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], actionID: String?, now: String) throws
+    mutating func upsertTask(
+        accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], actionID: String?, now: String) throws
     /// The card's newest change the apps have not acknowledged.
     mutating func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow?
     mutating func supersede(changeID: Int64) throws
@@ -108,7 +110,8 @@ struct ChangeApplier<Rows: ChangeRows> {
                 if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
-                try rows.upsertTask(accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
+                try rows.upsertTask(
+                    accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
                 try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields)
             }
         }
@@ -143,7 +146,8 @@ struct ChangeApplier<Rows: ChangeRows> {
         }
         try rows.insertChange(
             NewChange(
-                accountID: o.accountID, syncListID: o.syncListID, type: type, changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
+                accountID: o.accountID, syncListID: o.syncListID, type: type,
+                changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
                 fieldsJSON: JSONValue.object(fields).canonicalJSON, cardID: o.cardID, actionID: o.actionID,
                 changedFields: changed, fields: fields),
             now: now)
@@ -197,7 +201,8 @@ struct SQLiteChangeRows: ChangeRows {
 
     func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT sync_list_id, field_hashes, deleted, reminder_id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+            db.cachedStatement(
+                sql: "SELECT sync_list_id, field_hashes, deleted, reminder_id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
             arguments: [accountID, cardID]
         ).map { row in
             .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2], reminderID: row[3])
@@ -206,27 +211,38 @@ struct SQLiteChangeRows: ChangeRows {
 
     func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) throws {
         if let deleted {
-            try db.cachedStatement(sql: "UPDATE sync_tasks SET deleted = ?, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
-                .execute(arguments: [deleted, FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+            try db.cachedStatement(
+                sql:
+                    "UPDATE sync_tasks SET deleted = ?, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
+            )
+            .execute(arguments: [deleted, FieldStamps.encode(stamps), actionID, now, accountID, cardID])
         } else {
-            try db.cachedStatement(sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
-                .execute(arguments: [FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+            try db.cachedStatement(
+                sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
+            )
+            .execute(arguments: [FieldStamps.encode(stamps), actionID, now, accountID, cardID])
         }
     }
 
-    func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
-            VALUES (?, ?, ?, ?, 0, ?, ?, ?)
-            ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
-                updated_at = excluded.updated_at
-            """).execute(arguments: [accountID, syncListID, cardID, FieldStamps.encode(stamps), actionID, now, now])
+    func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) throws
+    {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
+                VALUES (?, ?, ?, ?, 0, ?, ?, ?)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                    field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
+                    updated_at = excluded.updated_at
+                """
+        ).execute(arguments: [accountID, syncListID, cardID, FieldStamps.encode(stamps), actionID, now, now])
     }
 
     func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"),
+            db.cachedStatement(
+                sql:
+                    "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"
+            ),
             arguments: [accountID, cardID]
         ).map { row in
             .init(id: row[0], type: row[1], changedFields: PendingChangeCoding.changedFields(row[2]), fields: PendingChangeCoding.fields(row[3]))
@@ -238,22 +254,26 @@ struct SQLiteChangeRows: ChangeRows {
     }
 
     func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
     }
 }
 
 extension SQLiteChangeRows: OutboundRows {
     func putTask(_ t: OutboundTask) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
-                last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
-            """).execute(arguments: [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps), t.deleted, t.syncedAt, t.now, t.now])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
+                    last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
+                """
+        ).execute(arguments: [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps), t.deleted, t.syncedAt, t.now, t.now])
     }
 
     func deleteTask(accountID: String, cardID: String) throws {
@@ -271,17 +291,22 @@ extension SQLiteChangeRows: OutboundRows {
     }
 
     func updateConflict(id: Int64, _ c: StoredConflict) throws {
-        try db.cachedStatement(sql: "UPDATE conflicts SET trello_value = ?, reminders_value = ?, reminder_id = COALESCE(?, reminder_id), job_id = ? WHERE id = ?")
-            .execute(arguments: [c.trelloValueJSON, c.remindersValueJSON, c.reminderID, c.jobID, id])
+        try db.cachedStatement(
+            sql: "UPDATE conflicts SET trello_value = ?, reminders_value = ?, reminder_id = COALESCE(?, reminder_id), job_id = ? WHERE id = ?"
+        )
+        .execute(arguments: [c.trelloValueJSON, c.remindersValueJSON, c.reminderID, c.jobID, id])
     }
 
     func insertConflict(_ c: StoredConflict) throws -> Int64? {
-        try db.cachedStatement(sql: """
-            INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
-            VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, 'open', ?, ?)
-            """).execute(arguments: [
-                c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON, c.now, c.jobID,
-            ])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
+                VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, 'open', ?, ?)
+                """
+        ).execute(arguments: [
+            c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON, c.now,
+            c.jobID,
+        ])
         return db.lastInsertedRowID
     }
 }

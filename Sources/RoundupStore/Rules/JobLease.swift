@@ -85,7 +85,7 @@ struct JobLease {
             }
             // Its stream entry looked idle, but the worker running it still beats: leave it to that worker.
             if let lease, lease.holder != holder, lease.holder != JobLeaseRow.unclaimed,
-               let beat = Timestamp.date(lease.updatedAt), now.timeIntervalSince(beat) < staleAfter / 4
+                let beat = Timestamp.date(lease.updatedAt), now.timeIntervalSince(beat) < staleAfter / 4
             {
                 return .skip(reason: "running on \(lease.holder)")
             }

@@ -64,7 +64,8 @@ extension ChangeApplier where Rows: OutboundRows {
                 syncedAt: nowText, now: nowText))
         if let reminder = w.reminderID { try rows.deleteTask(accountID: w.accountID, cardID: SyncTaskRecord.placeholderPrefix + reminder) }
 
-        let observation = CardObservation(accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, actionID: nil, actionDate: now, kind: .removed)
+        let observation = CardObservation(
+            accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, actionID: nil, actionDate: now, kind: .removed)
         if w.dropPending {
             try rows.dropChanges(accountID: w.accountID, cardID: w.cardID)
         } else {
@@ -106,7 +107,8 @@ extension ChangeApplier where Rows: OutboundRows {
                 OutboundTask(
                     accountID: accountID, syncListID: syncListID, cardID: card.cardID, reminderID: nil, stamps: stamps, deleted: false, syncedAt: nil,
                     now: nowText))
-            let observation = CardObservation(accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
+            let observation = CardObservation(
+                accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
             try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields)
         }
     }

@@ -5,240 +5,246 @@ enum SQLiteMigrations {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-reference-schema") { db in
-            try db.execute(sql: """
-                CREATE TABLE accounts (
-                    id TEXT PRIMARY KEY,
-                    auth_token_hash TEXT NOT NULL UNIQUE,
-                    trello_api_key TEXT,
-                    trello_token TEXT,
-                    trello_webhook_secret TEXT,
-                    conflict_policy TEXT NOT NULL DEFAULT 'manual'
-                        CHECK (conflict_policy IN ('manual', 'lww', 'prefer_trello', 'prefer_reminders')),
-                    delete_mode TEXT NOT NULL DEFAULT 'archive' CHECK (delete_mode IN ('archive', 'delete')),
-                    created_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL
-                );
-                CREATE TABLE sync_lists (
-                    id TEXT PRIMARY KEY,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    name TEXT NOT NULL,
-                    trello_board_id TEXT NOT NULL,
-                    trello_list_id TEXT NOT NULL,
-                    list_webhook_id TEXT,
-                    board_webhook_id TEXT,
-                    created_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL,
-                    UNIQUE (account_id, trello_list_id)
-                );
-                CREATE INDEX sync_lists_trello_list ON sync_lists(trello_list_id);
-                CREATE INDEX sync_lists_account_board ON sync_lists(account_id, trello_board_id);
-                CREATE TABLE sync_tasks (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
-                    trello_card_id TEXT NOT NULL,
-                    reminder_id TEXT,
-                    field_hashes TEXT NOT NULL DEFAULT '{}',
-                    deleted INTEGER NOT NULL DEFAULT 0,
-                    last_action_id TEXT,
-                    last_synced_at TEXT,
-                    created_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL,
-                    UNIQUE (account_id, trello_card_id)
-                );
-                CREATE INDEX sync_tasks_reminder ON sync_tasks(account_id, reminder_id);
-                CREATE INDEX sync_tasks_list ON sync_tasks(sync_list_id);
-                CREATE TABLE pending_changes (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
-                    change_type TEXT NOT NULL CHECK (change_type IN ('create', 'update', 'complete', 'delete')),
-                    changed_fields TEXT NOT NULL,
-                    fields TEXT NOT NULL,
-                    trello_card_id TEXT NOT NULL,
-                    trello_action_id TEXT,
-                    created_at TEXT NOT NULL
-                );
-                CREATE INDEX pending_changes_account ON pending_changes(account_id, id);
-                CREATE INDEX pending_changes_card ON pending_changes(account_id, trello_card_id);
-                CREATE TABLE devices (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    device_id TEXT NOT NULL,
-                    apns_token TEXT NOT NULL,
-                    platform TEXT NOT NULL CHECK (platform IN ('ios', 'macos')),
-                    environment TEXT NOT NULL CHECK (environment IN ('production', 'sandbox')),
-                    created_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL,
-                    UNIQUE (account_id, device_id)
-                );
-                CREATE TABLE conflicts (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_list_id TEXT REFERENCES sync_lists(id) ON DELETE CASCADE,
-                    sync_task_id INTEGER REFERENCES sync_tasks(id) ON DELETE CASCADE,
-                    trello_card_id TEXT,
-                    reminder_id TEXT,
-                    field TEXT NOT NULL,
-                    trello_value TEXT,
-                    reminders_value TEXT,
-                    status TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'resolved')),
-                    resolution TEXT,
-                    created_at TEXT NOT NULL,
-                    resolved_at TEXT
-                );
-                CREATE INDEX conflicts_account ON conflicts(account_id, status);
-                CREATE TABLE sync_attachments (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_task_id INTEGER NOT NULL REFERENCES sync_tasks(id) ON DELETE CASCADE,
-                    trello_attachment_id TEXT NOT NULL,
-                    name TEXT,
-                    url TEXT,
-                    is_upload INTEGER NOT NULL DEFAULT 0,
-                    created_at TEXT NOT NULL,
-                    UNIQUE (sync_task_id, trello_attachment_id)
-                );
-                CREATE TABLE sync_custom_fields (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    trello_board_id TEXT NOT NULL,
-                    trello_field_id TEXT NOT NULL,
-                    name TEXT NOT NULL,
-                    type TEXT NOT NULL,
-                    options TEXT NOT NULL DEFAULT '{}',
-                    fetched_at TEXT NOT NULL,
-                    UNIQUE (account_id, trello_board_id, trello_field_id)
-                );
-                CREATE TABLE sync_locations (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_task_id INTEGER NOT NULL UNIQUE REFERENCES sync_tasks(id) ON DELETE CASCADE,
-                    name TEXT,
-                    address TEXT,
-                    latitude REAL,
-                    longitude REAL,
-                    updated_at TEXT NOT NULL
-                );
-                CREATE TABLE sync_lease (
-                    account_id TEXT PRIMARY KEY REFERENCES accounts(id) ON DELETE CASCADE,
-                    job_id TEXT NOT NULL,
-                    holder TEXT NOT NULL,
-                    expires_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL
-                );
-                CREATE TABLE trello_card_labels (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    trello_card_id TEXT NOT NULL,
-                    trello_label_id TEXT NOT NULL,
-                    name TEXT,
-                    color TEXT,
-                    UNIQUE (account_id, trello_card_id, trello_label_id)
-                );
-                CREATE TABLE sync_checklists (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_task_id INTEGER NOT NULL REFERENCES sync_tasks(id) ON DELETE CASCADE,
-                    trello_checklist_id TEXT NOT NULL,
-                    name TEXT NOT NULL,
-                    position REAL NOT NULL DEFAULT 0,
-                    UNIQUE (sync_task_id, trello_checklist_id)
-                );
-                CREATE TABLE sync_checklist_items (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    checklist_id INTEGER NOT NULL REFERENCES sync_checklists(id) ON DELETE CASCADE,
-                    trello_check_item_id TEXT NOT NULL,
-                    name TEXT NOT NULL,
-                    completed INTEGER NOT NULL DEFAULT 0,
-                    position REAL NOT NULL DEFAULT 0,
-                    UNIQUE (checklist_id, trello_check_item_id)
-                );
-                CREATE TABLE trello_card_custom_field_values (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    trello_card_id TEXT NOT NULL,
-                    trello_field_id TEXT NOT NULL,
-                    id_value TEXT,
-                    value TEXT,
-                    UNIQUE (account_id, trello_card_id, trello_field_id)
-                );
-                CREATE TABLE background_jobs (
-                    id TEXT PRIMARY KEY,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    kind TEXT NOT NULL,
-                    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'error')),
-                    idempotency_key TEXT,
-                    device_id TEXT,
-                    processed INTEGER NOT NULL DEFAULT 0,
-                    total INTEGER NOT NULL DEFAULT 0,
-                    payload TEXT NOT NULL DEFAULT '{}',
-                    results TEXT NOT NULL DEFAULT '[]',
-                    error TEXT,
-                    created_at TEXT NOT NULL,
-                    updated_at TEXT NOT NULL,
-                    UNIQUE (account_id, idempotency_key)
-                );
-                CREATE INDEX background_jobs_account ON background_jobs(account_id, status);
-                CREATE TABLE potential_duplicates (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
-                    sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
-                    reminder_id TEXT,
-                    trello_card_id TEXT NOT NULL,
-                    title TEXT NOT NULL,
-                    due_date TEXT,
-                    job_id TEXT,
-                    status TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'merged', 'kept_both')),
-                    created_at TEXT NOT NULL,
-                    resolved_at TEXT
-                );
-                CREATE INDEX potential_duplicates_account ON potential_duplicates(account_id, status);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE accounts (
+                        id TEXT PRIMARY KEY,
+                        auth_token_hash TEXT NOT NULL UNIQUE,
+                        trello_api_key TEXT,
+                        trello_token TEXT,
+                        trello_webhook_secret TEXT,
+                        conflict_policy TEXT NOT NULL DEFAULT 'manual'
+                            CHECK (conflict_policy IN ('manual', 'lww', 'prefer_trello', 'prefer_reminders')),
+                        delete_mode TEXT NOT NULL DEFAULT 'archive' CHECK (delete_mode IN ('archive', 'delete')),
+                        created_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL
+                    );
+                    CREATE TABLE sync_lists (
+                        id TEXT PRIMARY KEY,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        name TEXT NOT NULL,
+                        trello_board_id TEXT NOT NULL,
+                        trello_list_id TEXT NOT NULL,
+                        list_webhook_id TEXT,
+                        board_webhook_id TEXT,
+                        created_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL,
+                        UNIQUE (account_id, trello_list_id)
+                    );
+                    CREATE INDEX sync_lists_trello_list ON sync_lists(trello_list_id);
+                    CREATE INDEX sync_lists_account_board ON sync_lists(account_id, trello_board_id);
+                    CREATE TABLE sync_tasks (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
+                        trello_card_id TEXT NOT NULL,
+                        reminder_id TEXT,
+                        field_hashes TEXT NOT NULL DEFAULT '{}',
+                        deleted INTEGER NOT NULL DEFAULT 0,
+                        last_action_id TEXT,
+                        last_synced_at TEXT,
+                        created_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL,
+                        UNIQUE (account_id, trello_card_id)
+                    );
+                    CREATE INDEX sync_tasks_reminder ON sync_tasks(account_id, reminder_id);
+                    CREATE INDEX sync_tasks_list ON sync_tasks(sync_list_id);
+                    CREATE TABLE pending_changes (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
+                        change_type TEXT NOT NULL CHECK (change_type IN ('create', 'update', 'complete', 'delete')),
+                        changed_fields TEXT NOT NULL,
+                        fields TEXT NOT NULL,
+                        trello_card_id TEXT NOT NULL,
+                        trello_action_id TEXT,
+                        created_at TEXT NOT NULL
+                    );
+                    CREATE INDEX pending_changes_account ON pending_changes(account_id, id);
+                    CREATE INDEX pending_changes_card ON pending_changes(account_id, trello_card_id);
+                    CREATE TABLE devices (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        device_id TEXT NOT NULL,
+                        apns_token TEXT NOT NULL,
+                        platform TEXT NOT NULL CHECK (platform IN ('ios', 'macos')),
+                        environment TEXT NOT NULL CHECK (environment IN ('production', 'sandbox')),
+                        created_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL,
+                        UNIQUE (account_id, device_id)
+                    );
+                    CREATE TABLE conflicts (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_list_id TEXT REFERENCES sync_lists(id) ON DELETE CASCADE,
+                        sync_task_id INTEGER REFERENCES sync_tasks(id) ON DELETE CASCADE,
+                        trello_card_id TEXT,
+                        reminder_id TEXT,
+                        field TEXT NOT NULL,
+                        trello_value TEXT,
+                        reminders_value TEXT,
+                        status TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'resolved')),
+                        resolution TEXT,
+                        created_at TEXT NOT NULL,
+                        resolved_at TEXT
+                    );
+                    CREATE INDEX conflicts_account ON conflicts(account_id, status);
+                    CREATE TABLE sync_attachments (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_task_id INTEGER NOT NULL REFERENCES sync_tasks(id) ON DELETE CASCADE,
+                        trello_attachment_id TEXT NOT NULL,
+                        name TEXT,
+                        url TEXT,
+                        is_upload INTEGER NOT NULL DEFAULT 0,
+                        created_at TEXT NOT NULL,
+                        UNIQUE (sync_task_id, trello_attachment_id)
+                    );
+                    CREATE TABLE sync_custom_fields (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        trello_board_id TEXT NOT NULL,
+                        trello_field_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        options TEXT NOT NULL DEFAULT '{}',
+                        fetched_at TEXT NOT NULL,
+                        UNIQUE (account_id, trello_board_id, trello_field_id)
+                    );
+                    CREATE TABLE sync_locations (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_task_id INTEGER NOT NULL UNIQUE REFERENCES sync_tasks(id) ON DELETE CASCADE,
+                        name TEXT,
+                        address TEXT,
+                        latitude REAL,
+                        longitude REAL,
+                        updated_at TEXT NOT NULL
+                    );
+                    CREATE TABLE sync_lease (
+                        account_id TEXT PRIMARY KEY REFERENCES accounts(id) ON DELETE CASCADE,
+                        job_id TEXT NOT NULL,
+                        holder TEXT NOT NULL,
+                        expires_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL
+                    );
+                    CREATE TABLE trello_card_labels (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        trello_card_id TEXT NOT NULL,
+                        trello_label_id TEXT NOT NULL,
+                        name TEXT,
+                        color TEXT,
+                        UNIQUE (account_id, trello_card_id, trello_label_id)
+                    );
+                    CREATE TABLE sync_checklists (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_task_id INTEGER NOT NULL REFERENCES sync_tasks(id) ON DELETE CASCADE,
+                        trello_checklist_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        position REAL NOT NULL DEFAULT 0,
+                        UNIQUE (sync_task_id, trello_checklist_id)
+                    );
+                    CREATE TABLE sync_checklist_items (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        checklist_id INTEGER NOT NULL REFERENCES sync_checklists(id) ON DELETE CASCADE,
+                        trello_check_item_id TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        completed INTEGER NOT NULL DEFAULT 0,
+                        position REAL NOT NULL DEFAULT 0,
+                        UNIQUE (checklist_id, trello_check_item_id)
+                    );
+                    CREATE TABLE trello_card_custom_field_values (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        trello_card_id TEXT NOT NULL,
+                        trello_field_id TEXT NOT NULL,
+                        id_value TEXT,
+                        value TEXT,
+                        UNIQUE (account_id, trello_card_id, trello_field_id)
+                    );
+                    CREATE TABLE background_jobs (
+                        id TEXT PRIMARY KEY,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        kind TEXT NOT NULL,
+                        status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'error')),
+                        idempotency_key TEXT,
+                        device_id TEXT,
+                        processed INTEGER NOT NULL DEFAULT 0,
+                        total INTEGER NOT NULL DEFAULT 0,
+                        payload TEXT NOT NULL DEFAULT '{}',
+                        results TEXT NOT NULL DEFAULT '[]',
+                        error TEXT,
+                        created_at TEXT NOT NULL,
+                        updated_at TEXT NOT NULL,
+                        UNIQUE (account_id, idempotency_key)
+                    );
+                    CREATE INDEX background_jobs_account ON background_jobs(account_id, status);
+                    CREATE TABLE potential_duplicates (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_list_id TEXT NOT NULL REFERENCES sync_lists(id) ON DELETE CASCADE,
+                        reminder_id TEXT,
+                        trello_card_id TEXT NOT NULL,
+                        title TEXT NOT NULL,
+                        due_date TEXT,
+                        job_id TEXT,
+                        status TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'merged', 'kept_both')),
+                        created_at TEXT NOT NULL,
+                        resolved_at TEXT
+                    );
+                    CREATE INDEX potential_duplicates_account ON potential_duplicates(account_id, status);
+                    """)
         }
         migrator.registerMigration("v2-superseded-changes") { db in
             // A change folded into a newer one stays (hidden) until the newer one is acked, so an app that acks the
             // older id with a reminder_id still records the card ↔ reminder mapping.
-            try db.execute(sql: """
-                ALTER TABLE pending_changes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
-                DROP INDEX pending_changes_account;
-                CREATE INDEX pending_changes_live ON pending_changes(account_id, id) WHERE superseded = 0;
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE pending_changes ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+                    DROP INDEX pending_changes_account;
+                    CREATE INDEX pending_changes_live ON pending_changes(account_id, id) WHERE superseded = 0;
+                    """)
         }
         migrator.registerMigration("v3-sync-jobs") { db in
             // A suspected duplicate keeps the reminder's fields, so "keep both" can still create its card.
             // A conflict keeps when each side changed, for lww and the 2-second completion rule on resolution.
-            try db.execute(sql: """
-                ALTER TABLE potential_duplicates ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
-                ALTER TABLE conflicts ADD COLUMN job_id TEXT;
-                CREATE INDEX conflicts_card_field ON conflicts(account_id, trello_card_id, field, status);
-                CREATE INDEX potential_duplicates_reminder ON potential_duplicates(account_id, reminder_id, status);
-                CREATE INDEX background_jobs_created ON background_jobs(created_at);
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE potential_duplicates ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
+                    ALTER TABLE conflicts ADD COLUMN job_id TEXT;
+                    CREATE INDEX conflicts_card_field ON conflicts(account_id, trello_card_id, field, status);
+                    CREATE INDEX potential_duplicates_reminder ON potential_duplicates(account_id, reminder_id, status);
+                    CREATE INDEX background_jobs_created ON background_jobs(created_at);
+                    """)
         }
         migrator.registerMigration("v4-reconciliation") { db in
             // When each list was last reconciled with Trello (and the last run's error); an account whose Trello
             // token was revoked is flagged instead of failing forever.
-            try db.execute(sql: """
-                ALTER TABLE sync_lists ADD COLUMN last_reconciled_at TEXT;
-                ALTER TABLE sync_lists ADD COLUMN last_reconcile_error TEXT;
-                ALTER TABLE accounts ADD COLUMN needs_attention TEXT;
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE sync_lists ADD COLUMN last_reconciled_at TEXT;
+                    ALTER TABLE sync_lists ADD COLUMN last_reconcile_error TEXT;
+                    ALTER TABLE accounts ADD COLUMN needs_attention TEXT;
+                    """)
         }
         migrator.registerMigration("v5-resolution-claims") { db in
             // A resolution claims its row before it writes to Trello, so a double tap applies once.
-            try db.execute(sql: """
-                ALTER TABLE conflicts ADD COLUMN resolving_at TEXT;
-                ALTER TABLE potential_duplicates ADD COLUMN resolving_at TEXT;
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE conflicts ADD COLUMN resolving_at TEXT;
+                    ALTER TABLE potential_duplicates ADD COLUMN resolving_at TEXT;
+                    """)
         }
         migrator.registerMigration("v6-webhook-callback-tokens") { db in
             // Each account's callback URL carries a token of its own (`WebhookCallback`): 32 random bytes, in hex.
-            try db.execute(sql: """
-                ALTER TABLE accounts ADD COLUMN webhook_token TEXT;
-                UPDATE accounts SET webhook_token = lower(hex(randomblob(32))) WHERE webhook_token IS NULL;
-                CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token);
-                """)
+            try db.execute(
+                sql: """
+                    ALTER TABLE accounts ADD COLUMN webhook_token TEXT;
+                    UPDATE accounts SET webhook_token = lower(hex(randomblob(32))) WHERE webhook_token IS NULL;
+                    CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token);
+                    """)
         }
         return migrator
     }

@@ -13,7 +13,8 @@ extension SQLiteStore {
 
     public func rotateToken(accountID: String, newTokenHash: String) async throws {
         try await pool.write { db in
-            try db.execute(sql: "UPDATE accounts SET auth_token_hash = ?, updated_at = ? WHERE id = ?", arguments: [newTokenHash, Timestamp.now(), accountID])
+            try db.execute(
+                sql: "UPDATE accounts SET auth_token_hash = ?, updated_at = ? WHERE id = ?", arguments: [newTokenHash, Timestamp.now(), accountID])
         }
     }
 
@@ -113,17 +114,21 @@ extension SQLiteStore {
         }
     }
 
-    public func upsertDevice(accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment) async throws -> (DeviceRecord, created: Bool) {
+    public func upsertDevice(
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+    ) async throws -> (DeviceRecord, created: Bool) {
         try await pool.write { db in
             let now = Timestamp.now()
-            let exists = try Bool.fetchOne(db, sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID]) ?? false
+            let exists =
+                try Bool.fetchOne(db, sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID]) ?? false
             if exists {
                 try db.execute(
                     sql: "UPDATE devices SET apns_token = ?, platform = ?, environment = ?, updated_at = ? WHERE account_id = ? AND device_id = ?",
                     arguments: [apnsToken, platform, environment, now, accountID, deviceID])
             } else {
                 try db.execute(
-                    sql: "INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    sql:
+                        "INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     arguments: [accountID, deviceID, apnsToken, platform, environment, now, now])
             }
             let device = try Self.devices(db, accountID: accountID).first { $0.deviceID == deviceID }!
@@ -152,7 +157,8 @@ extension SQLiteStore {
     /// Deletes the device only while it still has this token (APNs refused that token; a newer one may be registered).
     public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ? AND apns_token = ?", arguments: [accountID, deviceID, apnsToken])
+            try db.execute(
+                sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ? AND apns_token = ?", arguments: [accountID, deviceID, apnsToken])
             return db.changesCount > 0
         }
     }
@@ -166,8 +172,10 @@ extension SQLiteStore {
 
     public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT \(DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = ? ORDER BY id", arguments: [accountID])
-                .map(DuplicateRecord.init(stored:))
+            try Row.fetchAll(
+                db, sql: "SELECT \(DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = ? ORDER BY id", arguments: [accountID]
+            )
+            .map(DuplicateRecord.init(stored:))
         }
     }
 
@@ -184,7 +192,8 @@ extension SQLiteStore {
             return try ids.compactMap { id in
                 guard let details = try Self.accountDetails(db, id: id) else { return nil }
                 let lists = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM sync_lists WHERE account_id = ?", arguments: [id]) ?? 0
-                let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM pending_changes WHERE account_id = ? AND superseded = 0", arguments: [id]) ?? 0
+                let pending =
+                    try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM pending_changes WHERE account_id = ? AND superseded = 0", arguments: [id]) ?? 0
                 return (details, lists, pending)
             }
         }
@@ -222,7 +231,9 @@ extension SQLiteStore {
             sql += " ORDER BY created_at DESC LIMIT ?"
             arguments += [limit]
             return try Row.fetchAll(db, sql: sql, arguments: arguments).map {
-                JobRecord(id: $0[0], accountID: $0[1], kind: $0[2], status: $0[3], processed: $0[4], total: $0[5], error: $0[6], createdAt: $0[7], updatedAt: $0[8])
+                JobRecord(
+                    id: $0[0], accountID: $0[1], kind: $0[2], status: $0[3], processed: $0[4], total: $0[5], error: $0[6], createdAt: $0[7],
+                    updatedAt: $0[8])
             }
         }
     }
@@ -243,19 +254,25 @@ struct SQLiteAckRows: AckRows {
     }
 
     func mapReminder(accountID: String, cardID: String, reminderID: String, now: String) throws {
-        try db.cachedStatement(sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?")
-            .execute(arguments: [reminderID, now, now, accountID, cardID])
+        try db.cachedStatement(
+            sql: "UPDATE sync_tasks SET reminder_id = ?, last_synced_at = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
+        )
+        .execute(arguments: [reminderID, now, now, accountID, cardID])
     }
 
     func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) throws {
-        try db.cachedStatement(sql: """
-            UPDATE pending_changes SET change_type = 'update'
-            WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?
-            """).execute(arguments: [accountID, cardID, id])
+        try db.cachedStatement(
+            sql: """
+                UPDATE pending_changes SET change_type = 'update'
+                WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?
+                """
+        ).execute(arguments: [accountID, cardID, id])
     }
 
     func deleteChange(accountID: String, id: Int64, cardID: String) throws {
-        try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))")
-            .execute(arguments: [accountID, id, cardID, id])
+        try db.cachedStatement(
+            sql: "DELETE FROM pending_changes WHERE account_id = ? AND (id = ? OR (trello_card_id = ? AND superseded = 1 AND id < ?))"
+        )
+        .execute(arguments: [accountID, id, cardID, id])
     }
 }

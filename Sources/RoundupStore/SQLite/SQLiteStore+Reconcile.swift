@@ -5,15 +5,19 @@ public import RoundupCore
 extension SQLiteStore: ReconcileStore {
     public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
-                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL
-                FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
-                """
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
+                           l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL
+                    FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
+                    """
             ).map { row in
-                (SyncListRecord(
-                    id: row[0], accountID: row[1], name: row[2], trelloBoardID: row[3], trelloListID: row[4], listWebhookID: row[5],
-                    boardWebhookID: row[6], createdAt: row[7], lastReconciledAt: row[8], lastReconcileError: row[9]), row[10])
+                (
+                    SyncListRecord(
+                        id: row[0], accountID: row[1], name: row[2], trelloBoardID: row[3], trelloListID: row[4], listWebhookID: row[5],
+                        boardWebhookID: row[6], createdAt: row[7], lastReconciledAt: row[8], lastReconcileError: row[9]), row[10]
+                )
             }
         }
     }
@@ -22,7 +26,8 @@ extension SQLiteStore: ReconcileStore {
         let now = Timestamp.now()
         try await pool.write { db in
             if succeeded {
-                try db.execute(sql: "UPDATE sync_lists SET last_reconciled_at = ?, last_reconcile_error = ? WHERE id = ?", arguments: [now, error, syncListID])
+                try db.execute(
+                    sql: "UPDATE sync_lists SET last_reconciled_at = ?, last_reconcile_error = ? WHERE id = ?", arguments: [now, error, syncListID])
             } else {
                 try db.execute(sql: "UPDATE sync_lists SET last_reconcile_error = ? WHERE id = ?", arguments: [error, syncListID])
             }
@@ -33,7 +38,8 @@ extension SQLiteStore: ReconcileStore {
     public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await pool.write { db in
             if let token = whileToken {
-                try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ? AND trello_token = ?", arguments: [reason, accountID, token])
+                try db.execute(
+                    sql: "UPDATE accounts SET needs_attention = ? WHERE id = ? AND trello_token = ?", arguments: [reason, accountID, token])
             } else {
                 try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
             }
@@ -44,7 +50,9 @@ extension SQLiteStore: ReconcileStore {
     public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
-                db, sql: "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND deleted = 0 AND trello_card_id NOT LIKE 'pending:%'",
+                db,
+                sql:
+                    "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND deleted = 0 AND trello_card_id NOT LIKE 'pending:%'",
                 arguments: [accountID, syncListID])
         }
     }

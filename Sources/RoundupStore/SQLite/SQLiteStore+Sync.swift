@@ -31,7 +31,8 @@ extension SQLiteStore: SyncJobStore {
 
     public func job(accountID: String, id: String) async throws -> SyncJob? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT \(Self.jobColumns) FROM background_jobs WHERE id = ? AND account_id = ?", arguments: [id, accountID]).map(Self.job)
+            try Row.fetchOne(db, sql: "SELECT \(Self.jobColumns) FROM background_jobs WHERE id = ? AND account_id = ?", arguments: [id, accountID])
+                .map(Self.job)
         }
     }
 
@@ -51,7 +52,9 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    public func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool {
+    public func recordResult(
+        jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval
+    ) async throws -> Bool {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
         return try await pool.write { db in
             var rows = SQLiteJobLeaseRows(db: db)
@@ -79,7 +82,9 @@ extension SQLiteStore: SyncJobStore {
 
     public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT \(Self.taskColumns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?", arguments: [accountID, cardID]).map(Self.task)
+            try Row.fetchOne(
+                db, sql: "SELECT \(Self.taskColumns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?", arguments: [accountID, cardID]
+            ).map(Self.task)
         }
     }
 
@@ -98,9 +103,12 @@ extension SQLiteStore: SyncJobStore {
 
     public func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
         try await pool.read { db in
-            Set(try String.fetchAll(
-                db, sql: "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND reminder_id IS NOT NULL AND deleted = 0",
-                arguments: [accountID, syncListID]))
+            Set(
+                try String.fetchAll(
+                    db,
+                    sql:
+                        "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND reminder_id IS NOT NULL AND deleted = 0",
+                    arguments: [accountID, syncListID]))
         }
     }
 
@@ -153,7 +161,8 @@ extension SQLiteStore: SyncJobStore {
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await pool.write { db in
             if let id = try Int64.fetchOne(
-                db, sql: "SELECT id FROM potential_duplicates WHERE account_id = ? AND reminder_id = ? AND status = 'open'", arguments: [accountID, d.reminderID])
+                db, sql: "SELECT id FROM potential_duplicates WHERE account_id = ? AND reminder_id = ? AND status = 'open'",
+                arguments: [accountID, d.reminderID])
             {
                 try db.execute(
                     sql: "UPDATE potential_duplicates SET trello_card_id = ?, title = ?, due_date = ?, fields = ?, job_id = ? WHERE id = ?",
@@ -193,8 +202,10 @@ extension SQLiteStore: SyncJobStore {
 
     public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT \(DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = ? AND id = ?", arguments: [accountID, id])
-                .map(DuplicateDetail.init(stored:))
+            try Row.fetchOne(
+                db, sql: "SELECT \(DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = ? AND id = ?", arguments: [accountID, id]
+            )
+            .map(DuplicateDetail.init(stored:))
         }
     }
 
@@ -253,7 +264,8 @@ struct SQLiteJobLeaseRows: JobLeaseRows {
 
     func job(accountID: String, idempotencyKey: String) throws -> SyncJob? {
         try Row.fetchOne(
-            db, sql: "SELECT \(SQLiteStore.jobColumns) FROM background_jobs WHERE account_id = ? AND idempotency_key = ?", arguments: [accountID, idempotencyKey]
+            db, sql: "SELECT \(SQLiteStore.jobColumns) FROM background_jobs WHERE account_id = ? AND idempotency_key = ?",
+            arguments: [accountID, idempotencyKey]
         ).map(SQLiteStore.job)
     }
 

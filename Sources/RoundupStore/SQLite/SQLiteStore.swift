@@ -3,6 +3,7 @@ import GRDB
 public import RoundupCore
 public import RoundupRuntime
 public import ServiceLifecycle
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -61,7 +62,9 @@ public final class SQLiteStore: SyncStore {
     /// The names of the tables, for tests and `roundupctl`.
     public func tableNames() async throws -> [String] {
         try await pool.read { db in
-            try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY name")
+            try String.fetchAll(
+                db,
+                sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY name")
         }
     }
 
@@ -101,8 +104,10 @@ public final class SQLiteStore: SyncStore {
 
     public func account(id: String) async throws -> AccountRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = ?", arguments: [id])
-                .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], webhookToken: $0[4]) }
+            try Row.fetchOne(
+                db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = ?", arguments: [id]
+            )
+            .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], webhookToken: $0[4]) }
         }
     }
 
@@ -111,7 +116,8 @@ public final class SQLiteStore: SyncStore {
         do {
             try await pool.write { db in
                 try db.execute(
-                    sql: "INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    sql:
+                        "INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     arguments: [record.id, accountID, name, trelloBoardID, trelloListID, record.createdAt, record.createdAt])
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
@@ -150,16 +156,16 @@ public final class SQLiteStore: SyncStore {
                 }
                 let taskKey = AccountScoped(item.accountID, item.cardID)
                 if context.tasks[taskKey] == nil,
-                   let row = try Row.fetchOne(
-                       db.cachedStatement(sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
-                       arguments: [item.accountID, item.cardID])
+                    let row = try Row.fetchOne(
+                        db.cachedStatement(sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+                        arguments: [item.accountID, item.cardID])
                 {
                     context.tasks[taskKey] = TaskState(syncListID: row[0], deleted: row[1])
                 }
             }
             for account in accounts {
                 if let row = try Row.fetchOne(db, sql: "SELECT trello_api_key, trello_token FROM accounts WHERE id = ?", arguments: [account]),
-                   let key: String = row[0], let token: String = row[1]
+                    let key: String = row[0], let token: String = row[1]
                 {
                     context.credentials[account] = TrelloCredentials(apiKey: key, token: token)
                 }
@@ -169,10 +175,12 @@ public final class SQLiteStore: SyncStore {
     }
 
     static func priorityField(_ db: Database, accountID: String, boardID: String) throws -> PriorityField? {
-        guard let row = try Row.fetchOne(
-            db,
-            sql: "SELECT trello_field_id, options FROM sync_custom_fields WHERE account_id = ? AND trello_board_id = ? AND lower(name) = 'priority'",
-            arguments: [accountID, boardID])
+        guard
+            let row = try Row.fetchOne(
+                db,
+                sql:
+                    "SELECT trello_field_id, options FROM sync_custom_fields WHERE account_id = ? AND trello_board_id = ? AND lower(name) = 'priority'",
+                arguments: [accountID, boardID])
         else { return nil }
         let options = ((try? JSONParser.parse(Array((row[1] as String).utf8)))?.objectValue ?? [:]).compactMapValues(\.stringValue)
         return PriorityField(fieldID: row[0], options: options)
@@ -207,10 +215,11 @@ public final class SQLiteStore: SyncStore {
 
     public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
         try await pool.read { db in
-            let statement = try db.cachedStatement(sql: """
-                SELECT \(PendingChange.columns) FROM \(PendingChange.join)
-                WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
-                """)
+            let statement = try db.cachedStatement(
+                sql: """
+                    SELECT \(PendingChange.columns) FROM \(PendingChange.join)
+                    WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
+                    """)
             return try Row.fetchAll(statement, arguments: [accountID, afterID, limit]).map { try PendingChange(row: $0, accountID: accountID) }
         }
     }
@@ -284,8 +293,8 @@ public enum Timestamp {
             return n
         }
         guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), let hour = number(11..<13),
-              let minute = number(14..<16), let second = number(17..<19), (1...12).contains(month), day >= 1,
-              day <= Self.daysIn(month: month, year: year), hour < 24, minute < 60, second < 60
+            let minute = number(14..<16), let second = number(17..<19), (1...12).contains(month), day >= 1,
+            day <= Self.daysIn(month: month, year: year), hour < 24, minute < 60, second < 60
         else { return nil }
         var fraction = 0.0
         if u.count > 20 {

@@ -42,11 +42,15 @@ enum RoutingWrites {
         var item: String
 
         static func secret(_ account: String, _ secret: String?, keys: RedisKeys) -> Write {
-            Write(account: account, operation: secret == nil ? .hashDelete : .hashSet, key: keys.webhookSecrets, member: account, value: secret ?? "", item: "secret")
+            Write(
+                account: account, operation: secret == nil ? .hashDelete : .hashSet, key: keys.webhookSecrets, member: account, value: secret ?? "",
+                item: "secret")
         }
 
         static func token(_ account: String, _ token: String?, keys: RedisKeys) -> Write {
-            Write(account: account, operation: token == nil ? .hashDelete : .hashSet, key: keys.webhookTokens, member: account, value: token ?? "", item: "token")
+            Write(
+                account: account, operation: token == nil ? .hashDelete : .hashSet, key: keys.webhookTokens, member: account, value: token ?? "",
+                item: "token")
         }
 
         static func route(_ account: String, model: String, present: Bool, keys: RedisKeys) -> Write {
@@ -151,4 +155,3 @@ enum RoutingWrites {
             return {written, skipped}
             """)
 }
-
