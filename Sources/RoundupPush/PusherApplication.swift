@@ -37,12 +37,8 @@ public enum PusherApplication {
                 window: .seconds(configuration.pushWindowSeconds)),
             redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), logger: logger)
         let ops = SimpleHTTPService.operations(
-            name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry
-        ) {
-            if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
-            if (try? await store.ping()) == nil { return "the store is not reachable" }
-            return nil
-        }
+            name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry, redis: redis,
+            storePing: { try await store.ping() })
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),

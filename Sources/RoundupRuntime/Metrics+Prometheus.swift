@@ -1,8 +1,10 @@
 import CoreMetrics
 public import Logging
+import NIOCore
 import NIOHTTP1
 public import Prometheus
 import RoundupCore
+public import RoundupRedis
 
 /// The process's Prometheus registry, behind swift-metrics. Executables call `bootstrap()` once;
 /// libraries only use swift-metrics' `Counter`, `Gauge`, `Timer`.
@@ -44,6 +46,19 @@ extension SimpleHTTPService {
             case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
             default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
             }
+        }
+    }
+
+    /// The same for a process that needs Redis and the store: ready when Redis answers a PING within a second and the
+    /// store answers `storePing`.
+    public static func operations(
+        name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry, redis: RedisClient,
+        storePing: @escaping @Sendable () async throws -> Void
+    ) -> SimpleHTTPService {
+        operations(name: name, host: host, port: port, logger: logger, registry: registry) {
+            if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
+            if (try? await storePing()) == nil { return "the store is not reachable" }
+            return nil
         }
     }
 }

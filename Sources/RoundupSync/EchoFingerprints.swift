@@ -1,15 +1,10 @@
-import AsyncHTTPClient
-import Crypto
-import Foundation
 public import Logging
 import Metrics
 import NIOCore
-import NIOHTTP1
 public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
-import RoundupTrello
 
 /// Fingerprints of the values this server writes to Trello, so the webhook that echoes a write is not taken
 /// for a user's edit. Set before the write, checked (not consumed) by the webhook worker, deleted once the

@@ -10,7 +10,11 @@ public import RoundupStore
 public import RoundupTrello
 import ServiceLifecycle
 
+/// What the API takes of the store (it serves every resource and queues reconciliations).
 public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore
+/// What the sync engine takes: accounts and lists to write to, the change feed (a Trello value kept before its webhook
+/// reaches the apps), jobs, card state and resolutions; no devices, maintenance or reconciliation.
+public typealias SyncEngineStore = AccountRepository & ListRepository & ChangeFeed & JobRepository & CardStateRepository & ResolutionRepository
 
 /// An item that cannot succeed as it is: reported in the item's result, never retried.
 struct ItemFailure: Error, CustomStringConvertible {
@@ -35,7 +39,7 @@ public struct SyncEngine: Sendable {
     }
 
     let options: Options
-    let store: any OutboundStore
+    let store: any SyncEngineStore
     let trello: TrelloClient
     let echo: EchoFingerprints
     let redis: RedisClient
@@ -44,7 +48,7 @@ public struct SyncEngine: Sendable {
     let reconciler: Reconciler?
 
     public init(
-        options: Options, store: any OutboundStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil,
+        options: Options, store: any SyncEngineStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil,
         logger: Logger
     ) {
         self.reconciler = reconciler

@@ -67,12 +67,8 @@ public enum WorkerApplication {
         }
 
         let ops = SimpleHTTPService.operations(
-            name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger, registry: registry
-        ) {
-            if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
-            if (try? await store.ping()) == nil { return "the store is not reachable" }
-            return nil
-        }
+            name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger, registry: registry, redis: redis,
+            storePing: { try await store.ping() })
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
