@@ -45,10 +45,10 @@ public struct Reconciler: Sendable {
         }
     }
 
-    let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
+    public let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
     let trello: TrelloClient
-    let redis: RedisClient
-    let keys: RedisKeys
+    public let redis: RedisClient
+    public let keys: RedisKeys
     let publicURL: String?
     let pageSize: Int
     /// Our own writes in flight (a sync job between its Trello write and its bookkeeping) are not drift.

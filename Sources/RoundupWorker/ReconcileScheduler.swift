@@ -2,32 +2,24 @@ public import Foundation
 public import Logging
 import Metrics
 import RoundupCore
-public import RoundupRedis
-public import RoundupRuntime
-public import RoundupStore
+import RoundupRedis
+import RoundupRuntime
+import RoundupStore
 public import RoundupSync
 public import ServiceLifecycle
 
 /// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all
 /// fire at once), one list at a time per worker and — through the reconciler's lock — one run per list across all
 /// workers. Yields while the webhook stream has a backlog; skips accounts flagged for their user.
+/// The lists come from the reconciler's store, the backlog from its Redis.
 public struct ReconcileScheduler: Service {
-    let store: any ReconcileStore
     let reconciler: Reconciler
-    let redis: RedisClient
-    let keys: RedisKeys
     let interval: TimeInterval
     let tick: Duration
     let logger: Logger
 
-    public init(
-        store: any ReconcileStore, reconciler: Reconciler, redis: RedisClient, keys: RedisKeys, interval: TimeInterval, tick: Duration = .seconds(5),
-        logger: Logger
-    ) {
-        self.store = store
+    public init(reconciler: Reconciler, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
         self.reconciler = reconciler
-        self.redis = redis
-        self.keys = keys
         self.interval = interval
         self.tick = tick
         self.logger = logger
@@ -54,8 +46,12 @@ public struct ReconcileScheduler: Service {
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: tick) }
             if Task.isShuttingDownGracefully || Task.isCancelled { break }
             // Webhooks first: with a backlog on the stream, wait for the next tick.
-            if let backlog = try? await redis.send(RedisCommand("XLEN", [RedisArgument(keys.webhookStream)])).int, backlog > 1000 { continue }
-            guard let lists = try? await store.allSyncLists() else { continue }
+            if let backlog = try? await reconciler.redis.send(RedisCommand("XLEN", [RedisArgument(reconciler.keys.webhookStream)])).int,
+                backlog > 1000
+            {
+                continue
+            }
+            guard let lists = try? await reconciler.store.allSyncLists() else { continue }
             let now = Date()
             var oldest = 0.0
             for (list, flagged) in lists where !flagged {

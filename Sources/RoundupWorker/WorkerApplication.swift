@@ -32,8 +32,7 @@ public enum WorkerApplication {
             store: store, trello: trello.with(maxAttempts: 2), echo: echo, redis: redis, reconciler: reconciler, logger: logger)
         let interval = TimeInterval(configuration.reconcileIntervalSeconds)
         let scheduler = ReconcileScheduler(
-            store: store, reconciler: reconciler, redis: redis, keys: configuration.redisKeys, interval: interval,
-            tick: .milliseconds(Int(max(0.2, min(5, interval / 4)) * 1000)), logger: logger)
+            reconciler: reconciler, interval: interval, tick: .milliseconds(Int(max(0.2, min(5, interval / 4)) * 1000)), logger: logger)
         let jobs = JobConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName, concurrency: configuration.jobConcurrency,
