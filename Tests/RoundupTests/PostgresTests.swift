@@ -136,18 +136,23 @@ import Testing
         await stack.shutdown()
     }
 
+    /// A new PostgreSQL store with a pool of two and a deadline of `seconds`, its URL, and a logger that stays quiet.
+    static func storeWithDeadline(_ name: String, seconds: Int) async throws -> (store: any ServerStore, url: String, logger: Logger) {
+        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory(name))
+        var environment = ProcessInfo.processInfo.environment
+        environment["ROUNDUP_DATABASE_URL"] = url
+        environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
+        environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = String(seconds)
+        var quiet = Logger(label: "roundup.test.\(name)")
+        quiet.logLevel = .critical
+        return (try await TestStore.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet), url, quiet)
+    }
+
     /// PostgresNIO's queries ignore task cancellation, so a deadline that only cancels waits for them: a query blocked
     /// on a lock someone else holds stands for a query on a connection that will never answer. The store gives up at its
     /// deadline (1 s here) by closing that connection, and the next call gets a fresh one.
     @Test func aQueryThatIgnoresCancellationEndsAtTheStoreDeadline() async throws {
-        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory("deadline"))
-        var environment = ProcessInfo.processInfo.environment
-        environment["ROUNDUP_DATABASE_URL"] = url
-        environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
-        environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = "1"
-        var quiet = Logger(label: "roundup.test.deadline")
-        quiet.logLevel = .critical
-        let store = try await TestStore.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
+        let (store, url, quiet) = try await Self.storeWithDeadline("deadline", seconds: 1)
         let account = try await store.createAccount(authTokenHash: "deadline-test")
 
         // Another session locks the accounts table, so the store's next read of it waits in the server.
@@ -182,16 +187,8 @@ import Testing
     /// worker's batch waited for it forever. The store answers at its deadline whatever the operation does, and a
     /// transaction whose connection is lost fails without waiting for a rollback.
     @Test(.timeLimit(.minutes(1))) func aTransactionWhoseConnectionClosesAnswersByTheDeadline() async throws {
-        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory("closed"))
-        var environment = ProcessInfo.processInfo.environment
-        environment["ROUNDUP_DATABASE_URL"] = url
-        environment["ROUNDUP_DATABASE_POOL_SIZE"] = "2"
-        environment["ROUNDUP_DATABASE_TIMEOUT_SECONDS"] = "2"
-        var quiet = Logger(label: "roundup.test.closed")
-        quiet.logLevel = .critical
-        let opened = try await TestStore.open(configuration: try RoundupConfiguration(environment: environment), logger: quiet)
+        let (opened, _, logger) = try await Self.storeWithDeadline("closed", seconds: 2)
         let store = try #require(opened as? PostgresStore)
-        let logger = quiet
         let account = try await store.createAccount(authTokenHash: "closed-test")
         let clock = ContinuousClock()
 
