@@ -45,7 +45,13 @@ struct AfterStartUp: Service {
     let services: ServiceGroup
 
     func run() async throws {
-        try await cancelWhenGracefulShutdown { try await startUp() }
+        do {
+            try await cancelWhenGracefulShutdown { try await startUp() }
+        } catch {
+            // SIGTERM during start-up (a migration waiting for its database) is a clean stop, not a failure.
+            if Task.isShuttingDownGracefully { return }
+            throw error
+        }
         guard !Task.isShuttingDownGracefully else { return }
         try await services.run()
     }

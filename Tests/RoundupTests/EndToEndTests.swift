@@ -200,6 +200,24 @@ import Testing
         #expect(await stack.ingress!.wait(timeout: .seconds(15)) == 0)
         await stack.shutdown()
     }
+
+    /// A process still in its start-up (its PostgreSQL not answering, so the migration waits) stops at once and cleanly
+    /// on SIGTERM: an operator stopping a process that cannot reach its database gets exit 0, not a failure.
+    @Test func sigtermDuringStartUpStopsCleanly() async throws {
+        let stack = try await Stack()
+        let nobody = "postgres://roundup@127.0.0.1:\(try TestSupport.freePort())/roundup?sslmode=disable"
+        for (executable, port) in [("roundup-api", "ROUNDUP_API_PORT"), ("roundup-worker", "ROUNDUP_WORKER_PORT")] {
+            let process = try ManagedProcess(
+                name: "\(executable)-startup", executable: TestSupport.binDirectory.appendingPathComponent(executable),
+                environment: stack.environment.merging(["ROUNDUP_DATABASE_URL": nobody, port: "\(try TestSupport.freePort())"]) { _, new in new },
+                logDirectory: stack.directory)
+            try await Task.sleep(for: .seconds(1))
+            #expect(process.isRunning, "\(executable) ended before the signal: \(process.output)")
+            process.signal(SIGTERM)
+            #expect(await process.wait(timeout: .seconds(10)) == 0, "\(executable): \(process.output)")
+        }
+        await stack.shutdown()
+    }
 }
 
 @Suite(.serialized) struct DeadLetterTests {
