@@ -1,10 +1,11 @@
 public import GRDB
 import RoundupCore
 
-// Stored as their raw text on both stores: GRDB converts raw-representable values itself; the PostgreSQL store reads
+// Stored as their raw text on both stores: GRDB converts raw-representable values itself (`ChangeType`, read once per
+// row of the changes page, also straight from the SQLite statement); the PostgreSQL store reads
 // the text and asks `stored(_:)` (a text that is none of the values fails the row; the CHECK constraints keep such
 // text out).
-extension ChangeType: DatabaseValueConvertible {}
+extension ChangeType: DatabaseValueConvertible, StatementColumnConvertible {}
 extension SyncOp: DatabaseValueConvertible {}
 extension JobKind: DatabaseValueConvertible {}
 extension JobStatus: DatabaseValueConvertible {}
