@@ -20,11 +20,14 @@ public struct API: Sendable {
         /// Failed bearer tokens and bootstrap attempts per client address per minute before 429 (0: no throttle);
         /// `ROUNDUP_AUTH_FAILURE_LIMIT`.
         public var authFailureLimit: Int
+        /// Open change streams and their heartbeat.
+        public var streams: ChangeStreams.Limits
 
         public init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
-            authFailureLimit: Int = 30
+            authFailureLimit: Int = 30, streams: ChangeStreams.Limits = .init()
         ) {
+            self.streams = streams
             self.authFailureLimit = authFailureLimit
             self.staleAfter = staleAfter
             self.publicURL = publicURL
@@ -46,6 +49,8 @@ public struct API: Sendable {
     let throttle: AuthThrottle
     /// In front of every route that acts for an account.
     let authentication: AuthenticationMiddleware
+    /// The open change streams; a service the process runs (`APIApplication`).
+    public let streams: ChangeStreams
 
     public init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
@@ -60,15 +65,17 @@ public struct API: Sendable {
         self.metricsText = metricsText
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
+        self.streams = ChangeStreams(limits: options.streams, redis: redis, keys: options.keys, logger: logger)
         self.authentication = AuthenticationMiddleware(
             store: store, throttle: throttle,
             rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger))
     }
 
-    /// The router: request logs, errors as the JSON envelope, request metrics, then one route collection per resource.
+    /// The router: request ids, request logs, errors as the JSON envelope, request metrics, then one route collection per resource.
     public func router() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
-        // Every request's lines carry Hummingbird's request id (`hb.request.id`); headers are never logged.
+        // Every request's lines carry its `X-Request-Id` (`request_id`); headers are never logged.
+        router.add(middleware: RequestIDMiddleware())
         router.add(middleware: LogRequestsMiddleware(.debug))
         router.add(middleware: ErrorMiddleware(allowed: AllowedMethods(routes: routes)))
         router.add(middleware: MetricsMiddleware())

@@ -38,7 +38,10 @@ public enum APIApplication {
             options: .init(
                 publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
                 rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
-                authFailureLimit: configuration.authFailureLimit),
+                authFailureLimit: configuration.authFailureLimit,
+                streams: .init(
+                    maxStreams: configuration.maxStreams, maxPerAccount: configuration.maxStreamsPerAccount,
+                    heartbeat: .seconds(configuration.streamHeartbeatSeconds))),
             store: store, redis: redis, trello: trello, engine: engine, logger: logger, metricsText: { RoundupMetrics.render(registry) })
         let limits = configuration.httpLimits
         let app = Application(
@@ -53,7 +56,9 @@ public enum APIApplication {
                 availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),
             logger: logger)
         try await RoundupServices.run(
-            [.init(service: app)], dependencies: store.service.map { [$0] } ?? [], startUp: { try await store.migrate() },
+            // Services stop in reverse order: the change streams end first, so the HTTP server can drain.
+            [.init(service: app), .init(service: api.streams)], dependencies: store.service.map { [$0] } ?? [],
+            startUp: { try await store.migrate() },
             configuration: configuration, logger: logger
         ) {
             try? await http.shutdown()

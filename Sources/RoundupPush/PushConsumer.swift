@@ -174,11 +174,28 @@ public struct PushConsumer: Service {
                 }
             }
         case .background:
+            // A device that holds an open change stream has the changes already: a push would only wake it.
+            let streaming = await streamingDevices(account: account)
+            let sleeping = devices.filter { !streaming.contains($0.deviceID) }
+            if sleeping.count < devices.count {
+                Counter(label: "roundup_push_skipped_streaming_total").increment(by: devices.count - sleeping.count)
+            }
             await withTaskGroup(of: Void.self) { group in
-                for device in devices { group.addTask { await self.background(device: device, account: account) } }
+                for device in sleeping { group.addTask { await self.background(device: device, account: account) } }
             }
         }
         return true
+    }
+
+    /// The account's devices that hold an open change stream now (`RedisKeys.streamingDevices`, marked by the API
+    /// processes); none when Redis cannot tell, so a push is sent rather than lost.
+    func streamingDevices(account: String) async -> Set<String> {
+        guard
+            let reply = try? await redis.send(
+                RedisCommand("HGETALL", [RedisArgument(options.keys.streamingDevices(account: account))]), timeout: .seconds(1))
+        else { return [] }
+        let now = Int(Date().timeIntervalSince1970 * 1000)
+        return Set(reply.fieldMap.compactMap { device, until in (until.string.flatMap(Int.init) ?? 0) > now ? device : nil })
     }
 
     /// Sends now if the device had no background push in the window; otherwise defers one to the window's end.
@@ -242,6 +259,10 @@ public struct PushConsumer: Service {
                     continue
                 }
                 guard let device = devices.first(where: { $0.deviceID == parts[1] }) else { continue }
+                if await streamingDevices(account: parts[0]).contains(device.deviceID) {
+                    Counter(label: "roundup_push_skipped_streaming_total").increment()
+                    continue
+                }
                 _ = try? await redis.send(
                     RedisCommand(
                         "SET",

@@ -44,6 +44,12 @@ public struct RoundupConfiguration: Sendable {
     public var apiRateLimit: Int
     /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
     public var authFailureLimit: Int
+    /// Open change streams (`GET /dailyroundup/changes/stream`) one API process holds in all, and per account.
+    public var maxStreams: Int
+    public var maxStreamsPerAccount: Int
+    /// Seconds between a change stream's heartbeats (a comment line that keeps proxies from closing it; each one
+    /// also reads the store, so a lost announcement delays a change by this much at most).
+    public var streamHeartbeatSeconds: Int
     /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
     public var jobStaleSeconds: Int
     /// How often a running job's heartbeat (`updated_at`) advances.
@@ -87,7 +93,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT", "ROUNDUP_BOOTSTRAP_TOKEN", "ROUNDUP_API_RATE_LIMIT",
-        "ROUNDUP_AUTH_FAILURE_LIMIT",
+        "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
@@ -161,6 +167,9 @@ public struct RoundupConfiguration: Sendable {
         }
         apiRateLimit = try integer("ROUNDUP_API_RATE_LIMIT", default: 600, range: 1...1_000_000)
         authFailureLimit = try integer("ROUNDUP_AUTH_FAILURE_LIMIT", default: 30, range: 0...1_000_000)
+        maxStreams = try integer("ROUNDUP_STREAMS_MAX", default: 2000, range: 0...1_000_000)
+        maxStreamsPerAccount = try integer("ROUNDUP_STREAMS_PER_ACCOUNT", default: 10, range: 1...10_000)
+        streamHeartbeatSeconds = try integer("ROUNDUP_STREAM_HEARTBEAT_SECONDS", default: 15, range: 1...300)
         jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)
         jobHeartbeatSeconds = try integer("ROUNDUP_JOB_HEARTBEAT_SECONDS", default: 5, range: 1...10)
         guard jobHeartbeatSeconds * 2 <= jobStaleSeconds else {

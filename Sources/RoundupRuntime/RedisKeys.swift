@@ -52,6 +52,12 @@ public struct RedisKeys: Sendable {
     public func trelloWindow(_ hashedCredential: String) -> String { prefix + "trello:window:" + hashedCredential }
     /// Set while Trello has told us to back off for a token.
     public func trelloPause(_ hashedCredential: String) -> String { prefix + "trello:pause:" + hashedCredential }
+    /// `ChangeAnnouncement`s: an account has new pending changes (every API process follows it for its open change
+    /// streams; no consumer group).
+    public var changeAnnouncements: String { prefix + "stream:changes" }
+    /// Hash: the devices of an account that hold an open change stream → until when (ms since 1970), renewed at each
+    /// heartbeat; roundup-pusher sends them no background push. The key expires with its last stream.
+    public func streamingDevices(account: String) -> String { prefix + "streams:" + account }
     /// The consumer group of roundup-pusher on the push stream.
     public var pusherGroup: String { "pushers" }
     /// Set while a device had a background push within the window.

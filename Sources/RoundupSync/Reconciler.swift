@@ -214,10 +214,11 @@ public struct Reconciler: Sendable {
             outcome.changes.merge(applied.types) { $0 + $1 }
         }
         if written > 0 {
-            _ = try? await redis.send(
-                .streamAppend(
-                    keys.pushStream, maxLength: PushRequest.streamMaxLength,
-                    fields: PushRequest.background(account: list.accountID, reason: .reconcile).fields))
+            do {
+                _ = try await redis.pipeline(NewChanges.commands(account: list.accountID, reason: .reconcile, keys: keys), timeout: .seconds(2))
+            } catch {
+                logger.warning("new changes not announced", metadata: ["account": "\(list.accountID)", "error": "\(error)"])
+            }
         }
     }
 }

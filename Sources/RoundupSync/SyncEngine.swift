@@ -310,7 +310,7 @@ public struct SyncEngine: Sendable {
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
-        if !toApps.isEmpty { await queueBackgroundPush(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
+        if !toApps.isEmpty { await announceChanges(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         return SyncItemResult(
             reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID,
             conflictIDs: conflictIDs)
@@ -551,7 +551,7 @@ public struct SyncEngine: Sendable {
                     return (id, CardMapper.fields(fromCard: card, priority: priority))
                 }
                 if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {
-                    await queueBackgroundPush(account: list.accountID, excludeDevice: nil, reason: .import)
+                    await announceChanges(account: list.accountID, excludeDevice: nil, reason: .import)
                 }
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
@@ -592,11 +592,15 @@ public struct SyncEngine: Sendable {
 
     // MARK: Pushes
 
-    /// Queues a background push for the account's devices (roundup-pusher coalesces them per device).
-    func queueBackgroundPush(account: String, excludeDevice: String?, reason: PushRequest.Reason) async {
-        let request = PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice)
-        _ = try? await redis.send(
-            .streamAppend(options.keys.pushStream, maxLength: PushRequest.streamMaxLength, fields: request.fields), timeout: .seconds(2))
+    /// Tells about new changes: a background push for the account's devices (roundup-pusher coalesces them per
+    /// device) and a wake-up for its open change streams (`NewChanges`).
+    func announceChanges(account: String, excludeDevice: String?, reason: PushRequest.Reason) async {
+        let commands = NewChanges.commands(account: account, reason: reason, excludeDevice: excludeDevice, keys: options.keys)
+        do {
+            _ = try await redis.pipeline(commands, timeout: .seconds(2))
+        } catch {
+            logger.warning("new changes not announced", metadata: ["account": "\(account)", "error": "\(error)"])
+        }
     }
 
     /// Queues an alert push for the account's devices (roundup-pusher sends it).

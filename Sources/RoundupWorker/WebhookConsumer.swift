@@ -5,6 +5,7 @@ public import NIOCore
 import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
+import RoundupSync
 public import ServiceLifecycle
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that
@@ -48,7 +49,7 @@ public struct WebhookConsumer: Service {
                 name: "webhooks", consumer: options.consumer, batchSize: options.batchSize, block: .nanoseconds(options.block.nanoseconds),
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), maxDeliveries: options.maxDeliveries),
             driver: driver,
-            handler: WebhookHandler(processor: processor, pushStream: options.keys.pushStream, metrics: metrics, logger: logger),
+            handler: WebhookHandler(processor: processor, keys: options.keys, metrics: metrics, logger: logger),
             metrics: .init(
                 gauges: Set(StreamConsumer<RedisStreamDriver, WebhookHandler>.MetricSet.StreamGauge.allCases), reclaimed: metrics.reclaimed,
                 deadLettered: metrics.deadLettered, deadLettersTrimmed: metrics.deadLettersTrimmed, writesRefused: metrics.settleWritesRefused),
@@ -66,7 +67,7 @@ struct WebhookHandler: StreamHandler {
     typealias Failure = EventFailure
 
     let processor: WebhookProcessor
-    let pushStream: String
+    let keys: RedisKeys
     let metrics: WorkerMetrics
     let logger: Logger
 
@@ -75,10 +76,8 @@ struct WebhookHandler: StreamHandler {
         var result = StreamBatchResult<EventFailure>(
             done: outcome.done, retry: outcome.retry.map { (id: $0.id, failure: Optional($0.error)) },
             deadLetter: outcome.poison.map { (id: $0.id, failure: $0.error) })
-        // New changes: a background push to the account's devices (roundup-pusher coalesces them per device).
-        result.appends = outcome.accountsWithChanges.sorted().map { account in
-            StreamAppend(
-                stream: pushStream, maxLength: PushRequest.streamMaxLength, fields: PushRequest.background(account: account, reason: .changes).fields)
+        // New changes: a background push to the account's devices, and a wake-up for its open change streams.
+        result.appends = outcome.accountsWithChanges.sorted().flatMap { account in NewChanges.appends(account: account, reason: .changes, keys: keys)
         }
         result.detail = outcome
         return result

@@ -67,6 +67,12 @@ if args.count == 3, args[1] == "reconcile", let cards = Int(args[2]) {
     exit(0)
 }
 
+// usage: roundup-bench stream ACCOUNTS RATE SECONDS [IDLE_STREAMS] — webhook-to-stream latency (StreamBench).
+if (5...6).contains(args.count), args[1] == "stream", let accounts = Int(args[2]), let rate = Int(args[3]), let seconds = Int(args[4]) {
+    try await StreamBench.run(accounts: accounts, rate: rate, seconds: seconds, idleStreams: args.count == 6 ? Int(args[5]) ?? 0 : 0)
+    exit(0)
+}
+
 if args.count == 4, args[1] == "sync", let accounts = Int(args[2]), let items = Int(args[3]) {
     try await SyncBench.run(accounts: accounts, items: items)
     exit(0)

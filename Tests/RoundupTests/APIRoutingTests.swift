@@ -39,6 +39,36 @@ import Testing
         }
     }
 
+    @Test func everyResponseCarriesARequestIDThatErrorBodiesRepeat() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
+            let requestID = HTTPField.Name("X-Request-Id")!
+            let (_, token) = try await api.createAccount(bootstrap: Self.bootstrap)
+            // Answers of every kind carry one, and no two requests share it.
+            var seen = Set<String>()
+            for (method, path, auth) in [
+                (HTTPMethod.GET, "/healthz", nil), (.GET, "/dailyroundup/changes", token), (.GET, "/dailyroundup/nothing", nil),
+                (.DELETE, "/healthz", nil), (.GET, "/dailyroundup/account", "wrong-token"),
+            ] as [(HTTPMethod, String, String?)] {
+                let response = try await api.call(method, path, token: auth)
+                let id = try #require(response.headers[requestID], "\(method) \(path)")
+                #expect(!seen.contains(id))
+                seen.insert(id)
+                if response.status.code >= 400 {
+                    #expect(response.json["error"]?["request_id"] == .string(id), "\(response.body)")
+                }
+            }
+            // A sane id from the client (or its proxy) is kept; anything else is replaced.
+            let kept = try await api.call(.GET, "/dailyroundup/lists/unknown", token: token, headers: ["X-Request-Id": "ios-2f9c.17:3"])
+            #expect(kept.status == .notFound && kept.headers[requestID] == "ios-2f9c.17:3")
+            #expect(kept.json["error"]?["request_id"] == "ios-2f9c.17:3")
+            for bad in [String(repeating: "a", count: 129), "has space", "semi;colon", "ünï"] {
+                let replaced = try await api.call(.GET, "/healthz", token: nil, headers: ["X-Request-Id": bad])
+                let id = try #require(replaced.headers[requestID])
+                #expect(id != bad && UUID(uuidString: id) != nil, "\(bad) -> \(id)")
+            }
+        }
+    }
+
     @Test func documentsNameEveryMemberAndKeepTheirTypes() async throws {
         try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
             let (account, token) = try await api.createAccount(bootstrap: Self.bootstrap)

@@ -11,6 +11,7 @@ struct ChangeRoutes {
         let routes = RouteCollection(context: APIRequestContext.self)
         routes.add(middleware: api.authentication)
         routes.get { request, context in try await page(context.requireAccount(), request) }
+        routes.get("stream") { request, context in try await stream(context.requireAccount(), request) }
         routes.post("{id}/ack") { request, context in try await ackOne(context.requireAccount(), context.parameters.require("id"), request, context) }
         routes.post("ack") { request, context in try await ackMany(context.requireAccount(), request, context) }
         return routes
@@ -20,13 +21,8 @@ struct ChangeRoutes {
     /// canonical JSON already, so they are spliced in as they are, not parsed and re-encoded.
     func page(_ account: String, _ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
-        var afterID: Int64 = 0
+        let afterID = try Self.afterID(query["after_id"].map(String.init)) ?? 0
         var limit = 200
-        if let text = query["after_id"] {
-            guard let value = Int64(String(text)) else { throw APIError.badRequest("after_id must be an integer") }
-            guard value >= 0 else { throw APIError.unprocessable("after_id must not be negative") }
-            afterID = value
-        }
         if let text = query["limit"] {
             guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
             guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
@@ -38,23 +34,7 @@ struct ChangeRoutes {
         out.writeString(#"{"changes":["#)
         for (index, row) in rows.prefix(limit).enumerated() {
             if index > 0 { out.writeString(",") }
-            out.writeString(#"{"id":"#)
-            out.writeString(String(row.id))
-            out.writeString(#","change_type":"#)
-            out.writeString(JSONValue.string(row.changeType.rawValue).canonicalJSON)
-            out.writeString(#","sync_list_id":"#)
-            out.writeString(JSONValue.string(row.syncListID).canonicalJSON)
-            out.writeString(#","trello_card_id":"#)
-            out.writeString(JSONValue.string(row.trelloCardID).canonicalJSON)
-            out.writeString(#","reminder_id":"#)
-            out.writeString((row.reminderID.map(JSONValue.string) ?? .null).canonicalJSON)
-            out.writeString(#","changed_fields":"#)
-            out.writeString(row.changedFieldsJSON)
-            out.writeString(#","fields":"#)
-            out.writeString(row.fieldsJSON)
-            out.writeString(#","created_at":"#)
-            out.writeString(JSONValue.string(row.createdAt).canonicalJSON)
-            out.writeString("}")
+            Self.write(row, to: &out)
         }
         out.writeString(#"],"has_more":"#)
         out.writeString(rows.count > limit ? "true" : "false")
@@ -62,6 +42,27 @@ struct ChangeRoutes {
         out.writeString(JSONValue.string(Timestamp.now()).canonicalJSON)
         out.writeString("}")
         return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: out))
+    }
+
+    /// One change as `Change` of docs/openapi.yaml: the same JSON on the page and on the stream.
+    static func write(_ row: PendingChange, to out: inout ByteBuffer) {
+        out.writeString(#"{"id":"#)
+        out.writeString(String(row.id))
+        out.writeString(#","change_type":"#)
+        out.writeString(JSONValue.string(row.changeType.rawValue).canonicalJSON)
+        out.writeString(#","sync_list_id":"#)
+        out.writeString(JSONValue.string(row.syncListID).canonicalJSON)
+        out.writeString(#","trello_card_id":"#)
+        out.writeString(JSONValue.string(row.trelloCardID).canonicalJSON)
+        out.writeString(#","reminder_id":"#)
+        out.writeString((row.reminderID.map(JSONValue.string) ?? .null).canonicalJSON)
+        out.writeString(#","changed_fields":"#)
+        out.writeString(row.changedFieldsJSON)
+        out.writeString(#","fields":"#)
+        out.writeString(row.fieldsJSON)
+        out.writeString(#","created_at":"#)
+        out.writeString(JSONValue.string(row.createdAt).canonicalJSON)
+        out.writeString("}")
     }
 
     func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {

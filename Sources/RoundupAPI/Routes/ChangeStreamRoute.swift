@@ -1,0 +1,103 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Metrics
+import NIOCore
+import RoundupCore
+import RoundupStore
+
+/// `GET /dailyroundup/changes/stream`: the pending changes as Server-Sent Events. It first sends every pending change
+/// after the client's position (`Last-Event-ID`, or `after_id`), then each new one as the store gets it; each
+/// event's `id:` is the change id, so a client that reconnects with the last id it saw misses nothing and sees
+/// nothing twice. A superseded change is followed by its replacement (a new id). Comments (`: heartbeat`) keep
+/// proxies from closing a quiet stream.
+extension ChangeRoutes {
+    static let lastEventID = HTTPField.Name("Last-Event-ID")!
+    /// Changes one read of the store takes at most.
+    static let streamBatch = 200
+
+    func stream(_ account: String, _ request: Request) async throws -> Response {
+        let after = try Self.streamPosition(request)
+        let device = try await streamingDevice(account, request)
+        let subscription = try api.streams.open(account: account, device: device)
+        let store = api.store
+        let streams = api.streams
+        let logger = api.logger
+        Counter(label: "roundup_api_streams_opened_total").increment()
+        let headers: HTTPFields = [
+            .contentType: "text/event-stream", .cacheControl: "no-store", HTTPField.Name("X-Accel-Buffering")!: "no",
+        ]
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                defer { streams.close(subscription) }
+                do {
+                    // Clients reconnect after a second when the stream ends (EventSource's `retry`).
+                    try await writer.write(ByteBuffer(string: "retry: 1000\n: open\n\n"))
+                    var last = after
+                    var signal: ChangeStreams.Signal? = .changed
+                    var signals = subscription.signals.makeAsyncIterator()
+                    while let current = signal {
+                        var wrote = false
+                        while true {
+                            let rows = try await store.pendingChanges(accountID: account, afterID: last, limit: Self.streamBatch)
+                            guard !rows.isEmpty else { break }
+                            var out = ByteBuffer()
+                            out.reserveCapacity(rows.count * 420)
+                            for row in rows {
+                                out.writeString("id: ")
+                                out.writeString(String(row.id))
+                                out.writeString("\nevent: change\ndata: ")
+                                Self.write(row, to: &out)
+                                out.writeString("\n\n")
+                                last = row.id
+                            }
+                            try await writer.write(out)
+                            Counter(label: "roundup_api_stream_events_total").increment(by: rows.count)
+                            wrote = true
+                            if rows.count < Self.streamBatch { break }
+                        }
+                        if current == .heartbeat && !wrote { try await writer.write(ByteBuffer(string: ": heartbeat\n\n")) }
+                        signal = await signals.next()
+                    }
+                    // The process is stopping: the client reconnects (to another process) from its last id.
+                    try await writer.finish(nil)
+                } catch {
+                    // The client went away, or the store failed: the client resumes from its last id either way.
+                    logger.debug("change stream ended", metadata: ["account": "\(account)", "error": "\(error)"])
+                    throw error
+                }
+            })
+    }
+
+    /// Where the stream starts: after `Last-Event-ID` (a reconnect), else after `after_id`, else from the first
+    /// pending change.
+    static func streamPosition(_ request: Request) throws -> Int64 {
+        if let text = request.headers[lastEventID] {
+            guard let value = Int64(text.trimmingCharacters(in: .whitespaces)), value >= 0 else {
+                throw APIError.badRequest("Last-Event-ID must be a change id (a non-negative integer)")
+            }
+            return value
+        }
+        return try afterID(request.uri.queryParameters["after_id"].map(String.init)) ?? 0
+    }
+
+    /// `after_id` of a query: nil when absent.
+    static func afterID(_ text: String?) throws -> Int64? {
+        guard let text else { return nil }
+        guard let value = Int64(text) else { throw APIError.badRequest("after_id must be an integer") }
+        guard value >= 0 else { throw APIError.unprocessable("after_id must not be negative") }
+        return value
+    }
+
+    /// The device named by `device_id`, which must be one of the account's: while it holds the stream, it gets no
+    /// background pushes.
+    func streamingDevice(_ account: String, _ request: Request) async throws -> String? {
+        guard let text = request.uri.queryParameters["device_id"].map(String.init) else { return nil }
+        guard try await api.store.devices(accountID: account).contains(where: { $0.deviceID == text }) else {
+            throw APIError.unprocessable("device_id is not a device of this account (register it with POST /dailyroundup/devices)")
+        }
+        return text
+    }
+}

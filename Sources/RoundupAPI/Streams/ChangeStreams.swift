@@ -1,0 +1,252 @@
+import Foundation
+import HTTPTypes
+public import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import NIOCore
+import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import ServiceLifecycle
+
+/// The open change streams of this API process (`GET /dailyroundup/changes/stream`) and what wakes them: a
+/// `ChangeAnnouncement` on Redis (written by whoever wrote the changes, on any machine) wakes the account's streams,
+/// and a heartbeat wakes every stream, so a lost announcement delays a change by one heartbeat at most. A wake-up
+/// carries no change: each stream reads the store after the last id it sent, so nothing is missed or repeated.
+///
+/// A `Service`: it follows the announcements and beats until the process stops; at a graceful shutdown it ends every
+/// stream first, so their responses complete and the HTTP server can drain.
+public final class ChangeStreams: Service, Sendable {
+    public struct Limits: Sendable, Equatable {
+        /// Streams this process holds in all (`ROUNDUP_STREAMS_MAX`); 0 turns streams off.
+        public var maxStreams: Int
+        /// Streams one account holds on this process (`ROUNDUP_STREAMS_PER_ACCOUNT`).
+        public var maxPerAccount: Int
+        /// Between heartbeats (`ROUNDUP_STREAM_HEARTBEAT_SECONDS`).
+        public var heartbeat: Duration
+
+        public init(maxStreams: Int = 2000, maxPerAccount: Int = 10, heartbeat: Duration = .seconds(15)) {
+            self.maxStreams = maxStreams
+            self.maxPerAccount = maxPerAccount
+            self.heartbeat = heartbeat
+        }
+    }
+
+    /// Why a stream should look at the store again. Signals are coalesced (a stream holds one at most): every one
+    /// makes it read the store, so a heartbeat that replaces a `changed` loses nothing.
+    public enum Signal: Sendable, Equatable {
+        /// The account has new changes (an announcement, or the announcements may have been missed).
+        case changed
+        /// Time for a heartbeat comment (the store is read too).
+        case heartbeat
+    }
+
+    /// One open stream: its signals end when the process shuts down.
+    public struct Subscription: Sendable {
+        public let id: Int
+        public let account: String
+        /// The device that holds it, when the app named one (`device_id`): it gets no background pushes meanwhile.
+        public let device: String?
+        public let signals: AsyncStream<Signal>
+    }
+
+    private struct Entry {
+        var device: String?
+        var continuation: AsyncStream<Signal>.Continuation
+    }
+
+    private struct State {
+        var byAccount: [String: [Int: Entry]] = [:]
+        var total = 0
+        var nextID = 0
+        var closed = false
+        var reader: RedisConnection?
+    }
+
+    public let limits: Limits
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
+    private let state = NIOLockedValueBox(State())
+
+    public init(limits: Limits, redis: RedisClient, keys: RedisKeys, logger: Logger) {
+        self.limits = limits
+        self.redis = redis
+        self.keys = keys
+        self.logger = logger
+    }
+
+    /// Streams open now.
+    public var count: Int { state.withLockedValue { $0.total } }
+
+    /// Opens a stream for the account, or throws the error its client gets: 503 when the process holds all it may
+    /// (or is stopping), 429 when the account holds all it may here.
+    func open(account: String, device: String?) throws -> Subscription {
+        let (signals, continuation) = AsyncStream.makeStream(of: Signal.self, bufferingPolicy: .bufferingNewest(1))
+        let opened = state.withLockedValue { state -> Result<Int, APIError> in
+            guard !state.closed, state.total < limits.maxStreams else {
+                return .failure(
+                    APIError(
+                        .serviceUnavailable, "streams_full",
+                        "this server holds all the change streams it may; retry later or pull GET /dailyroundup/changes",
+                        headers: [.retryAfter: "5"]))
+            }
+            guard state.byAccount[account, default: [:]].count < limits.maxPerAccount else {
+                return .failure(
+                    APIError(
+                        .tooManyRequests, "too_many_streams",
+                        "the account holds \(limits.maxPerAccount) change streams on this server already; close one first",
+                        headers: [.retryAfter: "5"]))
+            }
+            state.nextID += 1
+            state.total += 1
+            state.byAccount[account, default: [:]][state.nextID] = Entry(device: device, continuation: continuation)
+            return .success(state.nextID)
+        }
+        let id = try opened.get()
+        Gauge(label: "roundup_api_streams").record(count)
+        if let device { Task { await markStreaming([(account, device)]) } }
+        return Subscription(id: id, account: account, device: device, signals: signals)
+    }
+
+    /// Closes a stream (its response ended, or its client went away).
+    func close(_ subscription: Subscription) {
+        let entry = state.withLockedValue { state -> Entry? in
+            guard let entry = state.byAccount[subscription.account]?.removeValue(forKey: subscription.id) else { return nil }
+            if state.byAccount[subscription.account]?.isEmpty == true { state.byAccount[subscription.account] = nil }
+            state.total -= 1
+            return entry
+        }
+        entry?.continuation.finish()
+        Gauge(label: "roundup_api_streams").record(count)
+        if let device = subscription.device {
+            let stillStreaming = state.withLockedValue { state in
+                state.byAccount[subscription.account]?.values.contains { $0.device == device } ?? false
+            }
+            if !stillStreaming {
+                let key = keys.streamingDevices(account: subscription.account)
+                Task { _ = try? await redis.send(RedisCommand("HDEL", [RedisArgument(key), RedisArgument(device)]), timeout: .seconds(2)) }
+            }
+        }
+    }
+
+    /// Wakes the account's streams.
+    public func wake(account: String) {
+        let continuations = state.withLockedValue { state in state.byAccount[account].map { $0.values.map(\.continuation) } ?? [] }
+        for continuation in continuations { continuation.yield(.changed) }
+    }
+
+    /// Wakes every stream.
+    func wakeAll(_ signal: Signal) {
+        let continuations = state.withLockedValue { state in state.byAccount.values.flatMap { $0.values.map(\.continuation) } }
+        for continuation in continuations { continuation.yield(signal) }
+    }
+
+    public func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.followAnnouncements() }
+            group.addTask { await self.beat() }
+            // Until the process stops: then no stream opens any more, every open one ends, and the loops stop.
+            try? await gracefulShutdown()
+            shutDown()
+            group.cancelAll()
+        }
+    }
+
+    /// Ends every stream, refuses new ones, and unblocks the announcement reader.
+    func shutDown() {
+        let (continuations, reader) = state.withLockedValue { state in
+            state.closed = true
+            return (state.byAccount.values.flatMap { $0.values.map(\.continuation) }, state.reader)
+        }
+        for continuation in continuations { continuation.finish() }
+        reader?.close().whenComplete { _ in }
+    }
+
+    /// Follows the announcement stream from its end (`XREAD BLOCK` on a connection of its own). After a Redis
+    /// failure every stream is woken once: announcements may have been missed meanwhile.
+    func followAnnouncements() async {
+        var last = "$"
+        var failures = 0
+        while !Task.isCancelled && !state.withLockedValue({ $0.closed }) {
+            do {
+                let reader = try await connectedReader()
+                let reply = try await reader.send(
+                    RedisCommand(
+                        "XREAD", ["COUNT", "1000", "BLOCK", "2000", "STREAMS", RedisArgument(keys.changeAnnouncements), RedisArgument(last)]),
+                    timeout: .seconds(7)
+                ).get()
+                if failures > 0 {
+                    logger.notice("change announcements followed again", metadata: ["failures": "\(failures)"])
+                    failures = 0
+                    wakeAll(.changed)
+                }
+                var accounts = Set<String>()
+                for stream in reply.array ?? [] {
+                    guard let pair = stream.array, pair.count == 2 else { continue }
+                    for entry in pair[1].streamEntries {
+                        last = entry.id
+                        if let announcement = ChangeAnnouncement(fields: entry.fields) { accounts.insert(announcement.account) }
+                    }
+                }
+                for account in accounts { wake(account: account) }
+            } catch {
+                if state.withLockedValue({ $0.closed }) { return }
+                failures += 1
+                if failures == 1 {
+                    logger.warning("change announcements unavailable; streams fall back to their heartbeat", metadata: ["error": "\(error)"])
+                }
+                let broken = state.withLockedValue { state -> RedisConnection? in
+                    defer { state.reader = nil }
+                    return state.reader
+                }
+                broken?.close().whenComplete { _ in }
+                try? await Task.sleep(for: .milliseconds(min(5000, 100 << min(failures, 6))))
+            }
+        }
+    }
+
+    private func connectedReader() async throws -> RedisConnection {
+        if let reader = state.withLockedValue({ $0.reader }), reader.isActive { return reader }
+        let reader = try await redis.dedicatedConnection().get()
+        let closed = state.withLockedValue { state -> Bool in
+            if state.closed { return true }
+            state.reader = reader
+            return false
+        }
+        if closed {
+            reader.close().whenComplete { _ in }
+            throw CancellationError()
+        }
+        return reader
+    }
+
+    /// Every heartbeat: a heartbeat signal to every stream, and the streaming devices' marks renewed.
+    func beat() async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: limits.heartbeat) } catch { return }
+            wakeAll(.heartbeat)
+            let devices = state.withLockedValue { state in
+                state.byAccount.flatMap { account, entries in entries.values.compactMap { $0.device.map { (account, $0) } } }
+            }
+            if !devices.isEmpty { await markStreaming(devices) }
+        }
+    }
+
+    /// Marks devices as holding a stream until three heartbeats from now (`RedisKeys.streamingDevices`).
+    func markStreaming(_ devices: [(account: String, device: String)]) async {
+        let milliseconds = Int(limits.heartbeat.components.seconds) * 3000 + 1000
+        let until = Int(Date().timeIntervalSince1970 * 1000) + milliseconds
+        var commands: [RedisCommand] = []
+        for (account, device) in devices {
+            let key = RedisArgument(keys.streamingDevices(account: account))
+            commands.append(RedisCommand("HSET", [key, RedisArgument(device), RedisArgument(until)]))
+            commands.append(RedisCommand("PEXPIRE", [key, RedisArgument(milliseconds)]))
+        }
+        do {
+            _ = try await redis.pipeline(commands, timeout: .seconds(2))
+        } catch {
+            logger.debug("streaming devices not marked", metadata: ["error": "\(error)"])
+        }
+    }
+}

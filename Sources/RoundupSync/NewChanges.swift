@@ -1,0 +1,23 @@
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+
+/// What every writer of pending changes appends once the store has them: a background push for the account's
+/// devices (roundup-pusher coalesces them per device, and skips a device that holds an open change stream) and a
+/// `ChangeAnnouncement` that wakes the account's open change streams on every API process.
+public enum NewChanges {
+    public static func appends(account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys) -> [StreamAppend] {
+        [
+            StreamAppend(
+                stream: keys.pushStream, maxLength: PushRequest.streamMaxLength,
+                fields: PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice).fields),
+            StreamAppend(
+                stream: keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength, fields: ChangeAnnouncement(account: account).fields),
+        ]
+    }
+
+    /// The same appends as one pipeline's commands.
+    public static func commands(account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys) -> [RedisCommand] {
+        appends(account: account, reason: reason, excludeDevice: excludeDevice, keys: keys).map(\.command)
+    }
+}
