@@ -165,14 +165,25 @@ let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.att
 let rss =
     (try? String(contentsOfFile: "/proc/\(workers[0].pid)/status", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("VmHWM") }.map(String.init) ?? "VmHWM: ?"
+// The workers' CPU time (user + system, from /proc/PID/stat): it moves less with the machine's load than the wall time.
+let cpuSeconds = workers.reduce(0.0) { total, worker in
+    guard let stat = try? String(contentsOfFile: "/proc/\(worker.pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return total }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    // After the command's ")": state is field 3 of the file, so utime (14) and stime (15) are at 11 and 12 here.
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return total }
+    return total + (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
 for worker in workers { await worker.stop() }
 let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
 guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
 print(
     String(
         format:
-            "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; %d pending-change rows; peak %@; Trello card requests %d",
-        scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, written,
+            "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; worker CPU %.2f s = %.0f events per CPU-second; %d pending-change rows; peak %@; Trello card requests %d",
+        scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, cpuSeconds,
+        Double(events) / max(cpuSeconds, 0.001), written,
         rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
 await redis.shutdown()
