@@ -36,6 +36,11 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        // The apps' client, a package of its own (Client/), tested here against the real processes; AsyncHTTPClient's
+        // transport streams on Linux, where URLSession buffers whole responses.
+        .package(path: "Client"),
+        .package(url: "https://github.com/apple/swift-openapi-runtime.git", from: "1.13.4"),
+        .package(url: "https://github.com/swift-server/swift-openapi-async-http-client.git", from: "1.5.0"),
     ],
     targets: [
         // C: Debian's libhiredis-dev, used for its RESP reader (redisReader). No `pkgConfig: "hiredis"`:
@@ -310,6 +315,9 @@ let package = Package(
                 // In-process API tests: `app.test(.router)`.
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "RoundupClient", package: "Client"),
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                .product(name: "OpenAPIAsyncHTTPClient", package: "swift-openapi-async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),

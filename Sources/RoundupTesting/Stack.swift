@@ -83,8 +83,9 @@ public final class Stack: @unchecked Sendable {
         guard up else { throw StackError("ingress did not come up: \(process.output)") }
     }
 
-    public func startAPI(bootstrapToken: String?, extra: [String: String] = [:]) async throws {
-        apiPort = try TestSupport.freePort()
+    /// Starts a roundup-api on `port` (one that a stopped API used, say), else on a free one; `apiPort` names it.
+    public func startAPI(bootstrapToken: String?, extra: [String: String] = [:], port: Int? = nil) async throws {
+        apiPort = try port ?? TestSupport.freePort()
         var env = environment
         env["ROUNDUP_API_PORT"] = String(apiPort)
         if let bootstrapToken { env["ROUNDUP_BOOTSTRAP_TOKEN"] = bootstrapToken }

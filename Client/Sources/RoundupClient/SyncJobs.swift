@@ -1,0 +1,70 @@
+public import Foundation
+import OpenAPIRuntime
+
+extension RoundupClient {
+    /// Posts the app's edits as a sync job. While another job of the account runs (409 `job_running`), it waits as
+    /// the server asks (`Retry-After`) and posts again, for at most `busyFor`. The `Idempotency-Key` makes a retry
+    /// after a lost answer start no second job.
+    public func submitSync(
+        deviceID: String, changes: [SyncChange], idempotencyKey: String = UUID().uuidString, busyFor: Duration = .seconds(120)
+    ) async throws -> JobStarted {
+        let deadline = ContinuousClock.now + busyFor
+        var attempt = 0
+        while true {
+            do {
+                let output = try await call {
+                    try await api.submitSync(
+                        headers: .init(idempotencyKey: idempotencyKey), body: .json(.init(deviceId: deviceID, changes: changes)))
+                }
+                switch output {
+                case .accepted(let accepted): return try accepted.body.json
+                case let other: throw Self.unexpected(other)
+                }
+            } catch let error as RoundupError where error.code == .jobRunning {
+                attempt += 1
+                let wait = retry.delay(retry: attempt, retryAfter: error.retryAfter ?? .seconds(2))
+                guard ContinuousClock.now + wait < deadline else { throw error }
+                try await Task.sleep(for: wait)
+            }
+        }
+    }
+
+    public func job(_ id: String) async throws -> SyncJob {
+        switch try await call({ try await api.getSyncJob(path: .init(jobId: id)) }) {
+        case .ok(let ok): return try ok.body.json
+        case let other: throw Self.unexpected(other)
+        }
+    }
+
+    /// Polls a job until it is no longer `running` (`completed`, `error`, `error` with `stale`, or a state a newer
+    /// server knows), backing off from 200 ms to 5 s; throws `RoundupError` `timeout` after `timeout`.
+    public func waitForJob(_ id: String, timeout: Duration = .seconds(300)) async throws -> SyncJob {
+        let deadline = ContinuousClock.now + timeout
+        var wait = Duration.milliseconds(200)
+        while true {
+            let job = try await job(id)
+            if job.status != .running { return job }
+            guard ContinuousClock.now + wait < deadline else {
+                throw RoundupError(status: 0, code: OpenEnum(rawValue: "timeout"), message: "job \(id) still running after \(timeout)")
+            }
+            try await Task.sleep(for: wait)
+            wait = min(wait * 2, .seconds(5))
+        }
+    }
+
+    /// Posts the edits and waits for their job (`submitSync`, `waitForJob`).
+    public func sync(deviceID: String, changes: [SyncChange], timeout: Duration = .seconds(300)) async throws -> SyncJob {
+        let started = try await submitSync(deviceID: deviceID, changes: changes)
+        return try await waitForJob(started.jobId, timeout: timeout)
+    }
+}
+
+extension Components.Schemas.SyncJob {
+    /// The job's worker stopped heartbeating: stop polling; the same edits can be posted again safely.
+    public var isStale: Bool { status == .error && error == "stale" }
+}
+
+extension Components.Schemas.Change {
+    /// A field's value, when the change carries it (`fields`), as the JSON the server sent.
+    public func value(of field: Roundup.FieldName) -> (any Sendable)? { fields.value[field.rawValue] ?? nil }
+}

@@ -1,0 +1,217 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOConcurrencyHelpers
+import NIOCore
+import OpenAPIAsyncHTTPClient
+import RoundupClient
+import RoundupCore
+import RoundupTesting
+import Testing
+
+/// RoundupClient, the apps' library, against the real roundup-api, ingress and worker with the fake Trello; and
+/// against a small server of canned answers for what the real one cannot be made to say (values from a newer server,
+/// failures to retry).
+@Suite(.serialized) struct ClientTests {
+    /// AsyncHTTPClient's transport: URLSession on Linux buffers whole responses, so the stream needs this one here
+    /// (the apps use URLSession, which streams on Apple's systems).
+    static let transport = AsyncHTTPClientTransport()
+
+    func start(_ backend: StoreBackend, policy: String? = nil) async throws -> (Stack, RoundupClient.Setup) {
+        let stack = try await Stack(store: backend)
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        stack.trello.addList(id: "Lclient", boardID: "Bclient")
+        let setup = try await RoundupClient.setUp(
+            serverURL: URL(string: "http://127.0.0.1:\(stack.apiPort)")!, bootstrapToken: SyncSetup.bootstrap,
+            trello: .init(apiKey: "test-api-key", webhookSecret: stack.trello.webhookSecret, token: "test-token"),
+            list: .init(name: "Errands", trelloBoardID: "Bclient", trelloListID: "Lclient"), transport: Self.transport)
+        if let policy {
+            var update = Components.Schemas.AccountUpdate()
+            update.conflictPolicy = OpenEnum(rawValue: policy)
+            _ = try await setup.client.updateAccount(update)
+        }
+        return (stack, setup)
+    }
+
+    @Test(arguments: StoreBackend.available) func theSetUpFlowThenAWebhookBecomesAChangeThatIsAcked(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let client = setup.client
+        // The five steps left an account with its credentials masked and one paired list.
+        let account = try await client.account()
+        #expect(account.accountId == setup.accountID)
+        #expect(account.trelloToken?.hasSuffix("oken") == true && account.trelloToken?.contains("test-token") == false)
+        #expect(try await client.lists().map(\.syncListId) == [setup.list.syncListId])
+        #expect(try await client.changes().collect().isEmpty)
+
+        // Someone adds cards in Trello: signed webhooks, the worker, and changes the app pages through.
+        let cards = (1...3).map { stack.trello.userCreateCard(listID: "Lclient", name: "Card \($0)") }
+        #expect(try await TestSupport.eventually { try await client.changes(pageSize: 2).collect().count == 3 })
+        let changes = try await client.changes(pageSize: 2).collect()
+        #expect(changes.map(\.trelloCardId) == cards)
+        #expect(changes.allSatisfy { $0.changeType == .create && $0.reminderId == nil })
+        #expect(changes[0].value(of: .title) as? String == "Card 1")
+        // Acked with the reminders made for them: gone from the feed, and the next change of a card carries its reminder.
+        let acked = try await client.ack(changes.enumerated().map { ChangeAck(id: $1.id, reminderID: "R\($0)") })
+        #expect(Set(acked) == Set(changes.map(\.id)))
+        #expect(try await client.changes().collect().isEmpty)
+        stack.trello.userUpdateCard(id: cards[0], ["name": "Card 1, renamed"])
+        #expect(try await TestSupport.eventually { try await client.changes().collect().count == 1 })
+        let update = try #require(try await client.changes().collect().first)
+        #expect(update.changeType == .update && update.reminderId == "R0" && update.value(of: .title) as? String == "Card 1, renamed")
+        #expect(try await client.ack(update.id) == [update.id])
+
+        // A failure is one typed error: the server's code and message, and the request id.
+        do {
+            _ = try await client.ack(999_999)
+            Issue.record("acking an unknown change succeeded")
+        } catch let error as RoundupError {
+            #expect(error.status == 404 && error.code == .notFound && error.requestID?.isEmpty == false, "\(error)")
+        }
+        await stack.shutdown()
+    }
+
+    @Test(arguments: StoreBackend.available) func liveChangesFollowNewOnesAndResumeAfterTheServerEndsTheStream(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let first = stack.trello.userCreateCard(listID: "Lclient", name: "Before the stream")
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
+        let received = ReceivedChanges()
+        let reader = Task {
+            for try await change in setup.client.liveChanges(reconnect: RetryPolicy(attempts: 100, base: .milliseconds(100), ceiling: .seconds(1))) {
+                received.append(change)
+            }
+        }
+        defer { reader.cancel() }
+        #expect(await TestSupport.eventually(timeout: .seconds(10)) { received.cards == [first] })
+        let second = stack.trello.userCreateCard(listID: "Lclient", name: "While it streams")
+        #expect(await TestSupport.eventually(timeout: .seconds(10)) { received.cards == [first, second] })
+
+        // The API process stops (its streams end) and another takes its port: the sequence reconnects by itself and
+        // resumes after the last change it delivered, so nothing is missed or repeated.
+        let port = stack.apiPort
+        let api = try #require(stack.api)
+        api.signal(SIGTERM)
+        #expect(await api.wait(timeout: .seconds(15)) == 0)
+        let third = stack.trello.userCreateCard(listID: "Lclient", name: "While no API runs")
+        try await stack.quiet()
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, port: port)
+        let fourth = stack.trello.userCreateCard(listID: "Lclient", name: "After the restart")
+        #expect(await TestSupport.eventually(timeout: .seconds(20)) { received.cards.count == 4 })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(received.cards == [first, second, third, fourth])
+        #expect(received.ids == received.ids.sorted())
+        reader.cancel()
+        await stack.shutdown()
+    }
+
+    @Test(arguments: StoreBackend.available) func aSyncJobWithAConflictIsWaitedForAndResolved(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend, policy: "manual")
+        defer { Task { await stack.shutdown() } }
+        let client = setup.client
+        let list = setup.list.syncListId
+        let created = try await client.sync(
+            deviceID: "iphone",
+            changes: [
+                .init(op: .create, syncListId: list, reminderId: "R1", fields: .init(title: "Pay rent", notes: "by transfer"), modifiedAt: Date())
+            ])
+        #expect(created.status == .completed, "\(created)")
+        let card = try #require(created.results.first?.trelloCardId)
+        try await stack.quiet()
+
+        stack.trello.userUpdateCard(id: card, ["name": "Pay rent (Trello)"])
+        try await stack.quiet()
+        let job = try await client.sync(
+            deviceID: "iphone",
+            changes: [
+                .init(
+                    op: .update, syncListId: list, reminderId: "R1", fields: .init(title: "Pay rent (app)"), changedFields: [.title],
+                    modifiedAt: Date())
+            ])
+        #expect(job.status == .completed)
+        let item = try #require(job.results.first)
+        #expect(item.status == .conflict, "\(item)")
+        let conflicts = try await client.conflicts()
+        #expect(conflicts.count == 1 && item.conflictIds == conflicts.map(\.id))
+        let conflict = try #require(conflicts.first)
+        #expect(conflict.field == .title && conflict.status == .open && conflict.reminderId == "R1")
+        let resolved = try await client.resolveConflict(conflict.id, choice: .reminders)
+        #expect(resolved.status == .resolved)
+        #expect(stack.trello.cardValue(card)?["name"] == "Pay rent (app)")
+        do {
+            _ = try await client.resolveConflict(conflict.id, choice: .trello)
+            Issue.record("a resolved conflict was resolved again")
+        } catch let error as RoundupError {
+            #expect(error.status == 409, "\(error)")
+        }
+        await stack.shutdown()
+    }
+
+    /// What the real server cannot be made to say: values a newer server might send, and failures to retry.
+    @Test func valuesFromANewerServerDecodeAndTransientFailuresAreRetried() async throws {
+        let attempts = ReceivedChanges()
+        let router = Router()
+        router.get("/dailyroundup/changes") { _, _ -> Response in
+            let body = #"""
+                {"changes":[{"id":7,"change_type":"archive","sync_list_id":"L","trello_card_id":"C","reminder_id":null,
+                "changed_fields":["title","mood"],"fields":{"title":"Hello","mood":"sunny"},"created_at":"2026-11-23T10:00:00.000Z"}],
+                "has_more":false,"server_time":"2026-11-23T10:00:01.000Z","shiny_new_member":true}
+                """#
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        router.get("/dailyroundup/sync/jobs/{id}") { _, _ -> Response in
+            attempts.bump()
+            // First a busy server (503 with Retry-After), then a job in a state this client does not know.
+            if attempts.count == 1 {
+                return Response(
+                    status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
+                    body: .init(byteBuffer: ByteBuffer(string: #"{"error":{"code":"unavailable","message":"try later","request_id":"r-1"}}"#)))
+            }
+            let body = #"""
+                {"job_id":"J","kind":"sync","status":"paused","processed":0,"total":1,"results":[],"error":null,
+                "created_at":"2026-11-23T10:00:00.000Z","updated_at":"2026-11-23T10:00:00.000Z"}
+                """#
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        router.get("/dailyroundup/devices") { _, _ -> Response in
+            Response(
+                status: .forbidden, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: #"{"error":{"code":"account_frozen","message":"ask support","request_id":"r-2"}}"#)))
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            let roundup = RoundupClient(
+                serverURL: URL(string: "http://127.0.0.1:\(client.port!)")!, token: "t", transport: Self.transport,
+                retry: RetryPolicy(attempts: 3, base: .milliseconds(50), ceiling: .seconds(2)))
+            let change = try #require(try await roundup.changes().collect().first)
+            #expect(change.changeType.known == nil && change.changeType.rawValue == "archive")
+            #expect(change.changedFields.map(\.rawValue) == ["title", "mood"] && change.changedFields[0] == .title)
+            let started = ContinuousClock.now
+            let job = try await roundup.job("J")
+            #expect(attempts.count == 2, "retried once after the 503")
+            #expect(ContinuousClock.now - started >= .milliseconds(900), "after the server's Retry-After")
+            #expect(job.status.known == nil && job.status.rawValue == "paused")
+            do {
+                _ = try await roundup.devices()
+                Issue.record("a 403 was not thrown")
+            } catch let error as RoundupError {
+                #expect(error.status == 403 && error.code.known == nil && error.code.rawValue == "account_frozen")
+                #expect(error.message == "ask support" && error.requestID == "r-2")
+            }
+        }
+    }
+}
+
+/// Changes a test's reader task collects.
+final class ReceivedChanges: Sendable {
+    private let state = NIOLockedValueBox<(changes: [Change], count: Int)>(([], 0))
+    func append(_ change: Change) { state.withLockedValue { $0.changes.append(change) } }
+    func bump() { state.withLockedValue { $0.count += 1 } }
+    var count: Int { state.withLockedValue { $0.count } }
+    var cards: [String] { state.withLockedValue { $0.changes.map(\.trelloCardId) } }
+    var ids: [Int] { state.withLockedValue { $0.changes.map(\.id) } }
+}
