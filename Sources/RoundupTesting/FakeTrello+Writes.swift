@@ -524,9 +524,11 @@ extension FakeTrello.State {
         for (attribute, value) in cardChanges { cardRef[attribute] = value }
         var data: [String: JSONValue] = ["card": .object(cardRef), "board": boardRef(boardID)]
         for (name, value) in extra { data[name] = value }
+        let date = max(Date(), lastActionDate.addingTimeInterval(0.001))
+        lastActionDate = date
         let action = JSONValue.object([
             "id": .string(makeID()), "idMemberCreator": .string(member.id), "memberCreator": member.json, "type": .string(type),
-            "date": .string(FakeTrello.timestamp()), "data": .object(data), "appCreator": .null, "limits": .null,
+            "date": .string(FakeTrello.timestamp(date)), "data": .object(data), "appCreator": .null, "limits": .null,
         ])
         var deliveries: [FakeTrello.Delivery] = []
         for hook in hooks {

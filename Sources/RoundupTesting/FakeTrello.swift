@@ -52,6 +52,10 @@ public final class FakeTrello: Sendable {
         public var webhookFailures = 0
         /// Delivery tasks (one per action) not finished yet.
         public var webhooksInFlight = 0
+        /// The date of the last action made. Trello dates actions in milliseconds, and two actions of one card never
+        /// share a date there (each is a request of its own, which takes longer than that); calls of this fake a few
+        /// microseconds apart would, so each action is dated at least a millisecond after the one before.
+        var lastActionDate = Date.distantPast
         /// Trello's per-token limit: at most this many requests in any 10 s window (nil: no limit).
         public var tokenLimit: Int?
         /// When each authorized request arrived (those answered 429 included), by token.

@@ -109,6 +109,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetHealthz.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetHealthz.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -129,7 +134,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -171,6 +179,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetReadyz.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetReadyz.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -191,8 +204,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -213,7 +234,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -253,6 +277,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetMetrics.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetMetrics.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -273,7 +302,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -315,6 +347,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetAccount.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetAccount.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -335,8 +372,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -357,8 +402,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -379,13 +432,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -411,6 +474,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -431,7 +499,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -481,6 +552,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 201:
+                    let headers: Operations.CreateAccount.Output.Created.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.CreateAccount.Output.Created.Body
                     let chosenContentType = try converter.bestContentType(
@@ -501,8 +577,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .created(.init(body: body))
+                    return .created(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -523,8 +607,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 403:
+                    let headers: Components.Responses.Forbidden.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Forbidden.Body
                     let chosenContentType = try converter.bestContentType(
@@ -545,8 +637,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .forbidden(.init(body: body))
+                    return .forbidden(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -567,8 +667,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -589,8 +697,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -611,13 +727,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -643,6 +769,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -663,7 +794,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -717,6 +851,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.UpdateAccount.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.UpdateAccount.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -737,8 +876,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -759,8 +906,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -781,8 +936,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -803,8 +966,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -825,8 +996,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -847,8 +1026,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -869,13 +1056,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -901,6 +1098,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -921,7 +1123,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -968,8 +1173,18 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 204:
-                    return .noContent(.init())
+                    let headers: Operations.DeleteAccount.Output.NoContent.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
+                    return .noContent(.init(headers: headers))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -990,8 +1205,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1012,13 +1235,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1044,6 +1277,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1064,7 +1302,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -1108,6 +1349,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.RotateAccountToken.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.RotateAccountToken.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1128,8 +1374,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1150,8 +1404,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1172,8 +1434,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1194,8 +1464,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1216,13 +1494,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1248,6 +1536,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1268,7 +1561,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -1308,6 +1604,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ListSyncLists.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ListSyncLists.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1328,8 +1629,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1350,8 +1659,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1372,13 +1689,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1404,6 +1731,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1424,7 +1756,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -1483,6 +1818,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 201:
+                    let headers: Operations.CreateSyncList.Output.Created.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.CreateSyncList.Output.Created.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1503,8 +1843,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .created(.init(body: body))
+                    return .created(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1525,8 +1873,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1547,8 +1903,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1569,8 +1933,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 409:
+                    let headers: Components.Responses.Conflict.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Conflict.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1591,8 +1963,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .conflict(.init(body: body))
+                    return .conflict(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1613,8 +1993,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1635,8 +2023,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1657,13 +2053,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1689,6 +2095,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 502:
+                    let headers: Components.Responses.BadGateway.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadGateway.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1709,8 +2120,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badGateway(.init(body: body))
+                    return .badGateway(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1731,7 +2150,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -1773,6 +2195,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetSyncList.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetSyncList.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1793,8 +2220,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1815,8 +2250,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1837,8 +2280,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1859,13 +2310,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1891,6 +2352,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1911,7 +2377,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -1958,8 +2427,18 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 204:
-                    return .noContent(.init())
+                    let headers: Operations.DeleteSyncList.Output.NoContent.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
+                    return .noContent(.init(headers: headers))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -1980,8 +2459,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2002,8 +2489,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2024,13 +2519,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2056,6 +2561,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2076,7 +2586,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -2130,6 +2643,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 202:
+                    let headers: Operations.ImportList.Output.Accepted.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ImportList.Output.Accepted.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2150,8 +2668,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .accepted(.init(body: body))
+                    return .accepted(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2172,8 +2698,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2194,8 +2728,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2216,13 +2758,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 409:
-                    let headers: Components.Responses.JobRunning.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 409:
+                    let headers: Components.Responses.JobRunning.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.JobRunning.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2248,11 +2800,18 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
-                    ))
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2278,6 +2837,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2298,7 +2862,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -2354,6 +2921,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 202:
+                    let headers: Operations.ReconcileList.Output.Accepted.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ReconcileList.Output.Accepted.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2374,8 +2946,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .accepted(.init(body: body))
+                    return .accepted(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2396,8 +2976,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2418,8 +3006,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2440,13 +3036,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 409:
-                    let headers: Components.Responses.JobRunning.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 409:
+                    let headers: Components.Responses.JobRunning.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.JobRunning.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2472,11 +3078,18 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
-                    ))
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2502,6 +3115,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2522,7 +3140,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -2581,6 +3202,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ListChanges.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ListChanges.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2601,8 +3227,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2623,8 +3257,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2645,8 +3287,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2667,8 +3317,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2689,13 +3347,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2721,6 +3389,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2741,7 +3414,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -2823,6 +3499,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.StreamChanges.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.StreamChanges.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2843,8 +3524,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2865,8 +3554,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2887,8 +3584,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2909,8 +3614,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2931,13 +3644,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Operations.StreamChanges.Output.TooManyRequests.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Operations.StreamChanges.Output.TooManyRequests.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.StreamChanges.Output.TooManyRequests.Body
                     let chosenContentType = try converter.bestContentType(
@@ -2963,11 +3686,18 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
-                    let headers: Operations.StreamChanges.Output.ServiceUnavailable.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
-                    ))
+                    let headers: Operations.StreamChanges.Output.ServiceUnavailable.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.StreamChanges.Output.ServiceUnavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3052,6 +3782,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.AckChange.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.AckChange.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3072,8 +3807,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3094,8 +3837,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3116,8 +3867,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3138,8 +3897,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3160,8 +3927,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3182,8 +3957,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3204,8 +3987,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3226,13 +4017,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3258,6 +4059,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3278,7 +4084,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -3333,6 +4142,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.AckChanges.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.AckChanges.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3353,8 +4167,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3375,8 +4197,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3397,8 +4227,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3419,8 +4257,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3441,8 +4287,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3463,8 +4317,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3485,8 +4347,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3507,13 +4377,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3539,6 +4419,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3559,7 +4444,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -3635,6 +4523,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 202:
+                    let headers: Operations.SubmitSync.Output.Accepted.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.SubmitSync.Output.Accepted.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3655,8 +4548,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .accepted(.init(body: body))
+                    return .accepted(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3677,8 +4578,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3699,8 +4608,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3721,13 +4638,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 409:
-                    let headers: Components.Responses.JobRunning.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 409:
+                    let headers: Components.Responses.JobRunning.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.JobRunning.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3753,6 +4680,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3773,8 +4705,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3795,8 +4735,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3817,13 +4765,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3849,6 +4807,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3869,7 +4832,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -3920,6 +4886,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.GetSyncJob.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.GetSyncJob.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3940,8 +4911,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3962,8 +4941,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -3984,8 +4971,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4006,13 +5001,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4038,6 +5043,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4058,7 +5068,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -4098,6 +5111,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ListDevices.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ListDevices.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4118,8 +5136,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4140,8 +5166,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4162,13 +5196,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4194,6 +5238,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4214,7 +5263,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -4265,6 +5317,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.RegisterDevice.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.RegisterDevice.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4285,8 +5342,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 201:
+                    let headers: Operations.RegisterDevice.Output.Created.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.RegisterDevice.Output.Created.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4307,8 +5372,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .created(.init(body: body))
+                    return .created(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4329,8 +5402,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4351,8 +5432,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4373,8 +5462,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4395,8 +5492,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4417,8 +5522,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4439,13 +5552,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4471,6 +5594,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4491,7 +5619,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -4533,8 +5664,18 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 204:
-                    return .noContent(.init())
+                    let headers: Operations.DeleteDevice.Output.NoContent.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
+                    return .noContent(.init(headers: headers))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4555,8 +5696,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4577,8 +5726,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4599,13 +5756,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4631,6 +5798,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4651,7 +5823,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -4693,6 +5868,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ListConflicts.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ListConflicts.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4713,8 +5893,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4735,8 +5923,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4757,13 +5953,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4789,6 +5995,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4809,7 +6020,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -4872,6 +6086,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ResolveConflict.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ResolveConflict.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4892,8 +6111,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4914,8 +6141,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4936,8 +6171,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4958,8 +6201,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -4980,8 +6231,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 409:
+                    let headers: Components.Responses.Conflict.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Conflict.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5002,8 +6261,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .conflict(.init(body: body))
+                    return .conflict(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5024,8 +6291,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5046,8 +6321,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5068,13 +6351,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5100,6 +6393,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 502:
+                    let headers: Components.Responses.BadGateway.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadGateway.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5120,8 +6418,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badGateway(.init(body: body))
+                    return .badGateway(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5142,7 +6448,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -5184,6 +6493,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ListDuplicates.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ListDuplicates.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5204,8 +6518,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5226,8 +6548,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5248,13 +6578,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5280,6 +6620,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5300,7 +6645,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,
@@ -5363,6 +6711,11 @@ public struct Client: APIProtocol {
             deserializer: { response, responseBody in
                 switch response.status.code {
                 case 200:
+                    let headers: Operations.ResolveDuplicate.Output.Ok.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Operations.ResolveDuplicate.Output.Ok.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5383,8 +6736,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .ok(.init(body: body))
+                    return .ok(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 400:
+                    let headers: Components.Responses.BadRequest.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadRequest.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5405,8 +6766,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badRequest(.init(body: body))
+                    return .badRequest(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 401:
+                    let headers: Components.Responses.Unauthorized.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unauthorized.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5427,8 +6796,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unauthorized(.init(body: body))
+                    return .unauthorized(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 404:
+                    let headers: Components.Responses.NotFound.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.NotFound.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5449,8 +6826,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .notFound(.init(body: body))
+                    return .notFound(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 405:
+                    let headers: Components.Responses.MethodNotAllowed.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.MethodNotAllowed.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5471,8 +6856,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .methodNotAllowed(.init(body: body))
+                    return .methodNotAllowed(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 409:
+                    let headers: Components.Responses.Conflict.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Conflict.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5493,8 +6886,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .conflict(.init(body: body))
+                    return .conflict(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 413:
+                    let headers: Components.Responses.PayloadTooLarge.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.PayloadTooLarge.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5515,8 +6916,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .contentTooLarge(.init(body: body))
+                    return .contentTooLarge(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 415:
+                    let headers: Components.Responses.UnsupportedMediaType.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.UnsupportedMediaType.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5537,8 +6946,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unsupportedMediaType(.init(body: body))
+                    return .unsupportedMediaType(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 422:
+                    let headers: Components.Responses.Unprocessable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unprocessable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5559,13 +6976,23 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .unprocessableContent(.init(body: body))
-                case 429:
-                    let headers: Components.Responses.RateLimited.Headers = .init(retryAfter: try converter.getOptionalHeaderFieldAsURI(
-                        in: response.headerFields,
-                        name: "Retry-After",
-                        as: Components.Headers.RetryAfter.self
+                    return .unprocessableContent(.init(
+                        headers: headers,
+                        body: body
                     ))
+                case 429:
+                    let headers: Components.Responses.RateLimited.Headers = .init(
+                        xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "X-Request-Id",
+                            as: Components.Headers.RequestID.self
+                        ),
+                        retryAfter: try converter.getOptionalHeaderFieldAsURI(
+                            in: response.headerFields,
+                            name: "Retry-After",
+                            as: Components.Headers.RetryAfter.self
+                        )
+                    )
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.RateLimited.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5591,6 +7018,11 @@ public struct Client: APIProtocol {
                         body: body
                     ))
                 case 502:
+                    let headers: Components.Responses.BadGateway.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.BadGateway.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5611,8 +7043,16 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .badGateway(.init(body: body))
+                    return .badGateway(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 case 503:
+                    let headers: Components.Responses.Unavailable.Headers = .init(xRequestId: try converter.getOptionalHeaderFieldAsURI(
+                        in: response.headerFields,
+                        name: "X-Request-Id",
+                        as: Components.Headers.RequestID.self
+                    ))
                     let contentType = converter.extractContentTypeIfPresent(in: response.headerFields)
                     let body: Components.Responses.Unavailable.Body
                     let chosenContentType = try converter.bestContentType(
@@ -5633,7 +7073,10 @@ public struct Client: APIProtocol {
                     default:
                         preconditionFailure("bestContentType chose an invalid content type.")
                     }
-                    return .serviceUnavailable(.init(body: body))
+                    return .serviceUnavailable(.init(
+                        headers: headers,
+                        body: body
+                    ))
                 default:
                     return .undocumented(
                         statusCode: response.status.code,

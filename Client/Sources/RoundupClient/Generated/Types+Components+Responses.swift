@@ -20,6 +20,22 @@ extension Components {
     /// Types generated from the `#/components/responses` section of the OpenAPI document.
     public enum Responses {
         public struct BadRequest: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/BadRequest/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/BadRequest/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.BadRequest.Headers
             /// - Remark: Generated from `#/components/responses/BadRequest/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/BadRequest/content/application\/json`.
@@ -42,12 +58,33 @@ extension Components {
             /// Creates a new `BadRequest`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.BadRequest.Body) {
+            public init(
+                headers: Components.Responses.BadRequest.Headers = .init(),
+                body: Components.Responses.BadRequest.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct Unauthorized: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/Unauthorized/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/Unauthorized/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.Unauthorized.Headers
             /// - Remark: Generated from `#/components/responses/Unauthorized/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/Unauthorized/content/application\/json`.
@@ -70,12 +107,33 @@ extension Components {
             /// Creates a new `Unauthorized`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.Unauthorized.Body) {
+            public init(
+                headers: Components.Responses.Unauthorized.Headers = .init(),
+                body: Components.Responses.Unauthorized.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct Forbidden: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/Forbidden/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/Forbidden/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.Forbidden.Headers
             /// - Remark: Generated from `#/components/responses/Forbidden/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/Forbidden/content/application\/json`.
@@ -98,12 +156,33 @@ extension Components {
             /// Creates a new `Forbidden`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.Forbidden.Body) {
+            public init(
+                headers: Components.Responses.Forbidden.Headers = .init(),
+                body: Components.Responses.Forbidden.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct NotFound: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/NotFound/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/NotFound/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.NotFound.Headers
             /// - Remark: Generated from `#/components/responses/NotFound/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/NotFound/content/application\/json`.
@@ -126,12 +205,33 @@ extension Components {
             /// Creates a new `NotFound`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.NotFound.Body) {
+            public init(
+                headers: Components.Responses.NotFound.Headers = .init(),
+                body: Components.Responses.NotFound.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct MethodNotAllowed: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/MethodNotAllowed/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/MethodNotAllowed/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.MethodNotAllowed.Headers
             /// - Remark: Generated from `#/components/responses/MethodNotAllowed/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/MethodNotAllowed/content/application\/json`.
@@ -154,12 +254,33 @@ extension Components {
             /// Creates a new `MethodNotAllowed`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.MethodNotAllowed.Body) {
+            public init(
+                headers: Components.Responses.MethodNotAllowed.Headers = .init(),
+                body: Components.Responses.MethodNotAllowed.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct Conflict: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/Conflict/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/Conflict/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.Conflict.Headers
             /// - Remark: Generated from `#/components/responses/Conflict/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/Conflict/content/application\/json`.
@@ -182,14 +303,23 @@ extension Components {
             /// Creates a new `Conflict`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.Conflict.Body) {
+            public init(
+                headers: Components.Responses.Conflict.Headers = .init(),
+                body: Components.Responses.Conflict.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct JobRunning: Sendable, Hashable {
             /// - Remark: Generated from `#/components/responses/JobRunning/headers`.
             public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/JobRunning/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
                 /// The number of seconds to wait before retrying.
                 ///
                 /// - Remark: Generated from `#/components/responses/JobRunning/headers/Retry-After`.
@@ -197,8 +327,13 @@ extension Components {
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
                 ///   - retryAfter: The number of seconds to wait before retrying.
-                public init(retryAfter: Components.Headers.RetryAfter? = nil) {
+                public init(
+                    xRequestId: Components.Headers.RequestID? = nil,
+                    retryAfter: Components.Headers.RetryAfter? = nil
+                ) {
+                    self.xRequestId = xRequestId
                     self.retryAfter = retryAfter
                 }
             }
@@ -237,6 +372,22 @@ extension Components {
             }
         }
         public struct PayloadTooLarge: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/PayloadTooLarge/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/PayloadTooLarge/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.PayloadTooLarge.Headers
             /// - Remark: Generated from `#/components/responses/PayloadTooLarge/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/PayloadTooLarge/content/application\/json`.
@@ -259,12 +410,33 @@ extension Components {
             /// Creates a new `PayloadTooLarge`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.PayloadTooLarge.Body) {
+            public init(
+                headers: Components.Responses.PayloadTooLarge.Headers = .init(),
+                body: Components.Responses.PayloadTooLarge.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct UnsupportedMediaType: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/UnsupportedMediaType/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/UnsupportedMediaType/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.UnsupportedMediaType.Headers
             /// - Remark: Generated from `#/components/responses/UnsupportedMediaType/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/UnsupportedMediaType/content/application\/json`.
@@ -287,12 +459,33 @@ extension Components {
             /// Creates a new `UnsupportedMediaType`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.UnsupportedMediaType.Body) {
+            public init(
+                headers: Components.Responses.UnsupportedMediaType.Headers = .init(),
+                body: Components.Responses.UnsupportedMediaType.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct Unprocessable: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/Unprocessable/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/Unprocessable/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.Unprocessable.Headers
             /// - Remark: Generated from `#/components/responses/Unprocessable/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/Unprocessable/content/application\/json`.
@@ -315,14 +508,23 @@ extension Components {
             /// Creates a new `Unprocessable`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.Unprocessable.Body) {
+            public init(
+                headers: Components.Responses.Unprocessable.Headers = .init(),
+                body: Components.Responses.Unprocessable.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct RateLimited: Sendable, Hashable {
             /// - Remark: Generated from `#/components/responses/RateLimited/headers`.
             public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/RateLimited/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
                 /// The number of seconds to wait before retrying.
                 ///
                 /// - Remark: Generated from `#/components/responses/RateLimited/headers/Retry-After`.
@@ -330,8 +532,13 @@ extension Components {
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
                 ///   - retryAfter: The number of seconds to wait before retrying.
-                public init(retryAfter: Components.Headers.RetryAfter? = nil) {
+                public init(
+                    xRequestId: Components.Headers.RequestID? = nil,
+                    retryAfter: Components.Headers.RetryAfter? = nil
+                ) {
+                    self.xRequestId = xRequestId
                     self.retryAfter = retryAfter
                 }
             }
@@ -370,6 +577,22 @@ extension Components {
             }
         }
         public struct BadGateway: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/BadGateway/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/BadGateway/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.BadGateway.Headers
             /// - Remark: Generated from `#/components/responses/BadGateway/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/BadGateway/content/application\/json`.
@@ -392,12 +615,33 @@ extension Components {
             /// Creates a new `BadGateway`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.BadGateway.Body) {
+            public init(
+                headers: Components.Responses.BadGateway.Headers = .init(),
+                body: Components.Responses.BadGateway.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }
         public struct Unavailable: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/Unavailable/headers`.
+            public struct Headers: Sendable, Hashable {
+                /// The request's id; also `error.request_id` in an error body.
+                ///
+                /// - Remark: Generated from `#/components/responses/Unavailable/headers/X-Request-Id`.
+                public var xRequestId: Components.Headers.RequestID?
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                public init(xRequestId: Components.Headers.RequestID? = nil) {
+                    self.xRequestId = xRequestId
+                }
+            }
+            /// Received HTTP response headers
+            public var headers: Components.Responses.Unavailable.Headers
             /// - Remark: Generated from `#/components/responses/Unavailable/content`.
             @frozen public enum Body: Sendable, Hashable {
                 /// - Remark: Generated from `#/components/responses/Unavailable/content/application\/json`.
@@ -420,8 +664,13 @@ extension Components {
             /// Creates a new `Unavailable`.
             ///
             /// - Parameters:
+            ///   - headers: Received HTTP response headers
             ///   - body: Received HTTP response body
-            public init(body: Components.Responses.Unavailable.Body) {
+            public init(
+                headers: Components.Responses.Unavailable.Headers = .init(),
+                body: Components.Responses.Unavailable.Body
+            ) {
+                self.headers = headers
                 self.body = body
             }
         }

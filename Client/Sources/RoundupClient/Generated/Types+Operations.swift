@@ -49,6 +49,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/healthz/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/healthz/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetHealthz.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/healthz/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/healthz/GET/responses/200/content/json`.
@@ -90,8 +106,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetHealthz.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetHealthz.Output.Ok.Headers = .init(),
+                    body: Operations.GetHealthz.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -180,6 +201,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/readyz/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/readyz/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetReadyz.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/readyz/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/readyz/GET/responses/200/content/json`.
@@ -221,8 +258,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetReadyz.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetReadyz.Output.Ok.Headers = .init(),
+                    body: Operations.GetReadyz.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -332,6 +374,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/metrics/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/metrics/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetMetrics.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/metrics/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/metrics/GET/responses/200/content/text\/plain`.
@@ -354,8 +412,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetMetrics.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetMetrics.Output.Ok.Headers = .init(),
+                    body: Operations.GetMetrics.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -444,6 +507,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/account/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/account/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetAccount.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/account/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/account/GET/responses/200/content/application\/json`.
@@ -466,8 +545,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetAccount.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetAccount.Output.Ok.Headers = .init(),
+                    body: Operations.GetAccount.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -660,6 +744,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Created: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/account/POST/responses/201/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/account/POST/responses/201/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.CreateAccount.Output.Created.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/account/POST/responses/201/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/account/POST/responses/201/content/application\/json`.
@@ -682,8 +782,13 @@ public enum Operations {
                 /// Creates a new `Created`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.CreateAccount.Output.Created.Body) {
+                public init(
+                    headers: Operations.CreateAccount.Output.Created.Headers = .init(),
+                    body: Operations.CreateAccount.Output.Created.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -951,6 +1056,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/account/PUT/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/account/PUT/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.UpdateAccount.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/account/PUT/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/account/PUT/responses/200/content/application\/json`.
@@ -973,8 +1094,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.UpdateAccount.Output.Ok.Body) {
+                public init(
+                    headers: Operations.UpdateAccount.Output.Ok.Headers = .init(),
+                    body: Operations.UpdateAccount.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -1259,8 +1385,29 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct NoContent: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/account/DELETE/responses/204/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/account/DELETE/responses/204/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.DeleteAccount.Output.NoContent.Headers
                 /// Creates a new `NoContent`.
-                public init() {}
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                public init(headers: Operations.DeleteAccount.Output.NoContent.Headers = .init()) {
+                    self.headers = headers
+                }
             }
             /// The account was deleted.
             ///
@@ -1268,14 +1415,6 @@ public enum Operations {
             ///
             /// HTTP response code: `204 noContent`.
             case noContent(Operations.DeleteAccount.Output.NoContent)
-            /// The account was deleted.
-            ///
-            /// - Remark: Generated from `#/paths//dailyroundup/account/delete(deleteAccount)/responses/204`.
-            ///
-            /// HTTP response code: `204 noContent`.
-            public static var noContent: Self {
-                .noContent(.init())
-            }
             /// The associated value of the enum case if `self` is `.noContent`.
             ///
             /// - Throws: An error if `self` is not `.noContent`.
@@ -1453,6 +1592,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/account/token/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/account/token/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.RotateAccountToken.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/account/token/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/account/token/POST/responses/200/content/application\/json`.
@@ -1475,8 +1630,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.RotateAccountToken.Output.Ok.Body) {
+                public init(
+                    headers: Operations.RotateAccountToken.Output.Ok.Headers = .init(),
+                    body: Operations.RotateAccountToken.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -1705,6 +1865,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListSyncLists.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/lists/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/lists/GET/responses/200/content/json`.
@@ -1742,8 +1918,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ListSyncLists.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ListSyncLists.Output.Ok.Headers = .init(),
+                    body: Operations.ListSyncLists.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -1947,6 +2128,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Created: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/POST/responses/201/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/POST/responses/201/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.CreateSyncList.Output.Created.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/lists/POST/responses/201/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/lists/POST/responses/201/content/application\/json`.
@@ -1969,8 +2166,13 @@ public enum Operations {
                 /// Creates a new `Created`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.CreateSyncList.Output.Created.Body) {
+                public init(
+                    headers: Operations.CreateSyncList.Output.Created.Headers = .init(),
+                    body: Operations.CreateSyncList.Output.Created.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -2314,6 +2516,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetSyncList.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/GET/responses/200/content/application\/json`.
@@ -2336,8 +2554,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetSyncList.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetSyncList.Output.Ok.Headers = .init(),
+                    body: Operations.GetSyncList.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -2568,8 +2791,29 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct NoContent: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/DELETE/responses/204/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/DELETE/responses/204/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.DeleteSyncList.Output.NoContent.Headers
                 /// Creates a new `NoContent`.
-                public init() {}
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                public init(headers: Operations.DeleteSyncList.Output.NoContent.Headers = .init()) {
+                    self.headers = headers
+                }
             }
             /// The list is no longer synced.
             ///
@@ -2577,14 +2821,6 @@ public enum Operations {
             ///
             /// HTTP response code: `204 noContent`.
             case noContent(Operations.DeleteSyncList.Output.NoContent)
-            /// The list is no longer synced.
-            ///
-            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/delete(deleteSyncList)/responses/204`.
-            ///
-            /// HTTP response code: `204 noContent`.
-            public static var noContent: Self {
-                .noContent(.init())
-            }
             /// The associated value of the enum case if `self` is `.noContent`.
             ///
             /// - Throws: An error if `self` is not `.noContent`.
@@ -2813,6 +3049,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/import/POST/responses/202/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/import/POST/responses/202/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ImportList.Output.Accepted.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/import/POST/responses/202/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/import/POST/responses/202/content/application\/json`.
@@ -2835,8 +3087,13 @@ public enum Operations {
                 /// Creates a new `Accepted`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ImportList.Output.Accepted.Body) {
+                public init(
+                    headers: Operations.ImportList.Output.Accepted.Headers = .init(),
+                    body: Operations.ImportList.Output.Accepted.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -3102,6 +3359,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/reconcile/POST/responses/202/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/reconcile/POST/responses/202/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ReconcileList.Output.Accepted.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/reconcile/POST/responses/202/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/reconcile/POST/responses/202/content/application\/json`.
@@ -3124,8 +3397,13 @@ public enum Operations {
                 /// Creates a new `Accepted`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ReconcileList.Output.Accepted.Body) {
+                public init(
+                    headers: Operations.ReconcileList.Output.Accepted.Headers = .init(),
+                    body: Operations.ReconcileList.Output.Accepted.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -3391,6 +3669,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListChanges.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/content/json`.
@@ -3444,8 +3738,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ListChanges.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ListChanges.Output.Ok.Headers = .init(),
+                    body: Operations.ListChanges.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -3738,6 +4037,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.StreamChanges.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/200/content/text\/event-stream`.
@@ -3760,8 +4075,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.StreamChanges.Output.Ok.Body) {
+                public init(
+                    headers: Operations.StreamChanges.Output.Ok.Headers = .init(),
+                    body: Operations.StreamChanges.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -3886,6 +4206,10 @@ public enum Operations {
             public struct TooManyRequests: Sendable, Hashable {
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/429/headers`.
                 public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/429/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
                     /// The number of seconds to wait before retrying.
                     ///
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/429/headers/Retry-After`.
@@ -3893,8 +4217,13 @@ public enum Operations {
                     /// Creates a new `Headers`.
                     ///
                     /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
                     ///   - retryAfter: The number of seconds to wait before retrying.
-                    public init(retryAfter: Components.Headers.RetryAfter? = nil) {
+                    public init(
+                        xRequestId: Components.Headers.RequestID? = nil,
+                        retryAfter: Components.Headers.RetryAfter? = nil
+                    ) {
+                        self.xRequestId = xRequestId
                         self.retryAfter = retryAfter
                     }
                 }
@@ -3961,6 +4290,10 @@ public enum Operations {
             public struct ServiceUnavailable: Sendable, Hashable {
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/503/headers`.
                 public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/503/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
                     /// The number of seconds to wait before retrying.
                     ///
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/responses/503/headers/Retry-After`.
@@ -3968,8 +4301,13 @@ public enum Operations {
                     /// Creates a new `Headers`.
                     ///
                     /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
                     ///   - retryAfter: The number of seconds to wait before retrying.
-                    public init(retryAfter: Components.Headers.RetryAfter? = nil) {
+                    public init(
+                        xRequestId: Components.Headers.RequestID? = nil,
+                        retryAfter: Components.Headers.RetryAfter? = nil
+                    ) {
+                        self.xRequestId = xRequestId
                         self.retryAfter = retryAfter
                     }
                 }
@@ -4136,6 +4474,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/{id}/ack/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/{id}/ack/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.AckChange.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/{id}/ack/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/{id}/ack/POST/responses/200/content/application\/json`.
@@ -4158,8 +4512,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.AckChange.Output.Ok.Body) {
+                public init(
+                    headers: Operations.AckChange.Output.Ok.Headers = .init(),
+                    body: Operations.AckChange.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -4477,6 +4836,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/ack/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/ack/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.AckChanges.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/ack/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/ack/POST/responses/200/content/application\/json`.
@@ -4499,8 +4874,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.AckChanges.Output.Ok.Body) {
+                public init(
+                    headers: Operations.AckChanges.Output.Ok.Headers = .init(),
+                    body: Operations.AckChanges.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -4843,6 +5223,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/responses/202/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/responses/202/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.SubmitSync.Output.Accepted.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/responses/202/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/responses/202/content/application\/json`.
@@ -4865,8 +5261,13 @@ public enum Operations {
                 /// Creates a new `Accepted`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.SubmitSync.Output.Accepted.Body) {
+                public init(
+                    headers: Operations.SubmitSync.Output.Accepted.Headers = .init(),
+                    body: Operations.SubmitSync.Output.Accepted.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -5199,6 +5600,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/sync/jobs/{job_id}/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/sync/jobs/{job_id}/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.GetSyncJob.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/sync/jobs/{job_id}/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/sync/jobs/{job_id}/GET/responses/200/content/application\/json`.
@@ -5221,8 +5638,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.GetSyncJob.Output.Ok.Body) {
+                public init(
+                    headers: Operations.GetSyncJob.Output.Ok.Headers = .init(),
+                    body: Operations.GetSyncJob.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -5428,6 +5850,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/devices/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/devices/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListDevices.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/devices/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/devices/GET/responses/200/content/json`.
@@ -5465,8 +5903,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ListDevices.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ListDevices.Output.Ok.Headers = .init(),
+                    body: Operations.ListDevices.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -5662,6 +6105,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.RegisterDevice.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/200/content/application\/json`.
@@ -5684,8 +6143,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.RegisterDevice.Output.Ok.Body) {
+                public init(
+                    headers: Operations.RegisterDevice.Output.Ok.Headers = .init(),
+                    body: Operations.RegisterDevice.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -5713,6 +6177,22 @@ public enum Operations {
                 }
             }
             public struct Created: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/201/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/201/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.RegisterDevice.Output.Created.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/201/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/devices/POST/responses/201/content/application\/json`.
@@ -5735,8 +6215,13 @@ public enum Operations {
                 /// Creates a new `Created`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.RegisterDevice.Output.Created.Body) {
+                public init(
+                    headers: Operations.RegisterDevice.Output.Created.Headers = .init(),
+                    body: Operations.RegisterDevice.Output.Created.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -6032,8 +6517,29 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct NoContent: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/devices/{device_id}/DELETE/responses/204/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/devices/{device_id}/DELETE/responses/204/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.DeleteDevice.Output.NoContent.Headers
                 /// Creates a new `NoContent`.
-                public init() {}
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                public init(headers: Operations.DeleteDevice.Output.NoContent.Headers = .init()) {
+                    self.headers = headers
+                }
             }
             /// The device was removed.
             ///
@@ -6041,14 +6547,6 @@ public enum Operations {
             ///
             /// HTTP response code: `204 noContent`.
             case noContent(Operations.DeleteDevice.Output.NoContent)
-            /// The device was removed.
-            ///
-            /// - Remark: Generated from `#/paths//dailyroundup/devices/{device_id}/delete(deleteDevice)/responses/204`.
-            ///
-            /// HTTP response code: `204 noContent`.
-            public static var noContent: Self {
-                .noContent(.init())
-            }
             /// The associated value of the enum case if `self` is `.noContent`.
             ///
             /// - Throws: An error if `self` is not `.noContent`.
@@ -6247,6 +6745,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/conflicts/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/conflicts/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListConflicts.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/conflicts/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/conflicts/GET/responses/200/content/json`.
@@ -6284,8 +6798,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ListConflicts.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ListConflicts.Output.Ok.Headers = .init(),
+                    body: Operations.ListConflicts.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -6509,6 +7028,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/conflicts/{id}/resolve/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/conflicts/{id}/resolve/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ResolveConflict.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/conflicts/{id}/resolve/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/conflicts/{id}/resolve/POST/responses/200/content/application\/json`.
@@ -6531,8 +7066,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ResolveConflict.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ResolveConflict.Output.Ok.Headers = .init(),
+                    body: Operations.ResolveConflict.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -6881,6 +7421,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/duplicates/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/duplicates/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListDuplicates.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/duplicates/GET/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/duplicates/GET/responses/200/content/json`.
@@ -6918,8 +7474,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ListDuplicates.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ListDuplicates.Output.Ok.Headers = .init(),
+                    body: Operations.ListDuplicates.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -7143,6 +7704,22 @@ public enum Operations {
         }
         @frozen public enum Output: Sendable, Hashable {
             public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/duplicates/{id}/resolve/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/duplicates/{id}/resolve/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ResolveDuplicate.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/dailyroundup/duplicates/{id}/resolve/POST/responses/200/content`.
                 @frozen public enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/dailyroundup/duplicates/{id}/resolve/POST/responses/200/content/application\/json`.
@@ -7165,8 +7742,13 @@ public enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                public init(body: Operations.ResolveDuplicate.Output.Ok.Body) {
+                public init(
+                    headers: Operations.ResolveDuplicate.Output.Ok.Headers = .init(),
+                    body: Operations.ResolveDuplicate.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
