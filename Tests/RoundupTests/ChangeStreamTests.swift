@@ -227,15 +227,25 @@ import Testing
         #expect(await TestSupport.eventually { apns.delivered.count == 1 })
         try await Task.sleep(for: .milliseconds(500))
         #expect(apns.delivered.map(\.deviceToken) == [PusherTests.deviceToken(1)], "only the iPhone, which holds no stream")
-        // Once the Mac's stream is closed, it is woken by pushes again.
+        // A change waits unacknowledged when the Mac's stream closes: the devices are woken once (the Mac may never
+        // have received it), and afterwards the Mac is woken by pushes again.
+        let store = try await stack.store()
+        let list = try await store.createSyncList(accountID: account, name: "Inbox", trelloBoardID: "Bpush", trelloListID: "Lpush")
+        _ = try await store.apply([
+            CardObservation(
+                accountID: account, syncListID: list.id, cardID: "Cwaiting", actionID: nil, actionDate: Date(),
+                kind: .fields(["title": "Waiting"], full: true))
+        ])
         await stream.close()
+        #expect(await TestSupport.eventually { apns.delivered.count == 3 }, "a push to both devices after the stream closed")
+        #expect(Set(apns.delivered.dropFirst().map(\.deviceToken)) == [PusherTests.deviceToken(0), PusherTests.deviceToken(1)])
         #expect(
             try await TestSupport.eventually {
                 try await stack.redis.send("HEXISTS", RedisArgument(stack.keys.streamingDevices(account: account)), "mac").int == 0
             })
         try await pushers.push(stack, account: account, kind: "background")
-        #expect(await TestSupport.eventually { apns.delivered.count == 3 })
-        #expect(Set(apns.delivered.dropFirst().map(\.deviceToken)) == [PusherTests.deviceToken(0), PusherTests.deviceToken(1)])
+        #expect(await TestSupport.eventually { apns.delivered.count == 5 })
+        #expect(Set(apns.delivered.dropFirst(3).map(\.deviceToken)) == [PusherTests.deviceToken(0), PusherTests.deviceToken(1)])
         await stack.shutdown()
         await apns.stop()
     }

@@ -5,7 +5,9 @@ import Logging
 import Metrics
 import NIOCore
 import RoundupCore
+import RoundupRedis
 import RoundupStore
+import RoundupSync
 
 /// `GET /dailyroundup/changes/stream`: the pending changes as Server-Sent Events. It first sends every pending change
 /// after the client's position (`Last-Event-ID`, or `after_id`), then each new one as the store gets it; each
@@ -24,6 +26,8 @@ extension ChangeRoutes {
         let store = api.store
         let streams = api.streams
         let logger = api.logger
+        let redis = api.redis
+        let keys = api.options.keys
         Counter(label: "roundup_api_streams_opened_total").increment()
         let headers: HTTPFields = [
             .contentType: "text/event-stream", .cacheControl: "no-store", HTTPField.Name("X-Accel-Buffering")!: "no",
@@ -31,7 +35,19 @@ extension ChangeRoutes {
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                defer { streams.close(subscription) }
+                defer {
+                    streams.close(subscription)
+                    // The device got no background pushes while it streamed, and the last events written may never have
+                    // reached it (a connection that died quietly takes them into its buffer): if changes still wait to
+                    // be acknowledged, wake the account's devices once now.
+                    if subscription.device != nil {
+                        Task {
+                            guard (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1))?.isEmpty == false else { return }
+                            let commands = NewChanges.commands(account: account, reason: .changes, keys: keys)
+                            _ = try? await redis.pipeline(commands, timeout: .seconds(2))
+                        }
+                    }
+                }
                 do {
                     // Clients reconnect after a second when the stream ends (EventSource's `retry`).
                     try await writer.write(ByteBuffer(string: "retry: 1000\n: open\n\n"))

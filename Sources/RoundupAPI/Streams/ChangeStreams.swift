@@ -119,15 +119,20 @@ public final class ChangeStreams: Service, Sendable {
         }
         entry?.continuation.finish()
         Gauge(label: "roundup_api_streams").record(count)
-        if let device = subscription.device {
-            let stillStreaming = state.withLockedValue { state in
-                state.byAccount[subscription.account]?.values.contains { $0.device == device } ?? false
-            }
-            if !stillStreaming {
-                let key = keys.streamingDevices(account: subscription.account)
-                Task { _ = try? await redis.send(RedisCommand("HDEL", [RedisArgument(key), RedisArgument(device)]), timeout: .seconds(2)) }
-            }
+        if let device = subscription.device, !isStreaming(account: subscription.account, device: device) {
+            unmark(account: subscription.account, device: device)
         }
+    }
+
+    /// Whether the device holds an open stream on this process.
+    func isStreaming(account: String, device: String) -> Bool {
+        state.withLockedValue { state in state.byAccount[account]?.values.contains { $0.device == device } ?? false }
+    }
+
+    /// Drops the device's mark, so roundup-pusher wakes it again.
+    func unmark(account: String, device: String) {
+        let key = keys.streamingDevices(account: account)
+        Task { _ = try? await redis.send(RedisCommand("HDEL", [RedisArgument(key), RedisArgument(device)]), timeout: .seconds(2)) }
     }
 
     /// Wakes the account's streams.
@@ -229,7 +234,11 @@ public final class ChangeStreams: Service, Sendable {
             let devices = state.withLockedValue { state in
                 state.byAccount.flatMap { account, entries in entries.values.compactMap { $0.device.map { (account, $0) } } }
             }
-            if !devices.isEmpty { await markStreaming(devices) }
+            guard !devices.isEmpty else { continue }
+            await markStreaming(devices)
+            // A stream that closed while the marks were being written keeps no mark: its device must be woken by
+            // pushes again at once.
+            for (account, device) in devices where !isStreaming(account: account, device: device) { unmark(account: account, device: device) }
         }
     }
 
