@@ -82,11 +82,15 @@ import Testing
     }
 
     @Test(arguments: StoreBackend.available) func handledBodiesYieldTheExpectedChange(backend: StoreBackend) async throws {
+        // The fixtures are read first: a missing one fails the test before there is an HTTP client to leave running
+        // (AsyncHTTPClient traps when a client is released without its shutdown).
+        let fixtures = try Self.expected.sorted(by: { $0.key < $1.key }).map { file, expectation in
+            (file, expectation, try Data(contentsOf: TestSupport.fixturesDirectory.appendingPathComponent(file)))
+        }
         let trello = try await FakeTrello.start()
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         let client = TrelloClient(baseURL: trello.baseURL, http: http, logger: Logger(label: "test"))
-        for (file, expectation) in Self.expected.sorted(by: { $0.key < $1.key }) {
-            let raw = try Data(contentsOf: TestSupport.fixturesDirectory.appendingPathComponent(file))
+        for (file, expectation, raw) in fixtures {
             let body = try TrelloWebhookBody.decode(raw)
             let scenario = Scenario(body: body, raw: try JSONDecoder().decode(JSONValue.self, from: raw))
             let f = try await StoreFixture(backend, listID: scenario.listID, boardID: scenario.boardID)
