@@ -44,6 +44,14 @@ struct ChangeRoutes {
         return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: out))
     }
 
+    /// `after_id` of a query: nil when absent.
+    static func afterID(_ text: String?) throws -> Int64? {
+        guard let text else { return nil }
+        guard let value = Int64(text) else { throw APIError.badRequest("after_id must be an integer") }
+        guard value >= 0 else { throw APIError.unprocessable("after_id must not be negative") }
+        return value
+    }
+
     /// One change as `Change` of docs/openapi.yaml: the same JSON on the page and on the stream.
     static func write(_ row: PendingChange, to out: inout ByteBuffer) {
         out.writeString(#"{"id":"#)

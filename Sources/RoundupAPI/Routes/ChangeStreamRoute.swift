@@ -36,16 +36,12 @@ extension ChangeRoutes {
             status: .ok, headers: headers,
             body: ResponseBody { writer in
                 defer {
-                    streams.close(subscription)
                     // The device got no background pushes while it streamed, and the last events written may never have
                     // reached it (a connection that died quietly takes them into its buffer): if changes still wait to
-                    // be acknowledged, wake the account's devices once now.
-                    if subscription.device != nil {
-                        Task {
-                            guard (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1))?.isEmpty == false else { return }
-                            let commands = NewChanges.commands(account: account, reason: .changes, keys: keys)
-                            _ = try? await redis.pipeline(commands, timeout: .seconds(2))
-                        }
+                    // be acknowledged once it stops streaming, wake the account's devices once.
+                    streams.close(subscription) {
+                        guard (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1))?.isEmpty == false else { return }
+                        _ = try? await redis.pipeline(NewChanges.commands(account: account, reason: .changes, keys: keys), timeout: .seconds(2))
                     }
                 }
                 do {
@@ -97,14 +93,6 @@ extension ChangeRoutes {
             return value
         }
         return try afterID(request.uri.queryParameters["after_id"].map(String.init)) ?? 0
-    }
-
-    /// `after_id` of a query: nil when absent.
-    static func afterID(_ text: String?) throws -> Int64? {
-        guard let text else { return nil }
-        guard let value = Int64(text) else { throw APIError.badRequest("after_id must be an integer") }
-        guard value >= 0 else { throw APIError.unprocessable("after_id must not be negative") }
-        return value
     }
 
     /// The device named by `device_id`, which must be one of the account's: while it holds the stream, it gets no

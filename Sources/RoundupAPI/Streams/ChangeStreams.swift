@@ -109,8 +109,10 @@ public final class ChangeStreams: Service, Sendable {
         return Subscription(id: id, account: account, device: device, signals: signals)
     }
 
-    /// Closes a stream (its response ended, or its client went away).
-    func close(_ subscription: Subscription) {
+    /// Closes a stream (its response ended, or its client went away). When its device holds no other stream here,
+    /// the device's mark is dropped and then `deviceStopped` runs, in that order, so a push it queues reaches the
+    /// device.
+    func close(_ subscription: Subscription, deviceStopped: (@Sendable () async -> Void)? = nil) {
         let entry = state.withLockedValue { state -> Entry? in
             guard let entry = state.byAccount[subscription.account]?.removeValue(forKey: subscription.id) else { return nil }
             if state.byAccount[subscription.account]?.isEmpty == true { state.byAccount[subscription.account] = nil }
@@ -120,7 +122,10 @@ public final class ChangeStreams: Service, Sendable {
         entry?.continuation.finish()
         Gauge(label: "roundup_api_streams").record(count)
         if let device = subscription.device, !isStreaming(account: subscription.account, device: device) {
-            unmark(account: subscription.account, device: device)
+            Task {
+                await unmark(account: subscription.account, device: device)
+                await deviceStopped?()
+            }
         }
     }
 
@@ -130,9 +135,9 @@ public final class ChangeStreams: Service, Sendable {
     }
 
     /// Drops the device's mark, so roundup-pusher wakes it again.
-    func unmark(account: String, device: String) {
+    func unmark(account: String, device: String) async {
         let key = keys.streamingDevices(account: account)
-        Task { _ = try? await redis.send(RedisCommand("HDEL", [RedisArgument(key), RedisArgument(device)]), timeout: .seconds(2)) }
+        _ = try? await redis.send(RedisCommand("HDEL", [RedisArgument(key), RedisArgument(device)]), timeout: .seconds(2))
     }
 
     /// Wakes the account's streams.
@@ -238,7 +243,7 @@ public final class ChangeStreams: Service, Sendable {
             await markStreaming(devices)
             // A stream that closed while the marks were being written keeps no mark: its device must be woken by
             // pushes again at once.
-            for (account, device) in devices where !isStreaming(account: account, device: device) { unmark(account: account, device: device) }
+            for (account, device) in devices where !isStreaming(account: account, device: device) { await unmark(account: account, device: device) }
         }
     }
 
