@@ -53,6 +53,57 @@ public struct DeadLetterQueue: Sendable {
         return Self.parse(reply)
     }
 
+    /// Which dead letters a page shows: all of those given must match.
+    public struct Filter: Sendable, Equatable {
+        public var account: String?
+        public var type: String?
+        /// Text the error contains, in any case.
+        public var error: String?
+
+        public init(account: String? = nil, type: String? = nil, error: String? = nil) {
+            self.account = account
+            self.type = type
+            self.error = error
+        }
+
+        public func matches(_ letter: DeadLetter) -> Bool {
+            if let account, letter.account != account { return false }
+            if let type, letter.type != type { return false }
+            if let error, !(letter.letter.error ?? "").localizedCaseInsensitiveContains(error) { return false }
+            return true
+        }
+    }
+
+    /// Up to `limit` dead letters matching `filter`, oldest first, after `after` (exclusive; nil: from the oldest).
+    /// Returns them and the id to continue after, nil when no more can follow.
+    public func page(after: String? = nil, limit: Int, filter: Filter = Filter()) async throws -> (letters: [DeadLetter], next: String?) {
+        var letters: [DeadLetter] = []
+        var cursor = after
+        while letters.count < limit {
+            let reply = try await redis.send(
+                RedisCommand(
+                    "XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)]))
+            let batch = Self.parse(reply)
+            for letter in batch {
+                cursor = letter.id
+                guard filter.matches(letter) else { continue }
+                letters.append(letter)
+                if letters.count == limit { break }
+            }
+            if batch.count < 200 {
+                if letters.count < limit { cursor = nil }
+                break
+            }
+        }
+        return (letters, letters.count == limit ? cursor : nil)
+    }
+
+    /// Deletes these dead letters for good; returns how many existed.
+    public func delete(ids: [String]) async throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        return try await redis.send(RedisCommand("XDEL", [RedisArgument(keys.deadLetterStream)] + ids.map { RedisArgument($0) })).int ?? 0
+    }
+
     public func show(id: String) async throws -> DeadLetter? {
         let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(id), RedisArgument(id)]))
         return Self.parse(reply).first

@@ -2,6 +2,7 @@ public import Foundation
 public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
+import RoundupStore
 
 /// What `roundupctl queues` shows for one stream and its consumer group.
 public struct StreamReport: Sendable, Equatable {
@@ -11,6 +12,9 @@ public struct StreamReport: Sendable, Equatable {
         public var idleMilliseconds: Int
     }
 
+    /// The name operators use (`roundupctl pause webhooks`).
+    public var name: RoundupStream
+    /// Its Redis key.
     public var stream: String
     public var group: String
     public var length: Int
@@ -19,14 +23,21 @@ public struct StreamReport: Sendable, Equatable {
     /// Delivered, not yet acknowledged.
     public var pending: Int
     public var oldestPendingAgeMilliseconds: Int?
+    /// How long the oldest entry not yet delivered has waited; nil when none waits.
+    public var oldestWaitingAgeMilliseconds: Int?
     public var consumers: [Consumer]
     public var deadLetters: Int
+    /// Since when an operator paused it; nil while it runs.
+    public var pausedSince: Date?
 
     public var json: JSONValue {
         .object([
-            "stream": .string(stream), "group": .string(group), "length": .number(Double(length)),
+            "name": .string(name.rawValue), "stream": .string(stream), "group": .string(group), "length": .number(Double(length)),
             "lag": lag.map { .number(Double($0)) } ?? .null, "pending": .number(Double(pending)),
             "oldest_pending_age_ms": oldestPendingAgeMilliseconds.map { .number(Double($0)) } ?? .null,
+            "oldest_waiting_age_ms": oldestWaitingAgeMilliseconds.map { .number(Double($0)) } ?? .null,
+            "paused": .bool(pausedSince != nil),
+            "paused_since": pausedSince.map { .string(Timestamp.string($0)) } ?? .null,
             "dead_letters": .number(Double(deadLetters)),
             "consumers": .array(
                 consumers.map {
@@ -37,24 +48,25 @@ public struct StreamReport: Sendable, Equatable {
 }
 
 public enum QueueInspector {
-    /// Reads the webhook stream's figures: XLEN, XINFO GROUPS (lag), XPENDING (count, oldest), XINFO CONSUMERS, dead letters.
-    public static func webhookReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
-        try await report(redis: redis, stream: keys.webhookStream, group: keys.workerGroup, deadLetterStream: keys.deadLetterStream, now: now)
+    /// The three streams, in the order `RoundupStream` lists them, with the operators' pauses.
+    public static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> [StreamReport] {
+        let paused = try await StreamPauses(redis: redis, keys: keys).current()
+        var reports: [StreamReport] = []
+        for stream in RoundupStream.allCases {
+            var report = try await report(stream, redis: redis, keys: keys, now: now)
+            report.pausedSince = paused[stream]
+            reports.append(report)
+        }
+        return reports
     }
 
-    /// The sync-job stream (jobs are not dead-lettered: a failing job ends with its error in the store).
-    public static func jobReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
-        try await report(redis: redis, stream: keys.jobStream, group: keys.workerGroup, deadLetterStream: nil, now: now)
-    }
-
-    /// The push stream, read by roundup-pusher's group.
-    public static func pushReport(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
-        try await report(redis: redis, stream: keys.pushStream, group: keys.pusherGroup, deadLetterStream: nil, now: now)
-    }
-
-    public static func report(
-        redis: RedisClient, stream: String, group: String, deadLetterStream: String?, now: Date = Date()
-    ) async throws -> StreamReport {
+    /// One stream's figures: XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count, oldest), XINFO CONSUMERS, the
+    /// oldest waiting entry, dead letters. Jobs and pushes are not dead-lettered (a failing job ends with its error in
+    /// the store).
+    public static func report(_ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
+        let stream = name.key(keys)
+        let group = name.group(keys)
+        let deadLetterStream = name.deadLetters(keys)
         let replies = try await redis.pipeline([
             RedisCommand("XLEN", [RedisArgument(stream)]),
             RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
@@ -63,19 +75,25 @@ public enum QueueInspector {
             deadLetterStream.map { RedisCommand("XLEN", [RedisArgument($0)]) } ?? RedisCommand("PING"),
         ])
         var report = StreamReport(
-            stream: stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,
-            consumers: [], deadLetters: replies[4].int ?? 0)
+            name: name, stream: stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,
+            oldestWaitingAgeMilliseconds: nil, consumers: [], deadLetters: replies[4].int ?? 0, pausedSince: nil)
+        let nowMilliseconds = now.timeIntervalSince1970 * 1000
+        let age = { (millis: Double) in max(0, Int(nowMilliseconds - millis)) }
         // XINFO GROUPS: a list of flat maps. A missing stream or group answers an error: nothing consumed yet.
+        var lastDelivered: String?
         for groupInfo in replies[1].array ?? [] {
             let info = groupInfo.fieldMap
             guard info["name"]?.string == group else { continue }
             report.lag = info["lag"]?.int
+            lastDelivered = info["last-delivered-id"]?.string
+        }
+        // No group yet: everything in the stream waits.
+        if let waiting = try await RedisStreamDriver.oldestWaiting(redis: redis, stream: stream, after: lastDelivered ?? "0-0") {
+            report.oldestWaitingAgeMilliseconds = age(waiting)
         }
         if let summary = replies[2].array, summary.count >= 2 {
             report.pending = summary[0].int ?? 0
-            if let oldest = summary[1].string, let millis = Int(oldest.split(separator: "-").first ?? "") {
-                report.oldestPendingAgeMilliseconds = max(0, Int(now.timeIntervalSince1970 * 1000) - millis)
-            }
+            if let oldest = summary[1].string.flatMap(StreamStats.milliseconds(ofID:)) { report.oldestPendingAgeMilliseconds = age(oldest) }
         }
         report.consumers = (replies[3].array ?? []).map { item in
             let info = item.fieldMap
@@ -88,11 +106,12 @@ public enum QueueInspector {
     /// A table for people.
     public static func table(_ report: StreamReport) -> String {
         var lines = [
-            "stream        \(report.stream)  (group \(report.group))",
+            "stream        \(report.name.rawValue)  (\(report.stream), group \(report.group))\(report.pausedSince.map { "  PAUSED since \(Timestamp.string($0))" } ?? "")",
             "length        \(report.length)",
             "lag           \(report.lag.map(String.init) ?? "-")   (not yet delivered)",
             "pending       \(report.pending)   (delivered, not acked)",
-            "oldest        \(report.oldestPendingAgeMilliseconds.map { String(format: "%.1f s", Double($0) / 1000) } ?? "-")",
+            "oldest        \(report.oldestPendingAgeMilliseconds.map { String(format: "%.1f s", Double($0) / 1000) } ?? "-")   (pending)",
+            "oldest wait   \(report.oldestWaitingAgeMilliseconds.map { String(format: "%.1f s", Double($0) / 1000) } ?? "-")   (not yet delivered)",
             "dead letters  \(report.deadLetters)",
             "consumers     \(report.consumers.count)",
         ]

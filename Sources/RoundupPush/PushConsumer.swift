@@ -116,9 +116,13 @@ public struct PushConsumer: Service {
     let redis: RedisClient
     let store: any DeviceRepository
     let sender: PushSender
+    let pauses: PauseWatcher?
     let logger: Logger
 
-    public init(options: Options, redis: RedisClient, store: any DeviceRepository, sender: PushSender, logger: Logger) {
+    public init(
+        options: Options, redis: RedisClient, store: any DeviceRepository, sender: PushSender, pauses: PauseWatcher? = nil, logger: Logger
+    ) {
+        self.pauses = pauses
         self.options = options
         self.redis = redis
         self.store = store
@@ -134,13 +138,13 @@ public struct PushConsumer: Service {
         StreamConsumer(
             options: .init(name: "push", consumer: options.consumer, batchSize: 256, claimIdle: .seconds(120), reclaimEvery: .seconds(5)),
             driver: RedisStreamDriver(redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer),
-            handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending]), logger: logger)
+            handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]), logger: logger)
     }
 
     public func run() async throws {
         await withDiscardingTaskGroup { tasks in
             tasks.addTask { await self.deferredLoop() }
-            await consumer.run(isStopping: { Task.isShuttingDownGracefully })
+            await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.push) ?? false })
             tasks.cancelAll()
         }
         logger.notice("push consumer stopped", metadata: ["consumer": "\(options.consumer)"])
@@ -170,7 +174,9 @@ public struct PushConsumer: Service {
             let payload = Self.alertPayload(reason: request.reason.rawValue, conflictIDs: request.conflictIDs.map { Int($0) })
             await withTaskGroup(of: Void.self) { group in
                 for device in devices {
-                    group.addTask { await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil) }
+                    group.addTask {
+                        await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil, entryID: entry.id)
+                    }
                 }
             }
         case .background:
@@ -181,7 +187,7 @@ public struct PushConsumer: Service {
                 Counter(label: "roundup_push_skipped_streaming_total").increment(by: devices.count - sleeping.count)
             }
             await withTaskGroup(of: Void.self) { group in
-                for device in sleeping { group.addTask { await self.background(device: device, account: account) } }
+                for device in sleeping { group.addTask { await self.background(device: device, account: account, entryID: entry.id) } }
             }
         }
         return true
@@ -199,10 +205,10 @@ public struct PushConsumer: Service {
     }
 
     /// Sends now if the device had no background push in the window; otherwise defers one to the window's end.
-    func background(device: DeviceRecord, account: String) async {
+    func background(device: DeviceRecord, account: String, entryID: String? = nil) async {
         let recent = options.keys.recentPush(account: account, device: device.deviceID)
         guard windowMilliseconds > 0 else {
-            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
             return
         }
         do {
@@ -214,7 +220,7 @@ public struct PushConsumer: Service {
                 // Sent now: a push deferred to the end of the last window is covered by this one.
                 _ = try? await redis.send(
                     RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(account + "|" + device.deviceID)]))
-                await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+                await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
             } else {
                 let due = Int(Date().timeIntervalSince1970 * 1000) + max(0, replies[1].int ?? windowMilliseconds)
                 _ = try await redis.send(
@@ -226,7 +232,7 @@ public struct PushConsumer: Service {
         } catch {
             // Without Redis there is no window to respect; a background push is cheap to send once more.
             logger.warning("push window unavailable, sending", metadata: ["error": "\(error)"])
-            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync")
+            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
         }
     }
 
@@ -234,6 +240,8 @@ public struct PushConsumer: Service {
     func deferredLoop() async {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             try? await Task.sleep(for: .milliseconds(250))
+            // Paused: the coalesced pushes wait too (they are sends like any other).
+            if pauses?.isPaused(.push) == true { continue }
             let now = Int(Date().timeIntervalSince1970 * 1000)
             guard
                 let due = try? await redis.send(
@@ -272,13 +280,17 @@ public struct PushConsumer: Service {
         }
     }
 
-    func deliver(_ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?) async {
+    /// Sends one push. `entryID`, the push request's entry, times `roundup_change_to_push_seconds`; pushes deferred to
+    /// the end of a window have none (their wait is the window, by design).
+    func deliver(
+        _ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?, entryID: String? = nil
+    ) async {
         let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
         let request = APNsRequest(
             deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
         switch await sender.send(request, sandbox: device.environment == .sandbox) {
         case .sent:
-            break
+            if let entryID { RoundupLatency.changeToPush.record(since: entryID) }
         case .deviceRemoved(let reason):
             // Only this registration: the app may have registered a new token for the device since.
             _ = try? await store.deleteDevice(accountID: account, deviceID: device.deviceID, apnsToken: device.apnsToken)

@@ -31,20 +31,26 @@ public enum PusherApplication {
             endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
         let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
+        let pauses = PauseWatcher(streams: [.push], redis: redis, keys: configuration.redisKeys, logger: logger)
         let consumer = PushConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName, topic: configuration.apnsTopic!,
                 window: .seconds(configuration.pushWindowSeconds)),
-            redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), logger: logger)
+            redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), pauses: pauses,
+            logger: logger)
         let ops = SimpleHTTPService.operations(
             name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry, redis: redis,
-            storePing: { try await store.ping() })
+            pauses: pauses, storePing: { try await store.ping() })
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
+            .init(service: pauses),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
         try await RoundupServices.run(
-            services, dependencies: store.service.map { [$0] } ?? [], startUp: { try await store.migrate() }, configuration: configuration,
+            services, dependencies: store.service.map { [$0] } ?? [], startUp: {
+                try await store.migrate()
+                await pauses.refresh()
+            }, configuration: configuration,
             logger: logger
         ) {
             production.shutdown()

@@ -1,4 +1,5 @@
 import CoreMetrics
+public import Foundation
 public import Logging
 import NIOCore
 import NIOHTTP1
@@ -17,6 +18,13 @@ public enum RoundupMetrics {
             .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
             .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
         ]
+        // End-to-end latencies span a backlog, a paused stream, Trello's slowness: up to ten minutes.
+        let latencyBuckets: [Duration] = [
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
+            .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(120),
+            .seconds(300), .seconds(600),
+        ]
+        for label in RoundupLatency.allCases { factory.durationHistogramBuckets[label.rawValue] = latencyBuckets }
         MetricsSystem.bootstrap(factory)
         return registry
     }
@@ -29,20 +37,42 @@ public enum RoundupMetrics {
     }
 }
 
+/// The end-to-end latency histograms, from the time a stream entry was added (its id's milliseconds).
+public enum RoundupLatency: String, CaseIterable, Sendable {
+    /// Worker: a webhook accepted by the ingress (its entry added) → its card's change applied to the store.
+    case webhookToChange = "roundup_webhook_to_change_seconds"
+    /// Pusher: a change written (its push request added to the push stream) → the push accepted by APNs.
+    case changeToPush = "roundup_change_to_push_seconds"
+
+    /// Records the time from when `entryID` was added to the stream until `now`.
+    public func record(since entryID: String, now: Date = Date()) {
+        guard let added = StreamStats.milliseconds(ofID: entryID) else { return }
+        let nanoseconds = Int64(max(0, now.timeIntervalSince1970 * 1000 - added) * 1_000_000)
+        CoreMetrics.Timer(label: rawValue).recordNanoseconds(nanoseconds)
+    }
+}
+
 extension SimpleHTTPService {
     /// A background process's own endpoints: `/healthz` (alive), `/readyz` (`notReady` returns what is unreachable,
-    /// or nil when all is well) and `/metrics`.
+    /// or nil when all is well) and `/metrics`. A process that consumes streams lists those an operator paused in
+    /// `/readyz` (`"paused": ["webhooks"]`) and stays ready: a pause is deliberate, and an orchestrator must neither
+    /// restart the process nor take its pod (which may serve the API) out of service for it.
     public static func operations(
-        name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry,
+        name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry, pauses: PauseWatcher? = nil,
         notReady: @escaping @Sendable () async -> String?
     ) -> SimpleHTTPService {
         SimpleHTTPService(name: name, host: host, port: port, logger: logger) { request in
             switch request.path {
             case "/healthz": return .json(.ok, #"{"status":"ok"}"#)
             case "/readyz":
-                guard let problem = await notReady() else { return .json(.ok, #"{"status":"ready"}"#) }
-                let body = JSONValue.object(["error": .object(["code": "unavailable", "message": .string(problem)])]).canonicalJSON
-                return .json(.serviceUnavailable, body)
+                var body: [String: JSONValue] = [:]
+                if let pauses { body["paused"] = .array(pauses.paused.map { .string($0.rawValue) }) }
+                guard let problem = await notReady() else {
+                    body["status"] = "ready"
+                    return .json(.ok, JSONValue.object(body).canonicalJSON)
+                }
+                body["error"] = .object(["code": "unavailable", "message": .string(problem)])
+                return .json(.serviceUnavailable, JSONValue.object(body).canonicalJSON)
             case "/metrics": return .text(.ok, RoundupMetrics.render(registry), contentType: "text/plain; version=0.0.4")
             default: return .json(.notFound, #"{"error":{"code":"not_found","message":"no such path"}}"#)
             }
@@ -53,9 +83,9 @@ extension SimpleHTTPService {
     /// store answers `storePing`.
     public static func operations(
         name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry, redis: RedisClient,
-        storePing: @escaping @Sendable () async throws -> Void
+        pauses: PauseWatcher? = nil, storePing: @escaping @Sendable () async throws -> Void
     ) -> SimpleHTTPService {
-        operations(name: name, host: host, port: port, logger: logger, registry: registry) {
+        operations(name: name, host: host, port: port, logger: logger, registry: registry, pauses: pauses) {
             if (try? await redis.send(RedisCommand("PING"), timeout: .seconds(1))) == nil { return "Redis is not reachable" }
             if (try? await storePing()) == nil { return "the store is not reachable" }
             return nil

@@ -58,6 +58,9 @@ public struct RedisKeys: Sendable {
     /// Hash: the devices of an account that hold an open change stream → until when (ms since 1970), renewed at each
     /// heartbeat; roundup-pusher sends them no background push. The key expires with its last stream.
     public func streamingDevices(account: String) -> String { prefix + "streams:" + account }
+    /// Hash: the streams an operator paused (`roundupctl pause`) → since when (ms since 1970). Workers and pushers read
+    /// nothing new from a paused stream (`PauseWatcher`).
+    public var pausedStreams: String { prefix + "paused" }
     /// The consumer group of roundup-pusher on the push stream.
     public var pusherGroup: String { "pushers" }
     /// Set while a device had a background push within the window.

@@ -31,21 +31,25 @@ public struct JobConsumer: Service {
     }
 
     let consumer: StreamConsumer<RedisStreamDriver, JobHandler>
+    let pauses: PauseWatcher?
 
-    public init(options: Options, redis: RedisClient, store: any JobRepository, engine: SyncEngine, logger: Logger) {
+    public init(
+        options: Options, redis: RedisClient, store: any JobRepository, engine: SyncEngine, pauses: PauseWatcher? = nil, logger: Logger
+    ) {
+        self.pauses = pauses
         consumer = StreamConsumer(
             options: .init(
                 name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2)),
             driver: RedisStreamDriver(redis: redis, stream: options.keys.jobStream, group: options.keys.workerGroup, consumer: options.consumer),
             handler: JobHandler(holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, logger: logger),
-            metrics: .init(gauges: [.length, .pending, .oldestPendingAge]),
+            metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
     }
 
     public func run() async throws {
         // Jobs in flight stop after their current item (they see the graceful shutdown) and stay pending.
-        await consumer.run(isStopping: { Task.isShuttingDownGracefully })
+        await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.jobs) ?? false })
     }
 }
 

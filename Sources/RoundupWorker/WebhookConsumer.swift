@@ -37,8 +37,10 @@ public struct WebhookConsumer: Service {
     }
 
     let consumer: StreamConsumer<RedisStreamDriver, WebhookHandler>
+    let pauses: PauseWatcher?
 
-    public init(options: Options, redis: RedisClient, processor: WebhookProcessor, logger: Logger) {
+    public init(options: Options, redis: RedisClient, processor: WebhookProcessor, pauses: PauseWatcher? = nil, logger: Logger) {
+        self.pauses = pauses
         let driver = RedisStreamDriver(
             redis: redis, stream: options.keys.webhookStream, group: options.keys.workerGroup, consumer: options.consumer,
             errors: options.keys.webhookErrors,
@@ -57,7 +59,7 @@ public struct WebhookConsumer: Service {
     }
 
     public func run() async throws {
-        await consumer.run(isStopping: { Task.isShuttingDownGracefully })
+        await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.webhooks) ?? false })
     }
 }
 
@@ -99,6 +101,8 @@ struct WebhookHandler: StreamHandler {
                 Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "retry")]).increment(by: counts.retry)
             }
         }
+        let now = Date()
+        for id in outcome.applied { RoundupLatency.webhookToChange.record(since: id, now: now) }
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
         metrics.retried.increment(by: outcome.retry.count)

@@ -66,6 +66,8 @@ extension EventFailure: StreamFailureClass {
 /// The outcome of a batch: which entries are done (ack them), which failed and why.
 public struct BatchOutcome: Sendable {
     public var done: [String] = []
+    /// Entries whose observations were applied to the store (a subset of `done`).
+    public var applied: [String] = []
     /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries (unless the store was
     /// unavailable: `EventFailure.waitsForStore`).
     public var retry: [(id: String, error: EntryError)] = []
@@ -361,6 +363,7 @@ public final class WebhookProcessor: Sendable {
                 outcome.accountsWithChanges = result.accounts
                 outcome.dropped += dropped.count
                 outcome.done.append(contentsOf: (applied + dropped).map(\.id))
+                outcome.applied.append(contentsOf: applied.map(\.id))
                 return outcome
             } catch {
                 if EventFailure(store: error) == .eventData {
@@ -402,6 +405,7 @@ public final class WebhookProcessor: Sendable {
         for part in [Array(entries[..<half]), Array(entries[half...])] {
             let sub = await process(part, fetchedBefore: fetched)
             outcome.done += sub.done
+            outcome.applied += sub.applied
             outcome.retry += sub.retry
             outcome.poison += sub.poison
             outcome.dropped += sub.dropped

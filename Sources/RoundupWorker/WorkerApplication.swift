@@ -33,18 +33,19 @@ public enum WorkerApplication {
         let interval = TimeInterval(configuration.reconcileIntervalSeconds)
         let scheduler = ReconcileScheduler(
             reconciler: reconciler, interval: interval, tick: .milliseconds(Int(max(0.2, min(5, interval / 4)) * 1000)), logger: logger)
+        let pauses = PauseWatcher(streams: [.webhooks, .jobs], redis: redis, keys: configuration.redisKeys, logger: logger)
         let jobs = JobConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName, concurrency: configuration.jobConcurrency,
                 claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds)), staleAfter: TimeInterval(configuration.jobStaleSeconds)),
-            redis: redis, store: store, engine: engine, logger: logger)
+            redis: redis, store: store, engine: engine, pauses: pauses, logger: logger)
         let consumer = WebhookConsumer(
             options: .init(
                 keys: configuration.redisKeys, consumer: configuration.workerConsumerName,
                 batchSize: configuration.workerBatchSize, maxDeliveries: configuration.maxDeliveries,
                 claimIdle: .milliseconds(Int64(configuration.claimIdleMilliseconds)), deadLetterMax: configuration.deadLetterMax,
                 deadLetterMaxAge: .seconds(configuration.deadLetterMaxAgeDays * 86_400)),
-            redis: redis, processor: processor, logger: logger)
+            redis: redis, processor: processor, pauses: pauses, logger: logger)
 
         // Heal a flushed Redis: the ingress reads secrets and routes only from there. One attempt at start-up, before
         // the consumers start (the usual case: the ingress finds every account as soon as we are up); if it fails,
@@ -58,6 +59,8 @@ public enum WorkerApplication {
         }
         let startUp: @Sendable () async throws -> Void = {
             try await store.migrate()
+            // A stream paused before this worker started is never read, not even for one batch.
+            await pauses.refresh()
             do {
                 try await publish()
             } catch {
@@ -67,9 +70,10 @@ public enum WorkerApplication {
 
         let ops = SimpleHTTPService.operations(
             name: "worker-ops", host: configuration.host, port: configuration.workerPort, logger: logger, registry: registry, redis: redis,
-            storePing: { try await store.ping() })
+            pauses: pauses, storePing: { try await store.ping() })
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
+            .init(service: pauses),
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),

@@ -1,4 +1,4 @@
-import ArgumentParser
+public import ArgumentParser
 import Foundation
 import Logging
 import NIOCore
@@ -17,7 +17,10 @@ struct RoundupCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "roundupctl",
         abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
-        subcommands: [Queues.self, DLQ.self, Jobs.self, Accounts.self, Lists.self, Reconcile.self, Routes.self, Migrate.self, Check.self])
+        subcommands: [
+            Queues.self, Pending.self, DLQ.self, Pause.self, Resume.self, Consumers.self, Jobs.self, Accounts.self, Lists.self, Reconcile.self,
+            Routes.self, Migrate.self, Check.self,
+        ])
 
     static func main() async {
         do {
@@ -62,6 +65,14 @@ func printJSON(_ value: JSONValue) { print(TerminalText.jsonSafe(value.canonical
 /// Stored text (names, errors) as a terminal may show it: escape sequences and controls removed (`TerminalText`).
 func shown(_ text: String) -> String { TerminalText.printable(text) }
 
+/// Streams are named as `queues` shows them: `webhooks`, `jobs`, `push`.
+extension RoundupStream: ExpressibleByArgument {}
+
+/// A count with what it counts, for commands whose answer is one number.
+func report(_ key: String, _ count: Int, json: Bool, text: String) {
+    if json { printJSON(.object([key: .number(Double(count))])) } else { print(text) }
+}
+
 struct Queues: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
@@ -73,18 +84,12 @@ struct Queues: AsyncParsableCommand {
         let context = try Context.make()
         defer { Task { await context.redis.shutdown() } }
         repeat {
-            let report = try await QueueInspector.webhookReport(redis: context.redis, keys: context.configuration.redisKeys)
-            let jobs = try await QueueInspector.jobReport(redis: context.redis, keys: context.configuration.redisKeys)
-            let pushes = try await QueueInspector.pushReport(redis: context.redis, keys: context.configuration.redisKeys)
+            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys)
             if json {
-                printJSON(.object(["streams": .array([report.json, jobs.json, pushes.json])]))
+                printJSON(.object(["streams": .array(reports.map(\.json))]))
             } else {
                 if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
-                print(QueueInspector.table(report))
-                print("")
-                print(QueueInspector.table(jobs))
-                print("")
-                print(QueueInspector.table(pushes))
+                print(reports.map(QueueInspector.table).joined(separator: "\n\n"))
             }
             if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
         } while watch != nil
@@ -94,26 +99,51 @@ struct Queues: AsyncParsableCommand {
 struct DLQ: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dlq", abstract: "Dead letters: events that failed too often, with their last error.",
-        subcommands: [List.self, Show.self, Replay.self, Purge.self])
+        subcommands: [List.self, Show.self, Replay.self, Delete.self, Purge.self])
 
     struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Dead letters, oldest first, a page at a time; the last line (or `next`) says how to go on.")
         @Option(help: "At most this many.") var limit = 50
+        @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
+        @Option(help: "Only this account's.") var account: String?
+        @Option(help: "Only this Trello action type (e.g. updateCard).") var type: String?
+        @Option(help: "Only those whose error contains this text (any case).") var error: String?
         @Flag var json = false
+        func validate() throws {
+            guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be 1 to 10000") }
+        }
         func run() async throws {
             let context = try Context.make()
-            let letters = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).list(limit: limit)
-            if json {
-                printJSON(.array(letters.map(\.summary)))
-            } else if letters.isEmpty {
-                print("no dead letters")
-            } else {
-                for letter in letters {
-                    print(
-                        "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
-                    )
-                }
-            }
+            let (letters, next) = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).page(
+                after: after, limit: limit, filter: .init(account: account, type: type, error: error))
             await context.redis.shutdown()
+            if json {
+                printJSON(.object(["dead_letters": .array(letters.map(\.summary)), "next": next.map(JSONValue.string) ?? .null]))
+                return
+            }
+            if letters.isEmpty { print("no dead letters") }
+            for letter in letters {
+                print(
+                    "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
+                )
+            }
+            if let next { print("more: roundupctl dlq list --after \(next)") }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete dead letters for good, by id.")
+        @Argument(help: "The dead letters' ids.") var ids: [String]
+        @Flag var json = false
+        func validate() throws {
+            guard !ids.isEmpty else { throw ValidationError("name at least one dead letter id (roundupctl dlq list)") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            let deleted = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).delete(ids: ids)
+            await context.redis.shutdown()
+            report("deleted", deleted, json: json, text: "deleted \(deleted) of \(ids.count)")
         }
     }
 
@@ -135,11 +165,12 @@ struct DLQ: AsyncParsableCommand {
     struct Replay: AsyncParsableCommand {
         @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
         @Flag(help: "Do not ask.") var yes = false
+        @Flag(help: "One JSON object; implies --yes.") var json = false
         func run() async throws {
             let context = try Context.make()
             let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys)
             let total = ids.isEmpty ? try await queue.count() : ids.count
-            if !yes {
+            if !yes && !json {
                 print("Replay \(total) dead letter(s) into \(context.configuration.redisKeys.webhookStream)? [y/N] ", terminator: "")
                 guard readLine()?.lowercased().hasPrefix("y") == true else {
                     print("nothing replayed")
@@ -150,21 +181,22 @@ struct DLQ: AsyncParsableCommand {
             let replayed = try await queue.replay(ids: ids.isEmpty ? nil : ids) { done in
                 if total > 100 { FileHandle.standardError.write(Data("replayed \(done)/\(total)\n".utf8)) }
             }
-            print("replayed \(replayed)")
             await context.redis.shutdown()
+            report("replayed", replayed, json: json, text: "replayed \(replayed)")
         }
     }
 
     struct Purge: AsyncParsableCommand {
         @Flag(help: "Required: purging cannot be undone.") var yes = false
+        @Flag var json = false
         func validate() throws {
             guard yes else { throw ValidationError("purge deletes every dead letter for good; add --yes") }
         }
         func run() async throws {
             let context = try Context.make()
             let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).purge()
-            print("purged \(purged)")
             await context.redis.shutdown()
+            report("purged", purged, json: json, text: "purged \(purged)")
         }
     }
 }
@@ -198,26 +230,44 @@ struct Jobs: AsyncParsableCommand {
                 } else if jobs.isEmpty {
                     print("no jobs")
                 } else {
-                    for job in jobs {
-                        let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
-                        print(
-                            "\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)"
-                        )
-                    }
+                    for job in jobs { print(Jobs.line(job, now: now, staleAfter: staleAfter)) }
                 }
                 await context.redis.shutdown()
             }
         }
     }
 
+    /// One line for people.
+    static func line(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> String {
+        let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
+        return
+            "\(job.id)  \(job.kind.rawValue)  \(job.status.rawValue)\(job.isStale(now: now, after: staleAfter) ? " (STALE)" : "")  \(job.processed)/\(job.total)  heartbeat \(age) ago  account \(job.accountID)\(job.error.map { "  error: \(shown($0))" } ?? "")"
+    }
+
+    /// Whether a job will still change: queued, or running with a live heartbeat.
+    static func isUnderWay(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
+        job.status == .queued || (job.status == .running && !job.isStale(now: now, after: staleAfter))
+    }
+
     struct Show: AsyncParsableCommand {
         @Argument var id: String
+        @Option(help: "Show it again every N seconds until it is no longer queued or running.") var watch: Double?
+        @Flag var json = false
+        func validate() throws {
+            if let watch, !(0.1...3600).contains(watch) { throw ValidationError("--watch must be 0.1 to 3600 seconds") }
+        }
         func run() async throws {
             let context = try Context.make()
+            await context.redis.shutdown()
+            let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
             try await Stores.withStore(configuration: context.configuration) { store in
-                await context.redis.shutdown()
-                guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
-                printJSON(Jobs.json(job, now: Date(), staleAfter: TimeInterval(context.configuration.jobStaleSeconds)))
+                while true {
+                    guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
+                    let now = Date()
+                    if json { printJSON(Jobs.json(job, now: now, staleAfter: staleAfter)) } else { print(Jobs.line(job, now: now, staleAfter: staleAfter)) }
+                    guard let watch, Jobs.isUnderWay(job, now: now, staleAfter: staleAfter) else { return }
+                    try await Task.sleep(for: .milliseconds(Int(watch * 1000)))
+                }
             }
         }
     }
@@ -259,6 +309,7 @@ struct Routes: AsyncParsableCommand {
     static let configuration = CommandConfiguration(subcommands: [Sync.self])
     struct Sync: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Republish every account secret and model route from the store to Redis.")
+        @Flag var json = false
         func run() async throws {
             let context = try Context.make()
             try await Stores.withStore(configuration: context.configuration) { store in
@@ -266,7 +317,11 @@ struct Routes: AsyncParsableCommand {
                 logger.logLevel = .error
                 try await RoutePublisher.publishAll(store: store, redis: context.redis, keys: context.configuration.redisKeys, logger: logger)
                 let snapshot = try await store.routingSnapshot()
-                print("published \(snapshot.secrets.count) secrets and \(snapshot.routes.count) routes")
+                if json {
+                    printJSON(.object(["secrets": .number(Double(snapshot.secrets.count)), "routes": .number(Double(snapshot.routes.count))]))
+                } else {
+                    print("published \(snapshot.secrets.count) secrets and \(snapshot.routes.count) routes")
+                }
                 await context.redis.shutdown()
             }
         }
@@ -275,10 +330,11 @@ struct Routes: AsyncParsableCommand {
 
 struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Apply the store's migrations.")
+    @Flag var json = false
     func run() async throws {
         let context = try Context.make()
         try await Stores.withStore(configuration: context.configuration) { _ in }
-        print("store is at the latest schema")
+        if json { printJSON(.object(["migrated": true])) } else { print("store is at the latest schema") }
         await context.redis.shutdown()
     }
 }
@@ -306,12 +362,14 @@ struct Check: AsyncParsableCommand {
 
     static let configuration = CommandConfiguration(
         abstract: "Reach Redis and the store; check stored credentials look right. Exits 1 when anything is wrong.")
+    @Flag(help: "One JSON object: {ok, passed, problems}.") var json = false
     func run() async throws {
         let context = try Context.make()
         var problems: [String] = []
+        var passed: [String] = []
         do {
             _ = try await context.redis.send(RedisCommand("PING"), timeout: .seconds(2))
-            print("ok    redis \(try RedisConfiguration(url: context.configuration.redisURL).endpoint)")
+            passed.append("redis \(try RedisConfiguration(url: context.configuration.redisURL).endpoint)")
         } catch {
             problems.append("redis: \(error)")
         }
@@ -319,7 +377,6 @@ struct Check: AsyncParsableCommand {
             problems += try await Stores.withStore(configuration: context.configuration) { store in
                 var problems: [String] = []
                 try await store.ping()
-                print("ok    store \(context.configuration.postgresURL?.masked ?? context.configuration.databaseURL)")
                 for account in try await store.allAccounts() {
                     let d = account.details
                     if let key = d.trelloAPIKey, !(key.count == 32 && key.allSatisfy(\.isHexDigit)) {
@@ -331,18 +388,28 @@ struct Check: AsyncParsableCommand {
                 }
                 return problems
             }
+            passed.append("store \(context.configuration.postgresURL?.masked ?? context.configuration.databaseURL)")
         } catch {
             problems.append("store: \(error)")
         }
         if context.configuration.publicURL == nil { problems.append("ROUNDUP_PUBLIC_URL is not set (the ingress and the API need it)") }
         problems += Self.apnsProblems(context.configuration)
         if context.configuration.missingAPNsKeys.isEmpty, Self.apnsProblems(context.configuration).isEmpty {
-            print(
-                "ok    apns key \(context.configuration.apnsKeyID ?? "") (team \(context.configuration.apnsTeamID ?? ""), topic \(context.configuration.apnsTopic ?? ""))"
+            passed.append(
+                "apns key \(context.configuration.apnsKeyID ?? "") (team \(context.configuration.apnsTeamID ?? ""), topic \(context.configuration.apnsTopic ?? ""))"
             )
         }
         await context.redis.shutdown()
-        for problem in problems { print("FAIL  \(problem)") }
+        if json {
+            printJSON(
+                .object([
+                    "ok": .bool(problems.isEmpty), "passed": .array(passed.map { .string(shown($0)) }),
+                    "problems": .array(problems.map { .string(shown($0)) }),
+                ]))
+        } else {
+            for item in passed { print("ok    \(item)") }
+            for problem in problems { print("FAIL  \(problem)") }
+        }
         if !problems.isEmpty { throw ExitCode(1) }
     }
 }
@@ -383,25 +450,186 @@ struct Lists: AsyncParsableCommand {
 struct Reconcile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Queue a reconciliation with Trello of one list, or of every list; a worker runs it.")
     @Option(help: "The sync_list_id; every list when omitted.") var list: String?
+    @Flag(help: "Wait for the reconciliations to end, showing progress; exit 1 if any failed.") var wait = false
+    @Flag var json = false
     func run() async throws {
         let context = try Context.make()
         defer { Task { await context.redis.shutdown() } }
-        try await Stores.withStore(configuration: context.configuration) { store in
+        let staleAfter = TimeInterval(context.configuration.jobStaleSeconds)
+        let failed = try await Stores.withStore(configuration: context.configuration) { store -> Bool in
             let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
             guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
+            var queued: [String] = []
             for item in lists {
                 guard
                     case .created(let job) = try await store.submitJob(
                         accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil,
                         payload: .object(["sync_list_id": .string(item.id)]),
-                        total: 1, staleAfter: TimeInterval(context.configuration.jobStaleSeconds))
+                        total: 1, staleAfter: staleAfter)
                 else { continue }
                 _ = try await context.redis.send(
                     .streamAppend(
                         context.configuration.redisKeys.jobStream,
                         fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: .reconcile).fields))
-                print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)")
+                queued.append(job.id)
+                if !json { print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)") }
             }
+            var jobs: [JobRecord] = []
+            var lastProgress = ""
+            while true {
+                jobs = []
+                for id in queued { jobs += try await store.jobs(limit: 1, id: id) }
+                let now = Date()
+                let underWay = jobs.filter { Jobs.isUnderWay($0, now: now, staleAfter: staleAfter) }.count
+                let errors = jobs.filter { $0.status == .error || $0.isStale(now: now, after: staleAfter) }.count
+                guard wait, underWay > 0 else { break }
+                let progress = "reconciled \(jobs.count - underWay)/\(jobs.count) list(s), \(errors) failed"
+                if !json && progress != lastProgress { print(progress) }
+                lastProgress = progress
+                try await Task.sleep(for: .milliseconds(500))
+            }
+            let now = Date()
+            if json { printJSON(.object(["jobs": .array(jobs.map { Jobs.json($0, now: now, staleAfter: staleAfter) })])) }
+            guard wait else { return false }
+            let failures = jobs.filter { $0.status == .error || $0.isStale(now: now, after: staleAfter) }
+            if !json {
+                print("reconciled \(jobs.count - failures.count)/\(jobs.count) list(s)")
+                for job in failures { print("FAIL  \(Jobs.line(job, now: now, staleAfter: staleAfter))") }
+            }
+            return !failures.isEmpty
+        }
+        if failed { throw ExitCode(1) }
+    }
+}
+
+struct Pending: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Entries delivered and not yet acknowledged, oldest first: with whom, idle how long, delivered how often, last error.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream = .webhooks
+    @Option(help: "At most this many.") var limit = 50
+    @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
+    @Option(help: "Only entries delivered at least this often (2: failing ones).") var minDeliveries = 1
+    @Flag var json = false
+    func validate() throws {
+        guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be 1 to 10000") }
+    }
+    func run() async throws {
+        let context = try Context.make()
+        let (entries, next) = try await PendingInspector.page(
+            stream, redis: context.redis, keys: context.configuration.redisKeys, after: after, limit: limit, minDeliveries: minDeliveries)
+        await context.redis.shutdown()
+        if json {
+            printJSON(.object(["stream": .string(stream.rawValue), "pending": .array(entries.map(\.json)), "next": next.map(JSONValue.string) ?? .null]))
+            return
+        }
+        if entries.isEmpty { print("nothing pending on \(stream.rawValue)") }
+        for entry in entries {
+            print(
+                "\(entry.id)  \(shown(entry.type ?? "?"))  account \(shown(entry.account ?? "?"))  consumer \(shown(entry.consumer))  idle \(String(format: "%.1f s", Double(entry.idleMilliseconds) / 1000))  deliveries \(entry.deliveries)\(entry.lastError.map { "  \(shown($0))" } ?? "")"
+            )
+        }
+        if let next { print("more: roundupctl pending \(stream.rawValue) --after \(next)") }
+    }
+}
+
+struct Pause: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Hold a stream: workers (or pushers) read nothing new within a second and keep what they hold pending; the ingress keeps accepting.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+    @Flag var json = false
+    func run() async throws {
+        let context = try Context.make()
+        let changed = try await StreamPauses(redis: context.redis, keys: context.configuration.redisKeys).pause(stream)
+        await context.redis.shutdown()
+        if json {
+            printJSON(.object(["stream": .string(stream.rawValue), "paused": true, "changed": .bool(changed)]))
+        } else {
+            print(changed ? "paused \(stream.rawValue); roundupctl resume \(stream.rawValue) to go on" : "\(stream.rawValue) was already paused")
+        }
+    }
+}
+
+struct Resume: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Let a paused stream run again: what waited is processed, each entry once.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+    @Flag var json = false
+    func run() async throws {
+        let context = try Context.make()
+        let changed = try await StreamPauses(redis: context.redis, keys: context.configuration.redisKeys).resume(stream)
+        await context.redis.shutdown()
+        if json {
+            printJSON(.object(["stream": .string(stream.rawValue), "paused": false, "changed": .bool(changed)]))
+        } else {
+            print(changed ? "resumed \(stream.rawValue)" : "\(stream.rawValue) was not paused")
+        }
+    }
+}
+
+struct Consumers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The consumers of each stream's group; prune those of processes that are gone.", subcommands: [List.self, Prune.self])
+
+    static func json(_ consumer: StreamReport.Consumer, stream: RoundupStream) -> JSONValue {
+        .object([
+            "stream": .string(stream.rawValue), "consumer": .string(consumer.name), "pending": .number(Double(consumer.pending)),
+            "idle_ms": .number(Double(consumer.idleMilliseconds)),
+        ])
+    }
+
+    struct List: AsyncParsableCommand {
+        @Flag var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys)
+            await context.redis.shutdown()
+            if json {
+                printJSON(.array(reports.flatMap { report in report.consumers.map { Consumers.json($0, stream: report.name) } }))
+                return
+            }
+            for report in reports {
+                for consumer in report.consumers {
+                    print(
+                        "\(report.name.rawValue)  \(shown(consumer.name))  pending \(consumer.pending)  idle \(String(format: "%.0f s", Double(consumer.idleMilliseconds) / 1000))"
+                    )
+                }
+            }
+        }
+    }
+
+    struct Prune: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove consumers idle this long that hold no pending entry (a consumer holding entries is never removed).")
+        @Option(help: "Idle at least this many seconds (a live consumer reads every second; a paused one does not).") var idle = 3600
+        @Argument(help: "webhooks, jobs or push; all three when omitted.") var streams: [RoundupStream] = []
+        @Flag(help: "Only say which.") var dryRun = false
+        @Flag var json = false
+        func validate() throws {
+            guard idle >= 60 else { throw ValidationError("--idle must be at least 60 seconds: a busy consumer may be idle for a while") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            var pruned: [ConsumerPruner.Pruned] = []
+            for stream in streams.isEmpty ? RoundupStream.allCases : streams {
+                pruned += try await ConsumerPruner.prune(
+                    stream, redis: context.redis, keys: context.configuration.redisKeys, idleAtLeast: idle * 1000, dryRun: dryRun)
+            }
+            await context.redis.shutdown()
+            if json {
+                printJSON(
+                    .object([
+                        "dry_run": .bool(dryRun),
+                        "pruned": .array(
+                            pruned.map {
+                                .object([
+                                    "stream": .string($0.stream.rawValue), "consumer": .string($0.consumer), "idle_ms": .number(Double($0.idleMilliseconds)),
+                                ])
+                            }),
+                    ]))
+                return
+            }
+            for item in pruned { print("\(dryRun ? "would prune" : "pruned")  \(item.stream.rawValue)  \(shown(item.consumer))") }
+            print("\(pruned.count) consumer(s) \(dryRun ? "to prune" : "pruned")")
         }
     }
 }

@@ -166,16 +166,25 @@ public final class RedisStreamDriver: StreamDriver {
         if let summary = replies[1].array {
             stats.pending = summary.first?.int ?? 0
             // The oldest pending entry's id starts with the milliseconds it was added at.
-            if summary.count > 1, let oldest = summary[1].string, let millis = Double(oldest.split(separator: "-").first ?? "") {
-                stats.oldestPendingMilliseconds = millis
-            }
+            if summary.count > 1, let oldest = summary[1].string { stats.oldestPendingMilliseconds = StreamStats.milliseconds(ofID: oldest) }
         }
+        var lastDelivered: String?
         for info in replies[2].array ?? [] {
             let map = info.fieldMap
-            if map["name"]?.string == group, let lag = map["lag"]?.int { stats.lag = lag }
+            guard map["name"]?.string == group else { continue }
+            stats.lag = map["lag"]?.int
+            lastDelivered = map["last-delivered-id"]?.string
         }
         if deadLetters != nil { stats.deadLetters = replies[3].int }
+        if let lastDelivered { stats.oldestWaitingMilliseconds = try? await Self.oldestWaiting(redis: redis, stream: stream, after: lastDelivered) }
         return stats
+    }
+
+    /// When the oldest entry not yet delivered to a group was added (ms since 1970): the first entry after the group's
+    /// last-delivered id. Nil when none waits.
+    public static func oldestWaiting(redis: RedisClient, stream: String, after lastDelivered: String) async throws -> Double? {
+        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(stream), RedisArgument("(" + lastDelivered), "+", "COUNT", "1"]))
+        return reply.streamEntries.first.flatMap { StreamStats.milliseconds(ofID: $0.id) }
     }
 
     static func milliseconds(_ duration: Duration) -> Int {

@@ -57,7 +57,7 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
     /// The metrics a consumer exports; nil counters are not counted.
     public struct MetricSet: Sendable {
         public enum StreamGauge: Sendable, Hashable, CaseIterable {
-            case length, pending, oldestPendingAge, lag, deadLetters
+            case length, pending, oldestPendingAge, oldestWaitingAge, lag, deadLetters
         }
 
         /// `roundup_stream_*` gauges recorded for the stream (label `stream` = the options' name).
@@ -96,7 +96,11 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
 
     /// Runs until cancelled or until `isStopping` says so (a graceful shutdown): then it reads no more, handles what was
     /// already delivered to it (the batch read ahead included) and waits for the batches in flight.
-    public func run(isStopping: @escaping @Sendable () -> Bool = { false }) async {
+    ///
+    /// While `isPaused` says so (an operator's `roundupctl pause`) it reads and reclaims nothing; batches in flight
+    /// finish, and entries already delivered to it but not begun (a batch read ahead, or read as the pause came) stay
+    /// pending with it, their lease renewed, and are handled first on resume. The gauges are still recorded.
+    public func run(isStopping: @escaping @Sendable () -> Bool = { false }, isPaused: @escaping @Sendable () -> Bool = { false }) async {
         let running = InFlight()
         await withDiscardingTaskGroup { tasks in
             var lastReclaim = ContinuousClock.now - .seconds(3600)
@@ -105,10 +109,47 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
             var prepared = false
             // The next batch is asked for before the current one is processed, so it arrives while we work.
             var prefetched: Task<[StreamDelivery], any Error>?
+            // Delivered to this consumer while paused: pending with it, handled on resume (or reclaimed by another
+            // consumer if this one stops first).
+            var held: [StreamDelivery] = []
+            var lastLease = ContinuousClock.now
             while !Task.isCancelled {
+                if isPaused() && !isStopping() {
+                    if let ahead = prefetched {
+                        prefetched = nil
+                        // A failed read leaves whatever it delivered pending: the reclaim finds it after the pause.
+                        held += (try? await ahead.value) ?? []
+                    }
+                    if !held.isEmpty, ContinuousClock.now - lastLease >= options.leaseEvery {
+                        lastLease = .now
+                        try? await driver.extendLease(held.map(\.id))
+                    }
+                    if ContinuousClock.now - lastReclaim >= options.reclaimEvery {
+                        lastReclaim = .now
+                        await recordGauges(inFlight: running.entries + held.count)
+                    }
+                    try? await Task.sleep(for: .milliseconds(50))
+                    continue
+                }
+                // Paused and stopping: what is held stays pending, for another consumer once the stream runs again.
+                if !held.isEmpty, !isPaused() {
+                    let batch = held
+                    held = []
+                    if options.concurrency == 1 {
+                        do {
+                            _ = try await process(batch)
+                        } catch {
+                            // Not settled: the entries stay pending and are reclaimed.
+                            logger.warning("settling failed", metadata: ["stream": "\(options.name)", "error": "\(error)"])
+                        }
+                    } else {
+                        dispatch(batch, running: running, into: &tasks)
+                    }
+                    continue
+                }
                 if isStopping() {
                     // Stop reading; entries already delivered to this consumer are still processed and settled.
-                    if let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty {
+                    if !isPaused(), let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty {
                         do {
                             _ = try await process(batch)
                         } catch {
@@ -154,7 +195,11 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                     } else {
                         entries = try await driver.read(count: count, block: options.block)
                     }
-                    if !entries.isEmpty {
+                    if !entries.isEmpty && isPaused() {
+                        // The pause came while the read waited: begin none of them.
+                        held = entries
+                        lastLease = .now
+                    } else if !entries.isEmpty {
                         if options.concurrency == 1 {
                             // A full batch suggests more is waiting: ask for it now, without blocking.
                             if entries.count == options.batchSize {
@@ -316,6 +361,11 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                 let age = stats.oldestPendingMilliseconds.map { max(0, Date().timeIntervalSince1970 - $0 / 1000) } ?? 0
                 Gauge(label: "roundup_stream_oldest_pending_age_seconds", dimensions: label).record(age)
             }
+        }
+        if metrics.gauges.contains(.oldestWaitingAge) {
+            // 0 when nothing waits, so an alert on it resolves.
+            let age = stats.oldestWaitingMilliseconds.map { max(0, Date().timeIntervalSince1970 - $0 / 1000) } ?? 0
+            Gauge(label: "roundup_stream_oldest_waiting_age_seconds", dimensions: label).record(age)
         }
         if metrics.gauges.contains(.deadLetters), let dead = stats.deadLetters { Gauge(label: "roundup_stream_dead_letters").record(dead) }
         if metrics.gauges.contains(.lag), let lag = stats.lag { Gauge(label: "roundup_stream_lag", dimensions: label).record(lag) }

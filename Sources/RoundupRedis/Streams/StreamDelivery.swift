@@ -65,7 +65,12 @@ public struct StreamStats: Sendable, Equatable {
     public var oldestPendingMilliseconds: Double?
     /// Entries not yet delivered to the group (Redis 7+).
     public var lag: Int?
+    /// Milliseconds since 1970 of the oldest entry not yet delivered to the group; nil when none waits.
+    public var oldestWaitingMilliseconds: Double?
     public var deadLetters: Int?
+
+    /// The milliseconds since 1970 a Redis stream id starts with (`1700000000000-0`): when the entry was added.
+    public static func milliseconds(ofID id: String) -> Double? { Double(id.split(separator: "-").first ?? "") }
 
     public init(length: Int? = nil, pending: Int? = nil, oldestPendingMilliseconds: Double? = nil, lag: Int? = nil, deadLetters: Int? = nil) {
         self.length = length
