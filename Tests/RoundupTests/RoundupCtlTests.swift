@@ -32,6 +32,13 @@ import Testing
         let (code, output) = try await run(stack, ["queues", "--json"])
         #expect(code == 0, "\(output)")
         let report = try #require(try JSONParser.parse(Array(output.utf8))["streams"]?.arrayValue?.first)
+        #expect(report["name"] == "webhooks" && report["paused"] == .bool(false))
+        // Three were never delivered; the oldest of them was added just now.
+        if case .number(let waiting)? = report["oldest_waiting_age_ms"] {
+            #expect(waiting >= 0 && waiting < 60_000)
+        } else {
+            Issue.record("no oldest_waiting_age_ms")
+        }
         #expect(report["length"] == .number(5))
         #expect(report["lag"] == .number(3))
         #expect(report["pending"] == .number(2))
@@ -55,7 +62,9 @@ import Testing
 
         let listed = try await run(stack, ["dlq", "list", "--json"])
         #expect(listed.code == 0)
-        let letter = try #require(try JSONParser.parse(Array(listed.output.utf8)).arrayValue?.first)
+        let page = try JSONParser.parse(Array(listed.output.utf8))
+        #expect(page["next"] == .null)
+        let letter = try #require(page["dead_letters"]?.arrayValue?.first)
         #expect(letter["action"] == "Q-1" && letter["type"] == "createCard")
         #expect(letter["error"]?.stringValue?.contains("500") == true)
         let shown = try await run(stack, ["dlq", "show", try #require(letter["id"]?.stringValue)])
@@ -128,7 +137,7 @@ import Testing
         let byID = Dictionary(uniqueKeysWithValues: jobs.compactMap { job in job["job_id"]?.stringValue.map { ($0, job) } })
         #expect(byID["job-live"]?["stale"] == .bool(false) && byID["job-live"]?["processed"] == .number(3))
         #expect(byID["job-dead"]?["stale"] == .bool(true))
-        let shown = try await run(stack, ["jobs", "show", "job-dead"])
+        let shown = try await run(stack, ["jobs", "show", "job-dead", "--json"])
         #expect(shown.code == 0 && shown.output.contains(#""stale":true"#))
         #expect(try await run(stack, ["jobs", "show", "nope"]).code == 2)
         await stack.shutdown()
