@@ -35,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         // The apps' client, a package of its own (Client/), tested here against the real processes; AsyncHTTPClient's
         // transport streams on Linux, where URLSession buffers whole responses.
@@ -194,10 +195,26 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The operators' web dashboard (`roundupctl dashboard`): Hummingbird and swift-mustache over RoundupOps.
+        .target(
+            name: "RoundupDashboard",
+            dependencies: [
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupOps",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "roundupctl",
             dependencies: [
-                "RoundupOps", "RoundupCore", "RoundupRuntime", "RoundupPush", "RoundupRedis", "RoundupStore", "RoundupSync",
+                "RoundupOps", "RoundupDashboard",
+                .product(name: "Hummingbird", package: "hummingbird"), "RoundupCore", "RoundupRuntime", "RoundupPush", "RoundupRedis", "RoundupStore",
+                "RoundupSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -304,7 +321,7 @@ let package = Package(
             name: "RoundupTests",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush", "RoundupDashboard",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -82,7 +82,8 @@ public struct DeadLetterQueue: Sendable {
         while letters.count < limit {
             let reply = try await redis.send(
                 RedisCommand(
-                    "XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)]))
+                    "XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)])
+            )
             let batch = Self.parse(reply)
             for letter in batch {
                 cursor = letter.id

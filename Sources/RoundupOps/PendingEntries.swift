@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
@@ -36,8 +36,15 @@ public enum PendingInspector {
         // Filtering by deliveries may skip many: read in pages until `limit` match or the list ends.
         while entries.count < limit {
             let start = cursor.map { "(" + $0 } ?? "-"
-            let reply = try await redis.send(
-                RedisCommand("XPENDING", [RedisArgument(stream.key(keys)), RedisArgument(stream.group(keys)), RedisArgument(start), "+", RedisArgument(100)]))
+            let reply: RedisValue
+            do {
+                reply = try await redis.send(
+                    RedisCommand(
+                        "XPENDING",
+                        [RedisArgument(stream.key(keys)), RedisArgument(stream.group(keys)), RedisArgument(start), "+", RedisArgument(100)]))
+            } catch let error as RedisClientError where error.isNoGroup {
+                return ([], nil)  // never consumed: nothing pending
+            }
             let rows = reply.array ?? []
             for row in rows {
                 guard let fields = row.array, fields.count >= 4, let id = fields[0].string else { continue }

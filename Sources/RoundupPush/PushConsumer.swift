@@ -138,7 +138,8 @@ public struct PushConsumer: Service {
         StreamConsumer(
             options: .init(name: "push", consumer: options.consumer, batchSize: 256, claimIdle: .seconds(120), reclaimEvery: .seconds(5)),
             driver: RedisStreamDriver(redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer),
-            handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]), logger: logger)
+            handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
+            logger: logger)
     }
 
     public func run() async throws {
@@ -208,7 +209,8 @@ public struct PushConsumer: Service {
     func background(device: DeviceRecord, account: String, entryID: String? = nil) async {
         let recent = options.keys.recentPush(account: account, device: device.deviceID)
         guard windowMilliseconds > 0 else {
-            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
+            await deliver(
+                .background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
             return
         }
         do {
@@ -220,7 +222,8 @@ public struct PushConsumer: Service {
                 // Sent now: a push deferred to the end of the last window is covered by this one.
                 _ = try? await redis.send(
                     RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(account + "|" + device.deviceID)]))
-                await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
+                await deliver(
+                    .background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
             } else {
                 let due = Int(Date().timeIntervalSince1970 * 1000) + max(0, replies[1].int ?? windowMilliseconds)
                 _ = try await redis.send(
@@ -232,7 +235,8 @@ public struct PushConsumer: Service {
         } catch {
             // Without Redis there is no window to respect; a background push is cheap to send once more.
             logger.warning("push window unavailable, sending", metadata: ["error": "\(error)"])
-            await deliver(.background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
+            await deliver(
+                .background, payload: Self.backgroundPayload, device: device, account: account, collapseID: "roundup-sync", entryID: entryID)
         }
     }
 

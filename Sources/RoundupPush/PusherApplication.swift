@@ -14,6 +14,17 @@ import ServiceLifecycle
 public enum PusherApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         let missing = configuration.missingAPNsKeys
+        if !missing.isEmpty, configuration.pusherWithoutAPNs == .idle {
+            // Pushes wait on the push stream (and RoundupNoPushers fires) until the credentials come and the process
+            // restarts.
+            let problem = "APNs is not configured (\(missing.joined(separator: ", ")) not set): sending nothing"
+            logger.warning("pusher idle", metadata: ["reason": "\(problem)"])
+            let ops = SimpleHTTPService.operations(
+                name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry
+            ) { problem }
+            try await RoundupServices.run([.init(service: ops)], configuration: configuration, logger: logger) {}
+            return
+        }
         guard missing.isEmpty else {
             throw ConfigurationError(
                 key: missing.joined(separator: ", "), problem: "must be set: roundup-pusher cannot sign APNs requests without them")
@@ -47,7 +58,8 @@ public enum PusherApplication {
             .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
         ]
         try await RoundupServices.run(
-            services, dependencies: store.service.map { [$0] } ?? [], startUp: {
+            services, dependencies: store.service.map { [$0] } ?? [],
+            startUp: {
                 try await store.migrate()
                 await pauses.refresh()
             }, configuration: configuration,

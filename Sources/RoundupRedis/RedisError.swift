@@ -13,6 +13,9 @@ public struct RedisClientError: Error, Sendable, CustomStringConvertible, Equata
     public let code: Code
     public let message: String
 
+    /// Redis answered that the stream or its consumer group does not exist yet (nothing was ever consumed from it).
+    public var isNoGroup: Bool { code == .server && message.contains("NOGROUP") }
+
     public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message

@@ -40,6 +40,8 @@ public struct RoundupConfiguration: Sendable {
     public var apiPort: Int
     /// The token that allows `POST /dailyroundup/account`; nil turns account creation off.
     public var bootstrapToken: String?
+    /// The password of `roundupctl dashboard` (HTTP Basic); required when it listens beyond loopback.
+    public var dashboardToken: String?
     /// Requests per minute one account may make to the API.
     public var apiRateLimit: Int
     /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
@@ -73,6 +75,9 @@ public struct RoundupConfiguration: Sendable {
     public var pusherPort: Int
     /// At most one background push per device in this window.
     public var pushWindowSeconds: Int
+    /// What roundup-pusher does without its APNs credentials: exit 78 (`fail`, for systemd), or serve only its health
+    /// and metrics, not ready, and send nothing (`idle`, for a pod whose other containers must run without them).
+    public var pusherWithoutAPNs: PusherWithoutAPNs
     /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
     public var reconcileIntervalSeconds: Int
     /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
@@ -101,7 +106,8 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
         "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
         "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
-        "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS",
+        "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
+        "ROUNDUP_PUSHER_WITHOUT_APNS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -162,6 +168,10 @@ public struct RoundupConfiguration: Sendable {
             ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
         apiPort = try integer("ROUNDUP_API_PORT", default: 8080, range: 0...65535)
         bootstrapToken = value("ROUNDUP_BOOTSTRAP_TOKEN")
+        dashboardToken = value("ROUNDUP_DASHBOARD_TOKEN")
+        if let token = dashboardToken, token.utf8.count < 16 {
+            throw ConfigurationError(key: "ROUNDUP_DASHBOARD_TOKEN", problem: "is too short: use at least 16 random characters")
+        }
         if let token = bootstrapToken, token.utf8.count < 16 {
             throw ConfigurationError(key: "ROUNDUP_BOOTSTRAP_TOKEN", problem: "is too short: use at least 16 random characters")
         }
@@ -193,6 +203,7 @@ public struct RoundupConfiguration: Sendable {
         apnsConnections = try integer("ROUNDUP_APNS_CONNECTIONS", default: 2, range: 1...64)
         pusherPort = try integer("ROUNDUP_PUSHER_PORT", default: 9102, range: 0...65535)
         pushWindowSeconds = try integer("ROUNDUP_PUSH_WINDOW_SECONDS", default: 30, range: 0...3600)
+        pusherWithoutAPNs = try choice("ROUNDUP_PUSHER_WITHOUT_APNS", default: .fail, problem: "must be fail or idle")
         reconcileIntervalSeconds = try integer("ROUNDUP_RECONCILE_INTERVAL_SECONDS", default: 900, range: 0...604_800)
         databasePoolSize = try integer("ROUNDUP_DATABASE_POOL_SIZE", default: 10, range: 1...500)
         databaseCAFile = value("ROUNDUP_DATABASE_CA_FILE")
@@ -278,4 +289,9 @@ public struct PostgresURL: Sendable, Equatable {
 
     /// The URL with its password masked, for logs and `roundupctl check`.
     public var masked: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)" }
+}
+
+/// `ROUNDUP_PUSHER_WITHOUT_APNS`.
+public enum PusherWithoutAPNs: String, Sendable {
+    case fail, idle
 }

@@ -45,13 +45,14 @@ public struct RoundupLogHandler: LogHandler {
         return secretKeyWords.contains { lower.contains($0) }
     }
 
-    /// Cuts `Bearer <credential>` and `oauth_token="…"`-style values out of free text.
+    /// Cuts `Bearer <credential>`, `oauth_token="…"`-style values and Trello's `key=`/`token=` query parameters out of
+    /// free text.
     public static func redact(_ text: String) -> String {
         var out = text
         for pattern in [#"(?i)bearer\s+[A-Za-z0-9._~+/=-]+"#, #"(?i)(oauth_token|oauth_consumer_key)="[^"]*""#] {
             out = out.replacingOccurrences(of: pattern, with: "[redacted]", options: .regularExpression)
         }
-        return out
+        return out.replacingOccurrences(of: #"(?i)([?&](key|token)=)[^&\s"']+"#, with: "$1[redacted]", options: .regularExpression)
     }
 
     static func render(_ value: Logger.Metadata.Value) -> String {

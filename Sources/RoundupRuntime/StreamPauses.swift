@@ -49,7 +49,8 @@ public struct StreamPauses: Sendable {
     @discardableResult
     public func pause(_ stream: RoundupStream, at date: Date = Date()) async throws -> Bool {
         let since = String(Int(date.timeIntervalSince1970 * 1000))
-        let reply = try await redis.send(RedisCommand("HSETNX", [RedisArgument(keys.pausedStreams), RedisArgument(stream.rawValue), RedisArgument(since)]))
+        let reply = try await redis.send(
+            RedisCommand("HSETNX", [RedisArgument(keys.pausedStreams), RedisArgument(stream.rawValue), RedisArgument(since)]))
         return reply.int == 1
     }
 

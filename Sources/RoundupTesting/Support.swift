@@ -65,7 +65,12 @@ public final class ManagedProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var status: Int32?
 
-    public init(name: String, executable: URL, arguments: [String] = [], environment: [String: String] = [:], logDirectory: URL) throws {
+    /// `descriptors` are open in the child under other numbers (this process's descriptor → the child's): a pipe to
+    /// talk to it beside its standard streams.
+    public init(
+        name: String, executable: URL, arguments: [String] = [], environment: [String: String] = [:], logDirectory: URL,
+        descriptors: [(parent: Int32, child: Int32)] = []
+    ) throws {
         self.name = name
         logFile = logDirectory.appendingPathComponent("\(name).log")
         var env = ProcessInfo.processInfo.environment
@@ -77,6 +82,7 @@ public final class ManagedProcess: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, logFile.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        for descriptor in descriptors { posix_spawn_file_actions_adddup2(&actions, descriptor.parent, descriptor.child) }
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import RoundupCore
+import RoundupDashboard
 import RoundupOps
 import RoundupPush
 import RoundupRedis
@@ -19,7 +20,7 @@ struct RoundupCtl: AsyncParsableCommand {
         abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
         subcommands: [
             Queues.self, Pending.self, DLQ.self, Pause.self, Resume.self, Consumers.self, Jobs.self, Accounts.self, Lists.self, Reconcile.self,
-            Routes.self, Migrate.self, Check.self,
+            Routes.self, Migrate.self, Check.self, DashboardCommand.self,
         ])
 
     static func main() async {
@@ -264,7 +265,11 @@ struct Jobs: AsyncParsableCommand {
                 while true {
                     guard let job = try await store.jobs(limit: 1, id: id).first else { throw ValidationError("no job \(id)") }
                     let now = Date()
-                    if json { printJSON(Jobs.json(job, now: now, staleAfter: staleAfter)) } else { print(Jobs.line(job, now: now, staleAfter: staleAfter)) }
+                    if json {
+                        printJSON(Jobs.json(job, now: now, staleAfter: staleAfter))
+                    } else {
+                        print(Jobs.line(job, now: now, staleAfter: staleAfter))
+                    }
                     guard let watch, Jobs.isUnderWay(job, now: now, staleAfter: staleAfter) else { return }
                     try await Task.sleep(for: .milliseconds(Int(watch * 1000)))
                 }
@@ -519,7 +524,8 @@ struct Pending: AsyncParsableCommand {
             stream, redis: context.redis, keys: context.configuration.redisKeys, after: after, limit: limit, minDeliveries: minDeliveries)
         await context.redis.shutdown()
         if json {
-            printJSON(.object(["stream": .string(stream.rawValue), "pending": .array(entries.map(\.json)), "next": next.map(JSONValue.string) ?? .null]))
+            printJSON(
+                .object(["stream": .string(stream.rawValue), "pending": .array(entries.map(\.json)), "next": next.map(JSONValue.string) ?? .null]))
             return
         }
         if entries.isEmpty { print("nothing pending on \(stream.rawValue)") }
@@ -622,7 +628,8 @@ struct Consumers: AsyncParsableCommand {
                         "pruned": .array(
                             pruned.map {
                                 .object([
-                                    "stream": .string($0.stream.rawValue), "consumer": .string($0.consumer), "idle_ms": .number(Double($0.idleMilliseconds)),
+                                    "stream": .string($0.stream.rawValue), "consumer": .string($0.consumer),
+                                    "idle_ms": .number(Double($0.idleMilliseconds)),
                                 ])
                             }),
                     ]))
@@ -631,5 +638,27 @@ struct Consumers: AsyncParsableCommand {
             for item in pruned { print("\(dryRun ? "would prune" : "pruned")  \(item.stream.rawValue)  \(shown(item.consumer))") }
             print("\(pruned.count) consumer(s) \(dryRun ? "to prune" : "pruned")")
         }
+    }
+}
+
+struct DashboardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dashboard",
+        abstract: "Serve the operators' web dashboard: streams, charts, dead letters, failing entries, jobs, pause and resume.",
+        discussion: """
+            Listens on 127.0.0.1:9180 by default; reach it with `ssh -L 9180:127.0.0.1:9180 host` or \
+            `kubectl port-forward`. Any other address needs ROUNDUP_DASHBOARD_TOKEN (the password; any user name).
+            """)
+    @Option(help: "Address to listen on.") var host = "127.0.0.1"
+    @Option(help: "Port to listen on.") var port = 9180
+    func run() async throws {
+        let configuration: RoundupConfiguration
+        do {
+            configuration = try RoundupConfiguration()
+        } catch {
+            throw CleanExit.message("\(error)")
+        }
+        RoundupLogging.bootstrap(level: configuration.logLevel, format: configuration.logFormat)
+        try await Dashboard.run(configuration: configuration, host: host, port: port, logger: Logger(label: "roundup.dashboard"))
     }
 }

@@ -196,6 +196,19 @@ import Testing
             process.output.contains("ROUNDUP_APNS_KEY_FILE") && process.output.contains("ROUNDUP_APNS_KEY_ID")
                 && process.output.contains("ROUNDUP_APNS_TEAM_ID"))
         #expect(!process.output.contains("ROUNDUP_APNS_TOPIC,"))
+
+        // In a pod whose API must run without APNs: the pusher idles, alive but not ready, and stops cleanly.
+        let port = try TestSupport.freePort()
+        env["ROUNDUP_PUSHER_WITHOUT_APNS"] = "idle"
+        env["ROUNDUP_PUSHER_PORT"] = String(port)
+        let idle = try ManagedProcess(
+            name: "pusher-idle", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"), environment: env,
+            logDirectory: stack.directory)
+        #expect(await TestSupport.eventually { (try? await stack.get(port: port, "/healthz").status) == .ok }, "\(idle.output)")
+        let ready = try await stack.get(port: port, "/readyz")
+        #expect(ready.status == .serviceUnavailable && ready.json["error"]?["message"]?.stringValue?.contains("APNs is not configured") == true)
+        idle.signal(SIGTERM)
+        #expect(await idle.wait(timeout: .seconds(10)) == 0)
         await stack.shutdown()
     }
 

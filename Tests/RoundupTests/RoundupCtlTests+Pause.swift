@@ -102,7 +102,8 @@ extension RoundupCtlTests {
         #expect(await TestSupport.eventually { (try? await self.metricSum(stack, ports: workers, "roundup_webhook_to_change_seconds_count")) == 20 })
         let waited = try await metricSum(stack, ports: workers, "roundup_webhook_to_change_seconds_sum")
         #expect(waited >= 20 * 1.5, "each of the twenty waited out the pause: \(waited) s in all")
-        #expect(await TestSupport.eventually { (try? await self.metricSum(stack, ports: [pusher], "roundup_change_to_push_seconds_count")) ?? 0 >= 1 })
+        #expect(
+            await TestSupport.eventually { (try? await self.metricSum(stack, ports: [pusher], "roundup_change_to_push_seconds_count")) ?? 0 >= 1 })
 
         // Pushes paused: the pusher sends nothing, and sends once resumed.
         try await s.ack(changes)

@@ -20,7 +20,8 @@ extension RoundupCtlTests {
         _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
         var ids: [String] = []
         for i in 0..<5 {
-            ids.append(try #require(try await stack.redis.send("XADD", stream, "*", "account", RedisArgument("acct-\(i)"), "type", "updateCard").string))
+            ids.append(
+                try #require(try await stack.redis.send("XADD", stream, "*", "account", RedisArgument("acct-\(i)"), "type", "updateCard").string))
         }
         // Three delivered to c1; the first claimed again by c2 (a second delivery) with a recorded failure.
         _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "c1", "COUNT", 3, "STREAMS", stream, ">")
@@ -106,7 +107,8 @@ extension RoundupCtlTests {
         #expect(paused["changed"] == .bool(true) && paused["paused"] == .bool(true))
         #expect(try json(try await run(stack, ["pause", "push", "--json"]))["changed"] == .bool(false))
         let queues = try json(try await run(stack, ["queues", "--json"]))
-        let byName = Dictionary(uniqueKeysWithValues: (queues["streams"]?.arrayValue ?? []).compactMap { s in s["name"]?.stringValue.map { ($0, s) } })
+        let byName = Dictionary(
+            uniqueKeysWithValues: (queues["streams"]?.arrayValue ?? []).compactMap { s in s["name"]?.stringValue.map { ($0, s) } })
         #expect(byName["push"]?["paused"] == .bool(true) && byName["push"]?["paused_since"]?.stringValue != nil)
         #expect(byName["webhooks"]?["paused"] == .bool(false) && byName["jobs"]?["paused"] == .bool(false))
         let table = try await run(stack, ["queues"])

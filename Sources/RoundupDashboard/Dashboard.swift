@@ -1,0 +1,256 @@
+import Crypto
+import Foundation
+import HTTPTypes
+public import Hummingbird
+import Logging
+import Mustache
+import NIOCore
+import RoundupCore
+import RoundupOps
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+
+/// The operators' web dashboard (`roundupctl dashboard`), in the spirit of Sidekiq Web and asynqmon: the three streams
+/// with their depth, waits and pauses, charts of depth and throughput, dead letters to replay or delete, entries failing
+/// now, sync jobs and accounts that need attention. Server-rendered HTML, no script, nothing from elsewhere.
+///
+/// It is a process of its own rather than a route of roundup-api: the API faces the internet and serves the apps with
+/// their tokens, while this reads every account's queues and can replay and delete; it listens on loopback by default
+/// (reached through `ssh -L` or `kubectl port-forward`) and asks for `ROUNDUP_DASHBOARD_TOKEN` when given one.
+public struct Dashboard: Sendable {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        /// The password asked for (HTTP Basic, any user name); nil asks none (loopback only, see `DashboardCommand`).
+        public var token: String?
+        /// Seconds between the overview's refreshes.
+        public var refreshSeconds: Int
+        public var jobStaleSeconds: Int
+
+        public init(keys: RedisKeys, token: String?, refreshSeconds: Int = 5, jobStaleSeconds: Int) {
+            self.keys = keys
+            self.token = token
+            self.refreshSeconds = refreshSeconds
+            self.jobStaleSeconds = jobStaleSeconds
+        }
+    }
+
+    let options: Options
+    let redis: RedisClient
+    let store: any ServerStore
+    public let history: DashboardHistory
+    /// The token every form carries back (a random value of this process, compared in constant time): a page from
+    /// another site cannot know it, so it cannot make an operator's browser replay or delete.
+    let csrf: String
+
+    public init(options: Options, redis: RedisClient, store: any ServerStore, history: DashboardHistory) {
+        self.options = options
+        self.redis = redis
+        self.store = store
+        self.history = history
+        csrf = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).map { String(format: "%02x", $0) }.joined() }
+    }
+
+    var deadLetters: DeadLetterQueue { DeadLetterQueue(redis: redis, keys: options.keys) }
+
+    public func router() -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: DashboardGuard(token: options.token, csrf: csrf))
+        router.get("healthz") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
+        }
+        router.get("static/dashboard.css") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "text/css; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: DashboardTemplates.stylesheet)))
+        }
+        router.get("/") { request, _ in try await overview(flash: request.uri.queryParameters.get("done")) }
+        router.get("queues.json") { _, _ in
+            let reports = try await QueueInspector.reports(redis: redis, keys: options.keys)
+            return Self.json(.object(["streams": .array(reports.map(\.json))]))
+        }
+        router.get("dead-letters") { request, _ in try await deadLetterPage(request) }
+        router.get("pending") { request, _ in try await pendingPage(request) }
+        router.get("jobs") { request, _ in try await jobsPage(flash: request.uri.queryParameters.get("done")) }
+        router.post("streams/:stream/:action") { request, context in
+            let form = try await DashboardForm.read(request, csrf: csrf)
+            guard let stream = context.parameters.get("stream").flatMap(RoundupStream.init(rawValue:)) else {
+                throw HTTPError(.notFound, message: "no such stream: use webhooks, jobs or push")
+            }
+            let pauses = StreamPauses(redis: redis, keys: options.keys)
+            switch context.parameters.get("action") {
+            case "pause":
+                try await pauses.pause(stream)
+                return Self.redirect(form.back, done: "paused \(stream.rawValue): workers hold within a second")
+            case "resume":
+                try await pauses.resume(stream)
+                return Self.redirect(form.back, done: "resumed \(stream.rawValue)")
+            default:
+                throw HTTPError(.notFound, message: "no such action: use pause or resume")
+            }
+        }
+        router.post("dead-letters/:id/:action") { request, context in
+            let form = try await DashboardForm.read(request, csrf: csrf)
+            guard let id = context.parameters.get("id"), Self.isStreamID(id) else {
+                throw HTTPError(.badRequest, message: "not a dead letter id (like 1700000000000-0)")
+            }
+            switch context.parameters.get("action") {
+            case "replay":
+                let done = try await deadLetters.replay(ids: [id])
+                return Self.redirect(form.back, done: done == 1 ? "replayed \(id)" : "\(id) was not there (replayed or deleted already)")
+            case "delete":
+                let done = try await deadLetters.delete(ids: [id])
+                return Self.redirect(form.back, done: done == 1 ? "deleted \(id)" : "\(id) was not there (replayed or deleted already)")
+            default:
+                throw HTTPError(.notFound, message: "no such action: use replay or delete")
+            }
+        }
+        return router
+    }
+
+    // MARK: Pages
+
+    func overview(flash: String?) async throws -> Response {
+        let reports = try await QueueInspector.reports(redis: redis, keys: options.keys)
+        var failing: [FailingRow] = []
+        for stream in RoundupStream.allCases {
+            let page = try await PendingInspector.page(stream, redis: redis, keys: options.keys, limit: 10, minDeliveries: 2)
+            failing += page.entries.map { FailingRow($0, stream: stream) }
+        }
+        let now = Date()
+        let staleAfter = TimeInterval(options.jobStaleSeconds)
+        let recent = try await store.jobs(limit: 200, id: nil)
+        var jobs = JobSummary(window: recent.count)
+        for job in recent {
+            if job.isStale(now: now, after: staleAfter) {
+                jobs.stale += 1
+            } else if job.status == .running {
+                jobs.running += 1
+            } else if job.status == .queued {
+                jobs.queued += 1
+            } else if job.status == .error {
+                jobs.errors += 1
+                if jobs.recentErrors.count < 10 { jobs.recentErrors.append(JobRow(job, now: now, staleAfter: staleAfter)) }
+            }
+        }
+        var byAccount: [String: (reasons: Set<String>, lists: [String])] = [:]
+        for (list, attention) in try await store.allSyncLists() where attention || list.lastReconcileError != nil {
+            var entry = byAccount[list.accountID, default: ([], [])]
+            if attention { entry.reasons.insert("Trello token revoked") }
+            if let error = list.lastReconcileError { entry.reasons.insert("reconcile failed: " + Shown.error(error)) }
+            entry.lists.append(TerminalText.printable(list.name))
+            byAccount[list.accountID] = entry
+        }
+        let accounts = byAccount.sorted { $0.key < $1.key }.map {
+            AccountRow(
+                account: Shown.account($0.key), reason: $0.value.reasons.sorted().joined(separator: "; "),
+                lists: $0.value.lists.joined(separator: ", "))
+        }
+        let depth = RoundupStream.allCases.map { ($0, history.samples(of: $0).map { Double($0.length) }) }
+        let throughput = RoundupStream.allCases.map { ($0, DashboardHistory.throughput(history.samples(of: $0))) }
+        let model = OverviewModel(
+            streams: reports.map { StreamRow($0, csrf: csrf) },
+            charts: [
+                ChartModel(title: "Depth", unit: "", values: depth, every: history.every),
+                ChartModel(title: "Finished per second", unit: "/s", values: throughput, every: history.every),
+            ],
+            failing: failing, jobs: jobs, accounts: accounts)
+        return page("overview", model, title: "Overview", current: "/", flash: flash, refresh: options.refreshSeconds)
+    }
+
+    func deadLetterPage(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        let filter = DeadLetterQueue.Filter(
+            account: query.get("account").nonEmpty, type: query.get("type").nonEmpty, error: query.get("error").nonEmpty)
+        let after = query.get("after").nonEmpty
+        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not a dead letter id (like 1700000000000-0)") }
+        let (letters, next) = try await deadLetters.page(after: after, limit: 50, filter: filter)
+        var parameters: [(String, String)] = [("account", filter.account), ("type", filter.type), ("error", filter.error)].compactMap { name, value in
+            value.map { (name, $0) }
+        }
+        let back = Self.path("/dead-letters", parameters + (after.map { [("after", $0)] } ?? []))
+        let nextPath = next.map { id -> String in
+            parameters.append(("after", id))
+            return Self.path("/dead-letters", parameters)
+        }
+        let model = DeadLettersModel(
+            total: try await deadLetters.count(),
+            filter: .init(account: filter.account ?? "", type: filter.type ?? "", error: filter.error ?? ""),
+            filtered: filter != DeadLetterQueue.Filter(), letters: letters.map { DeadLetterRow($0, csrf: csrf, back: back) }, next: nextPath)
+        return page("deadLetters", model, title: "Dead letters", current: "/dead-letters", flash: query.get("done"), refresh: nil)
+    }
+
+    func pendingPage(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        let stream: RoundupStream
+        if let name = query.get("stream").nonEmpty {
+            guard let known = RoundupStream(rawValue: name) else { throw HTTPError(.badRequest, message: "stream: use webhooks, jobs or push") }
+            stream = known
+        } else {
+            stream = .webhooks
+        }
+        let minimum = query.get("min_deliveries").nonEmpty
+        guard let minDeliveries = minimum.map({ Int($0) }) ?? 1, (1...1000).contains(minDeliveries) else {
+            throw HTTPError(.badRequest, message: "min_deliveries: a whole number from 1 to 1000")
+        }
+        let after = query.get("after").nonEmpty
+        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not an entry id (like 1700000000000-0)") }
+        let (entries, next) = try await PendingInspector.page(
+            stream, redis: redis, keys: options.keys, after: after, limit: 50, minDeliveries: minDeliveries)
+        let model = PendingModel(
+            streams: RoundupStream.allCases.map { .init(name: $0.rawValue, selected: $0 == stream) }, minDeliveries: minDeliveries,
+            entries: entries.map { FailingRow($0, stream: stream) },
+            next: next.map {
+                Self.path("/pending", [("stream", stream.rawValue), ("min_deliveries", String(minDeliveries)), ("after", $0)])
+            })
+        return page("pending", model, title: "Pending", current: minDeliveries >= 2 ? "/pending?min_deliveries=2" : "", flash: nil, refresh: nil)
+    }
+
+    func jobsPage(flash: String?) async throws -> Response {
+        let now = Date()
+        let jobs = try await store.jobs(limit: 100, id: nil).map { JobRow($0, now: now, staleAfter: TimeInterval(options.jobStaleSeconds)) }
+        return page("jobs", JobsModel(count: jobs.count, jobs: jobs), title: "Jobs", current: "/jobs", flash: flash, refresh: options.refreshSeconds)
+    }
+
+    // MARK: Helpers
+
+    func page(_ template: String, _ model: Any, title: String, current: String, flash: String?, refresh: Int?) -> Response {
+        let content = DashboardTemplates.library.render(model, withTemplate: template) ?? ""
+        let layout = LayoutModel(title: title, current: current, flash: flash.map(TerminalText.printable), refresh: refresh, content: content)
+        let html = DashboardTemplates.library.render(layout, withTemplate: "layout") ?? ""
+        return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
+    }
+
+    static func json(_ value: JSONValue) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: value.canonicalJSON)))
+    }
+
+    /// After a form: back to the page it came from (a path of this dashboard only), saying what was done.
+    static func redirect(_ back: String?, done: String) -> Response {
+        var target = "/"
+        if let back, back.hasPrefix("/"), !back.hasPrefix("//"), !back.contains("\\"), back.count < 2000 { target = back }
+        var components = URLComponents(string: target) ?? URLComponents(string: "/")!
+        components.queryItems = (components.queryItems ?? []).filter { $0.name != "done" } + [URLQueryItem(name: "done", value: done)]
+        return Response(status: .seeOther, headers: [.location: components.string ?? "/"])
+    }
+
+    static func path(_ path: String, _ parameters: [(String, String)]) -> String {
+        var components = URLComponents()
+        components.path = path
+        if !parameters.isEmpty { components.queryItems = parameters.map { URLQueryItem(name: $0.0, value: $0.1) } }
+        return components.string ?? path
+    }
+
+    /// A Redis stream id: milliseconds, a dash, a sequence number.
+    static func isStreamID(_ text: String) -> Bool {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        return parts.count == 2 && parts.allSatisfy { !$0.isEmpty && $0.count <= 20 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    }
+}
+
+extension Optional where Wrapped == String {
+    var nonEmpty: String? {
+        guard let self, !self.isEmpty else { return nil }
+        return self
+    }
+}

@@ -1,0 +1,94 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import RoundupRuntime
+
+/// What every dashboard request passes: the operator's password when one is set (HTTP Basic, compared in constant
+/// time), and for a form, proof that it came from a page of this dashboard: the browser's own `Sec-Fetch-Site` and
+/// `Origin` say same-origin, and the form carries this process's token. Every answer forbids framing, sniffing, caching
+/// and any script (`Content-Security-Policy`).
+struct DashboardGuard: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let token: String?
+    let csrf: String
+
+    static let securityHeaders: [(HTTPField.Name, String)] = [
+        (.contentSecurityPolicy, "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+        (HTTPField.Name("X-Frame-Options")!, "DENY"), (HTTPField.Name("X-Content-Type-Options")!, "nosniff"),
+        (HTTPField.Name("Referrer-Policy")!, "same-origin"), (.cacheControl, "no-store"),
+    ]
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response: Response
+        do {
+            try authorize(request)
+            if request.method == .post { try checkOrigin(request) }
+            response = try await next(request, context)
+        } catch let error as HTTPError {
+            response = try error.response(from: request, context: context)
+            if error.status == .unauthorized { response.headers[.wwwAuthenticate] = #"Basic realm="roundup dashboard", charset="UTF-8""# }
+        } catch {
+            // Redis or the store failed: say so (without credentials), and log it.
+            context.logger.error("dashboard request failed", metadata: ["path": "\(request.uri.path)", "error": "\(error)"])
+            let message = "Redis or the store failed: " + RoundupLogHandler.redact("\(error)")
+            response = try HTTPError(.serviceUnavailable, message: message).response(from: request, context: context)
+        }
+        for (name, value) in Self.securityHeaders { response.headers[name] = value }
+        return response
+    }
+
+    func authorize(_ request: Request) throws {
+        // The health check tells nothing but that the process answers.
+        guard let token, request.uri.path != "/healthz" else { return }
+        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("basic "),
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
+            Self.constantTimeEqual(Array(decoded[decoded.index(after: colon)...]), Array(token.utf8))
+        else { throw HTTPError(.unauthorized, message: "the dashboard asks for its password (ROUNDUP_DASHBOARD_TOKEN)") }
+    }
+
+    /// Browsers say where a request comes from; a form posted from another site is refused before its token is read.
+    func checkOrigin(_ request: Request) throws {
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin", site != "none" {
+            throw HTTPError(.forbidden, message: "a form from another site (Sec-Fetch-Site: \(site)) is refused")
+        }
+        if let origin = request.headers[.origin], let host = request.head.authority {
+            guard origin == "http://" + host || origin == "https://" + host else {
+                throw HTTPError(.forbidden, message: "a form from another origin is refused")
+            }
+        }
+    }
+
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        // HMAC both with one key and compare the digests: equal length, and swift-crypto's `==` on digests is
+        // constant-time.
+        let key = SymmetricKey(size: .bits256)
+        return HMAC<SHA256>.authenticationCode(for: a, using: key) == HMAC<SHA256>.authenticationCode(for: b, using: key)
+    }
+}
+
+/// A dashboard form: its token (checked here) and the page to go back to.
+struct DashboardForm: Decodable {
+    var csrf: String
+    var back: String?
+
+    static func read(_ request: Request, csrf: String) async throws -> DashboardForm {
+        guard request.headers[.contentType]?.hasPrefix("application/x-www-form-urlencoded") == true else {
+            throw HTTPError(.unsupportedMediaType, message: "send the dashboard's form (application/x-www-form-urlencoded)")
+        }
+        let body = try await request.body.collect(upTo: 16 * 1024)
+        let form: DashboardForm
+        do {
+            form = try URLEncodedFormDecoder().decode(DashboardForm.self, from: String(buffer: body))
+        } catch {
+            throw HTTPError(.badRequest, message: "the form lacks its csrf token")
+        }
+        guard DashboardGuard.constantTimeEqual(Array(form.csrf.utf8), Array(csrf.utf8)) else {
+            throw HTTPError(.forbidden, message: "the form's csrf token is wrong: reload the page and try again")
+        }
+        return form
+    }
+}
