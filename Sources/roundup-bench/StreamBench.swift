@@ -8,15 +8,24 @@ import RoundupTesting
 /// its change arriving on an open change stream, through the real ingress, worker and API. ACCOUNTS accounts hold a
 /// stream each; signed `createCard` webhooks arrive at RATE per second for SECONDS, each for a random account. Then
 /// the same changes as a 60-second poll would have seen them (each account polling at a random phase), and the API's
-/// memory per open stream (its RSS with IDLE_STREAMS more streams open, against before).
+/// memory per open stream (its RSS with IDLE_STREAMS more streams open, against before). Each account also has a
+/// device, and a roundup-pusher (window 0, so every change's push is sent at once) sends to the fake APNs: the
+/// servers' own latency histograms, webhook → change and change → push, are read from their /metrics at the end.
 enum StreamBench {
     static func run(accounts: Int, rate: Int, seconds: Int, idleStreams: Int) async throws {
         let stack = try await BenchStack.start(worker: [:])
+        let apns = try await FakeAPNs.start()
+        try await stack.startPusher(apns: apns, extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": "0", "LOG_LEVEL": "warning"])
         var setups: [(account: String, token: String, path: String, list: String, board: String)] = []
         for i in 0..<accounts {
             let (token, _) = try await BenchStack.account(stack, list: "SL\(i)", board: "SB\(i)")
             let account = try BenchStack.json(try await stack.callAPI(.GET, "/dailyroundup/account", token: token))["account_id"]!.stringValue!
             setups.append((account, token, try await stack.webhookPath(account: account), "SL\(i)", "SB\(i)"))
+            let device = String(format: "%064x", i)
+            _ = try BenchStack.json(
+                try await stack.callAPI(
+                    .POST, "/dailyroundup/devices", token: token,
+                    body: #"{"device_id":"bench-\#(i)","apns_token":"\#(device)","platform":"ios","environment":"production"}"#))
         }
         let base = "http://127.0.0.1:\(stack.apiPort)/dailyroundup/changes/stream"
         var streams: [EventStreamReader] = []
@@ -96,8 +105,20 @@ enum StreamBench {
                     format: "memory: API RSS %.1f MB with %d streams, %.1f MB with %d more: %.1f KB per stream", Double(before) / 1_048_576, accounts,
                     Double(after) / 1_048_576, idleStreams, Double(after - before) / 1024 / Double(idleStreams)))
         }
+        // The servers' own histograms (Prometheus buckets, interpolated as histogram_quantile does).
+        let worker = try await stack.get(port: stack.workerPorts["bench"]!, "/metrics").body
+        let pusher = try await stack.get(port: stack.pusherPorts["p1"]!, "/metrics").body
+        for (name, text) in [("webhook->change", worker), ("change->push", pusher)] {
+            let label = name == "webhook->change" ? "roundup_webhook_to_change_seconds" : "roundup_change_to_push_seconds"
+            let histogram = PrometheusHistogram(text: text, name: label)
+            print(
+                String(
+                    format: "latency: %@ p50 %.1f ms, p99 %.1f ms (%d observed, server histogram %@)", name, histogram.quantile(0.50) * 1000,
+                    histogram.quantile(0.99) * 1000, histogram.count, label))
+        }
         for stream in streams + idle { await stream.close() }
         await stack.shutdown()
+        await apns.stop()
         if latencies.count < total { benchFail("\(total - latencies.count) changes never arrived on their stream") }
     }
 
@@ -125,4 +146,39 @@ enum StreamBench {
 func requirePid(_ stack: Stack) throws -> pid_t {
     guard let api = stack.api else { benchFail("no API process") }
     return api.pid
+}
+
+/// A Prometheus histogram read from a text exposition: its cumulative buckets and count.
+struct PrometheusHistogram {
+    var buckets: [(le: Double, count: Double)] = []
+    var count = 0
+
+    init(text: String, name: String) {
+        for line in text.split(separator: "\n") where line.hasPrefix(name + "_bucket{") {
+            guard let le = line.firstMatch(of: /le="([^"]+)"/)?.1, let value = line.split(separator: " ").last.flatMap({ Double($0) }) else {
+                continue
+            }
+            buckets.append((le == "+Inf" ? .infinity : Double(le) ?? .infinity, value))
+        }
+        buckets.sort { $0.le < $1.le }
+        if let total = text.split(separator: "\n").first(where: { $0.hasPrefix(name + "_count") })?.split(separator: " ").last {
+            count = Int(Double(total) ?? 0)
+        }
+    }
+
+    /// As PromQL's histogram_quantile: linear within the bucket the rank falls in.
+    func quantile(_ q: Double) -> Double {
+        guard let total = buckets.last?.count, total > 0 else { return 0 }
+        let rank = q * total
+        var lower = (le: 0.0, count: 0.0)
+        for bucket in buckets {
+            if bucket.count >= rank {
+                if bucket.le == .infinity { return lower.le }
+                let inBucket = bucket.count - lower.count
+                return lower.le + (bucket.le - lower.le) * (inBucket > 0 ? (rank - lower.count) / inBucket : 0)
+            }
+            lower = bucket
+        }
+        return lower.le
+    }
 }

@@ -73,6 +73,12 @@ if (5...6).contains(args.count), args[1] == "stream", let accounts = Int(args[2]
     exit(0)
 }
 
+// usage: roundup-bench dashboard RATE SECONDS PNG — the web dashboard under load, photographed (DashboardBench).
+if args.count == 5, args[1] == "dashboard", let rate = Int(args[2]), let seconds = Int(args[3]) {
+    try await DashboardBench.run(rate: rate, seconds: seconds, png: args[4])
+    exit(0)
+}
+
 if args.count == 4, args[1] == "sync", let accounts = Int(args[2]), let items = Int(args[3]) {
     try await SyncBench.run(accounts: accounts, items: items)
     exit(0)

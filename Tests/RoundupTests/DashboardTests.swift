@@ -66,8 +66,7 @@ import Testing
                         "deliveries", "5", "failed_at", RedisArgument(String(Int(Date().timeIntervalSince1970 * 1000))), "original_id", "1-0"
                     ).string))
         }
-        _ = try await stack.redis.send(
-            "HSET", RedisArgument(stack.keys.pausedStreams), "push", RedisArgument(String(Int(Date().timeIntervalSince1970 * 1000))))
+        try await StreamPauses(redis: stack.redis, keys: stack.keys).pause(.push)
         return letters
     }
 
