@@ -538,38 +538,35 @@ struct Pending: AsyncParsableCommand {
     }
 }
 
+/// `pause` and `resume`: set or clear a stream's flag and say whether that changed anything.
+func switchPause(_ stream: RoundupStream, paused: Bool, json: Bool) async throws {
+    let context = try Context.make()
+    let pauses = StreamPauses(redis: context.redis, keys: context.configuration.redisKeys)
+    let changed = paused ? try await pauses.pause(stream) : try await pauses.resume(stream)
+    await context.redis.shutdown()
+    if json {
+        printJSON(.object(["stream": .string(stream.rawValue), "paused": .bool(paused), "changed": .bool(changed)]))
+    } else if paused {
+        print(changed ? "paused \(stream.rawValue); roundupctl resume \(stream.rawValue) to go on" : "\(stream.rawValue) was already paused")
+    } else {
+        print(changed ? "resumed \(stream.rawValue)" : "\(stream.rawValue) was not paused")
+    }
+}
+
 struct Pause: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract:
             "Hold a stream: workers (or pushers) read nothing new within a second and keep what they hold pending; the ingress keeps accepting.")
     @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
     @Flag var json = false
-    func run() async throws {
-        let context = try Context.make()
-        let changed = try await StreamPauses(redis: context.redis, keys: context.configuration.redisKeys).pause(stream)
-        await context.redis.shutdown()
-        if json {
-            printJSON(.object(["stream": .string(stream.rawValue), "paused": true, "changed": .bool(changed)]))
-        } else {
-            print(changed ? "paused \(stream.rawValue); roundupctl resume \(stream.rawValue) to go on" : "\(stream.rawValue) was already paused")
-        }
-    }
+    func run() async throws { try await switchPause(stream, paused: true, json: json) }
 }
 
 struct Resume: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Let a paused stream run again: what waited is processed, each entry once.")
     @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
     @Flag var json = false
-    func run() async throws {
-        let context = try Context.make()
-        let changed = try await StreamPauses(redis: context.redis, keys: context.configuration.redisKeys).resume(stream)
-        await context.redis.shutdown()
-        if json {
-            printJSON(.object(["stream": .string(stream.rawValue), "paused": false, "changed": .bool(changed)]))
-        } else {
-            print(changed ? "resumed \(stream.rawValue)" : "\(stream.rawValue) was not paused")
-        }
-    }
+    func run() async throws { try await switchPause(stream, paused: false, json: json) }
 }
 
 struct Consumers: AsyncParsableCommand {

@@ -11,26 +11,6 @@ extension StreamConsumerTests {
         func set(_ on: Bool) { flag.withLock { $0 = on } }
     }
 
-    /// Runs a consumer with a pause switch until `body` returns.
-    static func running(
-        _ stream: MemoryStream, _ handler: Recorder, options: StreamConsumer<MemoryStreamDriver, Recorder>.Options, paused: Switch,
-        _ body: () async throws -> Void
-    ) async rethrows {
-        let stop = Stop()
-        let consumer = StreamConsumer(
-            options: options, driver: MemoryStreamDriver(stream: stream, consumer: options.consumer), handler: handler, logger: logger)
-        let task = Task { await consumer.run(isStopping: { stop.value }, isPaused: { paused.value }) }
-        do {
-            try await body()
-        } catch {
-            stop()
-            await task.value
-            throw error
-        }
-        stop()
-        await task.value
-    }
-
     @Test func aPausedConsumerTakesNothingAndHandlesEverythingOnceOnResume() async throws {
         let stream = MemoryStream()
         let handler = Recorder()

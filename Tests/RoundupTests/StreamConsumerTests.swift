@@ -64,14 +64,15 @@ import Testing
             dependencyBackoff: .milliseconds(10) ... .milliseconds(50))
     }
 
-    /// Runs a consumer until `body` returns, then stops it gracefully and waits for it.
+    /// Runs a consumer until `body` returns, then stops it gracefully and waits for it; `paused` is its pause switch.
     static func running(
-        _ stream: MemoryStream, _ handler: Recorder, options: StreamConsumer<MemoryStreamDriver, Recorder>.Options, _ body: () async throws -> Void
+        _ stream: MemoryStream, _ handler: Recorder, options: StreamConsumer<MemoryStreamDriver, Recorder>.Options, paused: Switch = Switch(),
+        _ body: () async throws -> Void
     ) async rethrows {
         let stop = Stop()
         let consumer = StreamConsumer(
             options: options, driver: MemoryStreamDriver(stream: stream, consumer: options.consumer), handler: handler, logger: logger)
-        let task = Task { await consumer.run(isStopping: { stop.value }) }
+        let task = Task { await consumer.run(isStopping: { stop.value }, isPaused: { paused.value }) }
         do {
             try await body()
         } catch {
