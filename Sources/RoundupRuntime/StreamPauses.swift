@@ -60,9 +60,15 @@ public struct StreamPauses: Sendable {
         try await redis.send(RedisCommand("HDEL", [RedisArgument(keys.pausedStreams), RedisArgument(stream.rawValue)])).int == 1
     }
 
+    /// The command that reads the pauses.
+    var read: RedisCommand { RedisCommand("HGETALL", [RedisArgument(keys.pausedStreams)]) }
+
     /// The paused streams and since when. Unknown names in the hash (a newer version's) are left out.
     public func current() async throws -> [RoundupStream: Date] {
-        let reply = try await redis.send(RedisCommand("HGETALL", [RedisArgument(keys.pausedStreams)]), timeout: .seconds(1))
+        Self.parse(try await redis.send(read, timeout: .seconds(1)))
+    }
+
+    static func parse(_ reply: RedisValue) -> [RoundupStream: Date] {
         var paused: [RoundupStream: Date] = [:]
         for (name, value) in reply.fieldMap {
             guard let stream = RoundupStream(rawValue: name) else { continue }
@@ -76,16 +82,24 @@ public struct StreamPauses: Sendable {
 /// A worker's or pusher's view of the pauses, read from Redis every `every` (250 ms: a pause holds every process within
 /// a second). While Redis cannot be read the last view is kept, so an outage neither pauses nor resumes anything.
 /// Exports `roundup_stream_paused{stream}` (1 paused, 0 running) for the streams this process consumes.
+///
+/// It reads on a small connection of its own. On the shared pool, a read every 250 ms would keep every pooled
+/// connection busy, and Redis shrinks a client's query buffer (grown by a batch's pipeline) only once it has been idle
+/// for two seconds. That held about 20 KB per connection for good, enough to keep a Redis at its maxmemory from
+/// taking webhooks again after the workers drained it (`HostileTrafficTests.aFullRedis…`).
 public final class PauseWatcher: Service, Sendable {
     public let streams: [RoundupStream]
     let pauses: StreamPauses
     let every: Duration
     let logger: Logger
+    let redis: RedisClient
     private let state = NIOLockedValueBox<Set<RoundupStream>>([])
+    private let connection = NIOLockedValueBox<RedisConnection?>(nil)
 
     public init(streams: [RoundupStream], redis: RedisClient, keys: RedisKeys, every: Duration = .milliseconds(250), logger: Logger) {
         self.streams = streams
         self.pauses = StreamPauses(redis: redis, keys: keys)
+        self.redis = redis
         self.every = every
         self.logger = logger
         for stream in streams { Gauge(label: "roundup_stream_paused", dimensions: [("stream", stream.rawValue)]).record(0) }
@@ -103,7 +117,7 @@ public final class PauseWatcher: Service, Sendable {
     /// Reads the pauses once; returns false when Redis could not be read.
     @discardableResult
     public func refresh() async -> Bool {
-        guard let current = try? await pauses.current() else { return false }
+        guard let current = await read() else { return false }
         let mine = Set(current.keys).intersection(streams)
         let before = state.withLockedValue { value -> Set<RoundupStream> in
             defer { value = mine }
@@ -124,6 +138,30 @@ public final class PauseWatcher: Service, Sendable {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             await refresh()
             try? await Task.sleep(for: every)
+        }
+        if let open = connection.withLockedValue({ $0 }) { try? await open.close().get() }
+    }
+
+    /// The pauses as Redis has them now, on this watcher's own connection (opened again after an error); nil when
+    /// Redis cannot be read.
+    func read() async -> [RoundupStream: Date]? {
+        do {
+            var open = connection.withLockedValue { $0 }
+            if open?.isActive != true {
+                let fresh = try await redis.dedicatedConnection().get()
+                connection.withLockedValue { $0 = fresh }
+                open = fresh
+            }
+            guard let open else { return nil }
+            return StreamPauses.parse(try await open.send(pauses.read, timeout: .seconds(1)).get())
+        } catch {
+            if let broken = connection.withLockedValue({ value -> RedisConnection? in
+                defer { value = nil }
+                return value
+            }) {
+                broken.close().whenComplete { _ in }
+            }
+            return nil
         }
     }
 }
