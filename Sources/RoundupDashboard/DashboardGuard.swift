@@ -1,9 +1,9 @@
-import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import RoundupCore
 import RoundupRuntime
 
 /// What every dashboard request passes: the operator's password when one is set (HTTP Basic, compared in constant
@@ -46,7 +46,7 @@ struct DashboardGuard: RouterMiddleware {
         guard let header = request.headers[.authorization], header.lowercased().hasPrefix("basic "),
             let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
             let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
-            Self.constantTimeEqual(Array(decoded[decoded.index(after: colon)...]), Array(token.utf8))
+            constantTimeEquals(Array(decoded[decoded.index(after: colon)...]), Array(token.utf8))
         else { throw HTTPError(.unauthorized, message: "the dashboard asks for its password (ROUNDUP_DASHBOARD_TOKEN)") }
     }
 
@@ -60,13 +60,6 @@ struct DashboardGuard: RouterMiddleware {
                 throw HTTPError(.forbidden, message: "a form from another origin is refused")
             }
         }
-    }
-
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        // HMAC both with one key and compare the digests: equal length, and swift-crypto's `==` on digests is
-        // constant-time.
-        let key = SymmetricKey(size: .bits256)
-        return HMAC<SHA256>.authenticationCode(for: a, using: key) == HMAC<SHA256>.authenticationCode(for: b, using: key)
     }
 }
 
@@ -86,7 +79,7 @@ struct DashboardForm: Decodable {
         } catch {
             throw HTTPError(.badRequest, message: "the form lacks its csrf token")
         }
-        guard DashboardGuard.constantTimeEqual(Array(form.csrf.utf8), Array(csrf.utf8)) else {
+        guard constantTimeEquals(Array(form.csrf.utf8), Array(csrf.utf8)) else {
             throw HTTPError(.forbidden, message: "the form's csrf token is wrong: reload the page and try again")
         }
         return form

@@ -294,7 +294,7 @@ public struct PushConsumer: Service {
             deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
         switch await sender.send(request, sandbox: device.environment == .sandbox) {
         case .sent:
-            if let entryID { RoundupLatency.changeToPush.record(since: entryID) }
+            if let entryID { RoundupLatency.changeToPush.record(since: [entryID]) }
         case .deviceRemoved(let reason):
             // Only this registration: the app may have registered a new token for the device since.
             _ = try? await store.deleteDevice(accountID: account, deviceID: device.deviceID, apnsToken: device.apnsToken)

@@ -44,11 +44,14 @@ public enum RoundupLatency: String, CaseIterable, Sendable {
     /// Pusher: a change written (its push request added to the push stream) → the push accepted by APNs.
     case changeToPush = "roundup_change_to_push_seconds"
 
-    /// Records the time from when `entryID` was added to the stream until `now`.
-    public func record(since entryID: String, now: Date = Date()) {
-        guard let added = StreamStats.milliseconds(ofID: entryID) else { return }
-        let nanoseconds = Int64(max(0, now.timeIntervalSince1970 * 1000 - added) * 1_000_000)
-        CoreMetrics.Timer(label: rawValue).recordNanoseconds(nanoseconds)
+    /// Records, for each of `entryIDs`, the time from when it was added to its stream until `now` (one timer for all).
+    public func record(since entryIDs: some Collection<String>, now: Date = Date()) {
+        guard !entryIDs.isEmpty else { return }
+        let timer = CoreMetrics.Timer(label: rawValue)
+        for id in entryIDs {
+            guard let added = StreamStats.milliseconds(ofID: id) else { continue }
+            timer.recordNanoseconds(Int64(max(0, now.timeIntervalSince1970 * 1000 - added) * 1_000_000))
+        }
     }
 }
 

@@ -101,8 +101,7 @@ struct WebhookHandler: StreamHandler {
                 Counter(label: "roundup_worker_events_by_type_total", dimensions: [("type", type), ("result", "retry")]).increment(by: counts.retry)
             }
         }
-        let now = Date()
-        for id in outcome.applied { RoundupLatency.webhookToChange.record(since: id, now: now) }
+        RoundupLatency.webhookToChange.record(since: outcome.applied)
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
         metrics.retried.increment(by: outcome.retry.count)
