@@ -22,7 +22,12 @@ public protocol AccountRepository: Sendable {
 
 /// The Trello lists an account syncs, their webhooks, and their boards' Priority field.
 public protocol ListRepository: Sendable {
-    func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord
+    func createSyncList(
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
+    ) async throws
+        -> SyncListRecord
+    /// Replaces a list's settings; nil when the account has no such list. The next event of the list obeys them.
+    func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord?
     func syncLists(accountID: String) async throws -> [SyncListRecord]
     func syncList(accountID: String, id: String) async throws -> SyncListRecord?
     func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws
@@ -30,6 +35,13 @@ public protocol ListRepository: Sendable {
     func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord?
     func priorityField(accountID: String, boardID: String) async throws -> PriorityField?
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
+}
+
+extension ListRepository {
+    /// A pairing with the default settings.
+    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
+        try await createSyncList(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: .default)
+    }
 }
 
 /// What changed on Trello's side, for the apps: written by the worker, pulled and acknowledged by the apps.

@@ -31,12 +31,17 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var createdAt: String? = nil
     public var lastReconciledAt: String? = nil
     public var lastReconcileError: String? = nil
+    /// How the list syncs (`sync_lists.settings`, canonical JSON; NULL is the defaults).
+    public var settings: SyncSettings = .default
+
+    /// When the list was paired: cards Trello made before it are not new (`InitialMode.newCards`).
+    public var pairedAt: Date? { createdAt.flatMap(Timestamp.date) }
 
     /// A new pairing of a Trello list, before the store writes it.
-    static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String) -> Self {
+    static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings) -> Self {
         Self(
             id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
-            createdAt: Timestamp.now())
+            createdAt: Timestamp.now(), settings: settings)
     }
 }
 
@@ -129,6 +134,8 @@ public enum StoreError: Error, Equatable, Sendable {
 public struct TaskState: Sendable, Equatable {
     public var syncListID: String
     public var deleted: Bool
+    /// The card's list filters its cards (`CardFilter`): an event of the card is decided from the whole card.
+    public var listFiltered: Bool = false
 }
 
 /// A pending change as stored: what the apps pull from `GET /dailyroundup/changes`. Its JSON columns stay as stored

@@ -56,6 +56,10 @@ public struct SyncItemResult: Sendable, Equatable {
     public var duplicateID: Int64?
     /// A reconciliation's figures (changes emitted by type, cards seen, webhooks registered again).
     public var summary: [String: JSONValue]?
+    /// Fields of the edit the list's settings keep from Trello (the rest was written).
+    public var skippedFields: [String] = []
+    /// Why the item was skipped, for `ItemStatus.skipped`.
+    public var reason: String?
 
     public init(
         reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [],
@@ -78,6 +82,8 @@ public struct SyncItemResult: Sendable, Equatable {
         if !conflictIDs.isEmpty { object["conflict_ids"] = .array(conflictIDs.map { .number(Double($0)) }) }
         if let duplicateID { object["duplicate_id"] = .number(Double(duplicateID)) }
         if let summary { object["summary"] = .object(summary) }
+        if !skippedFields.isEmpty { object["skipped_fields"] = .array(skippedFields.map(JSONValue.string)) }
+        if let reason { object["reason"] = .string(reason) }
         return .object(object)
     }
 
@@ -95,6 +101,15 @@ public struct SyncItemResult: Sendable, Equatable {
             reminderID: json["reminder_id"]?.stringValue, op: op, status: status, trelloCardID: json["trello_card_id"]?.stringValue,
             error: json["error"]?.stringValue, conflictIDs: conflicts, duplicateID: duplicate)
         self.summary = json["summary"]?.objectValue
+        self.skippedFields = json["skipped_fields"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        self.reason = json["reason"]?.stringValue
+    }
+
+    /// An item the list's settings keep from Trello whole.
+    public static func skipped(_ item: SyncItem, cardID: String? = nil, reason: String) -> Self {
+        var result = Self(reminderID: item.reminderID, op: JobItemOp(item.op), status: .skipped, trelloCardID: cardID)
+        result.reason = reason
+        return result
     }
 }
 

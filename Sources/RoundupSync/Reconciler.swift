@@ -190,6 +190,8 @@ public struct Reconciler: Sendable {
             let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: pageSize, credentials: credentials)
             for card in page {
                 guard let id = card["id"]?.stringValue, card["idList"]?.stringValue ?? list.trelloListID == list.trelloListID else { continue }
+                // A card the list's filter leaves out is as good as gone: a reminder it had is deleted.
+                guard list.settings.filter.admits(CardFacts(card: card)) else { continue }
                 seen.insert(id)
                 observations.append(
                     CardObservation(

@@ -56,6 +56,9 @@ extension SyncEngine {
             var record = SyncWrite(accountID: accountID, syncListID: list.id, cardID: cardID, reminderID: conflict.record.reminderID)
             let now = Date().timeIntervalSince1970
             var marks: [String] = []
+            if chosen != nil, !list.settings.syncsToTrello(field) {
+                throw ResolveError.invalid("the list's settings keep \(field) from Trello now: resolve with trello")
+            }
             if let chosen {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
                 record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
@@ -113,6 +116,9 @@ extension SyncEngine {
                 record.toApps = fields
                 _ = try await store.recordSyncWrite(record)
             } else {
+                guard list.settings.direction.toTrello else {
+                    throw ResolveError.invalid("the list syncs \(list.settings.direction.rawValue): keep_both would make a card; resolve with merge")
+                }
                 _ = try await createCard(duplicate.fields, reminderID: reminderID, list: list, state: &state)
             }
         } catch {

@@ -202,6 +202,10 @@ public struct SyncEngine: Sendable {
 
     func process(_ item: SyncItem, state: inout JobState) async throws -> SyncItemResult {
         guard let list = state.lists[item.syncListID] else { throw ItemFailure(description: "the list \(item.syncListID) is no longer synced") }
+        if item.op == .create || item.op == .delete, !list.settings.direction.toTrello {
+            return .skipped(
+                item, reason: "the list syncs \(list.settings.direction.rawValue): reminders made or deleted in the apps do not reach Trello")
+        }
         switch item.op {
         case .create:
             return try await create(item, list: list, state: &state)
@@ -240,6 +244,15 @@ public struct SyncEngine: Sendable {
         _ item: SyncItem, fields appFields: [String: JSONValue], changed: [String], cardID: String, task: SyncTaskRecord?,
         list: SyncListRecord, state: inout JobState
     ) async throws -> SyncItemResult {
+        let skippedAll = Set(changed).filter { !list.settings.syncsToTrello($0) }
+        if !changed.isEmpty, skippedAll.count == Set(changed).count {
+            // Nothing of it flows to Trello: Trello is not even read.
+            var result = SyncItemResult.skipped(
+                item, cardID: cardID,
+                reason: "the list's settings keep \(skippedAll.sorted().joined(separator: ", ")) from Trello: nothing was written")
+            result.skippedFields = skippedAll.sorted()
+            return result
+        }
         let readTime = Date().timeIntervalSince1970
         guard let card = try await trello.card(id: cardID, credentials: state.credentials) else {
             throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
@@ -258,7 +271,13 @@ public struct SyncEngine: Sendable {
         var toApps: [String: JSONValue] = [:]
         var conflicts: [NewConflict] = []
         var agreed: [String: JSONValue] = [:]
+        var skipped: [String] = []
         for field in Set(changed).sorted() {
+            // A field that does not flow to Trello is never written there, whatever Trello holds.
+            guard list.settings.syncsToTrello(field) else {
+                skipped.append(field)
+                continue
+            }
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
@@ -279,7 +298,10 @@ public struct SyncEngine: Sendable {
             if field == SyncField.completed, abs(appTime - theirTime) <= 2 {
                 appWins = mine == .bool(true)  // within two seconds, done wins
             } else {
-                switch state.policy {
+                // A field Trello's side never reaches the apps for: the app's value is the only one there is.
+                let policy =
+                    list.settings.syncsToReminders(field) ? list.settings.conflictPolicy(of: field, account: state.policy) : .preferReminders
+                switch policy {
                 case .preferReminders: appWins = true
                 case .preferTrello: appWins = false
                 case .lww: appWins = appTime >= theirTime
@@ -311,9 +333,11 @@ public struct SyncEngine: Sendable {
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
         if !toApps.isEmpty { await announceChanges(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
-        return SyncItemResult(
+        var result = SyncItemResult(
             reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID,
             conflictIDs: conflictIDs)
+        result.skippedFields = skipped
+        return result
     }
 
     /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
@@ -450,7 +474,9 @@ public struct SyncEngine: Sendable {
     }
 
     /// Makes the card and maps it to the reminder; returns its id.
-    func createCard(_ fields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState) async throws -> String {
+    func createCard(_ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState) async throws -> String {
+        // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
+        let fields = appFields.filter { list.settings.syncsToTrello($0.key) }
         let title = fields[SyncField.title]?.stringValue ?? ""
         let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
         try await echo.mark([createMark])
@@ -458,6 +484,10 @@ public struct SyncEngine: Sendable {
         for (field, value) in fields {
             if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
         }
+        // A list that syncs only some cards: the new card gets what the filter asks (one of its labels, one of its
+        // members), or its webhook would take the reminder it came from away again.
+        if let label = list.settings.filter.labels.sorted().first { attributes["idLabels"] = .array([.string(label)]) }
+        if let member = list.settings.filter.members.sorted().first { attributes["idMembers"] = .array([.string(member)]) }
         // The placeholder says "a card may exist for this reminder" — only while Trello may have made one.
         try await store.reserveCreate(accountID: list.accountID, syncListID: list.id, reminderID: reminderID)
         let card: [String: JSONValue]
@@ -547,7 +577,7 @@ public struct SyncEngine: Sendable {
                 if lost.withLockedValue({ $0 }) { return .lost }
                 let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
                 let cards = page.compactMap { card -> (cardID: String, fields: [String: JSONValue])? in
-                    guard let id = card["id"]?.stringValue else { return nil }
+                    guard let id = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { return nil }
                     return (id, CardMapper.fields(fromCard: card, priority: priority))
                 }
                 if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {

@@ -85,6 +85,16 @@ extension FakeTrello {
         perform { $0.updateCard(id: id, changes, member: .user) }
     }
 
+    /// A person puts a label on a card, or takes it off (`addLabelToCard`, `removeLabelFromCard`).
+    public func userSetLabel(cardID: String, labelID: String, on: Bool) {
+        perform { $0.setCardRef(cardID: cardID, attribute: "idLabels", id: labelID, add: on, member: .user) }
+    }
+
+    /// A person adds a member to a card, or removes one (`addMemberToCard`, `removeMemberFromCard`).
+    public func userSetMember(cardID: String, memberID: String, on: Bool) {
+        perform { $0.setCardRef(cardID: cardID, attribute: "idMembers", id: memberID, add: on, member: .user) }
+    }
+
     /// A person deletes a card (`deleteCard`).
     public func userDeleteCard(id: String) {
         perform { $0.deleteCard(id: id, member: .user) }
@@ -268,10 +278,14 @@ extension FakeTrello {
 
 extension FakeTrello.State {
     /// A fresh 24-hex id; later ids sort after earlier ones.
+    /// An id as Trello makes them (MongoDB object ids): the creation time in seconds (8 hex digits), then this fake's
+    /// own prefix and a counter, so ids still sort in the order they were made.
     mutating func makeID() -> String {
         let digits = String(nextID, radix: 16)
         nextID += 1
-        return idPrefix + String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+        let seconds = String(UInt32(clamping: Int(Date().timeIntervalSince1970)), radix: 16)
+        return String(repeating: "0", count: 8 - seconds.count) + seconds + idPrefix + String(repeating: "0", count: max(0, 8 - digits.count))
+            + digits
     }
 
     /// The board a list is on: from `lists`, or else from a card in it.
@@ -290,6 +304,17 @@ extension FakeTrello.State {
             values[attribute] = value
         }
         guard let pos = position(params["pos"], inList: listID) else { return .failure(.invalid("pos")) }
+        // Labels and members: an array of ids, or Trello's comma-separated text.
+        for attribute in ["idLabels", "idMembers"] {
+            guard let raw = params[attribute] else { continue }
+            let ids: [String]
+            switch raw {
+            case .array(let items): ids = items.compactMap(\.stringValue)
+            case .string(let text): ids = text.split(separator: ",").map(String.init)
+            default: return .failure(.invalid(attribute))
+            }
+            values[attribute] = .array(ids.map(JSONValue.string))
+        }
         let idShort = nextID
         let id = makeID()
         var card = FakeTrello.card(id: id, listID: listID, boardID: board, name: "")
@@ -343,6 +368,32 @@ extension FakeTrello.State {
     }
 
     /// `DELETE /1/cards/{id}`.
+    /// `POST|DELETE /1/cards/{id}/idLabels|idMembers`: a label or member added to the card or taken off it, announced as
+    /// `addLabelToCard`, `removeLabelFromCard`, `addMemberToCard` or `removeMemberFromCard` (nothing when nothing changed).
+    mutating func setCardRef(
+        cardID: String, attribute: String, id: String, add: Bool, member: FakeTrello.Member
+    ) -> Result<FakeTrello.Write, FakeTrello.Refusal> {
+        guard var card = cards[cardID] else { return .failure(.notFound) }
+        var ids = (card[attribute]?.arrayValue ?? []).compactMap(\.stringValue)
+        guard ids.contains(id) != add else { return .success(FakeTrello.Write(body: .object(card), deliveries: [])) }
+        if add { ids.append(id) } else { ids.removeAll { $0 == id } }
+        card[attribute] = .array(ids.map(JSONValue.string))
+        card["dateLastActivity"] = .string(FakeTrello.timestamp())
+        cards[cardID] = card
+        let listID = card["idList"]?.stringValue ?? ""
+        let labels = attribute == "idLabels"
+        let type = (add ? (labels ? "addLabelToCard" : "addMemberToCard") : (labels ? "removeLabelFromCard" : "removeMemberFromCard"))
+        var data: [String: JSONValue] = ["list": listRef(listID)]
+        if labels {
+            data["label"] = .object(["id": .string(id), "name": .string("label \(id.suffix(4))"), "color": .string("green")])
+        } else {
+            data["idMember"] = .string(id)
+            data["member"] = .object(["id": .string(id), "name": .string("member \(id.suffix(4))")])
+        }
+        let deliveries = announce(type, card: card, data: data, lists: [listID], member: member)
+        return .success(FakeTrello.Write(body: .object(card), deliveries: deliveries))
+    }
+
     mutating func deleteCard(id: String, member: FakeTrello.Member) -> Result<FakeTrello.Write, FakeTrello.Refusal> {
         guard let card = cards.removeValue(forKey: id) else { return .failure(.notFound) }
         let listID = card["idList"]?.stringValue ?? ""

@@ -72,6 +72,14 @@ public struct TrelloClient: Sendable {
         return object
     }
 
+    /// The id of the member the token belongs to (`GET /members/me`).
+    public func memberID(credentials: TrelloCredentialsValue) async throws -> String {
+        guard let id = try await get("/members/me?fields=id", credentials: credentials, notFoundIsNil: false)?["id"]?.stringValue else {
+            throw TrelloError(status: 200, message: "the member reply has no id", isTransient: false)
+        }
+        return id
+    }
+
     /// The board's Priority dropdown custom field, if it has one.
     public func priorityField(boardID: String, credentials: TrelloCredentialsValue) async throws -> PriorityField? {
         guard let fields = try await get("/boards/\(Self.escape(boardID))/customFields", credentials: credentials, notFoundIsNil: true)?.arrayValue

@@ -167,7 +167,8 @@ public final class WebhookProcessor: Sendable {
             case .fields(let fields):
                 // The list the payload names, or (when it names none) the one the card is known in.
                 let target = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil)
-                if let target, let liveTask, liveTask.syncListID == target {
+                // A list that filters its cards decides from the whole card: this edit may take it in or out.
+                if let target, let liveTask, liveTask.syncListID == target, !liveTask.listFiltered {
                     return [observation(target, .fields(fields, full: false))]
                 }
                 // A card we have not seen yet (or not in this list): read it whole.
@@ -177,6 +178,11 @@ public final class WebhookProcessor: Sendable {
                 let boardSynced = board.map { context.boards.contains(AccountScoped(p.account, $0)) } ?? false
                 guard list != nil || liveTask != nil || (event.listID == nil && boardSynced) else { return [] }
                 return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+            case .membersChanged:
+                // Only a list that filters by member cares who is on the card.
+                let byMember = list.map { !$0.settings.filter.members.isEmpty } ?? (liveTask?.listFiltered ?? false)
+                guard byMember else { return [] }
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
             }
         case .unsettled(let lists):
             switch event.kind {
@@ -184,7 +190,7 @@ public final class WebhookProcessor: Sendable {
                 if let list { return [observation(list.id, .removed)] }
                 guard event.listID == nil else { return [] }
                 return lists.sorted().map { observation($0, .removed) }  // the store removes it from the one it is live in
-            case .fields, .fetch:
+            case .fields, .fetch, .membersChanged:
                 return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: lists.sorted())]
             }
         }
@@ -314,7 +320,10 @@ public final class WebhookProcessor: Sendable {
                         case .failure(let error):
                             failure = EntryError(error.failure, error.message)
                         case .success(let result):
-                            if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed {
+                            // In a synced list, open, and matching the list's filter: else it is out of every list it was in.
+                            if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed,
+                                list.settings.filter.admits(result.facts)
+                            {
                                 entryObservations.append(
                                     CardObservation(
                                         accountID: account, syncListID: list.id, cardID: cardID, actionID: p.actionID, actionDate: p.date,
@@ -428,6 +437,8 @@ public final class WebhookProcessor: Sendable {
         var fields: [String: JSONValue]
         var listID: String?
         var closed: Bool
+        /// What a list's filter asks of it.
+        var facts: CardFacts
     }
 
     /// Reads the `wanted` cards (card → its board) from Trello, but those already `known`.
@@ -468,7 +479,10 @@ public final class WebhookProcessor: Sendable {
                         let fields = CardMapper.fields(fromCard: card, priority: priority)
                         return (
                             key,
-                            .success(FetchedCard(fields: fields, listID: card["idList"]?.stringValue, closed: card["closed"]?.boolValue ?? false)),
+                            .success(
+                                FetchedCard(
+                                    fields: fields, listID: card["idList"]?.stringValue, closed: card["closed"]?.boolValue ?? false,
+                                    facts: CardFacts(card: card))),
                             learned
                         )
                     } catch let error as TrelloError {

@@ -20,7 +20,8 @@ struct SyncSetup: Sendable {
     static let bootstrap = "bootstrap-0123456789abcdef"
 
     static func make(
-        _ stack: Stack, list trelloList: String, board: String, policy: String? = nil, trelloToken: String = "test-token"
+        _ stack: Stack, list trelloList: String, board: String, policy: String? = nil, trelloToken: String = "test-token",
+        listSettings: JSONValue? = nil
     ) async throws -> SyncSetup {
         let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: bootstrap)
         #expect(created.status == .created, "\(created.body)")
@@ -34,8 +35,9 @@ struct SyncSetup: Sendable {
         let put = try await stack.callAPI(.PUT, "/dailyroundup/account", token: token, body: JSONValue.object(settings).canonicalJSON)
         #expect(put.status == .ok, "\(put.body)")
         stack.trello.addList(id: trelloList, boardID: board)
-        let list = try await stack.callAPI(
-            .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"\#(board)","trello_list_id":"\#(trelloList)"}"#)
+        var pairing: [String: JSONValue] = ["name": "Errands", "trello_board_id": .string(board), "trello_list_id": .string(trelloList)]
+        if let listSettings { pairing["settings"] = listSettings }
+        let list = try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: JSONValue.object(pairing).canonicalJSON)
         #expect(list.status == .created, "\(list.body)")
         return SyncSetup(
             stack: stack, account: account, token: token, listID: try #require(list.json["sync_list_id"]?.stringValue), trelloList: trelloList,

@@ -1,4 +1,5 @@
 public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/lists (docs/openapi.yaml: SyncList, SyncListCreate).
@@ -14,6 +15,8 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
     @Nullable public var lastReconciledAt: String?
     /// Why the last run failed, if it did.
     @Nullable public var lastReconcileError: String?
+    /// How the list syncs (`SyncSettings.json`): every key, defaults filled in.
+    public var settings: JSONValue
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"
@@ -23,6 +26,7 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
         case createdAt = "created_at"
         case lastReconciledAt = "last_reconciled_at"
         case lastReconcileError = "last_reconcile_error"
+        case settings
     }
 
     init(_ list: SyncListRecord) {
@@ -33,6 +37,7 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
         createdAt = list.createdAt
         lastReconciledAt = list.lastReconciledAt
         lastReconcileError = list.lastReconcileError
+        settings = list.settings.json
     }
 }
 
@@ -42,15 +47,18 @@ public struct SyncListPage: ResponseCodable, Sendable, Equatable {
 }
 
 /// `POST /dailyroundup/lists`: the Trello list to pair.
-public struct SyncListCreate: Codable, Sendable, Equatable {
+public struct SyncListCreate: Sendable, Equatable {
     public var name: String
     public var trelloBoardID: String
     public var trelloListID: String
+    /// The settings asked for (over the defaults); `me` among the filter's members is still to be resolved.
+    public var settings: SyncSettings
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case name
         case trelloBoardID = "trello_board_id"
         case trelloListID = "trello_list_id"
+        case settings
     }
 
     init(_ body: JSONBody) throws {
@@ -60,11 +68,29 @@ public struct SyncListCreate: Codable, Sendable, Equatable {
         trelloListID = try body.requiredString(CodingKeys.trelloListID.rawValue, maxLength: 64)
         try Self.validTrelloID(trelloBoardID, field: CodingKeys.trelloBoardID.rawValue)
         try Self.validTrelloID(trelloListID, field: CodingKeys.trelloListID.rawValue)
+        settings = try body.object[CodingKeys.settings.rawValue].map { try SyncListSettingsBody.parse($0, over: .default) } ?? .default
     }
 
     static func validTrelloID(_ id: String, field: String) throws {
         guard id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
             throw APIError.unprocessable("\(field) must be a Trello id (letters and digits)")
+        }
+    }
+}
+
+/// `PUT /dailyroundup/lists/{id}`: `{"settings": {…}}`, each key left out keeping its value.
+enum SyncListSettingsBody {
+    static func read(_ body: JSONBody, over current: SyncSettings) throws -> SyncSettings {
+        try body.allowOnly(["settings"])
+        guard let value = body.object["settings"] else { throw APIError.unprocessable("settings is required") }
+        return try parse(value, over: current)
+    }
+
+    static func parse(_ value: JSONValue, over base: SyncSettings) throws -> SyncSettings {
+        do {
+            return try SyncSettings(json: value, over: base)
+        } catch {
+            throw APIError.unprocessable(error.description)
         }
     }
 }

@@ -15,6 +15,7 @@ struct ListRoutes {
         routes.get { _, context in try await list(context.requireAccount()) }
         routes.post { request, context in try await create(context.requireAccount(), request, context) }
         routes.get("{id}") { _, context in try await get(context.requireAccount(), context.parameters.require("id")) }
+        routes.put("{id}") { request, context in try await update(context.requireAccount(), context.parameters.require("id"), request, context) }
         routes.delete("{id}") { _, context in try await delete(context.requireAccount(), context.parameters.require("id")) }
         routes.post("{id}/import") { _, context in try await importCards(context.requireAccount(), context.parameters.require("id")) }
         routes.post("{id}/reconcile") { _, context in try await reconcile(context.requireAccount(), context.parameters.require("id")) }
@@ -45,9 +46,10 @@ struct ListRoutes {
             throw APIError.conflict("set \(missing.joined(separator: ", ")) with PUT /dailyroundup/account first")
         }
 
+        let settings = try await resolveMe(pairing.settings, credentials: credentials)
         let list: SyncListRecord
         do {
-            list = try await store.createSyncList(accountID: account, name: name, trelloBoardID: boardID, trelloListID: listID)
+            list = try await store.createSyncList(accountID: account, name: name, trelloBoardID: boardID, trelloListID: listID, settings: settings)
         } catch StoreError.duplicateList {
             throw APIError.conflict("trello list \(listID) is already synced")
         }
@@ -94,6 +96,61 @@ struct ListRoutes {
         api.logger.info("list paired", metadata: ["account": "\(account)", "sync_list": "\(list.id)"])
         guard let stored = try await store.syncList(accountID: account, id: list.id) else { throw APIError.notFound("no list \(list.id)") }
         return EditedResponse(status: .created, response: SyncList(stored))
+    }
+
+    /// `PUT /dailyroundup/lists/{id}`: new settings, over the list's (a key left out keeps its value). The next event of
+    /// the list obeys them; when they change which cards or fields sync, a reconciliation is queued, so cards that now
+    /// match become creates and cards that no longer match become deletes without waiting for an edit of each.
+    func update(_ account: String, _ id: String, _ request: Request, _ context: APIRequestContext) async throws -> SyncList {
+        guard let list = try await api.store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
+        var settings = try SyncListSettingsBody.read(try await JSONBody.read(request, context: context), over: list.settings)
+        if settings.filter.members.contains("me") {
+            guard let credentials = try await api.store.accountDetails(id: account).flatMap(API.credentials) else {
+                throw APIError.conflict("set trello_api_key and trello_token with PUT /dailyroundup/account first: \"me\" names the token's member")
+            }
+            settings = try await resolveMe(settings, credentials: credentials)
+        }
+        guard settings != list.settings else { return SyncList(list) }
+        guard let updated = try await api.store.updateSyncListSettings(accountID: account, id: id, settings: settings) else {
+            throw APIError.notFound("no list \(id)")
+        }
+        api.logger.info("list settings changed", metadata: ["account": "\(account)", "sync_list": "\(id)"])
+        if Self.changesWhatSyncs(from: list.settings, to: settings) {
+            do {
+                let submission = try await api.store.submitJob(
+                    accountID: account, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
+                    total: 1, staleAfter: api.options.staleAfter)
+                _ = try await api.queue(submission, account: account)
+            } catch {
+                // Another job of the account runs: the scheduled reconciliation brings the list in line instead.
+                api.logger.info("reconciliation after a settings change not queued", metadata: ["sync_list": "\(id)", "error": "\(error)"])
+            }
+        }
+        return SyncList(updated)
+    }
+
+    /// Whether cards already in the apps may now be out of step: the filter, the direction, the pairing mode or the
+    /// fields that flow to Reminders changed.
+    static func changesWhatSyncs(from old: SyncSettings, to new: SyncSettings) -> Bool {
+        old.filter != new.filter || old.direction != new.direction || old.initial != new.initial
+            || SyncField.all.contains { old.syncsToReminders($0) != new.syncsToReminders($0) }
+    }
+
+    /// Puts the token's member in place of `me` among the filter's members.
+    private func resolveMe(_ settings: SyncSettings, credentials: TrelloCredentialsValue) async throws -> SyncSettings {
+        guard settings.filter.members.contains("me") else { return settings }
+        var resolved = settings
+        do {
+            let me = try await api.trello.memberID(credentials: credentials)
+            resolved.filter.members.remove("me")
+            resolved.filter.members.insert(me)
+        } catch let error as TrelloError {
+            switch error.status {
+            case 401?, 403?: throw APIError.unprocessable("Trello refused the account's trello_token, so \"me\" cannot be known: \(error.message)")
+            default: throw APIError.badGateway("Trello could not say who \"me\" is: \(error.message)")
+            }
+        }
+        return resolved
     }
 
     func delete(_ account: String, _ id: String) async throws -> HTTPResponse.Status {

@@ -29,6 +29,9 @@ public enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
 /// What became of one item of a job.
 public enum ItemStatus: String, Sendable, Hashable, CaseIterable, Codable {
     case ok, conflict, duplicate, error
+    /// The list's settings keep this edit from Trello (a list that syncs from Trello only, a field that does):
+    /// nothing was written.
+    case skipped
 }
 
 /// The kinds of background job (`background_jobs.kind`).

@@ -9,6 +9,8 @@ public struct CardEvent: Sendable, Equatable {
         case fetch
         /// The card left the list: deleted, archived or moved away.
         case removed
+        /// Its members changed: nothing the apps see, but a list that filters by member must read the card.
+        case membersChanged
     }
 
     public var cardID: String
@@ -58,6 +60,8 @@ public enum CardEventInterpreter {
             let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
             if fields.isEmpty { return [] }  // pos, dueReminder, members…: nothing the apps see
             return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))]
+        case "addMemberToCard", "removeMemberFromCard":
+            return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .membersChanged)]
         case _ where TrelloActionType.handled.contains(type):
             // Labels, checklists, check items, attachments, custom fields: the payload names what changed
             // but not the card's resulting value, so read the card.

@@ -7,6 +7,8 @@ public enum TrelloActionType {
         "convertToCardFromCheckItem", "addLabelToCard", "removeLabelFromCard", "addChecklistToCard",
         "removeChecklistFromCard", "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard",
         "deleteCheckItem", "addAttachmentToCard", "deleteAttachmentFromCard", "updateCustomFieldItem",
+        // Only for lists that filter by member (`CardFilter.members`): the worker drops them for the others.
+        "addMemberToCard", "removeMemberFromCard",
     ]
 }
 

@@ -273,6 +273,8 @@ enum PostgresMigrations {
                 "CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token)",
             ]
         ),
+        // Each list's sync settings (`SyncSettings`, canonical JSON); NULL is the defaults.
+        ("v7-list-settings", ["ALTER TABLE sync_lists ADD COLUMN settings TEXT"]),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -80,14 +80,16 @@ extension PostgresStore {
         if let id {
             rows = try await c.rows(
                 """
-                SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error
+                SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error,
+                       settings
                 FROM sync_lists WHERE account_id = \(accountID) AND id = \(id) ORDER BY created_at, id
                 """,
                 logger)
         } else {
             rows = try await c.rows(
                 """
-                SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error
+                SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error,
+                       settings
                 FROM sync_lists WHERE account_id = \(accountID) ORDER BY created_at, id
                 """,
                 logger)
@@ -96,7 +98,17 @@ extension PostgresStore {
             try SyncListRecord(
                 id: row.text(0), accountID: accountID, name: row.text(1), trelloBoardID: row.text(2), trelloListID: row.text(3),
                 listWebhookID: row.optionalText(4), boardWebhookID: row.optionalText(5), createdAt: row.optionalText(6),
-                lastReconciledAt: row.optionalText(7), lastReconcileError: row.optionalText(8))
+                lastReconciledAt: row.optionalText(7), lastReconcileError: row.optionalText(8), settings: SyncSettings(stored: row.optionalText(9)))
+        }
+    }
+
+    public func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord? {
+        let text = settings.storedText
+        let now = Timestamp.now()
+        return try await write { [self] c in
+            _ = try await c.run(
+                "UPDATE sync_lists SET settings = \(text), updated_at = \(now) WHERE account_id = \(accountID) AND id = \(id)", logger)
+            return try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first
         }
     }
 

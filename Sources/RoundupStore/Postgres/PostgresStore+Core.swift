@@ -39,15 +39,21 @@ extension PostgresStore: SyncStore {
         }
     }
 
-    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        let record = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
+    public func createSyncList(
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
+    ) async throws
+        -> SyncListRecord
+    {
+        let record = SyncListRecord.new(
+            accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
         let now = record.createdAt
+        let text = settings.storedText
         do {
             try await write { [self] c in
                 try await c.run(
                     """
-                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at)
-                    VALUES (\(record.id), \(accountID), \(name), \(trelloBoardID), \(trelloListID), \(now), \(now))
+                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
+                    VALUES (\(record.id), \(accountID), \(name), \(trelloBoardID), \(trelloListID), \(now), \(now), \(text))
                     """, logger)
             }
         } catch  where Self.sqlState(error) == "23505" {
@@ -80,13 +86,14 @@ extension PostgresStore: SyncStore {
             var context = BatchContext()
             for row in try await c.rows(
                 """
-                SELECT l.account_id, l.trello_list_id, l.id, l.name, l.trello_board_id FROM sync_lists l
+                SELECT l.account_id, l.trello_list_id, l.id, l.name, l.trello_board_id, l.created_at, l.settings FROM sync_lists l
                 JOIN unnest(\(listAccounts)::text[], \(listIDs)::text[]) AS k(a, t) ON l.account_id = k.a AND l.trello_list_id = k.t
                 """, logger)
             {
                 let account = try row.text(0), list = try row.text(1)
                 context.lists[AccountScoped(account, list)] = SyncListRecord(
-                    id: try row.text(2), accountID: account, name: try row.text(3), trelloBoardID: try row.text(4), trelloListID: list)
+                    id: try row.text(2), accountID: account, name: try row.text(3), trelloBoardID: try row.text(4), trelloListID: list,
+                    createdAt: try row.optionalText(5), settings: SyncSettings(stored: try row.optionalText(6)))
             }
             for row in try await c.rows(
                 """
@@ -111,11 +118,14 @@ extension PostgresStore: SyncStore {
             }
             for row in try await c.rows(
                 """
-                SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.deleted FROM sync_tasks t
+                SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.deleted, l.settings FROM sync_tasks t
                 JOIN unnest(\(taskAccounts)::text[], \(cardIDs)::text[]) AS k(a, c) ON t.account_id = k.a AND t.trello_card_id = k.c
+                LEFT JOIN sync_lists l ON l.id = t.sync_list_id
                 """, logger)
             {
-                context.tasks[AccountScoped(try row.text(0), try row.text(1))] = TaskState(syncListID: try row.text(2), deleted: try row.bool(3))
+                context.tasks[AccountScoped(try row.text(0), try row.text(1))] = TaskState(
+                    syncListID: try row.text(2), deleted: try row.bool(3), listFiltered: !SyncSettings(stored: try row.optionalText(4)).filter.isEmpty
+                )
             }
             for row in try await c.rows(
                 "SELECT id, trello_api_key, trello_token FROM accounts WHERE id = ANY(\(accounts)::text[]) AND trello_api_key IS NOT NULL AND trello_token IS NOT NULL",
@@ -225,6 +235,9 @@ struct PostgresChangeRows: ChangeRows {
     }
 
     private var tasks: [AccountScoped: ChangeApplier<Self>.TaskRow] = [:]
+    /// The settings of the lists the batch names, read up front; a list not read is read when asked for (`listRules`
+    /// has no connection, so `load` reads every list of the batch's accounts).
+    private var lists: [String: ChangeApplier<Self>.ListRules] = [:]
     private var latest: [AccountScoped: ChangeApplier<Self>.ChangeRow] = [:]
     private var taskWrites: [AccountScoped: TaskWrite] = [:]
     private var taskOrder: [AccountScoped] = []
@@ -277,8 +290,16 @@ struct PostgresChangeRows: ChangeRows {
                 id: try row.int64(2), type: try ChangeType.stored(row.text(3)), changedFields: PendingChangeCoding.changedFields(try row.text(4)),
                 fields: PendingChangeCoding.fields(try row.text(5)))
         }
+        for row in try await c.rows(
+            "SELECT id, created_at, settings FROM sync_lists WHERE account_id = ANY(\(Array(Set(accounts)))::text[])", logger)
+        {
+            rows.lists[try row.text(0)] = .init(
+                settings: SyncSettings(stored: try row.optionalText(2)), pairedAt: try row.optionalText(1).flatMap(Timestamp.date))
+        }
         return rows
     }
+
+    func listRules(syncListID: String) -> ChangeApplier<Self>.ListRules? { lists[syncListID] }
 
     func task(accountID: String, cardID: String) -> ChangeApplier<Self>.TaskRow? {
         tasks[AccountScoped(accountID, cardID)]

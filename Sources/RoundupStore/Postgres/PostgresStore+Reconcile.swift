@@ -10,7 +10,7 @@ extension PostgresStore: ReconcileStore {
             try await c.rows(
                 """
                 SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
-                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL
+                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL, l.settings
                 FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
                 """,
                 logger
@@ -19,7 +19,8 @@ extension PostgresStore: ReconcileStore {
                     list: SyncListRecord(
                         id: row.text(0), accountID: row.text(1), name: row.text(2), trelloBoardID: row.text(3), trelloListID: row.text(4),
                         listWebhookID: row.optionalText(5), boardWebhookID: row.optionalText(6), createdAt: row.optionalText(7),
-                        lastReconciledAt: row.optionalText(8), lastReconcileError: row.optionalText(9)),
+                        lastReconciledAt: row.optionalText(8), lastReconcileError: row.optionalText(9),
+                        settings: SyncSettings(stored: row.optionalText(11))),
                     needsAttention: row.bool(10)
                 )
             }

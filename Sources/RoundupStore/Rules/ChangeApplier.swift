@@ -16,6 +16,8 @@ protocol ChangeRows {
     mutating func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow?
     mutating func supersede(changeID: Int64) throws
     mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) throws
+    /// The list's settings and pairing time as stored now (nil: the list is gone).
+    mutating func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules?
 }
 
 /// Applies card observations inside one write transaction: compares field hashes with `sync_tasks`,
@@ -28,6 +30,8 @@ struct ChangeApplier<Rows: ChangeRows> {
     /// Rows written by change type (after folding), for reconciliation's drift figures.
     private(set) var types: [ChangeType: Int] = [:]
     private let now = Timestamp.now()
+    /// Each list's rules, read once per transaction.
+    private var rules: [String: ListRules] = [:]
 
     init(rows: Rows) { self.rows = rows }
 
@@ -56,6 +60,26 @@ struct ChangeApplier<Rows: ChangeRows> {
         var actionID: String?
         var changedFields: [String]
         var fields: [String: JSONValue]
+    }
+
+    /// What a list's settings decide here: which fields reach the apps, and which cards become reminders.
+    struct ListRules {
+        var settings: SyncSettings
+        var pairedAt: Date?
+    }
+
+    mutating func rules(_ syncListID: String) throws -> ListRules {
+        if let known = rules[syncListID] { return known }
+        let found = try rows.listRules(syncListID: syncListID) ?? ListRules(settings: .default, pairedAt: nil)
+        rules[syncListID] = found
+        return found
+    }
+
+    /// Whether a card first seen in a list (new, moved in, back from the archive, matching its filter again) may become
+    /// a reminder: the list's direction and initial mode decide, and a card a reminder already owns always may.
+    mutating func admitsNewCard(accountID: String, syncListID: String, cardID: String, task: TaskRow?) throws -> Bool {
+        let rules = try rules(syncListID)
+        return rules.settings.admitsNewCard(cardID: cardID, mapped: task?.reminderID != nil, pairedAt: rules.pairedAt)
     }
 
     typealias Stamp = FieldStamps.Stamp
@@ -108,6 +132,8 @@ struct ChangeApplier<Rows: ChangeRows> {
                 // First sight of the card in this list (new, moved in, or back from the archive) — unless this action
                 // is older than the card's removal, delivered late.
                 if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
+                // A card the list's settings keep out (a one-way list, a pairing that takes no existing card) gets no row.
+                guard try admitsNewCard(accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, task: task) else { return }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
                 try rows.upsertTask(
@@ -117,11 +143,23 @@ struct ChangeApplier<Rows: ChangeRows> {
         }
     }
 
-    /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id).
+    /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id). Every change
+    /// for the apps passes here, so here the list's settings keep out what does not flow to Reminders: a field that
+    /// does not sync that way, and a delete of a list that does not.
     mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws {
+        let settings = try rules(o.syncListID).settings
         var type = type
-        var changed = changed
-        var fields = fields
+        var fields = fields.filter { settings.syncsToReminders($0.key) }
+        var changed = changed.filter { settings.syncsToReminders($0) }
+        switch type {
+        case .delete:
+            guard settings.direction.toReminders else { return }
+        case .create:
+            break
+        case .update, .complete:
+            guard !changed.isEmpty else { return }
+            type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? .complete : .update
+        }
         if let previous = try rows.latestChange(accountID: o.accountID, cardID: o.cardID) {
             let previousType = previous.type
             let previousChanged = previous.changedFields
@@ -251,6 +289,12 @@ struct SQLiteChangeRows: ChangeRows {
 
     func supersede(changeID: Int64) throws {
         try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [changeID])
+    }
+
+    func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT created_at, settings FROM sync_lists WHERE id = ?"), arguments: [syncListID]).map { row in
+            .init(settings: SyncSettings(stored: row[1]), pairedAt: (row[0] as String?).flatMap(Timestamp.date))
+        }
     }
 
     func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {

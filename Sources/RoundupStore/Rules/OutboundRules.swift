@@ -100,7 +100,9 @@ extension ChangeApplier where Rows: OutboundRows {
     mutating func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])], now: Date) throws {
         let nowText = Timestamp.string(now)
         for card in cards {
-            if let task = try rows.task(accountID: accountID, cardID: card.cardID), task.reminderID != nil, !task.deleted { continue }
+            let task = try rows.task(accountID: accountID, cardID: card.cardID)
+            if let task, task.reminderID != nil, !task.deleted { continue }
+            guard try admitsNewCard(accountID: accountID, syncListID: syncListID, cardID: card.cardID, task: task) else { continue }
             var stamps = card.fields.mapValues { FieldStamps.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
             stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
             try rows.putTask(

@@ -246,6 +246,10 @@ enum SQLiteMigrations {
                     CREATE UNIQUE INDEX accounts_webhook_token ON accounts(webhook_token);
                     """)
         }
+        migrator.registerMigration("v7-list-settings") { db in
+            // Each list's sync settings (`SyncSettings`, canonical JSON); NULL is the defaults.
+            try db.execute(sql: "ALTER TABLE sync_lists ADD COLUMN settings TEXT")
+        }
         return migrator
     }
 }

@@ -111,14 +111,21 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
-    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        let record = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID)
+    public func createSyncList(
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
+    ) async throws
+        -> SyncListRecord
+    {
+        let record = SyncListRecord.new(
+            accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
         do {
             try await pool.write { db in
                 try db.execute(
-                    sql:
-                        "INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, record.createdAt, record.createdAt])
+                    sql: """
+                        INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, record.createdAt, record.createdAt, settings.storedText])
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
             throw StoreError.duplicateList
@@ -136,11 +143,13 @@ public final class SQLiteStore: SyncStore {
                 accounts.insert(item.accountID)
                 for listID in item.listIDs where context.lists[AccountScoped(item.accountID, listID)] == nil {
                     if let row = try Row.fetchOne(
-                        db.cachedStatement(sql: "SELECT id, name, trello_board_id FROM sync_lists WHERE account_id = ? AND trello_list_id = ?"),
+                        db.cachedStatement(
+                            sql: "SELECT id, name, trello_board_id, created_at, settings FROM sync_lists WHERE account_id = ? AND trello_list_id = ?"),
                         arguments: [item.accountID, listID])
                     {
                         context.lists[AccountScoped(item.accountID, listID)] = SyncListRecord(
-                            id: row[0], accountID: item.accountID, name: row[1], trelloBoardID: row[2], trelloListID: listID)
+                            id: row[0], accountID: item.accountID, name: row[1], trelloBoardID: row[2], trelloListID: listID, createdAt: row[3],
+                            settings: SyncSettings(stored: row[4]))
                     }
                 }
                 if let board = item.boardID, !context.boards.contains(AccountScoped(item.accountID, board)) {
@@ -157,10 +166,15 @@ public final class SQLiteStore: SyncStore {
                 let taskKey = AccountScoped(item.accountID, item.cardID)
                 if context.tasks[taskKey] == nil,
                     let row = try Row.fetchOne(
-                        db.cachedStatement(sql: "SELECT sync_list_id, deleted FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+                        db.cachedStatement(
+                            sql: """
+                                SELECT t.sync_list_id, t.deleted, l.settings FROM sync_tasks t LEFT JOIN sync_lists l ON l.id = t.sync_list_id
+                                WHERE t.account_id = ? AND t.trello_card_id = ?
+                                """),
                         arguments: [item.accountID, item.cardID])
                 {
-                    context.tasks[taskKey] = TaskState(syncListID: row[0], deleted: row[1])
+                    context.tasks[taskKey] = TaskState(
+                        syncListID: row[0], deleted: row[1], listFiltered: !SyncSettings(stored: row[2]).filter.isEmpty)
                 }
             }
             for account in accounts {

@@ -142,6 +142,8 @@ extension Components {
         ///
         /// - Remark: Generated from `#/components/schemas/JobItemOp`.
         public typealias JobItemOp = OpenEnum<Roundup.JobItemOp>
+        /// `skipped`: the list's settings keep this edit from Trello (`reason` says which); nothing was written.
+        ///
         /// - Remark: Generated from `#/components/schemas/ItemStatus`.
         public typealias ItemStatus = OpenEnum<Roundup.ItemStatus>
         /// - Remark: Generated from `#/components/schemas/JobKind`.
@@ -307,6 +309,8 @@ extension Components {
             public var trelloBoardId: Swift.String
             /// - Remark: Generated from `#/components/schemas/SyncList/created_at`.
             public var createdAt: Foundation.Date
+            /// - Remark: Generated from `#/components/schemas/SyncList/settings`.
+            public var settings: Components.Schemas.SyncSettings?
             /// Creates a new `SyncList`.
             ///
             /// - Parameters:
@@ -317,6 +321,7 @@ extension Components {
             ///   - trelloListId:
             ///   - trelloBoardId:
             ///   - createdAt:
+            ///   - settings:
             public init(
                 lastReconciledAt: Foundation.Date? = nil,
                 lastReconcileError: Swift.String? = nil,
@@ -324,7 +329,8 @@ extension Components {
                 name: Swift.String,
                 trelloListId: Swift.String,
                 trelloBoardId: Swift.String,
-                createdAt: Foundation.Date
+                createdAt: Foundation.Date,
+                settings: Components.Schemas.SyncSettings? = nil
             ) {
                 self.lastReconciledAt = lastReconciledAt
                 self.lastReconcileError = lastReconcileError
@@ -333,6 +339,7 @@ extension Components {
                 self.trelloListId = trelloListId
                 self.trelloBoardId = trelloBoardId
                 self.createdAt = createdAt
+                self.settings = settings
             }
             public enum CodingKeys: String, CodingKey {
                 case lastReconciledAt = "last_reconciled_at"
@@ -342,6 +349,7 @@ extension Components {
                 case trelloListId = "trello_list_id"
                 case trelloBoardId = "trello_board_id"
                 case createdAt = "created_at"
+                case settings
             }
         }
         /// - Remark: Generated from `#/components/schemas/SyncListCreate`.
@@ -352,25 +360,334 @@ extension Components {
             public var trelloBoardId: Swift.String
             /// - Remark: Generated from `#/components/schemas/SyncListCreate/trello_list_id`.
             public var trelloListId: Swift.String
+            /// - Remark: Generated from `#/components/schemas/SyncListCreate/settings`.
+            public var settings: Components.Schemas.SyncSettingsInput?
             /// Creates a new `SyncListCreate`.
             ///
             /// - Parameters:
             ///   - name:
             ///   - trelloBoardId:
             ///   - trelloListId:
+            ///   - settings:
             public init(
                 name: Swift.String,
                 trelloBoardId: Swift.String,
-                trelloListId: Swift.String
+                trelloListId: Swift.String,
+                settings: Components.Schemas.SyncSettingsInput? = nil
             ) {
                 self.name = name
                 self.trelloBoardId = trelloBoardId
                 self.trelloListId = trelloListId
+                self.settings = settings
             }
             public enum CodingKeys: String, CodingKey {
                 case name
                 case trelloBoardId = "trello_board_id"
                 case trelloListId = "trello_list_id"
+                case settings
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/SyncListUpdate`.
+        public struct SyncListUpdate: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/SyncListUpdate/settings`.
+            public var settings: Components.Schemas.SyncSettingsInput
+            /// Creates a new `SyncListUpdate`.
+            ///
+            /// - Parameters:
+            ///   - settings:
+            public init(settings: Components.Schemas.SyncSettingsInput) {
+                self.settings = settings
+            }
+            public enum CodingKeys: String, CodingKey {
+                case settings
+            }
+        }
+        /// `trello_to_reminders`: Trello's cards and edits reach the apps, nothing the apps do reaches Trello (their
+        /// sync items come back `skipped`). `reminders_to_trello`: the apps' reminders and edits reach Trello, Trello's
+        /// cards and edits never reach the apps.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/SyncDirection`.
+        @frozen public enum SyncDirection: String, Codable, Hashable, Sendable, CaseIterable {
+            case both = "both"
+            case trelloToReminders = "trello_to_reminders"
+            case remindersToTrello = "reminders_to_trello"
+        }
+        /// Which of Trello's cards become reminders. `open_cards`: every open card. `new_cards`: only cards created in
+        /// Trello after the pairing (by the creation time in the card's id). `nothing`: no Trello card becomes a
+        /// reminder; only cards made from reminders sync, both ways ("create one way, update both ways").
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/InitialMode`.
+        @frozen public enum InitialMode: String, Codable, Hashable, Sendable, CaseIterable {
+            case openCards = "open_cards"
+            case newCards = "new_cards"
+            case nothing = "nothing"
+        }
+        /// - Remark: Generated from `#/components/schemas/FieldRule`.
+        public struct FieldRule: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/FieldRule/direction`.
+            public var direction: Components.Schemas.SyncDirection
+            /// Creates a new `FieldRule`.
+            ///
+            /// - Parameters:
+            ///   - direction:
+            public init(direction: Components.Schemas.SyncDirection) {
+                self.direction = direction
+            }
+            public enum CodingKeys: String, CodingKey {
+                case direction
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/CardFilter`.
+        public struct CardFilter: Codable, Hashable, Sendable {
+            /// Trello label ids; a card with none of them does not sync. Empty asks nothing.
+            ///
+            /// - Remark: Generated from `#/components/schemas/CardFilter/labels`.
+            public var labels: [Swift.String]
+            /// Trello member ids; a card with none of them on it does not sync. Empty asks nothing.
+            ///
+            /// - Remark: Generated from `#/components/schemas/CardFilter/members`.
+            public var members: [Swift.String]
+            /// Cards marked complete in Trello do not sync.
+            ///
+            /// - Remark: Generated from `#/components/schemas/CardFilter/open_only`.
+            public var openOnly: Swift.Bool
+            /// Creates a new `CardFilter`.
+            ///
+            /// - Parameters:
+            ///   - labels: Trello label ids; a card with none of them does not sync. Empty asks nothing.
+            ///   - members: Trello member ids; a card with none of them on it does not sync. Empty asks nothing.
+            ///   - openOnly: Cards marked complete in Trello do not sync.
+            public init(
+                labels: [Swift.String],
+                members: [Swift.String],
+                openOnly: Swift.Bool
+            ) {
+                self.labels = labels
+                self.members = members
+                self.openOnly = openOnly
+            }
+            public enum CodingKeys: String, CodingKey {
+                case labels
+                case members
+                case openOnly = "open_only"
+            }
+        }
+        /// How a list syncs. A field's own direction works within the list's. A card that stops matching the filter
+        /// becomes a `delete` for the apps, and one that starts matching a `create`. A reminder created in the apps
+        /// gets one of the filter's labels and members in Trello, so it keeps matching.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/SyncSettings`.
+        public struct SyncSettings: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/direction`.
+            public var direction: Components.Schemas.SyncDirection
+            /// The fields that sync, each with its rule; a field left out is never sent either way. `title` must sync every way the list does.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/fields`.
+            public struct FieldsPayload: Codable, Hashable, Sendable {
+                /// A container of undocumented properties.
+                public var additionalProperties: [String: Components.Schemas.FieldRule]
+                /// Creates a new `FieldsPayload`.
+                ///
+                /// - Parameters:
+                ///   - additionalProperties: A container of undocumented properties.
+                public init(additionalProperties: [String: Components.Schemas.FieldRule] = .init()) {
+                    self.additionalProperties = additionalProperties
+                }
+                public init(from decoder: any Swift.Decoder) throws {
+                    additionalProperties = try decoder.decodeAdditionalProperties(knownKeys: [])
+                }
+                public func encode(to encoder: any Swift.Encoder) throws {
+                    try encoder.encodeAdditionalProperties(additionalProperties)
+                }
+            }
+            /// The fields that sync, each with its rule; a field left out is never sent either way. `title` must sync every way the list does.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/fields`.
+            public var fields: Components.Schemas.SyncSettings.FieldsPayload
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/filter`.
+            public var filter: Components.Schemas.CardFilter
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/initial`.
+            public var initial: Components.Schemas.InitialMode
+            /// Creates a new `SyncSettings`.
+            ///
+            /// - Parameters:
+            ///   - direction:
+            ///   - fields: The fields that sync, each with its rule; a field left out is never sent either way. `title` must sync every way the list does.
+            ///   - filter:
+            ///   - initial:
+            public init(
+                direction: Components.Schemas.SyncDirection,
+                fields: Components.Schemas.SyncSettings.FieldsPayload,
+                filter: Components.Schemas.CardFilter,
+                initial: Components.Schemas.InitialMode
+            ) {
+                self.direction = direction
+                self.fields = fields
+                self.filter = filter
+                self.initial = initial
+            }
+            public enum CodingKeys: String, CodingKey {
+                case direction
+                case fields
+                case filter
+                case initial
+            }
+        }
+        /// Settings to change; a key left out keeps its value. `members` may hold `me`, the token's own member.
+        ///
+        /// - Remark: Generated from `#/components/schemas/SyncSettingsInput`.
+        public struct SyncSettingsInput: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/direction`.
+            public var direction: Components.Schemas.SyncDirection?
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/fields`.
+            public struct FieldsPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/fields/additionalProperties`.
+                public struct AdditionalPropertiesPayload: Codable, Hashable, Sendable {
+                    /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/fields/additionalProperties/direction`.
+                    public var direction: Components.Schemas.SyncDirection?
+                    /// Creates a new `AdditionalPropertiesPayload`.
+                    ///
+                    /// - Parameters:
+                    ///   - direction:
+                    public init(direction: Components.Schemas.SyncDirection? = nil) {
+                        self.direction = direction
+                    }
+                    public enum CodingKeys: String, CodingKey {
+                        case direction
+                    }
+                    public init(from decoder: any Swift.Decoder) throws {
+                        let container = try decoder.container(keyedBy: CodingKeys.self)
+                        self.direction = try container.decodeIfPresent(
+                            Components.Schemas.SyncDirection.self,
+                            forKey: .direction
+                        )
+                        try decoder.ensureNoAdditionalProperties(knownKeys: [
+                            "direction"
+                        ])
+                    }
+                }
+                /// A container of undocumented properties.
+                public var additionalProperties: [String: Components.Schemas.SyncSettingsInput.FieldsPayload.AdditionalPropertiesPayload]
+                /// Creates a new `FieldsPayload`.
+                ///
+                /// - Parameters:
+                ///   - additionalProperties: A container of undocumented properties.
+                public init(additionalProperties: [String: Components.Schemas.SyncSettingsInput.FieldsPayload.AdditionalPropertiesPayload] = .init()) {
+                    self.additionalProperties = additionalProperties
+                }
+                public init(from decoder: any Swift.Decoder) throws {
+                    additionalProperties = try decoder.decodeAdditionalProperties(knownKeys: [])
+                }
+                public func encode(to encoder: any Swift.Encoder) throws {
+                    try encoder.encodeAdditionalProperties(additionalProperties)
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/fields`.
+            public var fields: Components.Schemas.SyncSettingsInput.FieldsPayload?
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/filter`.
+            public struct FilterPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/filter/labels`.
+                public var labels: [Swift.String]?
+                /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/filter/members`.
+                public var members: [Swift.String]?
+                /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/filter/open_only`.
+                public var openOnly: Swift.Bool?
+                /// Creates a new `FilterPayload`.
+                ///
+                /// - Parameters:
+                ///   - labels:
+                ///   - members:
+                ///   - openOnly:
+                public init(
+                    labels: [Swift.String]? = nil,
+                    members: [Swift.String]? = nil,
+                    openOnly: Swift.Bool? = nil
+                ) {
+                    self.labels = labels
+                    self.members = members
+                    self.openOnly = openOnly
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case labels
+                    case members
+                    case openOnly = "open_only"
+                }
+                public init(from decoder: any Swift.Decoder) throws {
+                    let container = try decoder.container(keyedBy: CodingKeys.self)
+                    self.labels = try container.decodeIfPresent(
+                        [Swift.String].self,
+                        forKey: .labels
+                    )
+                    self.members = try container.decodeIfPresent(
+                        [Swift.String].self,
+                        forKey: .members
+                    )
+                    self.openOnly = try container.decodeIfPresent(
+                        Swift.Bool.self,
+                        forKey: .openOnly
+                    )
+                    try decoder.ensureNoAdditionalProperties(knownKeys: [
+                        "labels",
+                        "members",
+                        "open_only"
+                    ])
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/filter`.
+            public var filter: Components.Schemas.SyncSettingsInput.FilterPayload?
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/initial`.
+            public var initial: Components.Schemas.InitialMode?
+            /// Creates a new `SyncSettingsInput`.
+            ///
+            /// - Parameters:
+            ///   - direction:
+            ///   - fields:
+            ///   - filter:
+            ///   - initial:
+            public init(
+                direction: Components.Schemas.SyncDirection? = nil,
+                fields: Components.Schemas.SyncSettingsInput.FieldsPayload? = nil,
+                filter: Components.Schemas.SyncSettingsInput.FilterPayload? = nil,
+                initial: Components.Schemas.InitialMode? = nil
+            ) {
+                self.direction = direction
+                self.fields = fields
+                self.filter = filter
+                self.initial = initial
+            }
+            public enum CodingKeys: String, CodingKey {
+                case direction
+                case fields
+                case filter
+                case initial
+            }
+            public init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.direction = try container.decodeIfPresent(
+                    Components.Schemas.SyncDirection.self,
+                    forKey: .direction
+                )
+                self.fields = try container.decodeIfPresent(
+                    Components.Schemas.SyncSettingsInput.FieldsPayload.self,
+                    forKey: .fields
+                )
+                self.filter = try container.decodeIfPresent(
+                    Components.Schemas.SyncSettingsInput.FilterPayload.self,
+                    forKey: .filter
+                )
+                self.initial = try container.decodeIfPresent(
+                    Components.Schemas.InitialMode.self,
+                    forKey: .initial
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "direction",
+                    "fields",
+                    "filter",
+                    "initial"
+                ])
             }
         }
         /// - Remark: Generated from `#/components/schemas/Change`.
@@ -851,6 +1168,14 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/summary`.
             public var summary: Components.Schemas.SyncJobResult.SummaryPayload?
+            /// Fields of the edit the list's settings keep from Trello; the others were written.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncJobResult/skipped_fields`.
+            public var skippedFields: [Components.Schemas.FieldName]?
+            /// Why the item was `skipped`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncJobResult/reason`.
+            public var reason: Swift.String?
             /// Creates a new `SyncJobResult`.
             ///
             /// - Parameters:
@@ -862,6 +1187,8 @@ extension Components {
             ///   - conflictIds: The conflicts recorded for this change. Present when `status` is `conflict`.
             ///   - duplicateId: The suspected duplicate recorded for this change. Present when `status` is `duplicate`.
             ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`).
+            ///   - skippedFields: Fields of the edit the list's settings keep from Trello; the others were written.
+            ///   - reason: Why the item was `skipped`.
             public init(
                 reminderId: Swift.String? = nil,
                 op: Components.Schemas.JobItemOp,
@@ -870,7 +1197,9 @@ extension Components {
                 error: Swift.String? = nil,
                 conflictIds: [Swift.Int]? = nil,
                 duplicateId: Swift.Int? = nil,
-                summary: Components.Schemas.SyncJobResult.SummaryPayload? = nil
+                summary: Components.Schemas.SyncJobResult.SummaryPayload? = nil,
+                skippedFields: [Components.Schemas.FieldName]? = nil,
+                reason: Swift.String? = nil
             ) {
                 self.reminderId = reminderId
                 self.op = op
@@ -880,6 +1209,8 @@ extension Components {
                 self.conflictIds = conflictIds
                 self.duplicateId = duplicateId
                 self.summary = summary
+                self.skippedFields = skippedFields
+                self.reason = reason
             }
             public enum CodingKeys: String, CodingKey {
                 case reminderId = "reminder_id"
@@ -890,6 +1221,8 @@ extension Components {
                 case conflictIds = "conflict_ids"
                 case duplicateId = "duplicate_id"
                 case summary
+                case skippedFields = "skipped_fields"
+                case reason
             }
         }
         /// - Remark: Generated from `#/components/schemas/SyncJob`.

@@ -2089,6 +2089,9 @@ public enum Operations {
     /// `422 unprocessable` if Trello refuses the ids or the account's key/token (the message contains Trello's message);
     /// `502 bad_gateway` if Trello is unreachable or failing, or cannot reach this server's webhook URL (try again later).
     ///
+    /// `settings` (optional) says how the list syncs; left out, every field syncs both ways and every open card
+    /// comes to the apps (by `POST /dailyroundup/lists/{id}/import` or the first reconciliation).
+    ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/post(createSyncList)`.
@@ -2686,6 +2689,436 @@ public enum Operations {
             /// The store or Redis cannot be reached (`unavailable`).
             ///
             /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/get(getSyncList)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            public var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        @frozen public enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            public init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            public var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            public static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
+    /// Change how a list syncs
+    ///
+    /// Replaces the list's settings; a key left out of `settings` (or of its `filter`)
+    /// keeps its value, and `fields`, when given, is the whole set of synced fields.
+    /// The next event of the list obeys them, with no restart. When the filter, the
+    /// direction, the initial mode or the fields that reach Reminders change, a
+    /// `reconcile` job is queued for the list: cards that no longer match become
+    /// `delete` changes and cards that now match become `create` changes. (When
+    /// another job of the account is running, the next scheduled reconciliation does
+    /// it.) `me` among the filter's members is resolved to the token's Trello member.
+    ///
+    ///
+    /// - Remark: HTTP `PUT /dailyroundup/lists/{id}`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)`.
+    public enum UpdateSyncList {
+        public static let id: Swift.String = "updateSyncList"
+        public struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/path`.
+            public struct Path: Sendable, Hashable {
+                /// The `sync_list_id`.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/path/id`.
+                public var id: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - id: The `sync_list_id`.
+                public init(id: Swift.String) {
+                    self.id = id
+                }
+            }
+            public var path: Operations.UpdateSyncList.Input.Path
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/header`.
+            public struct Headers: Sendable, Hashable {
+                public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.UpdateSyncList.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                public init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.UpdateSyncList.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            public var headers: Operations.UpdateSyncList.Input.Headers
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/requestBody`.
+            @frozen public enum Body: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/requestBody/content/application\/json`.
+                case json(Components.Schemas.SyncListUpdate)
+            }
+            public var body: Operations.UpdateSyncList.Input.Body
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            ///   - body:
+            public init(
+                path: Operations.UpdateSyncList.Input.Path,
+                headers: Operations.UpdateSyncList.Input.Headers = .init(),
+                body: Operations.UpdateSyncList.Input.Body
+            ) {
+                self.path = path
+                self.headers = headers
+                self.body = body
+            }
+        }
+        @frozen public enum Output: Sendable, Hashable {
+            public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.UpdateSyncList.Output.Ok.Headers
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/responses/200/content`.
+                @frozen public enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/PUT/responses/200/content/application\/json`.
+                    case json(Components.Schemas.SyncList)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    public var json: Components.Schemas.SyncList {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                public var body: Operations.UpdateSyncList.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                public init(
+                    headers: Operations.UpdateSyncList.Output.Ok.Headers = .init(),
+                    body: Operations.UpdateSyncList.Output.Ok.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// The list with its settings now.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.UpdateSyncList.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            public var ok: Operations.UpdateSyncList.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Malformed JSON, a body that is not valid UTF-8, or a string holding the
+            /// NUL character (`invalid_json`); or a field with the wrong type
+            /// (`bad_request`). The message names the field.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            public var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The bearer token is missing or wrong (`unauthorized`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            public var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The resource does not exist or belongs to another account (`not_found`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Components.Responses.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            public var notFound: Components.Responses.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The path does not support this method (`method_not_allowed`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/405`.
+            ///
+            /// HTTP response code: `405 methodNotAllowed`.
+            case methodNotAllowed(Components.Responses.MethodNotAllowed)
+            /// The associated value of the enum case if `self` is `.methodNotAllowed`.
+            ///
+            /// - Throws: An error if `self` is not `.methodNotAllowed`.
+            /// - SeeAlso: `.methodNotAllowed`.
+            public var methodNotAllowed: Components.Responses.MethodNotAllowed {
+                get throws {
+                    switch self {
+                    case let .methodNotAllowed(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "methodNotAllowed",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request conflicts with the current state (`conflict`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/409`.
+            ///
+            /// HTTP response code: `409 conflict`.
+            case conflict(Components.Responses.Conflict)
+            /// The associated value of the enum case if `self` is `.conflict`.
+            ///
+            /// - Throws: An error if `self` is not `.conflict`.
+            /// - SeeAlso: `.conflict`.
+            public var conflict: Components.Responses.Conflict {
+                get throws {
+                    switch self {
+                    case let .conflict(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "conflict",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request body is larger than 1 MiB (`payload_too_large`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/413`.
+            ///
+            /// HTTP response code: `413 contentTooLarge`.
+            case contentTooLarge(Components.Responses.PayloadTooLarge)
+            /// The associated value of the enum case if `self` is `.contentTooLarge`.
+            ///
+            /// - Throws: An error if `self` is not `.contentTooLarge`.
+            /// - SeeAlso: `.contentTooLarge`.
+            public var contentTooLarge: Components.Responses.PayloadTooLarge {
+                get throws {
+                    switch self {
+                    case let .contentTooLarge(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "contentTooLarge",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request has a body whose media type is neither application/json nor an application/…+json type (`unsupported_media_type`); parameters such as charset are allowed.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/415`.
+            ///
+            /// HTTP response code: `415 unsupportedMediaType`.
+            case unsupportedMediaType(Components.Responses.UnsupportedMediaType)
+            /// The associated value of the enum case if `self` is `.unsupportedMediaType`.
+            ///
+            /// - Throws: An error if `self` is not `.unsupportedMediaType`.
+            /// - SeeAlso: `.unsupportedMediaType`.
+            public var unsupportedMediaType: Components.Responses.UnsupportedMediaType {
+                get throws {
+                    switch self {
+                    case let .unsupportedMediaType(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unsupportedMediaType",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The JSON is well-formed but its values are invalid (`unprocessable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/422`.
+            ///
+            /// HTTP response code: `422 unprocessableContent`.
+            case unprocessableContent(Components.Responses.Unprocessable)
+            /// The associated value of the enum case if `self` is `.unprocessableContent`.
+            ///
+            /// - Throws: An error if `self` is not `.unprocessableContent`.
+            /// - SeeAlso: `.unprocessableContent`.
+            public var unprocessableContent: Components.Responses.Unprocessable {
+                get throws {
+                    switch self {
+                    case let .unprocessableContent(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unprocessableContent",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The account's request rate was exceeded (`rate_limited`), or this client
+            /// address sent too many bad tokens (account or bootstrap) in the last minute
+            /// (`too_many_failures`, before the request's own token is even looked at).
+            /// Retry after `Retry-After` seconds.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            public var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Trello refused the request (`bad_gateway`). The message contains Trello's message.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/502`.
+            ///
+            /// HTTP response code: `502 badGateway`.
+            case badGateway(Components.Responses.BadGateway)
+            /// The associated value of the enum case if `self` is `.badGateway`.
+            ///
+            /// - Throws: An error if `self` is not `.badGateway`.
+            /// - SeeAlso: `.badGateway`.
+            public var badGateway: Components.Responses.BadGateway {
+                get throws {
+                    switch self {
+                    case let .badGateway(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badGateway",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The store or Redis cannot be reached (`unavailable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)/responses/503`.
             ///
             /// HTTP response code: `503 serviceUnavailable`.
             case serviceUnavailable(Components.Responses.Unavailable)

@@ -106,6 +106,9 @@ public protocol APIProtocol: Sendable {
     /// `422 unprocessable` if Trello refuses the ids or the account's key/token (the message contains Trello's message);
     /// `502 bad_gateway` if Trello is unreachable or failing, or cannot reach this server's webhook URL (try again later).
     ///
+    /// `settings` (optional) says how the list syncs; left out, every field syncs both ways and every open card
+    /// comes to the apps (by `POST /dailyroundup/lists/{id}/import` or the first reconciliation).
+    ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/post(createSyncList)`.
@@ -115,6 +118,21 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `GET /dailyroundup/lists/{id}`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/get(getSyncList)`.
     func getSyncList(_ input: Operations.GetSyncList.Input) async throws -> Operations.GetSyncList.Output
+    /// Change how a list syncs
+    ///
+    /// Replaces the list's settings; a key left out of `settings` (or of its `filter`)
+    /// keeps its value, and `fields`, when given, is the whole set of synced fields.
+    /// The next event of the list obeys them, with no restart. When the filter, the
+    /// direction, the initial mode or the fields that reach Reminders change, a
+    /// `reconcile` job is queued for the list: cards that no longer match become
+    /// `delete` changes and cards that now match become `create` changes. (When
+    /// another job of the account is running, the next scheduled reconciliation does
+    /// it.) `me` among the filter's members is resolved to the token's Trello member.
+    ///
+    ///
+    /// - Remark: HTTP `PUT /dailyroundup/lists/{id}`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)`.
+    func updateSyncList(_ input: Operations.UpdateSyncList.Input) async throws -> Operations.UpdateSyncList.Output
     /// Stop syncing a list
     ///
     /// Deletes the list's Trello webhooks, its tasks and its pending changes. Trello
@@ -445,6 +463,9 @@ extension APIProtocol {
     /// `422 unprocessable` if Trello refuses the ids or the account's key/token (the message contains Trello's message);
     /// `502 bad_gateway` if Trello is unreachable or failing, or cannot reach this server's webhook URL (try again later).
     ///
+    /// `settings` (optional) says how the list syncs; left out, every field syncs both ways and every open card
+    /// comes to the apps (by `POST /dailyroundup/lists/{id}/import` or the first reconciliation).
+    ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/post(createSyncList)`.
@@ -468,6 +489,31 @@ extension APIProtocol {
         try await getSyncList(Operations.GetSyncList.Input(
             path: path,
             headers: headers
+        ))
+    }
+    /// Change how a list syncs
+    ///
+    /// Replaces the list's settings; a key left out of `settings` (or of its `filter`)
+    /// keeps its value, and `fields`, when given, is the whole set of synced fields.
+    /// The next event of the list obeys them, with no restart. When the filter, the
+    /// direction, the initial mode or the fields that reach Reminders change, a
+    /// `reconcile` job is queued for the list: cards that no longer match become
+    /// `delete` changes and cards that now match become `create` changes. (When
+    /// another job of the account is running, the next scheduled reconciliation does
+    /// it.) `me` among the filter's members is resolved to the token's Trello member.
+    ///
+    ///
+    /// - Remark: HTTP `PUT /dailyroundup/lists/{id}`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/put(updateSyncList)`.
+    public func updateSyncList(
+        path: Operations.UpdateSyncList.Input.Path,
+        headers: Operations.UpdateSyncList.Input.Headers = .init(),
+        body: Operations.UpdateSyncList.Input.Body
+    ) async throws -> Operations.UpdateSyncList.Output {
+        try await updateSyncList(Operations.UpdateSyncList.Input(
+            path: path,
+            headers: headers,
+            body: body
         ))
     }
     /// Stop syncing a list
