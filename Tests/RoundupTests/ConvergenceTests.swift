@@ -33,13 +33,43 @@ final class SimulatedApp: @unchecked Sendable {
     var lastApp: [String: [String: JSONValue]] = [:]
     var next = 0
     var log: [String] = []
+    /// The list's settings, as the server was given them.
+    let settings: SyncSettings
+    /// Cards made in Trello's UI (a list that takes no Trello card never maps them).
+    var trelloMade: Set<String> = []
 
     static let fields = [SyncField.title, SyncField.notes, SyncField.completed]
 
-    init(_ setup: SyncSetup, seed: UInt64) {
+    init(_ setup: SyncSetup, seed: UInt64, settings: SyncSettings = .default) {
         s = setup
         self.seed = seed
+        self.settings = settings
         rng = SplitMix64(seed: seed)
+    }
+
+    /// Random settings for a seed, as the API takes them: most lists two-way with random field directions and
+    /// policies, some one-way either way, some taking no Trello card.
+    static func randomSettings(seed: UInt64) -> JSONValue? {
+        var rng = SplitMix64(seed: seed &* 7919)
+        let policies: [JSONValue] = [.null, "manual", "lww", "prefer_trello", "prefer_reminders"]
+        func pick<T>(_ items: [T]) -> T { items[Int.random(in: 0..<items.count, using: &rng)] }
+        switch seed % 6 {
+        case 0:
+            return nil
+        case 1, 2:
+            let notes: [JSONValue] = ["both", "trello_to_reminders", "reminders_to_trello"]
+            var fields: [String: JSONValue] = [
+                SyncField.title: .object(["direction": "both", "conflict_policy": pick(policies)]),
+                SyncField.notes: .object(["direction": pick(notes), "conflict_policy": pick(policies)]),
+                SyncField.completed: .object(["direction": "both", "conflict_policy": pick(policies)]),
+            ]
+            for field in SyncField.all where fields[field] == nil { fields[field] = .object(["direction": "both"]) }
+            return .object(["fields": .object(fields), "initial": seed % 6 == 2 ? "nothing" : "open_cards"])
+        case 3:
+            return .object(["direction": "trello_to_reminders"])
+        default:
+            return .object(["direction": "reminders_to_trello"])
+        }
     }
 
     func value(for field: String, step: Int, side: String) -> JSONValue {
@@ -53,6 +83,11 @@ final class SimulatedApp: @unchecked Sendable {
         reminders[id] = fields
         let job = try await s.sync([s.change("create", reminder: id, fields: fields)])
         log.append("step \(step): app create \(id) → \(job["results"]?[0] ?? .null)")
+        if !settings.direction.toTrello {
+            // A list that takes nothing from the apps: the reminder stays on the device alone.
+            if job["results"]?[0]?["status"] != "skipped" { Issue.record("seed \(seed): a one-way list made a card: \(job)") }
+            return
+        }
         guard let card = job["results"]?[0]?["trello_card_id"]?.stringValue, job["results"]?[0]?["status"] == "ok" else {
             Issue.record("seed \(seed): create of \(id) did not make a card: \(job)")
             return
@@ -72,7 +107,8 @@ final class SimulatedApp: @unchecked Sendable {
         let job = try await s.sync([s.change("update", reminder: id, fields: [field: value], changed: [field])])
         log.append("step \(step): app \(id).\(field) = \(value) → \(job["results"]?[0]?["status"] ?? .null)")
         let status = job["results"]?[0]?["status"]?.stringValue
-        if status != "ok" && status != "conflict" { Issue.record("seed \(seed): update failed: \(job)") }
+        let expected: Set<String> = settings.syncsToTrello(field) ? ["ok", "conflict"] : ["skipped"]
+        if !expected.contains(status ?? "") { Issue.record("seed \(seed): update of \(field) answered \(job)") }
     }
 
     func trelloEdit(step: Int) {
@@ -89,6 +125,7 @@ final class SimulatedApp: @unchecked Sendable {
 
     func trelloCreate(step: Int) {
         let card = s.stack.trello.userCreateCard(listID: s.trelloList, name: "Trello \(seed)-\(step)")
+        trelloMade.insert(card)
         lastTrello[card, default: [:]][SyncField.title] = .string("Trello \(seed)-\(step)")
         log.append("step \(step): trello create \(card)")
     }
@@ -143,25 +180,42 @@ final class SimulatedApp: @unchecked Sendable {
 
     /// Once both sides are quiet: every card is one reminder and every field agrees; each field holds the last
     /// value one of the sides wrote (which one, the policy decides) or its first value.
+    ///
+    /// With the list's settings: a field that flows one way only never carries the other side's value there (values
+    /// are tagged `a` by the app, `t` by Trello); a list that takes no Trello card never maps one made in Trello; a
+    /// list that takes nothing from the apps leaves their reminders on the device.
     func check() -> [String] {
         var problems: [String] = []
         let cards = s.stack.trello.openCards(inList: s.trelloList)
         let cardIDs = Set(cards.compactMap { $0["id"]?.stringValue })
         let mapped = Array(cardOf.values)
-        if Set(mapped) != cardIDs { problems.append("cards \(cardIDs.sorted()) but reminders map to \(mapped.sorted())") }
+        let takesTrelloCards = settings.direction.toReminders && settings.initial == .openCards
+        let expectedMapped = takesTrelloCards ? cardIDs : cardIDs.subtracting(trelloMade)
+        if Set(mapped) != expectedMapped { problems.append("cards \(expectedMapped.sorted()) but reminders map to \(mapped.sorted())") }
         if Set(mapped).count != mapped.count { problems.append("two reminders map to one card: \(cardOf)") }
-        if reminders.count != cardOf.count { problems.append("\(reminders.count) reminders, \(cardOf.count) mapped") }
+        if settings.direction.toTrello, reminders.count != cardOf.count { problems.append("\(reminders.count) reminders, \(cardOf.count) mapped") }
         for card in cards {
             guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder]
             else { continue }
             let trello = CardMapper.fields(fromCard: card)
-            for field in Self.fields where trello[field] != fields[field] {
-                problems.append("\(id).\(field): Trello \(trello[field] ?? .null), app \(fields[field] ?? .null)")
-            }
             for field in Self.fields {
-                let candidates = [lastTrello[id]?[field], lastApp[id]?[field]].compactMap { $0 }
-                if !candidates.isEmpty, let final = trello[field], !candidates.contains(final) {
-                    problems.append("\(id).\(field) = \(final), but the last edits were \(candidates)")
+                let direction = settings.direction(of: field)
+                if direction == .both {
+                    if trello[field] != fields[field] {
+                        problems.append("\(id).\(field): Trello \(trello[field] ?? .null), app \(fields[field] ?? .null)")
+                    }
+                    let candidates = [lastTrello[id]?[field], lastApp[id]?[field]].compactMap { $0 }
+                    if !candidates.isEmpty, let final = trello[field], !candidates.contains(final) {
+                        problems.append("\(id).\(field) = \(final), but the last edits were \(candidates)")
+                    }
+                    continue
+                }
+                guard field != SyncField.completed else { continue }  // a flag carries no side's tag
+                if direction?.toTrello != true, let value = trello[field]?.stringValue, value.hasPrefix("a\(seed)-") {
+                    problems.append("\(id).\(field) flows to Reminders only, but Trello holds the app's \(value)")
+                }
+                if direction?.toReminders != true, let value = fields[field]?.stringValue, value.hasPrefix("t\(seed)-") {
+                    problems.append("\(id).\(field) flows to Trello only, but the app holds Trello's \(value)")
                 }
             }
         }
@@ -195,8 +249,9 @@ final class SimulatedApp: @unchecked Sendable {
                 started += 1
                 group.addTask {
                     let policy = policies[Int(seed) % policies.count]
-                    let setup = try await SyncSetup.make(stack, list: "L\(seed)x", board: "B\(seed)x", policy: policy)
-                    let app = SimulatedApp(setup, seed: seed)
+                    let listSettings = SimulatedApp.randomSettings(seed: seed)
+                    let setup = try await SyncSetup.make(stack, list: "L\(seed)x", board: "B\(seed)x", policy: policy, listSettings: listSettings)
+                    let app = SimulatedApp(setup, seed: seed, settings: try listSettings.map { try SyncSettings(json: $0) } ?? .default)
                     try await app.play(steps: steps)
                     return app
                 }
@@ -223,7 +278,7 @@ final class SimulatedApp: @unchecked Sendable {
             let problems = app.check()
             if !problems.isEmpty {
                 failures.append(
-                    "seed \(app.seed) (\(policies[Int(app.seed) % policies.count])): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))"
+                    "seed \(app.seed) (\(policies[Int(app.seed) % policies.count]), settings \(app.settings.json.canonicalJSON)): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))"
                 )
             }
         }
@@ -238,7 +293,9 @@ final class SimulatedApp: @unchecked Sendable {
         let conflicts = lines.filter { $0.hasSuffix("conflict") }.count
         #expect(trelloEdits > seeds && appEdits > seeds / 2, "trello edits \(trelloEdits), app edits \(appEdits)")
         print("convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits, \(conflicts) manual conflicts")
-        if let app = apps.first, let reminder = app.cardOf.keys.first {
+        let twoWay = apps.sorted { $0.seed < $1.seed }.first { $0.settings.direction(of: SyncField.title) == .both && !$0.cardOf.isEmpty }
+        #expect(twoWay != nil)
+        if let app = twoWay, let reminder = app.cardOf.keys.sorted().first {
             app.reminders[reminder]?[SyncField.title] = "edited behind the server's back"
             #expect(!app.check().isEmpty)
         }
