@@ -22,7 +22,7 @@ import Testing
             }
             let cases: [(HTTPMethod, String, Set<String>)] = [
                 (.PATCH, "/dailyroundup/lists", ["GET", "POST"]),
-                (.PUT, "/dailyroundup/lists/abc", ["GET", "DELETE"]),
+                (.PATCH, "/dailyroundup/lists/abc", ["GET", "PUT", "DELETE"]),
                 (.GET, "/dailyroundup/changes/1/ack", ["POST"]),
                 (.DELETE, "/dailyroundup/devices/", ["GET", "POST"]),
                 (.POST, "/healthz", ["GET"]),
