@@ -92,6 +92,7 @@ public struct API: Sendable {
         router.addRoutes(ConflictRoutes(api: self).collection, atPath: "/dailyroundup/conflicts")
         router.addRoutes(DuplicateRoutes(api: self).collection, atPath: "/dailyroundup/duplicates")
         router.addRoutes(SyncRoutes(api: self).collection, atPath: "/dailyroundup/sync")
+        router.addRoutes(ActivityRoutes(api: self).collection, atPath: "/dailyroundup/activity")
     }
 
     /// Every route as Hummingbird registers it (path templates with `{parameter}`).

@@ -80,6 +80,8 @@ public struct RoundupConfiguration: Sendable {
     public var pusherWithoutAPNs: PusherWithoutAPNs
     /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
     public var reconcileIntervalSeconds: Int
+    /// The activity history keeps each row this many days (the worker deletes older ones every hour).
+    public var activityRetentionDays: Int
     /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
     public var databasePoolSize: Int
     public var databaseCAFile: String?
@@ -103,7 +105,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
-        "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
+        "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_ACTIVITY_RETENTION_DAYS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
         "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
         "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
         "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
@@ -205,6 +207,7 @@ public struct RoundupConfiguration: Sendable {
         pushWindowSeconds = try integer("ROUNDUP_PUSH_WINDOW_SECONDS", default: 30, range: 0...3600)
         pusherWithoutAPNs = try choice("ROUNDUP_PUSHER_WITHOUT_APNS", default: .fail, problem: "must be fail or idle")
         reconcileIntervalSeconds = try integer("ROUNDUP_RECONCILE_INTERVAL_SECONDS", default: 900, range: 0...604_800)
+        activityRetentionDays = try integer("ROUNDUP_ACTIVITY_RETENTION_DAYS", default: 30, range: 1...3650)
         databasePoolSize = try integer("ROUNDUP_DATABASE_POOL_SIZE", default: 10, range: 1...500)
         databaseCAFile = value("ROUNDUP_DATABASE_CA_FILE")
         databaseTimeoutSeconds = try integer("ROUNDUP_DATABASE_TIMEOUT_SECONDS", default: 30, range: 1...3600)

@@ -161,4 +161,4 @@ public protocol OperatorStore: Sendable {
 }
 
 /// Everything a process may need of the store.
-public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore
+public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore & ActivityRepository

@@ -169,6 +169,9 @@ public struct CardObservation: Sendable, Equatable {
         /// New values of some fields (`full` when it is the whole card, from a fetch).
         case fields([String: JSONValue], full: Bool)
         case removed
+        /// Our own write coming back from Trello (these field values, or the card's removal when empty): nothing
+        /// changes, and the activity history says why nothing was sent.
+        case echo([String: JSONValue])
     }
     public var accountID: String
     public var syncListID: String
@@ -176,6 +179,8 @@ public struct CardObservation: Sendable, Equatable {
     public var actionID: String?
     public var actionDate: Date
     public var kind: Kind
+    /// The fields' values before the action, where Trello's payload tells them (`data.old` of an `updateCard`).
+    public var previous: [String: JSONValue] = [:]
 
     public init(accountID: String, syncListID: String, cardID: String, actionID: String?, actionDate: Date, kind: Kind) {
         self.accountID = accountID

@@ -87,6 +87,39 @@ public struct SyncItemResult: Sendable, Equatable {
         return .object(object)
     }
 
+    /// The history row of an item that wrote nothing to Trello (an error, a skip) or left some fields behind; nil for
+    /// one whose write the store recorded with its own rows.
+    func activity(item: SyncItem?, jobID: String) -> NewActivity? {
+        let kind: ActivityKind
+        let message: String?
+        switch status {
+        case .error:
+            kind = .error
+            message = error
+        case .skipped:
+            kind = .skipped
+            message = reason
+        case .duplicate:
+            kind = .skipped
+            message = "a card with the same title is in the list: possible duplicate \(duplicateID.map(String.init) ?? "") waits for the user"
+        case .ok, .conflict:
+            guard !skippedFields.isEmpty else { return nil }
+            kind = .skipped
+            message = "the list's settings keep \(skippedFields.joined(separator: ", ")) from Trello"
+        }
+        var row = NewActivity(
+            kind: kind, syncListID: item?.syncListID, cardID: trelloCardID ?? item?.trelloCardID, reminderID: reminderID, side: .reminders,
+            message: message, jobID: jobID)
+        if skippedFields.count == 1 { row.field = skippedFields[0] }
+        if kind == .error || status == .skipped, let item, item.op == .update || item.op == .complete {
+            if item.changedFields.count == 1, let field = item.changedFields.first {
+                row.field = field
+                row.newValue = item.op == .complete ? .bool(true) : item.fields[field]
+            }
+        }
+        return row
+    }
+
     public init?(json: JSONValue) {
         guard let op = json["op"]?.stringValue.flatMap(JobItemOp.init(rawValue:)),
             let status = json["status"]?.stringValue.flatMap(ItemStatus.init(rawValue:))
@@ -207,6 +240,8 @@ public struct SyncWrite: Sendable {
     public var jobID: String?
     /// Drop unacknowledged changes of this card (the app deleted its reminder).
     public var dropPending: Bool = false
+    /// The decisions behind this write, for the activity history (written in its transaction).
+    public var activity: [NewActivity] = []
 
     public init(accountID: String, syncListID: String, cardID: String, reminderID: String?) {
         self.accountID = accountID

@@ -55,8 +55,9 @@ public struct EchoFingerprints: Sendable {
 }
 
 extension EchoFingerprints {
-    /// Drops what our own writes to Trello caused: field values we wrote (fingerprinted before the write), cards we
-    /// created (by list and title, until the store knows their ids) and cards we deleted. The field-hash comparison in
+    /// Sets apart what our own writes to Trello caused: field values we wrote (fingerprinted before the write), cards we
+    /// created (by list and title, until the store knows their ids) and cards we deleted. Field values and removals
+    /// become `.echo` observations (recorded in the activity history, changing nothing); a create's echo is dropped. The field-hash comparison in
     /// the store catches echoes that arrive after the write was recorded; this catches the ones that arrive before.
     /// When Redis cannot answer, that comparison is all there is. `isLive` says whether the store holds the card as
     /// present (a card it does not know may be one we are creating).
@@ -68,6 +69,8 @@ extension EchoFingerprints {
         for o in observations {
             let start = names.count
             switch o.kind {
+            case .echo:
+                break
             case .removed:
                 names.append(fieldKey(account: o.accountID, card: o.cardID, field: Self.removedField, value: .bool(true)))
             case .fields(let fields, let full):
@@ -91,8 +94,15 @@ extension EchoFingerprints {
         var suppressed = 0
         for (o, range) in zip(observations, ranges) {
             switch o.kind {
+            case .echo:
+                kept.append(o)
             case .removed:
-                if present[range.lowerBound] { suppressed += 1 } else { kept.append(o) }
+                if present[range.lowerBound] {
+                    suppressed += 1
+                    kept.append(o.echoed([:]))
+                } else {
+                    kept.append(o)
+                }
             case .fields(let fields, let full):
                 let sortedNames = fields.keys.sorted()
                 if full, range.count > sortedNames.count, present[range.upperBound - 1] {
@@ -103,7 +113,10 @@ extension EchoFingerprints {
                 for (offset, name) in sortedNames.enumerated() where present[range.lowerBound + offset] {
                     remaining[name] = nil
                 }
-                if remaining.count < fields.count { suppressed += 1 }
+                if remaining.count < fields.count {
+                    suppressed += 1
+                    kept.append(o.echoed(fields.filter { remaining[$0.key] == nil }))
+                }
                 if remaining.isEmpty { continue }
                 var copy = o
                 copy.kind = .fields(remaining, full: full)
@@ -112,5 +125,14 @@ extension EchoFingerprints {
         }
         if suppressed > 0 { Counter(label: "roundup_echo_suppressed_total").increment(by: suppressed) }
         return kept
+    }
+}
+
+extension CardObservation {
+    /// The part of this observation that was our own write, for the store to record and otherwise ignore.
+    fileprivate func echoed(_ fields: [String: JSONValue]) -> CardObservation {
+        var copy = self
+        copy.kind = .echo(fields)
+        return copy
     }
 }

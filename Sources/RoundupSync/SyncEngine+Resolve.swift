@@ -59,6 +59,8 @@ extension SyncEngine {
             if chosen != nil, !list.settings.syncsToTrello(field) {
                 throw ResolveError.invalid("the list's settings keep \(field) from Trello now: resolve with trello")
             }
+            let priority = try await priorityField(list, state: &state)
+            let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
             if let chosen {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
                 record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
@@ -66,11 +68,16 @@ extension SyncEngine {
                 // The apps may have applied Trello's value meanwhile: send them the chosen one either way.
                 record.toApps = [field: chosen]
             } else {
-                let priority = try await priorityField(list, state: &state)
-                let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
                 record.toApps = [field: current]
                 record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)
             }
+            let remindersValue = conflict.record.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null
+            record.activity = [
+                NewActivity(
+                    kind: .resolved, syncListID: list.id, cardID: cardID, reminderID: conflict.record.reminderID, field: field,
+                    oldValue: chosen == nil ? remindersValue : current, newValue: chosen ?? current, rule: .manual,
+                    kept: choice == .trello ? .trello : .reminders, message: "conflict \(id) resolved by the user: \(choice.rawValue)")
+            ]
             _ = try await store.recordSyncWrite(record)
             await echo.clear(marks)
         } catch {
@@ -114,12 +121,19 @@ extension SyncEngine {
                 let now = Date().timeIntervalSince1970
                 for (field, value) in fields { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
                 record.toApps = fields
+                record.activity = [
+                    NewActivity(
+                        kind: .resolved, syncListID: list.id, cardID: cardID, reminderID: reminderID, newValue: .object(fields),
+                        message: "possible duplicate \(id) merged by the user: the reminder is the card")
+                ]
                 _ = try await store.recordSyncWrite(record)
             } else {
                 guard list.settings.direction.toTrello else {
                     throw ResolveError.invalid("the list syncs \(list.settings.direction.rawValue): keep_both would make a card; resolve with merge")
                 }
-                _ = try await createCard(duplicate.fields, reminderID: reminderID, list: list, state: &state)
+                _ = try await createCard(
+                    duplicate.fields, reminderID: reminderID, list: list, state: &state,
+                    note: "possible duplicate \(id) kept as two by the user: a card was made for the reminder")
             }
         } catch {
             try? await store.releaseResolution(accountID: accountID, table: .duplicates, id: id)

@@ -11,7 +11,7 @@ public import RoundupTrello
 import ServiceLifecycle
 
 /// What the API takes of the store (it serves every resource and queues reconciliations).
-public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore
+public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore & ActivityRepository
 /// What the sync engine takes: accounts and lists to write to, the change feed (a Trello value kept before its webhook
 /// reaches the apps), jobs, card state and resolutions; no devices, maintenance or reconciliation.
 public typealias SyncEngineStore = AccountRepository & ListRepository & ChangeFeed & JobRepository & CardStateRepository & ResolutionRepository
@@ -244,13 +244,13 @@ public struct SyncEngine: Sendable {
         _ item: SyncItem, fields appFields: [String: JSONValue], changed: [String], cardID: String, task: SyncTaskRecord?,
         list: SyncListRecord, state: inout JobState
     ) async throws -> SyncItemResult {
-        let skippedAll = Set(changed).filter { !list.settings.syncsToTrello($0) }
-        if !changed.isEmpty, skippedAll.count == Set(changed).count {
+        // A field that does not flow to Trello is never written there, whatever Trello holds.
+        let skipped = Set(changed).filter { !list.settings.syncsToTrello($0) }.sorted()
+        if !skipped.isEmpty, skipped.count == Set(changed).count {
             // Nothing of it flows to Trello: Trello is not even read.
             var result = SyncItemResult.skipped(
-                item, cardID: cardID,
-                reason: "the list's settings keep \(skippedAll.sorted().joined(separator: ", ")) from Trello: nothing was written")
-            result.skippedFields = skippedAll.sorted()
+                item, cardID: cardID, reason: "the list's settings keep \(skipped.joined(separator: ", ")) from Trello: nothing was written")
+            result.skippedFields = skipped
             return result
         }
         let readTime = Date().timeIntervalSince1970
@@ -271,13 +271,15 @@ public struct SyncEngine: Sendable {
         var toApps: [String: JSONValue] = [:]
         var conflicts: [NewConflict] = []
         var agreed: [String: JSONValue] = [:]
-        var skipped: [String] = []
-        for field in Set(changed).sorted() {
-            // A field that does not flow to Trello is never written there, whatever Trello holds.
-            guard list.settings.syncsToTrello(field) else {
-                skipped.append(field)
-                continue
-            }
+        var activity: [NewActivity] = []
+        func note(_ kind: ActivityKind, _ field: String, old: JSONValue, new: JSONValue, rule: ConflictRule? = nil, kept: SyncSide? = nil) {
+            activity.append(
+                NewActivity(
+                    kind: kind, syncListID: list.id, cardID: cardID, reminderID: item.reminderID, side: .reminders, field: field, oldValue: old,
+                    newValue: new, rule: rule, kept: kept,
+                    message: rule == .manual ? "an open conflict: Trello's value stands until the user chooses" : nil, jobID: state.jobID))
+        }
+        for field in Set(changed).subtracting(skipped).sorted() {
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
@@ -290,17 +292,23 @@ public struct SyncEngine: Sendable {
             let trelloChanged = (stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil
             if !trelloChanged {
                 write[field] = mine
+                note(.change, field, old: theirs, new: mine)
                 continue
             }
             // When Trello's side changed: the action time we stamped, or the card's last activity.
             let theirTime = stamp.flatMap { $0.hash == theirs.fieldHash ? $0.time : nil } ?? cardTime
             let appWins: Bool
+            let rule: ConflictRule
             if field == SyncField.completed, abs(appTime - theirTime) <= 2 {
                 appWins = mine == .bool(true)  // within two seconds, done wins
-            } else {
+                rule = .doneWins
+            } else if !list.settings.syncsToReminders(field) {
                 // A field Trello's side never reaches the apps for: the app's value is the only one there is.
-                let policy =
-                    list.settings.syncsToReminders(field) ? list.settings.conflictPolicy(of: field, account: state.policy) : .preferReminders
+                appWins = true
+                rule = .oneWay
+            } else {
+                let policy = list.settings.conflictPolicy(of: field, account: state.policy)
+                rule = ConflictRule(policy)
                 switch policy {
                 case .preferReminders: appWins = true
                 case .preferTrello: appWins = false
@@ -310,6 +318,8 @@ public struct SyncEngine: Sendable {
                     appWins = false
                 }
             }
+            // The value set aside is `old`, the one that stands is `new`.
+            note(.conflict, field, old: appWins ? theirs : mine, new: appWins ? mine : theirs, rule: rule, kept: appWins ? .reminders : .trello)
             if appWins {
                 write[field] = mine
                 winning[field] = mine
@@ -323,6 +333,7 @@ public struct SyncEngine: Sendable {
         record.toApps = toApps
         record.conflicts = conflicts
         record.jobID = state.jobID
+        record.activity = activity
         // Dated when the card was read: a Trello edit made after that read still counts as newer.
         for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) {
             record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime)
@@ -473,8 +484,10 @@ public struct SyncEngine: Sendable {
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
     }
 
-    /// Makes the card and maps it to the reminder; returns its id.
-    func createCard(_ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState) async throws -> String {
+    /// Makes the card and maps it to the reminder; returns its id. `note` explains the create in the history.
+    func createCard(
+        _ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState, note: String? = nil
+    ) async throws -> String {
         // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
         let fields = appFields.filter { list.settings.syncsToTrello($0.key) }
         let title = fields[SyncField.title]?.stringValue ?? ""
@@ -507,6 +520,12 @@ public struct SyncEngine: Sendable {
         for (field, value) in CardMapper.fields(fromCard: card, priority: priority) {
             record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
         }
+        record.activity = [
+            NewActivity(
+                kind: .create, syncListID: list.id, cardID: cardID, reminderID: reminderID, side: .reminders, newValue: .object(fields),
+                message: note,
+                jobID: state.jobID)
+        ]
         _ = try await store.recordSyncWrite(record)
         // Priority and link are separate requests; the card is known now, so fingerprint them by card.
         var extra: [String: JSONValue] = [:]
@@ -557,6 +576,11 @@ public struct SyncEngine: Sendable {
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: task.cardID, reminderID: item.reminderID)
         record.deleted = true
         record.dropPending = true
+        record.activity = [
+            NewActivity(
+                kind: .delete, syncListID: list.id, cardID: task.cardID, reminderID: item.reminderID, side: .reminders,
+                message: state.deleteMode == .delete ? "the card was deleted in Trello" : "the card was archived in Trello", jobID: state.jobID)
+        ]
         _ = try await store.recordSyncWrite(record)
         await echo.clear([mark])
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: task.cardID)

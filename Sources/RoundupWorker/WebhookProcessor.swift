@@ -152,9 +152,10 @@ public final class WebhookProcessor: Sendable {
         let list = event.listID.flatMap { context.lists[AccountScoped(p.account, $0)] }
         let board = event.boardID ?? p.boardID
         func observation(_ syncListID: String, _ kind: CardObservation.Kind) -> Plan {
-            .apply(
-                CardObservation(
-                    accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind))
+            var o = CardObservation(
+                accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind)
+            o.previous = event.previous
+            return .apply(o)
         }
         switch view {
         case .known(let task):

@@ -78,6 +78,9 @@ public enum WorkerApplication {
             .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(
+                service: ActivityPruner(store: store, retentionDays: configuration.activityRetentionDays, logger: logger),
+                successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
+            .init(
                 service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore,
                 failureTerminationBehavior: .ignore),
         ]

@@ -200,8 +200,13 @@ import Testing
             ("/dailyroundup/lists", "lists", 1), ("/dailyroundup/changes", "changes", 0),
             ("/dailyroundup/changes?after_id=0&limit=500", "changes", 0),
             ("/dailyroundup/devices", "devices", 0), ("/dailyroundup/conflicts", "conflicts", 0), ("/dailyroundup/duplicates", "duplicates", 0),
-            ("/dailyroundup/account", "account_id", nil),
+            ("/dailyroundup/account", "account_id", nil), ("/dailyroundup/activity", "activity", 0),
+            ("/dailyroundup/activity?trello_card_id=CardOfA1", "activity", 0), ("/dailyroundup/activity?sync_list_id=\(a.listID)", "activity", 0),
+            ("/dailyroundup/activity?reminder_id=reminder-of-a-conflict", "activity", 0),
         ]
+        // A has a history of its own, so B's empty one means something.
+        let historyOfA = try await api.call(.GET, "/dailyroundup/activity?trello_card_id=CardOfA1", token: a.token)
+        #expect(historyOfA.json["activity"]?.arrayValue?.isEmpty == false, "\(historyOfA.body)")
         for (path, key, count) in listings {
             let response = try await api.call(.GET, path, token: tokenB)
             #expect(response.status == .ok, "GET \(path): \(response.body)")
@@ -224,7 +229,7 @@ import Testing
             (.POST, "/dailyroundup/lists", #"{"name":"x","trello_board_id":"BoardOfA","trello_list_id":"ListOfA"}"#),
             (.GET, "/dailyroundup/changes", nil), (.GET, "/dailyroundup/devices", nil),
             (.POST, "/dailyroundup/devices", Self.deviceBody("phone-of-a", apns: "ef")),
-            (.GET, "/dailyroundup/conflicts", nil), (.GET, "/dailyroundup/duplicates", nil),
+            (.GET, "/dailyroundup/conflicts", nil), (.GET, "/dailyroundup/duplicates", nil), (.GET, "/dailyroundup/activity", nil),
         ]
         let authenticated: [(method: HTTPMethod, path: String, body: String?)] =
             foreign.map { (method: $0.method, path: $0.path, body: $0.body) } + other

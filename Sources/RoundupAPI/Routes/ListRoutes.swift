@@ -117,10 +117,7 @@ struct ListRoutes {
         api.logger.info("list settings changed", metadata: ["account": "\(account)", "sync_list": "\(id)"])
         if Self.changesWhatSyncs(from: list.settings, to: settings) {
             do {
-                let submission = try await api.store.submitJob(
-                    accountID: account, kind: .reconcile, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
-                    total: 1, staleAfter: api.options.staleAfter)
-                _ = try await api.queue(submission, account: account)
+                _ = try await reconcile(account, id)
             } catch {
                 // Another job of the account runs: the scheduled reconciliation brings the list in line instead.
                 api.logger.info("reconciliation after a settings change not queued", metadata: ["sync_list": "\(id)", "error": "\(error)"])

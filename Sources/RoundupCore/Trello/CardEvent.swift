@@ -18,6 +18,8 @@ public struct CardEvent: Sendable, Equatable {
     public var listID: String?
     public var boardID: String?
     public var kind: Kind
+    /// For `.fields`: the values before the action, as the payload's `data.old` tells them.
+    public var previous: [String: JSONValue] = [:]
 
     public init(cardID: String, listID: String?, boardID: String?, kind: Kind) {
         self.cardID = cardID
@@ -59,7 +61,9 @@ public enum CardEventInterpreter {
             }
             let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
             if fields.isEmpty { return [] }  // pos, dueReminder, members…: nothing the apps see
-            return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))]
+            var event = CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))
+            event.previous = CardMapper.partialFields(card: old, changedAttributes: old.keys)
+            return [event]
         case "addMemberToCard", "removeMemberFromCard":
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .membersChanged)]
         case _ where TrelloActionType.handled.contains(type):

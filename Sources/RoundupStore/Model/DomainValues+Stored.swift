@@ -17,6 +17,9 @@ extension DuplicateStatus: DatabaseValueConvertible {}
 extension DevicePlatform: DatabaseValueConvertible {}
 extension APNsEnvironment: DatabaseValueConvertible {}
 extension AttentionReason: DatabaseValueConvertible {}
+extension ActivityKind: DatabaseValueConvertible {}
+extension SyncSide: DatabaseValueConvertible {}
+extension ConflictRule: DatabaseValueConvertible {}
 
 /// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
 public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {

@@ -1,7 +1,7 @@
 import Logging
 import PostgresNIO
 
-/// The PostgreSQL schema: the same sixteen tables and the same migration versions as `SQLiteMigrations`.
+/// The PostgreSQL schema: the same seventeen tables and the same migration versions as `SQLiteMigrations`.
 /// Each version runs in its own transaction under an advisory lock, so processes starting together migrate once.
 enum PostgresMigrations {
     static let versions: [(String, [PostgresQuery])] = [
@@ -275,6 +275,35 @@ enum PostgresMigrations {
         ),
         // Each list's sync settings (`SyncSettings`, canonical JSON); NULL is the defaults.
         ("v7-list-settings", ["ALTER TABLE sync_lists ADD COLUMN settings TEXT"]),
+        (
+            "v8-activity",
+            [
+                """
+                CREATE TABLE activity (
+                    id BIGSERIAL PRIMARY KEY,
+                    account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                    sync_list_id TEXT,
+                    trello_card_id TEXT,
+                    reminder_id TEXT,
+                    kind TEXT NOT NULL,
+                    side TEXT,
+                    field TEXT,
+                    old_value TEXT,
+                    new_value TEXT,
+                    rule TEXT,
+                    kept TEXT,
+                    message TEXT,
+                    job_id TEXT,
+                    trello_action_id TEXT,
+                    created_at TEXT NOT NULL
+                )
+                """,
+                "CREATE INDEX activity_account ON activity(account_id, id)",
+                "CREATE INDEX activity_list ON activity(account_id, sync_list_id, id)",
+                "CREATE INDEX activity_card ON activity(account_id, trello_card_id, id)",
+                "CREATE INDEX activity_reminder ON activity(account_id, reminder_id, id) WHERE reminder_id IS NOT NULL",
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -84,6 +84,8 @@ extension PostgresStore: SyncStore {
         let accounts = Array(Set(items.map(\.accountID)))
         return try await read { [logger, listAccounts, listIDs, boardAccounts, boardIDs, taskAccounts, cardIDs] c in
             var context = BatchContext()
+            // Whether each task's list filters its cards, its settings parsed once per batch.
+            var listFiltered: [String: Bool] = [:]
             for row in try await c.rows(
                 """
                 SELECT l.account_id, l.trello_list_id, l.id, l.name, l.trello_board_id, l.created_at, l.settings FROM sync_lists l
@@ -123,9 +125,11 @@ extension PostgresStore: SyncStore {
                 LEFT JOIN sync_lists l ON l.id = t.sync_list_id
                 """, logger)
             {
+                let syncListID = try row.text(2)
+                let filtered = try listFiltered[syncListID] ?? !SyncSettings(stored: try row.optionalText(4)).filter.isEmpty
+                listFiltered[syncListID] = filtered
                 context.tasks[AccountScoped(try row.text(0), try row.text(1))] = TaskState(
-                    syncListID: try row.text(2), deleted: try row.bool(3), listFiltered: !SyncSettings(stored: try row.optionalText(4)).filter.isEmpty
-                )
+                    syncListID: syncListID, deleted: try row.bool(3), listFiltered: filtered)
             }
             for row in try await c.rows(
                 "SELECT id, trello_api_key, trello_token FROM accounts WHERE id = ANY(\(accounts)::text[]) AND trello_api_key IS NOT NULL AND trello_token IS NOT NULL",
@@ -250,6 +254,7 @@ struct PostgresChangeRows: ChangeRows {
     private var droppedChanges: [AccountScoped] = []
     private var openConflicts: [AccountScoped: [String: Int64]] = [:]
     private var conflictWrites: [(id: Int64?, conflict: StoredConflict)] = []
+    private var activity: [(accountID: String, activity: NewActivity, now: String)] = []
 
     /// The open conflicts of these cards, for `openConflictID`.
     mutating func loadOpenConflicts(_ c: PostgresConnection, keys: [AccountScoped], logger: Logger) async throws {
@@ -341,6 +346,10 @@ struct PostgresChangeRows: ChangeRows {
         if let key = latest.first(where: { $0.value.id == changeID })?.key { latest[key] = nil }
     }
 
+    mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) {
+        self.activity.append((accountID, activity, now))
+    }
+
     mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) {
         inserts.append((change, now, false))
         latest[AccountScoped(change.accountID, change.cardID)] = .init(
@@ -391,6 +400,7 @@ struct PostgresChangeRows: ChangeRows {
                 inserted.append(try row[0].int64(0))
             }
         }
+        try await PostgresStore.insertActivity(c, activity, logger: logger)
         return inserted
     }
 

@@ -300,6 +300,7 @@ struct PostgresJobLeaseRows: JobLeaseRows {
         case touchJob(id: String, at: String, progress: JobProgress?)
         case putLease(JobLeaseRow)
         case removeLease(accountID: String)
+        case activity(accountID: String, NewActivity, now: String)
     }
 
     var jobs: [String: SyncJob] = [:]
@@ -371,6 +372,10 @@ struct PostgresJobLeaseRows: JobLeaseRows {
         writes.append(.removeLease(accountID: accountID))
     }
 
+    mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) {
+        writes.append(.activity(accountID: accountID, activity, now: now))
+    }
+
     func flush(_ c: PostgresConnection, logger: Logger) async throws {
         for write in writes {
             switch write {
@@ -405,6 +410,8 @@ struct PostgresJobLeaseRows: JobLeaseRows {
                     """, logger)
             case .removeLease(let accountID):
                 _ = try await c.run("DELETE FROM sync_lease WHERE account_id = \(accountID)", logger)
+            case .activity(let accountID, let activity, let now):
+                try await PostgresStore.insertActivity(c, [(accountID, activity, now)], logger: logger)
             }
         }
     }

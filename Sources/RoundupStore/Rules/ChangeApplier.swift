@@ -18,10 +18,12 @@ protocol ChangeRows {
     mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) throws
     /// The list's settings and pairing time as stored now (nil: the list is gone).
     mutating func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules?
+    mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws
 }
 
 /// Applies card observations inside one write transaction: compares field hashes with `sync_tasks`,
-/// writes pending changes, and merges a card's new change into its unacknowledged one.
+/// writes pending changes, merges a card's new change into its unacknowledged one, and records each decision in the
+/// activity history.
 struct ChangeApplier<Rows: ChangeRows> {
     var rows: Rows
     private(set) var written = 0
@@ -77,7 +79,7 @@ struct ChangeApplier<Rows: ChangeRows> {
 
     /// Whether a card first seen in a list (new, moved in, back from the archive, matching its filter again) may become
     /// a reminder: the list's direction and initial mode decide, and a card a reminder already owns always may.
-    mutating func admitsNewCard(accountID: String, syncListID: String, cardID: String, task: TaskRow?) throws -> Bool {
+    mutating func admitsNewCard(syncListID: String, cardID: String, task: TaskRow?) throws -> Bool {
         let rules = try rules(syncListID)
         return rules.settings.admitsNewCard(cardID: cardID, mapped: task?.reminderID != nil, pairedAt: rules.pairedAt)
     }
@@ -86,11 +88,38 @@ struct ChangeApplier<Rows: ChangeRows> {
     static var membership: String { FieldStamps.membership }
     static func encode(_ stamps: [String: Stamp]) -> String { FieldStamps.encode(stamps) }
 
+    /// Writes a row of the activity history, in this transaction.
+    mutating func note(_ accountID: String, _ activity: NewActivity) throws {
+        try rows.insertActivity(accountID: accountID, activity, now: now)
+    }
+
+    /// What Trello's side of `o` did, for the history: one row, or one per field of an edit.
+    private mutating func noteTrello(
+        _ o: CardObservation, _ kind: ActivityKind, reminderID: String?, field: String? = nil, old: JSONValue? = nil, new: JSONValue? = nil,
+        message: String? = nil
+    ) throws {
+        try note(
+            o.accountID,
+            NewActivity(
+                kind: kind, syncListID: o.syncListID, cardID: o.cardID, reminderID: reminderID, side: .trello, field: field, oldValue: old,
+                newValue: new, message: message, trelloActionID: o.actionID))
+    }
+
     mutating func apply(_ o: CardObservation) throws {
         let task = try rows.task(accountID: o.accountID, cardID: o.cardID)
         let time = o.actionDate.timeIntervalSince1970
 
         switch o.kind {
+        case .echo(let fields):
+            // Nothing changes; the history says why nothing was sent (only of a card the store still has there).
+            guard let task, task.syncListID == o.syncListID else { return }
+            if fields.isEmpty {
+                try noteTrello(o, .echo, reminderID: task.reminderID, message: "the card's removal in Trello was our own")
+            }
+            for (field, value) in fields.sorted(by: { $0.key < $1.key }) {
+                try noteTrello(o, .echo, reminderID: task.reminderID, field: field, new: value, message: "Trello reported our own write")
+            }
+
         case .removed:
             guard let task, !task.deleted, task.syncListID == o.syncListID else { return }
             // Delivered late: the card was seen in the list after this action (moved back, edited), so it stays.
@@ -98,7 +127,14 @@ struct ChangeApplier<Rows: ChangeRows> {
             var stamps = task.stamps
             stamps[Self.membership] = Stamp(hash: "removed", time: time)
             try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: true, actionID: o.actionID, now: now)
-            try writeChange(o, type: .delete, changed: [], fields: [:])
+            if try writeChange(o, type: .delete, changed: [], fields: [:]) {
+                try noteTrello(o, .delete, reminderID: task.reminderID)
+            } else {
+                let direction = try rules(o.syncListID).settings.direction
+                try noteTrello(
+                    o, .skipped, reminderID: task.reminderID,
+                    message: "the card left the list in Trello; the list syncs \(direction.rawValue), so its reminder stays")
+            }
 
         case .fields(let fields, let full):
             if let task, !task.deleted, task.syncListID == o.syncListID {
@@ -128,36 +164,51 @@ struct ChangeApplier<Rows: ChangeRows> {
                 try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
                 let type: ChangeType = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? .complete : .update
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
+                let settings = try rules(o.syncListID).settings
+                for (field, value) in changed.sorted(by: { $0.key < $1.key }) {
+                    if settings.syncsToReminders(field) {
+                        try noteTrello(o, .change, reminderID: task.reminderID, field: field, old: o.previous[field], new: value)
+                    } else {
+                        try noteTrello(
+                            o, .skipped, reminderID: task.reminderID, field: field, old: o.previous[field], new: value,
+                            message: "the list's settings keep \(field) from Reminders")
+                    }
+                }
             } else {
                 // First sight of the card in this list (new, moved in, or back from the archive) — unless this action
                 // is older than the card's removal, delivered late.
                 if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
                 // A card the list's settings keep out (a one-way list, a pairing that takes no existing card) gets no row.
-                guard try admitsNewCard(accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, task: task) else { return }
+                guard try admitsNewCard(syncListID: o.syncListID, cardID: o.cardID, task: task) else { return }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
                 try rows.upsertTask(
                     accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
                 try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields)
+                let settings = try rules(o.syncListID).settings
+                try noteTrello(
+                    o, .create, reminderID: task?.reminderID, new: .object(fields.filter { settings.syncsToReminders($0.key) }),
+                    message: task?.deleted == true ? "the card is back in the list" : nil)
             }
         }
     }
 
     /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id). Every change
     /// for the apps passes here, so here the list's settings keep out what does not flow to Reminders: a field that
-    /// does not sync that way, and a delete of a list that does not.
-    mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws {
+    /// does not sync that way, and a delete of a list that does not. Returns whether a change was written.
+    @discardableResult
+    mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
         var fields = fields.filter { settings.syncsToReminders($0.key) }
         var changed = changed.filter { settings.syncsToReminders($0) }
         switch type {
         case .delete:
-            guard settings.direction.toReminders else { return }
+            guard settings.direction.toReminders else { return false }
         case .create:
             break
         case .update, .complete:
-            guard !changed.isEmpty else { return }
+            guard !changed.isEmpty else { return false }
             type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? .complete : .update
         }
         if let previous = try rows.latestChange(accountID: o.accountID, cardID: o.cardID) {
@@ -192,6 +243,7 @@ struct ChangeApplier<Rows: ChangeRows> {
         written += 1
         accounts.insert(o.accountID)
         types[type, default: 0] += 1
+        return true
     }
 }
 
@@ -295,6 +347,10 @@ struct SQLiteChangeRows: ChangeRows {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT created_at, settings FROM sync_lists WHERE id = ?"), arguments: [syncListID]).map { row in
             .init(settings: SyncSettings(stored: row[1]), pairedAt: (row[0] as String?).flatMap(Timestamp.date))
         }
+    }
+
+    func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws {
+        try SQLiteStore.insertActivity(db, accountID: accountID, activity, now: now)
     }
 
     func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {

@@ -34,6 +34,7 @@ protocol JobLeaseRows {
     mutating func touchJob(id: String, at now: String, progress: JobProgress?) throws
     mutating func putLease(_ lease: JobLeaseRow) throws
     mutating func removeLease(accountID: String) throws
+    mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws
 }
 
 /// The job lease, once for both stores: at most one sync or import job runs per account; a job whose heartbeat has
@@ -131,7 +132,12 @@ struct JobLease {
         var results = job.results
         if index < results.count { results[index] = result } else { results.append(result) }
         let progress = JobProgress(resultsJSON: JSONValue.array(results.map(\.json)).canonicalJSON, processed: results.count, total: total)
-        return try beat(job, holder: holder, progress: progress, rows: &rows)
+        guard try beat(job, holder: holder, progress: progress, rows: &rows) else { return false }
+        // An item that wrote nothing says so in the history; what an item wrote, the write itself recorded.
+        if let activity = result.activity(item: index < job.items.count ? job.items[index] : nil, jobID: jobID) {
+            try rows.insertActivity(accountID: job.accountID, activity, now: nowText)
+        }
+        return true
     }
 
     /// Ends the job (completed or error) and releases the lease.

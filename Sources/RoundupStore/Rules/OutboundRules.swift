@@ -79,6 +79,8 @@ extension ChangeApplier where Rows: OutboundRows {
             }
         }
 
+        for activity in w.activity { try note(w.accountID, activity) }
+
         var ids: [Int64?] = []
         for conflict in w.conflicts {
             let stored = StoredConflict(
@@ -102,7 +104,7 @@ extension ChangeApplier where Rows: OutboundRows {
         for card in cards {
             let task = try rows.task(accountID: accountID, cardID: card.cardID)
             if let task, task.reminderID != nil, !task.deleted { continue }
-            guard try admitsNewCard(accountID: accountID, syncListID: syncListID, cardID: card.cardID, task: task) else { continue }
+            guard try admitsNewCard(syncListID: syncListID, cardID: card.cardID, task: task) else { continue }
             var stamps = card.fields.mapValues { FieldStamps.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
             stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
             try rows.putTask(
@@ -112,6 +114,12 @@ extension ChangeApplier where Rows: OutboundRows {
             let observation = CardObservation(
                 accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
             try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields)
+            let settings = try rules(syncListID).settings
+            try note(
+                accountID,
+                NewActivity(
+                    kind: .create, syncListID: syncListID, cardID: card.cardID, side: .trello,
+                    newValue: .object(card.fields.filter { settings.syncsToReminders($0.key) }), message: "imported from the Trello list"))
         }
     }
 }

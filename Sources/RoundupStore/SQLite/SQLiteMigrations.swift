@@ -1,6 +1,6 @@
 import GRDB
 
-/// Versioned schema: the sixteen tables of the reference design. Migrations only ever append.
+/// Versioned schema: the sixteen tables of the reference design and the activity history. Migrations only ever append.
 enum SQLiteMigrations {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -249,6 +249,35 @@ enum SQLiteMigrations {
         migrator.registerMigration("v7-list-settings") { db in
             // Each list's sync settings (`SyncSettings`, canonical JSON); NULL is the defaults.
             try db.execute(sql: "ALTER TABLE sync_lists ADD COLUMN settings TEXT")
+        }
+        migrator.registerMigration("v8-activity") { db in
+            // Every decision about an item (`NewActivity`), written with the change it describes and kept for a time.
+            // No foreign key to the list: the history of a list outlives it, and goes with the account.
+            try db.execute(
+                sql: """
+                    CREATE TABLE activity (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+                        sync_list_id TEXT,
+                        trello_card_id TEXT,
+                        reminder_id TEXT,
+                        kind TEXT NOT NULL,
+                        side TEXT,
+                        field TEXT,
+                        old_value TEXT,
+                        new_value TEXT,
+                        rule TEXT,
+                        kept TEXT,
+                        message TEXT,
+                        job_id TEXT,
+                        trello_action_id TEXT,
+                        created_at TEXT NOT NULL
+                    );
+                    CREATE INDEX activity_account ON activity(account_id, id);
+                    CREATE INDEX activity_list ON activity(account_id, sync_list_id, id);
+                    CREATE INDEX activity_card ON activity(account_id, trello_card_id, id);
+                    CREATE INDEX activity_reminder ON activity(account_id, reminder_id, id) WHERE reminder_id IS NOT NULL;
+                    """)
         }
         return migrator
     }

@@ -315,4 +315,8 @@ struct SQLiteJobLeaseRows: JobLeaseRows {
     func removeLease(accountID: String) throws {
         try db.execute(sql: "DELETE FROM sync_lease WHERE account_id = ?", arguments: [accountID])
     }
+
+    func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws {
+        try SQLiteStore.insertActivity(db, accountID: accountID, activity, now: now)
+    }
 }

@@ -139,6 +139,8 @@ public final class SQLiteStore: SyncStore {
         try await pool.read { db in
             var context = BatchContext()
             var accounts = Set<String>()
+            // Whether each task's list filters its cards, its settings parsed once per batch.
+            var listFiltered: [String: Bool] = [:]
             for item in items {
                 accounts.insert(item.accountID)
                 for listID in item.listIDs where context.lists[AccountScoped(item.accountID, listID)] == nil {
@@ -173,8 +175,10 @@ public final class SQLiteStore: SyncStore {
                                 """),
                         arguments: [item.accountID, item.cardID])
                 {
-                    context.tasks[taskKey] = TaskState(
-                        syncListID: row[0], deleted: row[1], listFiltered: !SyncSettings(stored: row[2]).filter.isEmpty)
+                    let syncListID: String = row[0]
+                    let filtered = listFiltered[syncListID] ?? !SyncSettings(stored: row[2]).filter.isEmpty
+                    listFiltered[syncListID] = filtered
+                    context.tasks[taskKey] = TaskState(syncListID: syncListID, deleted: row[1], listFiltered: filtered)
                 }
             }
             for account in accounts {

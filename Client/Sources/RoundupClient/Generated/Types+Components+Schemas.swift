@@ -1383,6 +1383,180 @@ extension Components {
                 case environment
             }
         }
+        /// - Remark: Generated from `#/components/schemas/Activity`.
+        public struct Activity: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/Activity/id`.
+            public var id: Swift.Int
+            /// `change`: a field changed on `side` and was carried to the other.
+            /// `create` / `delete`: an item appeared or went on `side` and was
+            /// carried over. `conflict`: both sides changed `field`; `rule`
+            /// decided, `kept` stands (`new_value`) and `old_value` was set aside.
+            /// `echo`: Trello reported our own write; nothing changed. `skipped`:
+            /// the list's settings kept the change from the other side (or a
+            /// possible duplicate waits for the user). `error`: the change could
+            /// not be carried over (`message`). `resolved`: the user's choice.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/kind`.
+            @frozen public enum KindPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case change = "change"
+                case create = "create"
+                case delete = "delete"
+                case conflict = "conflict"
+                case echo = "echo"
+                case skipped = "skipped"
+                case error = "error"
+                case resolved = "resolved"
+            }
+            /// `change`: a field changed on `side` and was carried to the other.
+            /// `create` / `delete`: an item appeared or went on `side` and was
+            /// carried over. `conflict`: both sides changed `field`; `rule`
+            /// decided, `kept` stands (`new_value`) and `old_value` was set aside.
+            /// `echo`: Trello reported our own write; nothing changed. `skipped`:
+            /// the list's settings kept the change from the other side (or a
+            /// possible duplicate waits for the user). `error`: the change could
+            /// not be carried over (`message`). `resolved`: the user's choice.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/kind`.
+            public var kind: Components.Schemas.Activity.KindPayload
+            /// - Remark: Generated from `#/components/schemas/Activity/sync_list_id`.
+            public var syncListId: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Activity/trello_card_id`.
+            public var trelloCardId: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Activity/reminder_id`.
+            public var reminderId: Swift.String?
+            /// Where the change was made; null for the user's resolution.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/side`.
+            @frozen public enum SidePayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case trello = "trello"
+                case reminders = "reminders"
+                case _empty_ = ""
+            }
+            /// Where the change was made; null for the user's resolution.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/side`.
+            public var side: Components.Schemas.Activity.SidePayload?
+            /// The field, or null for a whole item (a create's `new_value` holds its fields).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/field`.
+            public var field: Swift.String?
+            /// The value before (any JSON value), or null when not known (a card read whole).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/old_value`.
+            public var oldValue: OpenAPIRuntime.OpenAPIValueContainer
+            /// The value after (any JSON value).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/new_value`.
+            public var newValue: OpenAPIRuntime.OpenAPIValueContainer
+            /// What decided a conflict: the list's or account's policy;
+            /// `done_wins` (completed on both sides within two seconds);
+            /// `one_way` (the field does not flow to Reminders).
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/rule`.
+            @frozen public enum RulePayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case manual = "manual"
+                case lww = "lww"
+                case preferTrello = "prefer_trello"
+                case preferReminders = "prefer_reminders"
+                case doneWins = "done_wins"
+                case oneWay = "one_way"
+                case _empty_ = ""
+            }
+            /// What decided a conflict: the list's or account's policy;
+            /// `done_wins` (completed on both sides within two seconds);
+            /// `one_way` (the field does not flow to Reminders).
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/Activity/rule`.
+            public var rule: Components.Schemas.Activity.RulePayload?
+            /// - Remark: Generated from `#/components/schemas/Activity/kept`.
+            @frozen public enum KeptPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case trello = "trello"
+                case reminders = "reminders"
+                case _empty_ = ""
+            }
+            /// - Remark: Generated from `#/components/schemas/Activity/kept`.
+            public var kept: Components.Schemas.Activity.KeptPayload?
+            /// - Remark: Generated from `#/components/schemas/Activity/message`.
+            public var message: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Activity/job_id`.
+            public var jobId: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Activity/trello_action_id`.
+            public var trelloActionId: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Activity/created_at`.
+            public var createdAt: Foundation.Date
+            /// Creates a new `Activity`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - kind: `change`: a field changed on `side` and was carried to the other.
+            ///   - syncListId:
+            ///   - trelloCardId:
+            ///   - reminderId:
+            ///   - side: Where the change was made; null for the user's resolution.
+            ///   - field: The field, or null for a whole item (a create's `new_value` holds its fields).
+            ///   - oldValue: The value before (any JSON value), or null when not known (a card read whole).
+            ///   - newValue: The value after (any JSON value).
+            ///   - rule: What decided a conflict: the list's or account's policy;
+            ///   - kept:
+            ///   - message:
+            ///   - jobId:
+            ///   - trelloActionId:
+            ///   - createdAt:
+            public init(
+                id: Swift.Int,
+                kind: Components.Schemas.Activity.KindPayload,
+                syncListId: Swift.String? = nil,
+                trelloCardId: Swift.String? = nil,
+                reminderId: Swift.String? = nil,
+                side: Components.Schemas.Activity.SidePayload? = nil,
+                field: Swift.String? = nil,
+                oldValue: OpenAPIRuntime.OpenAPIValueContainer,
+                newValue: OpenAPIRuntime.OpenAPIValueContainer,
+                rule: Components.Schemas.Activity.RulePayload? = nil,
+                kept: Components.Schemas.Activity.KeptPayload? = nil,
+                message: Swift.String? = nil,
+                jobId: Swift.String? = nil,
+                trelloActionId: Swift.String? = nil,
+                createdAt: Foundation.Date
+            ) {
+                self.id = id
+                self.kind = kind
+                self.syncListId = syncListId
+                self.trelloCardId = trelloCardId
+                self.reminderId = reminderId
+                self.side = side
+                self.field = field
+                self.oldValue = oldValue
+                self.newValue = newValue
+                self.rule = rule
+                self.kept = kept
+                self.message = message
+                self.jobId = jobId
+                self.trelloActionId = trelloActionId
+                self.createdAt = createdAt
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case kind
+                case syncListId = "sync_list_id"
+                case trelloCardId = "trello_card_id"
+                case reminderId = "reminder_id"
+                case side
+                case field
+                case oldValue = "old_value"
+                case newValue = "new_value"
+                case rule
+                case kept
+                case message
+                case jobId = "job_id"
+                case trelloActionId = "trello_action_id"
+                case createdAt = "created_at"
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/Conflict`.
         public struct Conflict: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/Conflict/id`.

@@ -7147,6 +7147,368 @@ public enum Operations {
             }
         }
     }
+    /// Read the activity history
+    ///
+    /// Every decision the server made about the account's items, newest
+    /// first: which side changed which field from which value to which, the
+    /// rule that decided a conflict and whose value was kept, our own writes
+    /// coming back from Trello (echoes), changes the list's settings kept
+    /// from the other side, errors, and the user's resolutions. Each row is
+    /// written in the same transaction as the change it describes, and kept
+    /// for `ROUNDUP_ACTIVITY_RETENTION_DAYS` (30 by default).
+    ///
+    /// The filters combine; `reminder_id` also selects the rows of the card
+    /// the reminder is mapped to. Pass `next_before_id` as `before_id` for
+    /// the next (older) page.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/activity`.
+    /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)`.
+    public enum ListActivity {
+        public static let id: Swift.String = "listActivity"
+        public struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query`.
+            public struct Query: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query/sync_list_id`.
+                public var syncListId: Swift.String?
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query/reminder_id`.
+                public var reminderId: Swift.String?
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query/trello_card_id`.
+                public var trelloCardId: Swift.String?
+                /// Only rows with a smaller id are returned.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query/before_id`.
+                public var beforeId: Swift.Int?
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/query/limit`.
+                public var limit: Swift.Int?
+                /// Creates a new `Query`.
+                ///
+                /// - Parameters:
+                ///   - syncListId:
+                ///   - reminderId:
+                ///   - trelloCardId:
+                ///   - beforeId: Only rows with a smaller id are returned.
+                ///   - limit:
+                public init(
+                    syncListId: Swift.String? = nil,
+                    reminderId: Swift.String? = nil,
+                    trelloCardId: Swift.String? = nil,
+                    beforeId: Swift.Int? = nil,
+                    limit: Swift.Int? = nil
+                ) {
+                    self.syncListId = syncListId
+                    self.reminderId = reminderId
+                    self.trelloCardId = trelloCardId
+                    self.beforeId = beforeId
+                    self.limit = limit
+                }
+            }
+            public var query: Operations.ListActivity.Input.Query
+            /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/header`.
+            public struct Headers: Sendable, Hashable {
+                public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ListActivity.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                public init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ListActivity.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            public var headers: Operations.ListActivity.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - query:
+            ///   - headers:
+            public init(
+                query: Operations.ListActivity.Input.Query = .init(),
+                headers: Operations.ListActivity.Input.Headers = .init()
+            ) {
+                self.query = query
+                self.headers = headers
+            }
+        }
+        @frozen public enum Output: Sendable, Hashable {
+            public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListActivity.Output.Ok.Headers
+                /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content`.
+                @frozen public enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content/json`.
+                    public struct JsonPayload: Codable, Hashable, Sendable {
+                        /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content/json/activity`.
+                        public var activity: [Components.Schemas.Activity]
+                        /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content/json/has_more`.
+                        public var hasMore: Swift.Bool
+                        /// The `before_id` of the next page, or null on the last one.
+                        ///
+                        /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content/json/next_before_id`.
+                        public var nextBeforeId: Swift.Int?
+                        /// Creates a new `JsonPayload`.
+                        ///
+                        /// - Parameters:
+                        ///   - activity:
+                        ///   - hasMore:
+                        ///   - nextBeforeId: The `before_id` of the next page, or null on the last one.
+                        public init(
+                            activity: [Components.Schemas.Activity],
+                            hasMore: Swift.Bool,
+                            nextBeforeId: Swift.Int? = nil
+                        ) {
+                            self.activity = activity
+                            self.hasMore = hasMore
+                            self.nextBeforeId = nextBeforeId
+                        }
+                        public enum CodingKeys: String, CodingKey {
+                            case activity
+                            case hasMore = "has_more"
+                            case nextBeforeId = "next_before_id"
+                        }
+                    }
+                    /// - Remark: Generated from `#/paths/dailyroundup/activity/GET/responses/200/content/application\/json`.
+                    case json(Operations.ListActivity.Output.Ok.Body.JsonPayload)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    public var json: Operations.ListActivity.Output.Ok.Body.JsonPayload {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                public var body: Operations.ListActivity.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                public init(
+                    headers: Operations.ListActivity.Output.Ok.Headers = .init(),
+                    body: Operations.ListActivity.Output.Ok.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// A page of the history, newest first.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.ListActivity.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            public var ok: Operations.ListActivity.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Malformed JSON, a body that is not valid UTF-8, or a string holding the
+            /// NUL character (`invalid_json`); or a field with the wrong type
+            /// (`bad_request`). The message names the field.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            public var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The bearer token is missing or wrong (`unauthorized`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            public var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The path does not support this method (`method_not_allowed`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/405`.
+            ///
+            /// HTTP response code: `405 methodNotAllowed`.
+            case methodNotAllowed(Components.Responses.MethodNotAllowed)
+            /// The associated value of the enum case if `self` is `.methodNotAllowed`.
+            ///
+            /// - Throws: An error if `self` is not `.methodNotAllowed`.
+            /// - SeeAlso: `.methodNotAllowed`.
+            public var methodNotAllowed: Components.Responses.MethodNotAllowed {
+                get throws {
+                    switch self {
+                    case let .methodNotAllowed(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "methodNotAllowed",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The JSON is well-formed but its values are invalid (`unprocessable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/422`.
+            ///
+            /// HTTP response code: `422 unprocessableContent`.
+            case unprocessableContent(Components.Responses.Unprocessable)
+            /// The associated value of the enum case if `self` is `.unprocessableContent`.
+            ///
+            /// - Throws: An error if `self` is not `.unprocessableContent`.
+            /// - SeeAlso: `.unprocessableContent`.
+            public var unprocessableContent: Components.Responses.Unprocessable {
+                get throws {
+                    switch self {
+                    case let .unprocessableContent(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unprocessableContent",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The account's request rate was exceeded (`rate_limited`), or this client
+            /// address sent too many bad tokens (account or bootstrap) in the last minute
+            /// (`too_many_failures`, before the request's own token is even looked at).
+            /// Retry after `Retry-After` seconds.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            public var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The store or Redis cannot be reached (`unavailable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            public var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        @frozen public enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            public init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            public var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            public static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
     /// List field conflicts
     ///
     /// Lists fields that were changed on both sides and not resolved by the conflict policy.

@@ -299,6 +299,24 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `DELETE /dailyroundup/devices/{device_id}`.
     /// - Remark: Generated from `#/paths//dailyroundup/devices/{device_id}/delete(deleteDevice)`.
     func deleteDevice(_ input: Operations.DeleteDevice.Input) async throws -> Operations.DeleteDevice.Output
+    /// Read the activity history
+    ///
+    /// Every decision the server made about the account's items, newest
+    /// first: which side changed which field from which value to which, the
+    /// rule that decided a conflict and whose value was kept, our own writes
+    /// coming back from Trello (echoes), changes the list's settings kept
+    /// from the other side, errors, and the user's resolutions. Each row is
+    /// written in the same transaction as the change it describes, and kept
+    /// for `ROUNDUP_ACTIVITY_RETENTION_DAYS` (30 by default).
+    ///
+    /// The filters combine; `reminder_id` also selects the rows of the card
+    /// the reminder is mapped to. Pass `next_before_id` as `before_id` for
+    /// the next (older) page.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/activity`.
+    /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)`.
+    func listActivity(_ input: Operations.ListActivity.Input) async throws -> Operations.ListActivity.Output
     /// List field conflicts
     ///
     /// Lists fields that were changed on both sides and not resolved by the conflict policy.
@@ -771,6 +789,32 @@ extension APIProtocol {
     ) async throws -> Operations.DeleteDevice.Output {
         try await deleteDevice(Operations.DeleteDevice.Input(
             path: path,
+            headers: headers
+        ))
+    }
+    /// Read the activity history
+    ///
+    /// Every decision the server made about the account's items, newest
+    /// first: which side changed which field from which value to which, the
+    /// rule that decided a conflict and whose value was kept, our own writes
+    /// coming back from Trello (echoes), changes the list's settings kept
+    /// from the other side, errors, and the user's resolutions. Each row is
+    /// written in the same transaction as the change it describes, and kept
+    /// for `ROUNDUP_ACTIVITY_RETENTION_DAYS` (30 by default).
+    ///
+    /// The filters combine; `reminder_id` also selects the rows of the card
+    /// the reminder is mapped to. Pass `next_before_id` as `before_id` for
+    /// the next (older) page.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/activity`.
+    /// - Remark: Generated from `#/paths//dailyroundup/activity/get(listActivity)`.
+    public func listActivity(
+        query: Operations.ListActivity.Input.Query = .init(),
+        headers: Operations.ListActivity.Input.Headers = .init()
+    ) async throws -> Operations.ListActivity.Output {
+        try await listActivity(Operations.ListActivity.Input(
+            query: query,
             headers: headers
         ))
     }

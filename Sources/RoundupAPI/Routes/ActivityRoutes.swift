@@ -1,0 +1,41 @@
+import Hummingbird
+import RoundupStore
+
+/// `/dailyroundup/activity`: the history of every decision about the account's items, newest first.
+struct ActivityRoutes {
+    let api: API
+
+    var collection: RouteCollection<APIRequestContext> {
+        let routes = RouteCollection(context: APIRequestContext.self)
+        routes.add(middleware: api.authentication)
+        routes.get { request, context in try await page(context.requireAccount(), request) }
+        return routes
+    }
+
+    /// Filters by `sync_list_id`, `reminder_id` (its card's rows too) and `trello_card_id`, all optional; pages with
+    /// `before_id` and `limit` (1–200, default 50).
+    func page(_ account: String, _ request: Request) async throws -> ActivityPage {
+        let parameters = request.uri.queryParameters
+        func id(_ name: Substring) throws -> String? {
+            guard let text = parameters[name].map(String.init) else { return nil }
+            guard !text.isEmpty, text.utf8.count <= 128 else { throw APIError.unprocessable("\(name) must be 1 to 128 characters") }
+            return text
+        }
+        var query = ActivityQuery(syncListID: try id("sync_list_id"), reminderID: try id("reminder_id"), cardID: try id("trello_card_id"))
+        if let text = parameters["before_id"] {
+            guard let value = Int64(String(text)) else { throw APIError.badRequest("before_id must be an integer") }
+            guard value > 0 else { throw APIError.unprocessable("before_id must be positive") }
+            query.beforeID = value
+        }
+        var limit = 50
+        if let text = parameters["limit"] {
+            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
+            guard (1...200).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 200") }
+            limit = value
+        }
+        query.limit = limit + 1
+        let rows = try await api.store.activity(accountID: account, query)
+        let page = rows.prefix(limit).map(ActivityEntry.init)
+        return ActivityPage(activity: Array(page), hasMore: rows.count > limit, nextBeforeID: rows.count > limit ? page.last?.id : nil)
+    }
+}

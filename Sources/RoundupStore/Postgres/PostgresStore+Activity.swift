@@ -1,0 +1,79 @@
+public import Foundation
+import Logging
+import PostgresNIO
+import RoundupCore
+
+/// The activity history on PostgreSQL: rows written in one statement with the batch they describe, read newest
+/// first, pruned by age.
+extension PostgresStore: ActivityRepository {
+    /// Inserts rows in one statement. Arrays cannot hold NULL through these bindings: an absent value travels as "".
+    static func insertActivity(
+        _ c: PostgresConnection, _ rows: [(accountID: String, activity: NewActivity, now: String)], logger: Logger
+    )
+        async throws
+    {
+        guard !rows.isEmpty else { return }
+        func column(_ value: (NewActivity) -> String?) -> [String] { rows.map { value($0.activity) ?? "" } }
+        try await c.run(
+            """
+            INSERT INTO activity (\(unescaped: NewActivity.columns))
+            SELECT a, NULLIF(l, ''), NULLIF(k, ''), NULLIF(r, ''), t, NULLIF(s, ''), NULLIF(f, ''), NULLIF(o, ''), NULLIF(v, ''), NULLIF(p, ''),
+                   NULLIF(w, ''), NULLIF(m, ''), NULLIF(j, ''), NULLIF(x, ''), n
+            FROM unnest(\(rows.map(\.accountID))::text[], \(column(\.syncListID))::text[], \(column(\.cardID))::text[],
+                        \(column(\.reminderID))::text[], \(rows.map(\.activity.kind.rawValue))::text[], \(column { $0.side?.rawValue })::text[],
+                        \(column(\.field))::text[], \(column(\.oldValueJSON))::text[], \(column(\.newValueJSON))::text[],
+                        \(column { $0.rule?.rawValue })::text[], \(column { $0.kept?.rawValue })::text[], \(column(\.message))::text[],
+                        \(column(\.jobID))::text[], \(column(\.trelloActionID))::text[], \(rows.map(\.now))::text[])
+                 WITH ORDINALITY AS u(a, l, k, r, t, s, f, o, v, p, w, m, j, x, n, i)
+            ORDER BY i
+            """, logger)
+    }
+
+    public func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {
+        guard !rows.isEmpty else { return }
+        let now = Timestamp.now()
+        try await write { [logger] c in
+            try await Self.insertActivity(c, rows.map { (accountID, $0, now) }, logger: logger)
+        }
+    }
+
+    public func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord] {
+        try await read { [logger] c in
+            try await c.rows(
+                """
+                SELECT \(unescaped: ActivityRecord.columns) FROM activity
+                WHERE account_id = \(accountID)
+                  AND (\(query.syncListID)::text IS NULL OR sync_list_id = \(query.syncListID))
+                  AND (\(query.cardID)::text IS NULL OR trello_card_id = \(query.cardID))
+                  AND (\(query.reminderID)::text IS NULL OR reminder_id = \(query.reminderID) OR trello_card_id IN
+                        (SELECT trello_card_id FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(query.reminderID)))
+                  AND (\(query.beforeID)::int8 IS NULL OR id < \(query.beforeID))
+                ORDER BY id DESC LIMIT \(Int64(query.limit))
+                """, logger
+            ).map { r in
+                ActivityRecord(
+                    id: try r.int64(0), accountID: try r.text(1), syncListID: try r.optionalText(2), cardID: try r.optionalText(3),
+                    reminderID: try r.optionalText(4), kind: try .stored(r.text(5)), side: try r.optionalText(6).map(SyncSide.stored),
+                    field: try r.optionalText(7), oldValueJSON: try r.optionalText(8), newValueJSON: try r.optionalText(9),
+                    rule: try r.optionalText(10).map(ConflictRule.stored), kept: try r.optionalText(11).map(SyncSide.stored),
+                    message: try r.optionalText(12), jobID: try r.optionalText(13), trelloActionID: try r.optionalText(14), createdAt: try r.text(15))
+            }
+        }
+    }
+
+    /// Walks from the oldest row by id (ids grow with time), so it needs no index on the time.
+    public func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int {
+        let cutoffText = Timestamp.string(cutoff)
+        return try await write { [logger] c in
+            let edge = try await c.rows("SELECT id, created_at FROM activity ORDER BY id LIMIT 1 OFFSET \(Int64(max(batch - 1, 0)))", logger)
+            guard let edge = edge.first else {
+                return try await c.run("DELETE FROM activity WHERE created_at < \(cutoffText) RETURNING 1", logger)
+            }
+            let edgeID = try edge.int64(0)
+            if try edge.text(1) < cutoffText {
+                return try await c.run("DELETE FROM activity WHERE id <= \(edgeID) RETURNING 1", logger)
+            }
+            return try await c.run("DELETE FROM activity WHERE id <= \(edgeID) AND created_at < \(cutoffText) RETURNING 1", logger)
+        }
+    }
+}
