@@ -67,10 +67,20 @@ public struct ActivityRecord: Sendable, Equatable {
     public var jobID: String?
     public var trelloActionID: String?
     public var createdAt: String
+}
 
-    /// The columns both stores select, in the order `init(values:)` reads them.
-    static let columns =
-        "id, account_id, sync_list_id, trello_card_id, reminder_id, kind, side, field, old_value, new_value, rule, kept, message, job_id, trello_action_id, created_at"
+/// A card ↔ reminder mapping as stored (`sync_tasks`), for the export.
+public struct MappingRecord: Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String
+    /// The Trello card, or `pending:<reminder>` while a create is in flight.
+    public var cardID: String
+    public var reminderID: String?
+    /// The card left the list (deleted, archived, moved out).
+    public var deleted: Bool
+    public var lastSyncedAt: String?
+    public var createdAt: String
+    public var updatedAt: String
 }
 
 /// Which activity to read: newest first, before `beforeID` when given. A reminder's activity includes its card's.
@@ -94,6 +104,8 @@ public protocol ActivityRepository: Sendable {
     func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord]
     /// Deletes rows created before `cutoff`, oldest first, at most `batch` at a time; returns how many went.
     func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int
-    /// Writes rows on their own (decisions that change nothing else: a job item's error, an echo).
+    /// Writes rows on their own, for a decision that changes nothing else.
     func recordActivity(accountID: String, _ rows: [NewActivity]) async throws
+    /// The account's card ↔ reminder mappings after `afterID`, in id order (the export).
+    func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord]
 }

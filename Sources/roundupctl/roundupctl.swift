@@ -279,7 +279,38 @@ struct Jobs: AsyncParsableCommand {
 }
 
 struct Accounts: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(subcommands: [List.self])
+    static let configuration = CommandConfiguration(subcommands: [List.self, Export.self])
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write an account's whole data as JSON (credentials and APNs tokens masked), as GET /dailyroundup/account/export does.")
+        @Argument(help: "The account id.") var accountID: String
+        @Option(name: .shortAndLong, help: "Write to this file (created with mode 0600) instead of standard output.") var output: String?
+
+        func run() async throws {
+            let context = try Context.make()
+            try await Stores.withStore(configuration: context.configuration) { store in
+                await context.redis.shutdown()  // the export reads only the store
+                let handle: FileHandle
+                if let output {
+                    guard FileManager.default.createFile(atPath: output, contents: nil, attributes: [.posixPermissions: 0o600]),
+                        let file = FileHandle(forWritingAtPath: output)
+                    else { throw ValidationError("cannot write \(output)") }
+                    handle = file
+                } else {
+                    handle = FileHandle.standardOutput
+                }
+                let found = try await AccountExport(store: store).write(accountID: accountID) { handle.write(Data($0.utf8)) }
+                if output != nil { try handle.close() }
+                guard found else {
+                    if let output { try? FileManager.default.removeItem(atPath: output) }
+                    throw ValidationError("no account \(accountID)")
+                }
+                if output == nil { handle.write(Data("\n".utf8)) }
+            }
+        }
+    }
+
     struct List: AsyncParsableCommand {
         @Flag var json = false
         func run() async throws {

@@ -202,7 +202,7 @@ import Testing
             ("/dailyroundup/devices", "devices", 0), ("/dailyroundup/conflicts", "conflicts", 0), ("/dailyroundup/duplicates", "duplicates", 0),
             ("/dailyroundup/account", "account_id", nil), ("/dailyroundup/activity", "activity", 0),
             ("/dailyroundup/activity?trello_card_id=CardOfA1", "activity", 0), ("/dailyroundup/activity?sync_list_id=\(a.listID)", "activity", 0),
-            ("/dailyroundup/activity?reminder_id=reminder-of-a-conflict", "activity", 0),
+            ("/dailyroundup/activity?reminder_id=reminder-of-a-conflict", "activity", 0), ("/dailyroundup/account/export", "lists", 1),
         ]
         // A has a history of its own, so B's empty one means something.
         let historyOfA = try await api.call(.GET, "/dailyroundup/activity?trello_card_id=CardOfA1", token: a.token)
@@ -230,6 +230,7 @@ import Testing
             (.GET, "/dailyroundup/changes", nil), (.GET, "/dailyroundup/devices", nil),
             (.POST, "/dailyroundup/devices", Self.deviceBody("phone-of-a", apns: "ef")),
             (.GET, "/dailyroundup/conflicts", nil), (.GET, "/dailyroundup/duplicates", nil), (.GET, "/dailyroundup/activity", nil),
+            (.GET, "/dailyroundup/account/export", nil),
         ]
         let authenticated: [(method: HTTPMethod, path: String, body: String?)] =
             foreign.map { (method: $0.method, path: $0.path, body: $0.body) } + other

@@ -1,5 +1,6 @@
 import Hummingbird
 import Logging
+import NIOCore
 import RoundupCore
 import RoundupStore
 import RoundupSync
@@ -16,7 +17,31 @@ struct AccountRoutes {
         routes.put { request, context in try await update(context.requireAccount(), request, context) }
         routes.delete { _, context in try await delete(context.requireAccount()) }
         routes.post("token") { _, context in try await rotateToken(context.requireAccount()) }
+        routes.get("export") { _, context in try await export(context.requireAccount()) }
         return routes
+    }
+
+    /// `GET /dailyroundup/account/export`: the account's whole data (`AccountExport`), streamed as it is read.
+    func export(_ account: String) async throws -> Response {
+        guard try await api.store.accountDetails(id: account) != nil else { throw APIError.notFound("no account \(account)") }
+        let exporter = AccountExport(store: api.store)
+        let logger = api.logger
+        api.logger.info("account exported", metadata: ["account": "\(account)"])
+        return Response(
+            status: .ok,
+            headers: [
+                .contentType: "application/json", .contentDisposition: "attachment; filename=\"roundup-export.json\"", .cacheControl: "no-store",
+            ],
+            body: ResponseBody { writer in
+                do {
+                    _ = try await exporter.write(accountID: account) { try await writer.write(ByteBuffer(string: $0)) }
+                    try await writer.finish(nil)
+                } catch {
+                    // The status is sent already: the client sees a truncated document (not valid JSON), never a false end.
+                    logger.error("account export failed", metadata: ["account": "\(account)", "error": "\(error)"])
+                    throw error
+                }
+            })
     }
 
     /// `POST /dailyroundup/account`: a new account, for the bootstrap token only.

@@ -1,4 +1,6 @@
 import Hummingbird
+import NIOCore
+import RoundupCore
 import RoundupStore
 
 /// `/dailyroundup/activity`: the history of every decision about the account's items, newest first.
@@ -14,7 +16,7 @@ struct ActivityRoutes {
 
     /// Filters by `sync_list_id`, `reminder_id` (its card's rows too) and `trello_card_id`, all optional; pages with
     /// `before_id` and `limit` (1–200, default 50).
-    func page(_ account: String, _ request: Request) async throws -> ActivityPage {
+    func page(_ account: String, _ request: Request) async throws -> Response {
         let parameters = request.uri.queryParameters
         func id(_ name: Substring) throws -> String? {
             guard let text = parameters[name].map(String.init) else { return nil }
@@ -35,7 +37,13 @@ struct ActivityRoutes {
         }
         query.limit = limit + 1
         let rows = try await api.store.activity(accountID: account, query)
-        let page = rows.prefix(limit).map(ActivityEntry.init)
-        return ActivityPage(activity: Array(page), hasMore: rows.count > limit, nextBeforeID: rows.count > limit ? page.last?.id : nil)
+        let page = rows.prefix(limit)
+        let more = rows.count > limit
+        let body: JSONValue = .object([
+            "activity": .array(page.map(\.json)), "has_more": .bool(more),
+            "next_before_id": more ? page.last.map { .number(Double($0.id)) } ?? .null : .null,
+        ])
+        return Response(
+            status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: ByteBuffer(string: body.canonicalJSON)))
     }
 }

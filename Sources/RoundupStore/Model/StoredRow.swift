@@ -6,6 +6,7 @@ protocol StoredRow {
     func text(_ column: Int) throws -> String
     func optionalText(_ column: Int) throws -> String?
     func int64(_ column: Int) throws -> Int64
+    func bool(_ column: Int) throws -> Bool
 }
 
 extension StoredRow {
@@ -23,6 +24,7 @@ extension Row: StoredRow {
     func text(_ column: Int) throws -> String { try decode(String.self, atIndex: column) }
     func optionalText(_ column: Int) throws -> String? { try decode(String?.self, atIndex: column) }
     func int64(_ column: Int) throws -> Int64 { try decode(Int64.self, atIndex: column) }
+    func bool(_ column: Int) throws -> Bool { try decode(Bool.self, atIndex: column) }
 }
 
 extension PostgresRow: StoredRow {}
@@ -64,5 +66,30 @@ extension DuplicateDetail {
 
     init(stored row: some StoredRow) throws {
         self.init(record: try DuplicateRecord(stored: row), fields: PendingChangeCoding.fields(try row.text(8)), resolvedAt: try row.optionalText(9))
+    }
+}
+
+extension ActivityRecord {
+    /// The columns `init(stored:)` reads, from `activity`.
+    static let columns =
+        "id, account_id, sync_list_id, trello_card_id, reminder_id, kind, side, field, old_value, new_value, rule, kept, message, job_id, trello_action_id, created_at"
+
+    init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.int64(0), accountID: try r.text(1), syncListID: try r.optionalText(2), cardID: try r.optionalText(3),
+            reminderID: try r.optionalText(4), kind: try r.value(5), side: try r.optionalValue(6), field: try r.optionalText(7),
+            oldValueJSON: try r.optionalText(8), newValueJSON: try r.optionalText(9), rule: try r.optionalValue(10), kept: try r.optionalValue(11),
+            message: try r.optionalText(12), jobID: try r.optionalText(13), trelloActionID: try r.optionalText(14), createdAt: try r.text(15))
+    }
+}
+
+extension MappingRecord {
+    /// The columns `init(stored:)` reads, from `sync_tasks`.
+    static let columns = "id, sync_list_id, trello_card_id, reminder_id, deleted, last_synced_at, created_at, updated_at"
+
+    init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.int64(0), syncListID: try r.text(1), cardID: try r.text(2), reminderID: try r.optionalText(3), deleted: try r.bool(4),
+            lastSyncedAt: try r.optionalText(5), createdAt: try r.text(6), updatedAt: try r.text(7))
     }
 }

@@ -50,14 +50,18 @@ extension PostgresStore: ActivityRepository {
                   AND (\(query.beforeID)::int8 IS NULL OR id < \(query.beforeID))
                 ORDER BY id DESC LIMIT \(Int64(query.limit))
                 """, logger
-            ).map { r in
-                ActivityRecord(
-                    id: try r.int64(0), accountID: try r.text(1), syncListID: try r.optionalText(2), cardID: try r.optionalText(3),
-                    reminderID: try r.optionalText(4), kind: try .stored(r.text(5)), side: try r.optionalText(6).map(SyncSide.stored),
-                    field: try r.optionalText(7), oldValueJSON: try r.optionalText(8), newValueJSON: try r.optionalText(9),
-                    rule: try r.optionalText(10).map(ConflictRule.stored), kept: try r.optionalText(11).map(SyncSide.stored),
-                    message: try r.optionalText(12), jobID: try r.optionalText(13), trelloActionID: try r.optionalText(14), createdAt: try r.text(15))
-            }
+            ).map(ActivityRecord.init(stored:))
+        }
+    }
+
+    public func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
+        try await read { [logger] c in
+            try await c.rows(
+                """
+                SELECT \(unescaped: MappingRecord.columns) FROM sync_tasks WHERE account_id = \(accountID) AND id > \(afterID)
+                ORDER BY id LIMIT \(Int64(limit))
+                """, logger
+            ).map(MappingRecord.init(stored:))
         }
     }
 

@@ -47,12 +47,16 @@ extension SQLiteStore: ActivityRepository {
             }
             sql += " ORDER BY id DESC LIMIT ?"
             arguments += [query.limit]
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map { r in
-                ActivityRecord(
-                    id: r[0], accountID: r[1], syncListID: r[2], cardID: r[3], reminderID: r[4], kind: r[5], side: r[6], field: r[7],
-                    oldValueJSON: r[8], newValueJSON: r[9], rule: r[10], kept: r[11], message: r[12], jobID: r[13], trelloActionID: r[14],
-                    createdAt: r[15])
-            }
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(ActivityRecord.init(stored:))
+        }
+    }
+
+    public func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT \(MappingRecord.columns) FROM sync_tasks WHERE account_id = ? AND id > ? ORDER BY id LIMIT ?",
+                arguments: [accountID, afterID, limit]
+            ).map(MappingRecord.init(stored:))
         }
     }
 

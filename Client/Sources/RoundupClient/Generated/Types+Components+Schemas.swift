@@ -1383,6 +1383,252 @@ extension Components {
                 case environment
             }
         }
+        /// - Remark: Generated from `#/components/schemas/AccountExport`.
+        public struct AccountExport: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/AccountExport/format`.
+            @frozen public enum FormatPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case roundupExport1 = "roundup-export/1"
+            }
+            /// - Remark: Generated from `#/components/schemas/AccountExport/format`.
+            public var format: Components.Schemas.AccountExport.FormatPayload
+            /// - Remark: Generated from `#/components/schemas/AccountExport/exported_at`.
+            public var exportedAt: Foundation.Date
+            /// - Remark: Generated from `#/components/schemas/AccountExport/account`.
+            public var account: Components.Schemas.Account
+            /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload`.
+            public struct ListsPayloadPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/sync_list_id`.
+                public var syncListId: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/name`.
+                public var name: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/trello_board_id`.
+                public var trelloBoardId: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/trello_list_id`.
+                public var trelloListId: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/settings`.
+                public var settings: Components.Schemas.SyncSettings
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/created_at`.
+                public var createdAt: Swift.String?
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/last_reconciled_at`.
+                public var lastReconciledAt: Swift.String?
+                /// - Remark: Generated from `#/components/schemas/AccountExport/ListsPayload/last_reconcile_error`.
+                public var lastReconcileError: Swift.String?
+                /// Creates a new `ListsPayloadPayload`.
+                ///
+                /// - Parameters:
+                ///   - syncListId:
+                ///   - name:
+                ///   - trelloBoardId:
+                ///   - trelloListId:
+                ///   - settings:
+                ///   - createdAt:
+                ///   - lastReconciledAt:
+                ///   - lastReconcileError:
+                public init(
+                    syncListId: Swift.String,
+                    name: Swift.String,
+                    trelloBoardId: Swift.String,
+                    trelloListId: Swift.String,
+                    settings: Components.Schemas.SyncSettings,
+                    createdAt: Swift.String? = nil,
+                    lastReconciledAt: Swift.String? = nil,
+                    lastReconcileError: Swift.String? = nil
+                ) {
+                    self.syncListId = syncListId
+                    self.name = name
+                    self.trelloBoardId = trelloBoardId
+                    self.trelloListId = trelloListId
+                    self.settings = settings
+                    self.createdAt = createdAt
+                    self.lastReconciledAt = lastReconciledAt
+                    self.lastReconcileError = lastReconcileError
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case syncListId = "sync_list_id"
+                    case name
+                    case trelloBoardId = "trello_board_id"
+                    case trelloListId = "trello_list_id"
+                    case settings
+                    case createdAt = "created_at"
+                    case lastReconciledAt = "last_reconciled_at"
+                    case lastReconcileError = "last_reconcile_error"
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/AccountExport/lists`.
+            public typealias ListsPayload = [Components.Schemas.AccountExport.ListsPayloadPayload]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/lists`.
+            public var lists: Components.Schemas.AccountExport.ListsPayload
+            /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload`.
+            public struct DevicesPayloadPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/device_id`.
+                public var deviceId: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/platform`.
+                public var platform: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/environment`.
+                public var environment: Swift.String
+                /// Masked.
+                ///
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/apns_token`.
+                public var apnsToken: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/created_at`.
+                public var createdAt: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/updated_at`.
+                public var updatedAt: Swift.String
+                /// Creates a new `DevicesPayloadPayload`.
+                ///
+                /// - Parameters:
+                ///   - deviceId:
+                ///   - platform:
+                ///   - environment:
+                ///   - apnsToken: Masked.
+                ///   - createdAt:
+                ///   - updatedAt:
+                public init(
+                    deviceId: Swift.String,
+                    platform: Swift.String,
+                    environment: Swift.String,
+                    apnsToken: Swift.String,
+                    createdAt: Swift.String,
+                    updatedAt: Swift.String
+                ) {
+                    self.deviceId = deviceId
+                    self.platform = platform
+                    self.environment = environment
+                    self.apnsToken = apnsToken
+                    self.createdAt = createdAt
+                    self.updatedAt = updatedAt
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case deviceId = "device_id"
+                    case platform
+                    case environment
+                    case apnsToken = "apns_token"
+                    case createdAt = "created_at"
+                    case updatedAt = "updated_at"
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/AccountExport/devices`.
+            public typealias DevicesPayload = [Components.Schemas.AccountExport.DevicesPayloadPayload]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/devices`.
+            public var devices: Components.Schemas.AccountExport.DevicesPayload
+            /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload`.
+            public struct MappingsPayloadPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/sync_list_id`.
+                public var syncListId: Swift.String
+                /// The card, or `pending:<reminder_id>` while a create is in flight.
+                ///
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/trello_card_id`.
+                public var trelloCardId: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/reminder_id`.
+                public var reminderId: Swift.String?
+                /// The card left the list (deleted
+                ///
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/deleted`.
+                public var deleted: Swift.Bool
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/last_synced_at`.
+                public var lastSyncedAt: Swift.String?
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/created_at`.
+                public var createdAt: Swift.String
+                /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/updated_at`.
+                public var updatedAt: Swift.String
+                /// Creates a new `MappingsPayloadPayload`.
+                ///
+                /// - Parameters:
+                ///   - syncListId:
+                ///   - trelloCardId: The card, or `pending:<reminder_id>` while a create is in flight.
+                ///   - reminderId:
+                ///   - deleted: The card left the list (deleted
+                ///   - lastSyncedAt:
+                ///   - createdAt:
+                ///   - updatedAt:
+                public init(
+                    syncListId: Swift.String,
+                    trelloCardId: Swift.String,
+                    reminderId: Swift.String? = nil,
+                    deleted: Swift.Bool,
+                    lastSyncedAt: Swift.String? = nil,
+                    createdAt: Swift.String,
+                    updatedAt: Swift.String
+                ) {
+                    self.syncListId = syncListId
+                    self.trelloCardId = trelloCardId
+                    self.reminderId = reminderId
+                    self.deleted = deleted
+                    self.lastSyncedAt = lastSyncedAt
+                    self.createdAt = createdAt
+                    self.updatedAt = updatedAt
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case syncListId = "sync_list_id"
+                    case trelloCardId = "trello_card_id"
+                    case reminderId = "reminder_id"
+                    case deleted
+                    case lastSyncedAt = "last_synced_at"
+                    case createdAt = "created_at"
+                    case updatedAt = "updated_at"
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/AccountExport/mappings`.
+            public typealias MappingsPayload = [Components.Schemas.AccountExport.MappingsPayloadPayload]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/mappings`.
+            public var mappings: Components.Schemas.AccountExport.MappingsPayload
+            /// - Remark: Generated from `#/components/schemas/AccountExport/pending_changes`.
+            public var pendingChanges: [Components.Schemas.Change]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/conflicts`.
+            public var conflicts: [Components.Schemas.Conflict]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/duplicates`.
+            public var duplicates: [Components.Schemas.Duplicate]
+            /// - Remark: Generated from `#/components/schemas/AccountExport/activity`.
+            public var activity: [Components.Schemas.Activity]
+            /// Creates a new `AccountExport`.
+            ///
+            /// - Parameters:
+            ///   - format:
+            ///   - exportedAt:
+            ///   - account:
+            ///   - lists:
+            ///   - devices:
+            ///   - mappings:
+            ///   - pendingChanges:
+            ///   - conflicts:
+            ///   - duplicates:
+            ///   - activity:
+            public init(
+                format: Components.Schemas.AccountExport.FormatPayload,
+                exportedAt: Foundation.Date,
+                account: Components.Schemas.Account,
+                lists: Components.Schemas.AccountExport.ListsPayload,
+                devices: Components.Schemas.AccountExport.DevicesPayload,
+                mappings: Components.Schemas.AccountExport.MappingsPayload,
+                pendingChanges: [Components.Schemas.Change],
+                conflicts: [Components.Schemas.Conflict],
+                duplicates: [Components.Schemas.Duplicate],
+                activity: [Components.Schemas.Activity]
+            ) {
+                self.format = format
+                self.exportedAt = exportedAt
+                self.account = account
+                self.lists = lists
+                self.devices = devices
+                self.mappings = mappings
+                self.pendingChanges = pendingChanges
+                self.conflicts = conflicts
+                self.duplicates = duplicates
+                self.activity = activity
+            }
+            public enum CodingKeys: String, CodingKey {
+                case format
+                case exportedAt = "exported_at"
+                case account
+                case lists
+                case devices
+                case mappings
+                case pendingChanges = "pending_changes"
+                case conflicts
+                case duplicates
+                case activity
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/Activity`.
         public struct Activity: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/Activity/id`.

@@ -90,6 +90,20 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `POST /dailyroundup/account/token`.
     /// - Remark: Generated from `#/paths//dailyroundup/account/token/post(rotateAccountToken)`.
     func rotateAccountToken(_ input: Operations.RotateAccountToken.Input) async throws -> Operations.RotateAccountToken.Output
+    /// Export the account's data
+    ///
+    /// The account's whole data as one JSON document, streamed as it is read:
+    /// the account (credentials masked), its lists with their settings,
+    /// devices (APNs tokens masked), card ↔ reminder mappings, pending
+    /// changes, conflicts, possible duplicates and the activity history
+    /// (newest first). Sections are read one after another, so a change made
+    /// during the export may show in one section and not yet in another.
+    /// Operators get the same document with `roundupctl accounts export ID`.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/account/export`.
+    /// - Remark: Generated from `#/paths//dailyroundup/account/export/get(exportAccount)`.
+    func exportAccount(_ input: Operations.ExportAccount.Input) async throws -> Operations.ExportAccount.Output
     /// List synced lists
     ///
     /// - Remark: HTTP `GET /dailyroundup/lists`.
@@ -462,6 +476,22 @@ extension APIProtocol {
     /// - Remark: Generated from `#/paths//dailyroundup/account/token/post(rotateAccountToken)`.
     public func rotateAccountToken(headers: Operations.RotateAccountToken.Input.Headers = .init()) async throws -> Operations.RotateAccountToken.Output {
         try await rotateAccountToken(Operations.RotateAccountToken.Input(headers: headers))
+    }
+    /// Export the account's data
+    ///
+    /// The account's whole data as one JSON document, streamed as it is read:
+    /// the account (credentials masked), its lists with their settings,
+    /// devices (APNs tokens masked), card ↔ reminder mappings, pending
+    /// changes, conflicts, possible duplicates and the activity history
+    /// (newest first). Sections are read one after another, so a change made
+    /// during the export may show in one section and not yet in another.
+    /// Operators get the same document with `roundupctl accounts export ID`.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/account/export`.
+    /// - Remark: Generated from `#/paths//dailyroundup/account/export/get(exportAccount)`.
+    public func exportAccount(headers: Operations.ExportAccount.Input.Headers = .init()) async throws -> Operations.ExportAccount.Output {
+        try await exportAccount(Operations.ExportAccount.Input(headers: headers))
     }
     /// List synced lists
     ///
