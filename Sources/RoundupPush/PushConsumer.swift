@@ -3,11 +3,54 @@ public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
-import RoundupCore
+public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
 public import ServiceLifecycle
+
+/// One app the pusher sends for: its topic (bundle id), its team's provider token, and its own connections to each
+/// APNs environment (a provider token signs for its team's apps only, so apps never share a connection).
+public struct APNsApp: Sendable {
+    public let topic: String
+    let tokens: APNsTokenProvider
+    let production: APNsClient
+    let sandbox: APNsClient
+
+    public init(topic: String, tokens: APNsTokenProvider, production: APNsClient, sandbox: APNsClient) {
+        self.topic = topic
+        self.tokens = tokens
+        self.production = production
+        self.sandbox = sandbox
+    }
+
+    func shutdown() {
+        production.shutdown()
+        sandbox.shutdown()
+    }
+}
+
+/// The apps the pusher sends for, chosen by the bundle id a device registered with (none: the default app).
+public struct APNsApps: Sendable {
+    public let defaultApp: APNsApp
+    let others: [BundleID: APNsApp]
+
+    public init(defaultApp: APNsApp, others: [BundleID: APNsApp] = [:]) {
+        self.defaultApp = defaultApp
+        self.others = others
+    }
+
+    /// The app of a device; nil when the server has no credentials for its bundle id.
+    public func app(for bundleID: BundleID?) -> APNsApp? {
+        guard let bundleID, bundleID.rawValue != defaultApp.topic else { return defaultApp }
+        return others[bundleID]
+    }
+
+    public func shutdown() {
+        defaultApp.shutdown()
+        for app in others.values { app.shutdown() }
+    }
+}
 
 /// Sends one notification with the response rules APNs asks for: 200 done; 410 `Unregistered`, 400 `BadDeviceToken`
 /// or `DeviceTokenNotForTopic` remove the device and never retry; 403 `ExpiredProviderToken` renews the token once and
@@ -20,16 +63,12 @@ public struct PushSender: Sendable {
         case failed(String)
     }
 
-    let production: APNsClient
-    let sandbox: APNsClient
-    let tokens: APNsTokenProvider
+    let apps: APNsApps
     let maxAttempts: Int
     let logger: Logger
 
-    public init(production: APNsClient, sandbox: APNsClient, tokens: APNsTokenProvider, maxAttempts: Int = 5, logger: Logger) {
-        self.production = production
-        self.sandbox = sandbox
-        self.tokens = tokens
+    public init(apps: APNsApps, maxAttempts: Int = 5, logger: Logger) {
+        self.apps = apps
         self.maxAttempts = maxAttempts
         self.logger = logger
     }
@@ -38,8 +77,10 @@ public struct PushSender: Sendable {
         Counter(label: "roundup_apns_sends_total", dimensions: [("status", status), ("reason", reason)]).increment()
     }
 
-    public func send(_ request: APNsRequest, sandbox useSandbox: Bool) async -> Outcome {
-        let client = useSandbox ? sandbox : production
+    /// Sends `request` (its topic the app's) with the app's token, on the app's connections to the environment.
+    public func send(_ request: APNsRequest, app: APNsApp, sandbox useSandbox: Bool) async -> Outcome {
+        let client = useSandbox ? app.sandbox : app.production
+        let tokens = app.tokens
         var renewed = false
         var attempt = 0
         while true {
@@ -102,12 +143,10 @@ public struct PushConsumer: Service {
     public struct Options: Sendable {
         public var keys: RedisKeys
         public var consumer: String
-        public var topic: String
         public var window: Duration
-        public init(keys: RedisKeys, consumer: String, topic: String, window: Duration) {
+        public init(keys: RedisKeys, consumer: String, window: Duration) {
             self.keys = keys
             self.consumer = consumer
-            self.topic = topic
             self.window = window
         }
     }
@@ -289,10 +328,19 @@ public struct PushConsumer: Service {
     func deliver(
         _ type: APNsRequest.PushType, payload: ByteBuffer, device: DeviceRecord, account: String, collapseID: String?, entryID: String? = nil
     ) async {
+        guard let app = sender.apps.app(for: device.bundleID) else {
+            // Registered with an app this server has no credentials for: nothing can be signed for it. The device stays
+            // (the credentials may come with the next restart).
+            PushSender.count("dropped", "UnknownApp")
+            logger.warning(
+                "push not delivered: no APNs credentials for the device's app",
+                metadata: ["account": "\(account)", "device": "\(device.deviceID)", "bundle_id": "\(device.bundleID?.rawValue ?? "")"])
+            return
+        }
         let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
         let request = APNsRequest(
-            deviceToken: device.apnsToken, topic: options.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
-        switch await sender.send(request, sandbox: device.environment == .sandbox) {
+            deviceToken: device.apnsToken, topic: app.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
+        switch await sender.send(request, app: app, sandbox: device.environment == .sandbox) {
         case .sent:
             if let entryID { RoundupLatency.changeToPush.record(since: [entryID]) }
         case .deviceRemoved(let reason):

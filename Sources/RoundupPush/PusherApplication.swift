@@ -29,26 +29,43 @@ public enum PusherApplication {
             throw ConfigurationError(
                 key: missing.joined(separator: ", "), problem: "must be set: roundup-pusher cannot sign APNs requests without them")
         }
-        let tokens: APNsTokenProvider
-        do {
-            tokens = try APNsTokenProvider(keyFile: configuration.apnsKeyFile!, keyID: configuration.apnsKeyID!, teamID: configuration.apnsTeamID!)
-        } catch {
-            throw ConfigurationError(key: "ROUNDUP_APNS_KEY_FILE", problem: "is not a readable .p8 (PKCS#8 PEM P-256) key: \(error)")
+        // One app per topic, each with its own token and connections to each environment.
+        func app(topic: String, keyFile: String, keyID: String, teamID: String, key: String) throws -> APNsApp {
+            let tokens: APNsTokenProvider
+            do {
+                tokens = try APNsTokenProvider(keyFile: keyFile, keyID: keyID, teamID: teamID)
+            } catch {
+                throw ConfigurationError(key: key, problem: "is not a readable .p8 (PKCS#8 PEM P-256) key for \(topic): \(error)")
+            }
+            return APNsApp(
+                topic: topic, tokens: tokens,
+                production: try APNsClient(
+                    endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile,
+                    connections: configuration.apnsConnections, logger: logger),
+                sandbox: try APNsClient(
+                    endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1,
+                    logger: logger))
         }
-        let production = try APNsClient(
-            endpoint: try APNsClient.Endpoint(url: configuration.apnsURL), caFile: configuration.apnsCAFile,
-            connections: configuration.apnsConnections, logger: logger)
-        let sandbox = try APNsClient(
-            endpoint: try APNsClient.Endpoint(url: configuration.apnsSandboxURL), caFile: configuration.apnsCAFile, connections: 1, logger: logger)
+        var others: [BundleID: APNsApp] = [:]
+        for credentials in configuration.apnsApps {
+            others[credentials.topic] = try app(
+                topic: credentials.topic.rawValue, keyFile: credentials.keyFile, keyID: credentials.keyID, teamID: credentials.teamID,
+                key: "ROUNDUP_APNS_APPS_FILE")
+        }
+        let apps = APNsApps(
+            defaultApp: try app(
+                topic: configuration.apnsTopic!, keyFile: configuration.apnsKeyFile!, keyID: configuration.apnsKeyID!,
+                teamID: configuration.apnsTeamID!, key: "ROUNDUP_APNS_KEY_FILE"),
+            others: others)
+        logger.info(
+            "APNs apps", metadata: ["topics": "\(([configuration.apnsTopic!] + others.keys.map(\.rawValue).sorted()).joined(separator: ", "))"])
         let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let pauses = PauseWatcher(streams: [.push], redis: redis, keys: configuration.redisKeys, logger: logger)
         let consumer = PushConsumer(
             options: .init(
-                keys: configuration.redisKeys, consumer: configuration.workerConsumerName, topic: configuration.apnsTopic!,
-                window: .seconds(configuration.pushWindowSeconds)),
-            redis: redis, store: store, sender: PushSender(production: production, sandbox: sandbox, tokens: tokens, logger: logger), pauses: pauses,
-            logger: logger)
+                keys: configuration.redisKeys, consumer: configuration.workerConsumerName, window: .seconds(configuration.pushWindowSeconds)),
+            redis: redis, store: store, sender: PushSender(apps: apps, logger: logger), pauses: pauses, logger: logger)
         let ops = SimpleHTTPService.operations(
             name: "pusher-ops", host: configuration.host, port: configuration.pusherPort, logger: logger, registry: registry, redis: redis,
             pauses: pauses, storePing: { try await store.ping() })
@@ -65,8 +82,7 @@ public enum PusherApplication {
             }, configuration: configuration,
             logger: logger
         ) {
-            production.shutdown()
-            sandbox.shutdown()
+            apps.shutdown()
             await redis.shutdown()
         }
     }

@@ -1,5 +1,6 @@
 public import Foundation
 public import Logging
+public import RoundupCore
 
 /// A configuration key that could not be used, named so the operator knows what to fix.
 public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
@@ -68,6 +69,8 @@ public struct RoundupConfiguration: Sendable {
     public var apnsKeyID: String?
     public var apnsTeamID: String?
     public var apnsTopic: String?
+    /// More apps the pusher sends for, beside the one above (`ROUNDUP_APNS_APPS_FILE`).
+    public var apnsApps: [APNsAppCredentials]
     public var apnsURL: String
     public var apnsSandboxURL: String
     public var apnsCAFile: String?
@@ -103,7 +106,7 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
         "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
-        "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_URL",
+        "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_APPS_FILE", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
         "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_ACTIVITY_RETENTION_DAYS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
         "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
@@ -196,6 +199,11 @@ public struct RoundupConfiguration: Sendable {
         apnsKeyID = value("ROUNDUP_APNS_KEY_ID")
         apnsTeamID = value("ROUNDUP_APNS_TEAM_ID")
         apnsTopic = value("ROUNDUP_APNS_TOPIC")
+        if let file = value("ROUNDUP_APNS_APPS_FILE") {
+            apnsApps = try APNsAppCredentials.load(file: file, defaultTopic: value("ROUNDUP_APNS_TOPIC"))
+        } else {
+            apnsApps = []
+        }
         apnsURL = try url("ROUNDUP_APNS_URL", default: "https://api.push.apple.com", schemes: ["https"])!
         apnsSandboxURL = try url("ROUNDUP_APNS_SANDBOX_URL", default: "https://api.sandbox.push.apple.com", schemes: ["https"])!
         apnsCAFile = value("ROUNDUP_APNS_CA_FILE")
@@ -297,4 +305,44 @@ public struct PostgresURL: Sendable, Equatable {
 /// `ROUNDUP_PUSHER_WITHOUT_APNS`.
 public enum PusherWithoutAPNs: String, Sendable {
     case fail, idle
+}
+
+/// An app the pusher sends for besides the default one: its bundle id (the topic) and its team's signing key.
+public struct APNsAppCredentials: Sendable, Equatable {
+    public var topic: BundleID
+    public var teamID: String
+    public var keyID: String
+    public var keyFile: String
+
+    public init(topic: BundleID, teamID: String, keyID: String, keyFile: String) {
+        self.topic = topic
+        self.teamID = teamID
+        self.keyID = keyID
+        self.keyFile = keyFile
+    }
+
+    /// `ROUNDUP_APNS_APPS_FILE`: a JSON array of `{"topic", "team_id", "key_id", "key_file"}`, one per app, each topic
+    /// once and none the default app's (`ROUNDUP_APNS_TOPIC`).
+    static func load(file: String, defaultTopic: String?) throws -> [APNsAppCredentials] {
+        func problem(_ text: String) -> ConfigurationError { ConfigurationError(key: "ROUNDUP_APNS_APPS_FILE", problem: text) }
+        guard let data = FileManager.default.contents(atPath: file) else { throw problem("names a file that cannot be read: \(file)") }
+        guard let items = (try? JSONParser.parse(Array(data)))?.arrayValue else {
+            throw problem("must hold a JSON array of {\"topic\", \"team_id\", \"key_id\", \"key_file\"}")
+        }
+        var apps: [APNsAppCredentials] = []
+        for (index, item) in items.enumerated() {
+            func field(_ name: String) throws -> String {
+                guard let text = item[name]?.stringValue, !text.isEmpty else { throw problem("app \(index + 1) has no \(name)") }
+                return text
+            }
+            guard let topic = BundleID(rawValue: try field("topic")) else { throw problem("app \(index + 1): topic is not a bundle id") }
+            guard !apps.contains(where: { $0.topic == topic }), topic.rawValue != defaultTopic else {
+                throw problem("names the topic \(topic) twice (ROUNDUP_APNS_TOPIC included)")
+            }
+            let keyFile = try field("key_file")
+            guard FileManager.default.isReadableFile(atPath: keyFile) else { throw problem("app \(topic): key_file cannot be read: \(keyFile)") }
+            apps.append(APNsAppCredentials(topic: topic, teamID: try field("team_id"), keyID: try field("key_id"), keyFile: keyFile))
+        }
+        return apps
+    }
 }

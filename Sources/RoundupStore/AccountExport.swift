@@ -89,7 +89,8 @@ public struct AccountExport: Sendable {
     static func json(_ d: DeviceRecord) -> JSONValue {
         .object([
             "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue), "environment": .string(d.environment.rawValue),
-            "apns_token": text(maskSecret(d.apnsToken)), "created_at": .string(d.createdAt), "updated_at": .string(d.updatedAt),
+            "apns_token": text(maskSecret(d.apnsToken)), "bundle_id": text(d.bundleID?.rawValue), "created_at": .string(d.createdAt),
+            "updated_at": .string(d.updatedAt),
         ])
     }
 

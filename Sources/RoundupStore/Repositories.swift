@@ -63,7 +63,7 @@ public protocol ChangeFeed: Sendable {
 public protocol DeviceRepository: Sendable {
     /// Inserts or updates a device; `created` tells which.
     func upsertDevice(
-        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
     ) async throws -> (DeviceRecord, created: Bool)
     func devices(accountID: String) async throws -> [DeviceRecord]
     func deleteDevice(accountID: String, deviceID: String) async throws -> Bool
@@ -72,6 +72,16 @@ public protocol DeviceRepository: Sendable {
 }
 
 /// Background jobs and the account's job lease (`JobLease`).
+extension DeviceRepository {
+    /// A device of the server's default app.
+    public func upsertDevice(
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+    ) async throws -> (DeviceRecord, created: Bool) {
+        try await upsertDevice(
+            accountID: accountID, deviceID: deviceID, apnsToken: apnsToken, platform: platform, environment: environment, bundleID: nil)
+    }
+}
+
 public protocol JobRepository: Sendable {
     /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
     /// that holds the lease). A lease whose job went stale is taken over, and that job is marked stale.

@@ -85,6 +85,8 @@ public struct DeviceRecord: Sendable, Equatable {
     public var environment: APNsEnvironment
     public var createdAt: String
     public var updatedAt: String
+    /// The app the device registered with (its pushes' topic); nil: the server's default app (`ROUNDUP_APNS_TOPIC`).
+    public var bundleID: BundleID? = nil
 }
 
 public struct ConflictRecord: Sendable, Equatable {

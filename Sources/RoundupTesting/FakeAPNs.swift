@@ -12,7 +12,9 @@ import RoundupCore
 /// openssl for the occasion), `POST /3/device/{token}`, the provider token checked like APNs does (ES256 signature
 /// against the key's public half, `kid`, `iss`, an `iat` under an hour old), the headers checked (`apns-topic`,
 /// `apns-push-type`, priority 5 for background), payloads over 4096 bytes refused, `apns-id` echoed, and chosen
-/// errors per device token. It can send GOAWAY in the middle of a burst.
+/// errors per device token. It can send GOAWAY in the middle of a burst. Several apps: `addApp` registers another
+/// team's key and topic; a token is checked against the key its `kid` names and that key's team, and a topic must be
+/// one of that team's (`TopicDisallowed` otherwise), as APNs checks them.
 public final class FakeAPNs: Sendable {
     public struct Received: Sendable {
         public var deviceToken: String
@@ -23,6 +25,19 @@ public final class FakeAPNs: Sendable {
         public var issuedAt: Int
         public var token: String
         public var connection: Int
+        /// The provider token's `kid`, and the topic.
+        public var keyID: String = ""
+        public var topic: String { headers["apns-topic"] ?? "" }
+    }
+
+    /// One developer team's signing key and the topics (bundle ids) of its apps.
+    public struct App: Sendable {
+        public var topic: String
+        public var teamID: String
+        public var keyID: String
+        /// The key as a `.p8` file, for the pusher.
+        public var keyFile: String
+        let publicKey: P256.Signing.PublicKey
     }
 
     public struct Failure: Sendable {
@@ -55,6 +70,8 @@ public final class FakeAPNs: Sendable {
         /// Record payloads (off for benchmarks).
         public var record = true
         public var verifiedTokens: Set<String> = []
+        /// Apps added beside the first (`addApp`), by key id.
+        public var apps: [String: App] = [:]
     }
 
     public let state = NIOLockedValueBox(State())
@@ -134,6 +151,19 @@ public final class FakeAPNs: Sendable {
 
     public var delivered: [Received] { state.withLockedValue { $0.delivered } }
 
+    /// Registers another app: a team and key of its own (written as a `.p8` beside the first) and its topic.
+    public func addApp(topic: String, teamID: String, keyID: String) throws -> App {
+        let key = P256.Signing.PrivateKey()
+        let file = URL(fileURLWithPath: keyFile).deletingLastPathComponent().appendingPathComponent("AuthKey_\(keyID).p8").path
+        try key.pemRepresentation.write(toFile: file, atomically: true, encoding: .utf8)
+        let app = App(topic: topic, teamID: teamID, keyID: keyID, keyFile: file, publicKey: key.publicKey)
+        state.withLockedValue { $0.apps[keyID] = app }
+        return app
+    }
+
+    /// The first app, started with the fake.
+    public var firstApp: App { App(topic: topic, teamID: teamID, keyID: keyID, keyFile: keyFile, publicKey: publicKey) }
+
     public func fail(token: String, status: Int, reason: String, times: Int? = nil) {
         state.withLockedValue { $0.failures[token] = Failure(status: status, reason: reason, remaining: times) }
     }
@@ -161,8 +191,8 @@ public final class FakeAPNs: Sendable {
         return Data(base64Encoded: s)
     }
 
-    /// Checks the provider token as APNs does; returns its `iat`, or the 403 reason.
-    func verify(_ authorization: String?) -> Result<Int, FakeAPNsRefusal> {
+    /// Checks the provider token as APNs does; returns its `iat` and the app of its key, or the 403 reason.
+    func verify(_ authorization: String?) -> Result<(iat: Int, app: App), FakeAPNsRefusal> {
         guard let authorization, authorization.lowercased().hasPrefix("bearer ") else {
             return .failure(.init(status: 403, reason: "MissingProviderToken"))
         }
@@ -170,7 +200,8 @@ public final class FakeAPNs: Sendable {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Self.base64URLDecode(parts[0]), let claimsData = Self.base64URLDecode(parts[1]),
             let header = try? JSONParser.parse(Array(headerData)), let claims = try? JSONParser.parse(Array(claimsData)),
-            header["alg"] == .string("ES256"), header["kid"] == .string(keyID), claims["iss"] == .string(teamID),
+            header["alg"] == .string("ES256"), let kid = header["kid"]?.stringValue,
+            let app = kid == keyID ? firstApp : state.withLockedValue({ $0.apps[kid] }), claims["iss"] == .string(app.teamID),
             case .number(let iatNumber)? = claims["iat"]
         else { return .failure(.init(status: 403, reason: "InvalidProviderToken")) }
         let iat = Int(iatNumber)
@@ -178,14 +209,14 @@ public final class FakeAPNs: Sendable {
         if !known {
             guard let signatureData = Self.base64URLDecode(parts[2]),
                 let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
-                publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8))
+                app.publicKey.isValidSignature(signature, for: Array("\(parts[0]).\(parts[1])".utf8))
             else { return .failure(.init(status: 403, reason: "InvalidProviderToken")) }
             state.withLockedValue { _ = $0.verifiedTokens.insert(jwt) }
         }
         let expiredBefore = state.withLockedValue { $0.expiredBefore }
         if let expiredBefore, iat < expiredBefore { return .failure(.init(status: 403, reason: "ExpiredProviderToken")) }
         if Int(Date().timeIntervalSince1970) - iat > 3600 { return .failure(.init(status: 403, reason: "ExpiredProviderToken")) }
-        return .success(iat)
+        return .success((iat, app))
     }
 }
 
@@ -277,12 +308,14 @@ final class FakeAPNsStreamHandler: ChannelInboundHandler {
         guard headers.first(name: ":method") == "POST", path.hasPrefix("/3/device/") else { return record(404, "BadPath", apnsID, token: "") }
         let token = String(path.dropFirst("/3/device/".count))
         let iat: Int
+        let app: FakeAPNs.App
         switch fake.verify(headers.first(name: "authorization")) {
         case .failure(let refusal): return record(refusal.status, refusal.reason, apnsID, token: token)
-        case .success(let value): iat = value
+        case .success(let value): (iat, app) = value
         }
         guard let topic = headers.first(name: "apns-topic") else { return record(400, "MissingTopic", apnsID, token: token) }
-        guard topic == fake.topic else { return record(400, "TopicDisallowed", apnsID, token: token) }
+        // A token signs for its team's apps only.
+        guard topic == app.topic else { return record(400, "TopicDisallowed", apnsID, token: token) }
         let type = headers.first(name: "apns-push-type")
         guard type == "background" || type == "alert" else { return record(400, "InvalidPushType", apnsID, token: token) }
         let priority = headers.first(name: "apns-priority") ?? "10"
@@ -312,7 +345,7 @@ final class FakeAPNsStreamHandler: ChannelInboundHandler {
                 state.delivered.append(
                     FakeAPNs.Received(
                         deviceToken: token, headers: names, payload: payload, apnsID: apnsID, issuedAt: iat, token: bearer,
-                        connection: connection.number))
+                        connection: connection.number, keyID: app.keyID))
             }
         }
         return (200, nil, apnsID)

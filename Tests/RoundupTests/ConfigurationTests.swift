@@ -1,7 +1,9 @@
+import Foundation
 import Logging
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupTesting
 import Testing
 
 @Suite struct ConfigurationTests {
@@ -48,5 +50,36 @@ import Testing
         #expect(!tls.endpoint.contains("p@ss"))
         #expect(throws: RedisClientError.self) { try RedisConfiguration(url: "http://localhost") }
         #expect(throws: RedisClientError.self) { try RedisConfiguration(url: "redis://localhost/abc") }
+    }
+
+    /// `ROUNDUP_APNS_APPS_FILE`: each app's topic, team and key; a file that is wrong names itself.
+    @Test func apnsAppsFileIsReadAndCheckedWhole() throws {
+        let dir = try TestSupport.temporaryDirectory("apps")
+        let key = dir.appendingPathComponent("AuthKey.p8")
+        try "key".write(to: key, atomically: true, encoding: .utf8)
+        func load(_ json: String, topic: String = "app.dailyroundup.ios") throws -> RoundupConfiguration {
+            let file = dir.appendingPathComponent("apps-\(UUID().uuidString).json")
+            try json.write(to: file, atomically: true, encoding: .utf8)
+            return try RoundupConfiguration(environment: ["ROUNDUP_APNS_APPS_FILE": file.path, "ROUNDUP_APNS_TOPIC": topic])
+        }
+        let good = try load(#"[{"topic":"app.dailyroundup.macos","team_id":"TEAM000001","key_id":"KEY0000001","key_file":"\#(key.path)"}]"#)
+        #expect(
+            good.apnsApps == [
+                APNsAppCredentials(topic: BundleID(rawValue: "app.dailyroundup.macos")!, teamID: "TEAM000001", keyID: "KEY0000001", keyFile: key.path)
+            ])
+        for (json, problem) in [
+            ("{}", "JSON array"),
+            (#"[{"topic":"app.dailyroundup.macos","key_id":"K","key_file":"\#(key.path)"}]"#, "has no team_id"),
+            (#"[{"topic":"not a topic","team_id":"T","key_id":"K","key_file":"\#(key.path)"}]"#, "not a bundle id"),
+            (#"[{"topic":"app.dailyroundup.ios","team_id":"T","key_id":"K","key_file":"\#(key.path)"}]"#, "twice"),
+            (#"[{"topic":"app.dailyroundup.macos","team_id":"T","key_id":"K","key_file":"/nonexistent.p8"}]"#, "cannot be read"),
+        ] {
+            #expect {
+                try load(json)
+            } throws: { error in
+                (error as? ConfigurationError).map { $0.key == "ROUNDUP_APNS_APPS_FILE" && $0.problem.contains(problem) } ?? false
+            }
+        }
+        #expect(throws: ConfigurationError.self) { try RoundupConfiguration(environment: ["ROUNDUP_APNS_APPS_FILE": "/nonexistent.json"]) }
     }
 }

@@ -79,6 +79,75 @@ import Testing
         await apns.stop()
     }
 
+    /// Two apps on one server: the iOS app (the default, `ROUNDUP_APNS_TOPIC`) and the macOS app (another team's key,
+    /// from `ROUNDUP_APNS_APPS_FILE`). Each device's push carries its app's topic, is signed with its app's key, and
+    /// travels on its app's own connection; a device of an app the server has no key for gets nothing and stops
+    /// nothing.
+    @Test(arguments: StoreBackend.available) func pushesForTwoAppsCarryEachAppsTopicAndKey(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let apns = try await FakeAPNs.start()
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
+        let mac = try apns.addApp(topic: "app.dailyroundup.macos", teamID: "MACTEAM001", keyID: "MACKEY0001")
+        let file = stack.directory.appendingPathComponent("apns-apps.json")
+        try #"[{"topic":"\#(mac.topic)","team_id":"\#(mac.teamID)","key_id":"\#(mac.keyID)","key_file":"\#(mac.keyFile)"}]"#
+            .write(to: file, atomically: true, encoding: .utf8)
+        try await stack.startPusher(apns: apns, extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": "0", "ROUNDUP_APNS_APPS_FILE": file.path])
+
+        let created = try await stack.callAPI(.POST, "/dailyroundup/account", token: SyncSetup.bootstrap)
+        let account = try #require(created.json["account_id"]?.stringValue)
+        let token = try #require(created.json["auth_token"]?.stringValue)
+        // (device, bundle id sent, environment); the watch's app has no key on this server.
+        let devices: [(id: String, bundle: String?, environment: String)] = [
+            ("iphone", nil, "production"), ("ipad", apns.topic, "production"), ("mac", mac.topic, "sandbox"),
+            ("watch", "app.other.unknown", "production"),
+        ]
+        for (index, device) in devices.enumerated() {
+            var body: [String: JSONValue] = [
+                "device_id": .string(device.id), "apns_token": .string(Self.deviceToken(index)), "platform": device.id == "mac" ? "macos" : "ios",
+                "environment": .string(device.environment),
+            ]
+            if let bundle = device.bundle { body["bundle_id"] = .string(bundle) }
+            let response = try await stack.callAPI(.POST, "/dailyroundup/devices", token: token, body: JSONValue.object(body).canonicalJSON)
+            #expect(response.status == .created, "\(response.body)")
+            #expect(response.json["bundle_id"] == (device.bundle.map(JSONValue.string) ?? .null), "\(response.body)")
+        }
+        let bad = try await stack.callAPI(
+            .POST, "/dailyroundup/devices", token: token,
+            body:
+                #"{"device_id":"x","apns_token":"\#(Self.deviceToken(9))","platform":"ios","environment":"production","bundle_id":"not a bundle id"}"#
+        )
+        #expect(bad.status == .unprocessableEntity && bad.json["error"]?["message"]?.stringValue?.contains("bundle_id") == true, "\(bad.body)")
+
+        try await push(stack, account: account, kind: "background")
+        #expect(await TestSupport.eventually { apns.delivered.count == 3 }, "\(apns.delivered.map(\.deviceToken))")
+        try await Task.sleep(for: .milliseconds(300))
+        let delivered = apns.delivered
+        #expect(delivered.count == 3)
+        func received(_ index: Int) -> FakeAPNs.Received? { delivered.first { $0.deviceToken == Self.deviceToken(index) } }
+        let iphone = try #require(received(0))
+        let ipad = try #require(received(1))
+        let macPush = try #require(received(2))
+        #expect(received(3) == nil, "the unknown app's device got a push")
+        #expect(iphone.topic == apns.topic && iphone.keyID == apns.keyID)
+        #expect(ipad.topic == apns.topic && ipad.keyID == apns.keyID)
+        #expect(macPush.topic == mac.topic && macPush.keyID == mac.keyID)
+        // The apps do not share a connection.
+        #expect(macPush.connection != iphone.connection && macPush.connection != ipad.connection)
+        // Nothing was refused: each topic went with the key of its team.
+        #expect(apns.state.withLockedValue { $0.answered.allSatisfy { $0.status == 200 } })
+        // The unknown app's device is kept (its app's key may come with the next restart).
+        let listed = try await stack.callAPI(.GET, "/dailyroundup/devices", token: token).json["devices"]?.arrayValue ?? []
+        #expect(listed.count == 4 && listed.contains { $0["device_id"] == "watch" && $0["bundle_id"] == "app.other.unknown" })
+        await stack.shutdown()
+        await apns.stop()
+    }
+
     @Test(arguments: StoreBackend.available) func backgroundPushesAreCoalescedPerDeviceWithinTheWindow(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 2)
         defer {

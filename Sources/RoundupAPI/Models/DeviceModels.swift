@@ -10,6 +10,8 @@ public struct Device: ResponseCodable, Sendable, Equatable {
     public var platform: DevicePlatform
     public var environment: APNsEnvironment
     @Nullable public var apnsToken: String?
+    /// The app it registered with; null: the server's default app.
+    @Nullable public var bundleID: BundleID?
     public var createdAt: String
     public var updatedAt: String
 
@@ -17,6 +19,7 @@ public struct Device: ResponseCodable, Sendable, Equatable {
         case deviceID = "device_id"
         case platform, environment
         case apnsToken = "apns_token"
+        case bundleID = "bundle_id"
         case createdAt = "created_at"
         case updatedAt = "updated_at"
     }
@@ -26,6 +29,7 @@ public struct Device: ResponseCodable, Sendable, Equatable {
         platform = device.platform
         environment = device.environment
         apnsToken = maskSecret(device.apnsToken)
+        bundleID = device.bundleID
         createdAt = device.createdAt
         updatedAt = device.updatedAt
     }
@@ -43,11 +47,14 @@ public struct DeviceRegistration: Codable, Sendable, Equatable {
     public var apnsToken: String
     public var platform: DevicePlatform
     public var environment: APNsEnvironment
+    /// The app's bundle id (its pushes' topic); absent: the server's default app.
+    public var bundleID: BundleID?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"
         case apnsToken = "apns_token"
         case platform, environment
+        case bundleID = "bundle_id"
     }
 
     init(_ body: JSONBody) throws {
@@ -59,5 +66,11 @@ public struct DeviceRegistration: Codable, Sendable, Equatable {
         }
         platform = try body.requiredOneOf(CodingKeys.platform.rawValue, DevicePlatform.self)
         environment = try body.requiredOneOf(CodingKeys.environment.rawValue, APNsEnvironment.self)
+        if let text = try body.string(CodingKeys.bundleID.rawValue, required: false, maxLength: 155) {
+            guard let id = BundleID(rawValue: text) else {
+                throw APIError.unprocessable("bundle_id must be an app's bundle id: reverse DNS such as app.dailyroundup.macos")
+            }
+            bundleID = id
+        }
     }
 }

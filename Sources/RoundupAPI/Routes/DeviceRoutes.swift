@@ -23,7 +23,7 @@ struct DeviceRoutes {
         let registration = try DeviceRegistration(try await JSONBody.read(request, context: context))
         let (device, created) = try await api.store.upsertDevice(
             accountID: account, deviceID: registration.deviceID, apnsToken: registration.apnsToken, platform: registration.platform,
-            environment: registration.environment)
+            environment: registration.environment, bundleID: registration.bundleID)
         return EditedResponse(status: created ? .created : .ok, response: Device(device))
     }
 

@@ -115,3 +115,37 @@ public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
 public enum AttentionReason: String, Sendable, Hashable, CaseIterable, Codable {
     case trelloTokenRevoked = "trello_token_revoked"
 }
+
+/// An app's bundle id, the APNs topic of its pushes: reverse DNS (`app.dailyroundup.ios`), letters, digits, `-` and
+/// `.`, at most 155 characters.
+public struct BundleID: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+    public let rawValue: String
+
+    public init?(rawValue: String) {
+        let parts = rawValue.split(separator: ".", omittingEmptySubsequences: false)
+        guard rawValue.utf8.count <= 155, parts.count >= 2,
+            parts.allSatisfy({
+                !$0.isEmpty
+                    && $0.utf8.allSatisfy {
+                        $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0)
+                    }
+            })
+        else { return nil }
+        self.rawValue = rawValue
+    }
+
+    public var description: String { rawValue }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let value = BundleID(rawValue: text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a bundle id: \(text)"))
+        }
+        self = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+}

@@ -1,5 +1,6 @@
 import GRDB
 import PostgresNIO
+import RoundupCore
 
 /// A row of either store, read by column position: records decode themselves once from it, whichever store read it.
 protocol StoredRow {
@@ -66,6 +67,21 @@ extension DuplicateDetail {
 
     init(stored row: some StoredRow) throws {
         self.init(record: try DuplicateRecord(stored: row), fields: PendingChangeCoding.fields(try row.text(8)), resolvedAt: try row.optionalText(9))
+    }
+}
+
+extension DeviceRecord {
+    /// The columns `init(stored:)` reads, from `devices`.
+    static let columns = "device_id, apns_token, platform, environment, created_at, updated_at, bundle_id"
+
+    init(stored r: some StoredRow) throws {
+        self.init(
+            deviceID: try r.text(0), apnsToken: try r.text(1), platform: try r.value(2), environment: try r.value(3), createdAt: try r.text(4),
+            updatedAt: try r.text(5),
+            bundleID: try r.optionalText(6).map { text in
+                guard let id = BundleID(rawValue: text) else { throw UnknownStoredValue(type: "BundleID", value: text) }
+                return id
+            })
     }
 }
 

@@ -304,6 +304,7 @@ enum PostgresMigrations {
                 "CREATE INDEX activity_reminder ON activity(account_id, reminder_id, id) WHERE reminder_id IS NOT NULL",
             ]
         ),
+        ("v9-device-apps", ["ALTER TABLE devices ADD COLUMN bundle_id TEXT"]),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

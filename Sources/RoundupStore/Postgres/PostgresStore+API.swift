@@ -147,7 +147,7 @@ extension PostgresStore {
     }
 
     public func upsertDevice(
-        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
     ) async throws -> (DeviceRecord, created: Bool) {
         try await write { [self] c in
             let now = Timestamp.now()
@@ -155,10 +155,10 @@ extension PostgresStore {
             // the old token) cannot slip between a check and the update. `xmax = 0` only for a row just inserted.
             let created = try await c.rows(
                 """
-                INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at)
-                VALUES (\(accountID), \(deviceID), \(apnsToken), \(platform.rawValue), \(environment.rawValue), \(now), \(now))
+                INSERT INTO devices (account_id, device_id, apns_token, platform, environment, bundle_id, created_at, updated_at)
+                VALUES (\(accountID), \(deviceID), \(apnsToken), \(platform.rawValue), \(environment.rawValue), \(bundleID?.rawValue), \(now), \(now))
                 ON CONFLICT (account_id, device_id) DO UPDATE SET apns_token = excluded.apns_token, platform = excluded.platform,
-                    environment = excluded.environment, updated_at = excluded.updated_at
+                    environment = excluded.environment, bundle_id = excluded.bundle_id, updated_at = excluded.updated_at
                 RETURNING (xmax = 0)
                 """,
                 logger)[0].bool(0)
@@ -169,13 +169,8 @@ extension PostgresStore {
 
     static func devices(_ c: PostgresConnection, accountID: String, logger: Logger) async throws -> [DeviceRecord] {
         try await c.rows(
-            "SELECT device_id, apns_token, platform, environment, created_at, updated_at FROM devices WHERE account_id = \(accountID) ORDER BY id",
-            logger
-        ).map { row in
-            try DeviceRecord(
-                deviceID: row.text(0), apnsToken: row.text(1), platform: DevicePlatform.stored(row.text(2)),
-                environment: APNsEnvironment.stored(row.text(3)), createdAt: row.text(4), updatedAt: row.text(5))
-        }
+            "SELECT \(unescaped: DeviceRecord.columns) FROM devices WHERE account_id = \(accountID) ORDER BY id", logger
+        ).map(DeviceRecord.init(stored:))
     }
 
     public func devices(accountID: String) async throws -> [DeviceRecord] {

@@ -279,6 +279,10 @@ enum SQLiteMigrations {
                     CREATE INDEX activity_reminder ON activity(account_id, reminder_id, id) WHERE reminder_id IS NOT NULL;
                     """)
         }
+        migrator.registerMigration("v9-device-apps") { db in
+            // The app a device registered with (its bundle id, the APNs topic); NULL is the server's default app.
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN bundle_id TEXT")
+        }
         return migrator
     }
 }

@@ -125,7 +125,7 @@ extension SQLiteStore {
     }
 
     public func upsertDevice(
-        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
+        accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
     ) async throws -> (DeviceRecord, created: Bool) {
         try await pool.write { db in
             let now = Timestamp.now()
@@ -133,13 +133,14 @@ extension SQLiteStore {
                 try Bool.fetchOne(db, sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID]) ?? false
             if exists {
                 try db.execute(
-                    sql: "UPDATE devices SET apns_token = ?, platform = ?, environment = ?, updated_at = ? WHERE account_id = ? AND device_id = ?",
-                    arguments: [apnsToken, platform, environment, now, accountID, deviceID])
+                    sql:
+                        "UPDATE devices SET apns_token = ?, platform = ?, environment = ?, bundle_id = ?, updated_at = ? WHERE account_id = ? AND device_id = ?",
+                    arguments: [apnsToken, platform, environment, bundleID?.rawValue, now, accountID, deviceID])
             } else {
                 try db.execute(
                     sql:
-                        "INSERT INTO devices (account_id, device_id, apns_token, platform, environment, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    arguments: [accountID, deviceID, apnsToken, platform, environment, now, now])
+                        "INSERT INTO devices (account_id, device_id, apns_token, platform, environment, bundle_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    arguments: [accountID, deviceID, apnsToken, platform, environment, bundleID?.rawValue, now, now])
             }
             let device = try Self.devices(db, accountID: accountID).first { $0.deviceID == deviceID }!
             return (device, !exists)
@@ -148,9 +149,8 @@ extension SQLiteStore {
 
     static func devices(_ db: Database, accountID: String) throws -> [DeviceRecord] {
         try Row.fetchAll(
-            db, sql: "SELECT device_id, apns_token, platform, environment, created_at, updated_at FROM devices WHERE account_id = ? ORDER BY id",
-            arguments: [accountID]
-        ).map { DeviceRecord(deviceID: $0[0], apnsToken: $0[1], platform: $0[2], environment: $0[3], createdAt: $0[4], updatedAt: $0[5]) }
+            db, sql: "SELECT \(DeviceRecord.columns) FROM devices WHERE account_id = ? ORDER BY id", arguments: [accountID]
+        ).map(DeviceRecord.init(stored:))
     }
 
     public func devices(accountID: String) async throws -> [DeviceRecord] {

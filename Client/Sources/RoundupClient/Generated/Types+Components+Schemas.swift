@@ -1299,6 +1299,10 @@ extension Components {
         }
         /// - Remark: Generated from `#/components/schemas/Device`.
         public struct Device: Codable, Hashable, Sendable {
+            /// The app the device registered with (its pushes' topic); null for the server's default app.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Device/bundle_id`.
+            public var bundleId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/Device/device_id`.
             public var deviceId: Swift.String
             /// - Remark: Generated from `#/components/schemas/Device/platform`.
@@ -1316,6 +1320,7 @@ extension Components {
             /// Creates a new `Device`.
             ///
             /// - Parameters:
+            ///   - bundleId: The app the device registered with (its pushes' topic); null for the server's default app.
             ///   - deviceId:
             ///   - platform:
             ///   - environment:
@@ -1323,6 +1328,7 @@ extension Components {
             ///   - createdAt:
             ///   - updatedAt:
             public init(
+                bundleId: Swift.String? = nil,
                 deviceId: Swift.String,
                 platform: Components.Schemas.DevicePlatform,
                 environment: Components.Schemas.APNsEnvironment,
@@ -1330,6 +1336,7 @@ extension Components {
                 createdAt: Foundation.Date,
                 updatedAt: Foundation.Date
             ) {
+                self.bundleId = bundleId
                 self.deviceId = deviceId
                 self.platform = platform
                 self.environment = environment
@@ -1338,6 +1345,7 @@ extension Components {
                 self.updatedAt = updatedAt
             }
             public enum CodingKeys: String, CodingKey {
+                case bundleId = "bundle_id"
                 case deviceId = "device_id"
                 case platform
                 case environment
@@ -1358,6 +1366,15 @@ extension Components {
             public var platform: Components.Schemas.DevicePlatform
             /// - Remark: Generated from `#/components/schemas/DeviceRegistration/environment`.
             public var environment: Components.Schemas.APNsEnvironment
+            /// The app's bundle id, the topic of its pushes (the iOS and the macOS
+            /// app may differ). Left out: the server's default app
+            /// (`ROUNDUP_APNS_TOPIC`). A bundle id the server has no APNs key for
+            /// is accepted; its devices get no pushes until the key is configured
+            /// (`ROUNDUP_APNS_APPS_FILE`).
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/DeviceRegistration/bundle_id`.
+            public var bundleId: Swift.String?
             /// Creates a new `DeviceRegistration`.
             ///
             /// - Parameters:
@@ -1365,22 +1382,26 @@ extension Components {
             ///   - apnsToken: The APNs device token as a hex string.
             ///   - platform:
             ///   - environment:
+            ///   - bundleId: The app's bundle id, the topic of its pushes (the iOS and the macOS
             public init(
                 deviceId: Swift.String,
                 apnsToken: Swift.String,
                 platform: Components.Schemas.DevicePlatform,
-                environment: Components.Schemas.APNsEnvironment
+                environment: Components.Schemas.APNsEnvironment,
+                bundleId: Swift.String? = nil
             ) {
                 self.deviceId = deviceId
                 self.apnsToken = apnsToken
                 self.platform = platform
                 self.environment = environment
+                self.bundleId = bundleId
             }
             public enum CodingKeys: String, CodingKey {
                 case deviceId = "device_id"
                 case apnsToken = "apns_token"
                 case platform
                 case environment
+                case bundleId = "bundle_id"
             }
         }
         /// - Remark: Generated from `#/components/schemas/AccountExport`.
@@ -1458,59 +1479,8 @@ extension Components {
             public typealias ListsPayload = [Components.Schemas.AccountExport.ListsPayloadPayload]
             /// - Remark: Generated from `#/components/schemas/AccountExport/lists`.
             public var lists: Components.Schemas.AccountExport.ListsPayload
-            /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload`.
-            public struct DevicesPayloadPayload: Codable, Hashable, Sendable {
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/device_id`.
-                public var deviceId: Swift.String
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/platform`.
-                public var platform: Swift.String
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/environment`.
-                public var environment: Swift.String
-                /// Masked.
-                ///
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/apns_token`.
-                public var apnsToken: Swift.String
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/created_at`.
-                public var createdAt: Swift.String
-                /// - Remark: Generated from `#/components/schemas/AccountExport/DevicesPayload/updated_at`.
-                public var updatedAt: Swift.String
-                /// Creates a new `DevicesPayloadPayload`.
-                ///
-                /// - Parameters:
-                ///   - deviceId:
-                ///   - platform:
-                ///   - environment:
-                ///   - apnsToken: Masked.
-                ///   - createdAt:
-                ///   - updatedAt:
-                public init(
-                    deviceId: Swift.String,
-                    platform: Swift.String,
-                    environment: Swift.String,
-                    apnsToken: Swift.String,
-                    createdAt: Swift.String,
-                    updatedAt: Swift.String
-                ) {
-                    self.deviceId = deviceId
-                    self.platform = platform
-                    self.environment = environment
-                    self.apnsToken = apnsToken
-                    self.createdAt = createdAt
-                    self.updatedAt = updatedAt
-                }
-                public enum CodingKeys: String, CodingKey {
-                    case deviceId = "device_id"
-                    case platform
-                    case environment
-                    case apnsToken = "apns_token"
-                    case createdAt = "created_at"
-                    case updatedAt = "updated_at"
-                }
-            }
             /// - Remark: Generated from `#/components/schemas/AccountExport/devices`.
-            public typealias DevicesPayload = [Components.Schemas.AccountExport.DevicesPayloadPayload]
-            /// - Remark: Generated from `#/components/schemas/AccountExport/devices`.
-            public var devices: Components.Schemas.AccountExport.DevicesPayload
+            public var devices: [Components.Schemas.Device]
             /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload`.
             public struct MappingsPayloadPayload: Codable, Hashable, Sendable {
                 /// - Remark: Generated from `#/components/schemas/AccountExport/MappingsPayload/sync_list_id`.
@@ -1598,7 +1568,7 @@ extension Components {
                 exportedAt: Foundation.Date,
                 account: Components.Schemas.Account,
                 lists: Components.Schemas.AccountExport.ListsPayload,
-                devices: Components.Schemas.AccountExport.DevicesPayload,
+                devices: [Components.Schemas.Device],
                 mappings: Components.Schemas.AccountExport.MappingsPayload,
                 pendingChanges: [Components.Schemas.Change],
                 conflicts: [Components.Schemas.Conflict],
