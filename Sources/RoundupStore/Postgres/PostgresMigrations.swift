@@ -298,10 +298,8 @@ enum PostgresMigrations {
                     created_at TEXT NOT NULL
                 )
                 """,
-                "CREATE INDEX activity_account ON activity(account_id, id)",
-                "CREATE INDEX activity_list ON activity(account_id, sync_list_id, id)",
-                "CREATE INDEX activity_card ON activity(account_id, trello_card_id, id)",
-                "CREATE INDEX activity_reminder ON activity(account_id, reminder_id, id) WHERE reminder_id IS NOT NULL",
+                // One index, appended to in id order (see SQLiteMigrations v8-activity).
+                "CREATE INDEX activity_account ON activity(account_id, id, sync_list_id, trello_card_id, reminder_id)",
             ]
         ),
         ("v9-device-apps", ["ALTER TABLE devices ADD COLUMN bundle_id TEXT"]),

@@ -4,10 +4,11 @@ import RoundupCore
 
 /// The activity history on SQLite: rows written in the caller's transaction, read newest first, pruned by age.
 extension SQLiteStore: ActivityRepository {
+    /// Built once: the statement cache is keyed by this text.
+    static let insertActivitySQL = "INSERT INTO activity (\(NewActivity.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
     static func insertActivity(_ db: Database, accountID: String, _ a: NewActivity, now: String) throws {
-        try db.cachedStatement(
-            sql: "INSERT INTO activity (\(NewActivity.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [
+        try db.cachedStatement(sql: insertActivitySQL).execute(arguments: [
             accountID, a.syncListID, a.cardID, a.reminderID, a.kind, a.side, a.field, a.oldValueJSON, a.newValueJSON, a.rule, a.kept, a.message,
             a.jobID, a.trelloActionID, now,
         ])
