@@ -9,13 +9,8 @@ import Testing
 
 /// The activity history: every decision about an item, in the transaction that acts on it, paged for the apps.
 @Suite(.serialized) struct ActivityTests {
-    func startStack(_ backend: StoreBackend) async throws -> Stack {
-        let stack = try await Stack(store: backend)
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1")
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
-        return stack
-    }
+    /// Ingress, one worker and the API, as the list-settings tests run them.
+    func startStack(_ backend: StoreBackend) async throws -> Stack { try await ListSettingsTests().startStack(backend) }
 
     /// Every row the query selects, newest first, read in pages of `limit` (and checked to be pages: disjoint, in order).
     func activity(_ s: SyncSetup, _ query: String = "", limit: Int = 200) async throws -> [JSONValue] {

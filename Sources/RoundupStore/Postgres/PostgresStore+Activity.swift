@@ -6,27 +6,39 @@ import RoundupCore
 /// The activity history on PostgreSQL: rows written in one statement with the batch they describe, read newest
 /// first, pruned by age.
 extension PostgresStore: ActivityRepository {
-    /// Inserts rows in one statement. Arrays cannot hold NULL through these bindings: an absent value travels as "".
-    static func insertActivity(
-        _ c: PostgresConnection, _ rows: [(accountID: String, activity: NewActivity, now: String)], logger: Logger
-    )
-        async throws
-    {
+    typealias ActivityRow = (accountID: String, activity: NewActivity, now: String)
+
+    /// Inserts rows in one statement.
+    static func insertActivity(_ c: PostgresConnection, _ rows: [ActivityRow], logger: Logger) async throws {
         guard !rows.isEmpty else { return }
+        var sql = PostgresQuery.StringInterpolation(literalCapacity: 1024, interpolationCount: 15)
+        appendActivityInsert(&sql, rows)
+        try await c.run(PostgresQuery(stringInterpolation: sql), logger)
+    }
+
+    /// Appends `INSERT INTO activity … FROM unnest(…)` for `rows` to a statement being built: on its own, or as the
+    /// `WITH` of the batch's insert of pending changes, so the history takes no round trip of its own. Arrays cannot
+    /// hold NULL through these bindings: an absent value travels as "".
+    static func appendActivityInsert(_ sql: inout PostgresQuery.StringInterpolation, _ rows: [ActivityRow]) {
         func column(_ value: (NewActivity) -> String?) -> [String] { rows.map { value($0.activity) ?? "" } }
-        try await c.run(
+        let arrays: [[String]] = [
+            rows.map(\.accountID), column(\.syncListID), column(\.cardID), column(\.reminderID), rows.map(\.activity.kind.rawValue),
+            column { $0.side?.rawValue }, column(\.field), column(\.oldValueJSON), column(\.newValueJSON), column { $0.rule?.rawValue },
+            column { $0.kept?.rawValue }, column(\.message), column(\.jobID), column(\.trelloActionID), rows.map(\.now),
+        ]
+        sql.appendLiteral(
             """
-            INSERT INTO activity (\(unescaped: NewActivity.columns))
+            INSERT INTO activity (\(NewActivity.columns))
             SELECT a, NULLIF(l, ''), NULLIF(k, ''), NULLIF(r, ''), t, NULLIF(s, ''), NULLIF(f, ''), NULLIF(o, ''), NULLIF(v, ''), NULLIF(p, ''),
                    NULLIF(w, ''), NULLIF(m, ''), NULLIF(j, ''), NULLIF(x, ''), n
-            FROM unnest(\(rows.map(\.accountID))::text[], \(column(\.syncListID))::text[], \(column(\.cardID))::text[],
-                        \(column(\.reminderID))::text[], \(rows.map(\.activity.kind.rawValue))::text[], \(column { $0.side?.rawValue })::text[],
-                        \(column(\.field))::text[], \(column(\.oldValueJSON))::text[], \(column(\.newValueJSON))::text[],
-                        \(column { $0.rule?.rawValue })::text[], \(column { $0.kept?.rawValue })::text[], \(column(\.message))::text[],
-                        \(column(\.jobID))::text[], \(column(\.trelloActionID))::text[], \(rows.map(\.now))::text[])
-                 WITH ORDINALITY AS u(a, l, k, r, t, s, f, o, v, p, w, m, j, x, n, i)
-            ORDER BY i
-            """, logger)
+            FROM unnest(
+            """)
+        for (index, array) in arrays.enumerated() {
+            if index > 0 { sql.appendLiteral(", ") }
+            sql.appendInterpolation(array)
+            sql.appendLiteral("::text[]")
+        }
+        sql.appendLiteral(") WITH ORDINALITY AS u(a, l, k, r, t, s, f, o, v, p, w, m, j, x, n, i) ORDER BY i")
     }
 
     public func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {

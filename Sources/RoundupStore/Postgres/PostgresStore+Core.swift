@@ -254,7 +254,7 @@ struct PostgresChangeRows: ChangeRows {
     private var droppedChanges: [AccountScoped] = []
     private var openConflicts: [AccountScoped: [String: Int64]] = [:]
     private var conflictWrites: [(id: Int64?, conflict: StoredConflict)] = []
-    private var activity: [(accountID: String, activity: NewActivity, now: String)] = []
+    private var activity: [PostgresStore.ActivityRow] = []
 
     /// The open conflicts of these cards, for `openConflictID`.
     mutating func loadOpenConflicts(_ c: PostgresConnection, keys: [AccountScoped], logger: Logger) async throws {
@@ -400,7 +400,8 @@ struct PostgresChangeRows: ChangeRows {
                 inserted.append(try row[0].int64(0))
             }
         }
-        try await PostgresStore.insertActivity(c, activity, logger: logger)
+        // Written with the pending changes when there are any (`flushChanges`).
+        if inserts.isEmpty { try await PostgresStore.insertActivity(c, activity, logger: logger) }
         return inserted
     }
 
@@ -424,16 +425,29 @@ struct PostgresChangeRows: ChangeRows {
         }
         if !inserts.isEmpty {
             let changes = inserts.map(\.change)
-            try await c.run(
+            // The batch's history rides along as the statement's `WITH`: one round trip for both.
+            var sql = PostgresQuery.StringInterpolation(literalCapacity: 2048, interpolationCount: 24)
+            if !activity.isEmpty {
+                sql.appendLiteral("WITH activity_rows AS (")
+                PostgresStore.appendActivityInsert(&sql, activity)
+                sql.appendLiteral(") ")
+            }
+            sql.appendLiteral(
                 """
                 INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded)
-                SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s
-                FROM unnest(\(changes.map(\.accountID))::text[], \(changes.map(\.syncListID))::text[], \(changes.map(\.type.rawValue))::text[],
-                            \(changes.map(\.changedFieldsJSON))::text[], \(changes.map(\.fieldsJSON))::text[], \(changes.map(\.cardID))::text[],
-                            \(changes.map { $0.actionID ?? "" })::text[], \(inserts.map(\.now))::text[], \(inserts.map(\.superseded))::bool[])
-                     WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o)
-                ORDER BY o
-                """, logger)
+                SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s FROM unnest(
+                """)
+            let texts: [[String]] = [
+                changes.map(\.accountID), changes.map(\.syncListID), changes.map(\.type.rawValue), changes.map(\.changedFieldsJSON),
+                changes.map(\.fieldsJSON), changes.map(\.cardID), changes.map { $0.actionID ?? "" }, inserts.map(\.now),
+            ]
+            for array in texts {
+                sql.appendInterpolation(array)
+                sql.appendLiteral("::text[], ")
+            }
+            sql.appendInterpolation(inserts.map(\.superseded))
+            sql.appendLiteral("::bool[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o) ORDER BY o")
+            try await c.run(PostgresQuery(stringInterpolation: sql), logger)
         }
     }
 }
