@@ -130,6 +130,8 @@ extension PostgresStore {
             try await Self.lockAccounts(c, [accountID], logger: logger)
             guard let list = try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first else { return nil }
             _ = try await c.run("DELETE FROM sync_lists WHERE account_id = \(accountID) AND id = \(id)", logger)
+            // Its history goes with it (no foreign key: a cascade could not use the account-first index).
+            _ = try await c.run("DELETE FROM activity WHERE account_id = \(accountID) AND sync_list_id = \(id)", logger)
             return list
         }
     }

@@ -252,7 +252,8 @@ enum SQLiteMigrations {
         }
         migrator.registerMigration("v8-activity") { db in
             // Every decision about an item (`NewActivity`), written with the change it describes and kept for a time.
-            // No foreign key to the list: the history of a list outlives it, and goes with the account. One index, in id
+            // It goes with its account (foreign key) and its list (`deleteSyncList`: no foreign key, whose cascade could
+            // not use the account-first index). One index, in id
             // order within an account and carrying the filter columns: the worker appends to it (an index by card took
             // a random page per row and 10% of the worker's throughput), and a filtered page reads the account's
             // entries newest first without touching the table until a row matches.

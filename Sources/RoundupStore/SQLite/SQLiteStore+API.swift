@@ -112,6 +112,8 @@ extension SQLiteStore {
         try await pool.write { db in
             guard let list = try Self.syncLists(db, accountID: accountID, id: id).first else { return nil }
             try db.execute(sql: "DELETE FROM sync_lists WHERE account_id = ? AND id = ?", arguments: [accountID, id])
+            // Its history goes with it (no foreign key: a cascade could not use the account-first index).
+            try db.execute(sql: "DELETE FROM activity WHERE account_id = ? AND sync_list_id = ?", arguments: [accountID, id])
             return list
         }
     }
