@@ -31,6 +31,7 @@ final class IngressHandler: ChannelInboundHandler {
 
     static let maxBody = 1 << 20
     static let webhookPath = "/dailyroundup/webhook/trello"
+    static let webhookPrefix = webhookPath + "/"
 
     private let shared: IngressContext
     private var route: Route?
@@ -110,7 +111,7 @@ final class IngressHandler: ChannelInboundHandler {
     /// unknown account at once, before any lookup: nothing a client puts in the path becomes a cache entry or a key.
     private static func route(_ head: HTTPRequestHead) -> Result<Route, Rejection> {
         let uri = head.uri
-        let path = uri.firstIndex(of: "?").map { uri[..<$0] } ?? uri[...]
+        let path = uri.utf8.firstIndex(of: UInt8(ascii: "?")).map { uri[..<$0] } ?? uri[...]
         switch path {
         case "/healthz" where head.method == .GET || head.method == .HEAD: return .success(.health)
         case "/readyz" where head.method == .GET: return .success(.ready)
@@ -119,19 +120,23 @@ final class IngressHandler: ChannelInboundHandler {
         }
         var account: String?
         var token: String?
-        if path == webhookPath || path == webhookPath + "/" {
+        if path == webhookPath || path == webhookPrefix {
             account = nil
-        } else if path.hasPrefix(webhookPath + "/") {
-            let segments = path.dropFirst(webhookPath.count + 1).split(separator: "/", omittingEmptySubsequences: false)
-            guard (1...2).contains(segments.count), segments.allSatisfy({ !$0.isEmpty }) else {
+        } else if path.utf8.starts(with: webhookPrefix.utf8) {
+            // ACCOUNT or ACCOUNT/TOKEN, neither empty.
+            let rest = path.dropFirst(webhookPrefix.utf8.count)
+            let slash = rest.utf8.firstIndex(of: UInt8(ascii: "/"))
+            let first = slash.map { rest[..<$0] } ?? rest
+            let second = slash.map { rest[rest.utf8.index(after: $0)...] }
+            guard !first.isEmpty, second.map({ !$0.isEmpty && !$0.utf8.contains(UInt8(ascii: "/")) }) ?? true else {
                 return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path"))
             }
             // Shapes first: a path that cannot be an account's is answered without a lookup.
-            guard IdentifierShape.isAccountID(segments[0]), segments.count == 1 || WebhookCallback.isToken(segments[1]) else {
+            guard IdentifierShape.isAccountID(first), second.map(WebhookCallback.isToken) ?? true else {
                 return .failure(Rejection(status: .notFound, code: "unknown_account", message: "no account receives webhooks here"))
             }
-            account = String(segments[0])
-            token = segments.count == 2 ? String(segments[1]) : nil
+            account = String(first)
+            token = second.map(String.init)
         } else {
             return .failure(Rejection(status: .notFound, code: "not_found", message: "no such path"))
         }

@@ -126,14 +126,19 @@ final class APNsConnection: Sendable {
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":authority", value: host)
-        headers.add(name: ":path", value: "/3/device/" + request.deviceToken)
+        // Values that repeat from push to push (the token, for an hour; the topic; the type) go into HPACK's dynamic
+        // table and are sent as an index after the first time. Values that are new with every push (the id, the
+        // device's path, the expiration second) are sent literally and kept out of it: indexing them would only evict
+        // the repeating ones, and every header's lookup scans the whole table (8.6% of the pusher's instructions per push
+        // went with it; docs/BENCHMARKS.md, issue 19).
+        headers.add(name: ":path", value: "/3/device/" + request.deviceToken, indexing: .nonIndexable)
         headers.add(name: "authorization", value: "bearer " + token)
         headers.add(name: "apns-topic", value: request.topic)
         headers.add(name: "apns-push-type", value: request.pushType.rawValue)
-        headers.add(name: "apns-priority", value: String(request.priority))
-        headers.add(name: "apns-expiration", value: String(Int(request.expiration.timeIntervalSince1970)))
-        headers.add(name: "apns-id", value: request.id.uuidString.lowercased())
-        if let collapse = request.collapseID { headers.add(name: "apns-collapse-id", value: collapse) }
+        headers.add(name: "apns-priority", value: request.priority == 5 ? "5" : "10")
+        headers.add(name: "apns-expiration", value: String(Int(request.expiration.timeIntervalSince1970)), indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: request.id.uuidString.lowercased(), indexing: .nonIndexable)
+        if let collapse = request.collapseID { headers.add(name: "apns-collapse-id", value: collapse, indexing: .nonIndexable) }
         headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: String(request.payload.readableBytes))
         let payload = request.payload
@@ -307,7 +312,9 @@ private final class APNsStreamHandler: ChannelInboundHandler {
         done = true
         deadline?.cancel()
         var reason: String?
-        if responseBody.readableBytes > 0, let text = responseBody.getString(at: responseBody.readerIndex, length: responseBody.readableBytes),
+        // Only an error carries a reason (APNs answers 200 with no body).
+        if status != 200, responseBody.readableBytes > 0,
+            let text = responseBody.getString(at: responseBody.readerIndex, length: responseBody.readableBytes),
             let range = text.range(of: #""reason":""#)
         {
             let rest = text[range.upperBound...]

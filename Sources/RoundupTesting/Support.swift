@@ -142,9 +142,10 @@ public final class ManagedProcess: @unchecked Sendable {
         return exitCode
     }
 
-    public func stop() async {
+    /// SIGTERM, then SIGKILL if the process has not exited within `grace`.
+    public func stop(grace: Duration = .seconds(10)) async {
         signal(SIGTERM)
-        if await wait(timeout: .seconds(10)) == nil { signal(SIGKILL) }
+        if await wait(timeout: grace) == nil { signal(SIGKILL) }
         _ = await wait(timeout: .seconds(5))
     }
 

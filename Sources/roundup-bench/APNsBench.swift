@@ -27,9 +27,7 @@ enum APNsBench {
     }
 
     static func measure(pushes: Int, url: String, caFile: String, topic: String, tokens: APNsTokenProvider, label: String) async throws {
-        let payload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)
         let device = String(repeating: "ab", count: 32)
-        let logger = Logger(label: "bench")
 
         // h2load first (the baseline), with a token the fake accepts.
         var h2loadRate: Double?
@@ -64,40 +62,8 @@ enum APNsBench {
 
         var results: [(connections: Int, rate: Double, ok: Int)] = []
         for connections in [1, 4] {
-            let endpoint = try APNsClient.Endpoint(url: url)
-            let client = try APNsClient(endpoint: endpoint, caFile: caFile, connections: connections, logger: logger)
-            // Warm the connections up.
-            for _ in 0..<connections * 2 {
-                _ = try await client.send(
-                    APNsRequest(
-                        deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)),
-                    token: tokens.token().value)
-            }
-            let inFlight = 100 * connections
-            let started = ContinuousClock.now
-            let ok = await withTaskGroup(of: Int.self) { group -> Int in
-                var sent = 0
-                var ok = 0
-                func add() {
-                    guard sent < pushes else { return }
-                    sent += 1
-                    group.addTask {
-                        let request = APNsRequest(
-                            deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
-                        return (try? await client.send(request, token: tokens.token().value).status) == 200 ? 1 : 0
-                    }
-                }
-                for _ in 0..<inFlight { add() }
-                while let result = await group.next() {
-                    ok += result
-                    add()
-                }
-                return ok
-            }
-            let elapsed = ContinuousClock.now - started
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            results.append((connections, Double(pushes) / seconds, ok))
-            client.shutdown()
+            let (rate, ok) = try await send(pushes: pushes, connections: connections, url: url, caFile: caFile, topic: topic, tokens: tokens)
+            results.append((connections, rate, ok))
         }
         for r in results {
             let share = h2loadRate.map { String(format: " = %.0f%% of h2load", 100 * r.rate / $0) } ?? ""
@@ -109,5 +75,58 @@ enum APNsBench {
         print(
             h2loadRate.map { String(format: "%@: h2load -c1 -m100: %.0f requests/s", label, $0) }
                 ?? "h2load not installed (apt-get install nghttp2-client)")
+    }
+
+    /// `roundup-bench apns-send PUSHES CONNECTIONS URL CA_FILE`: our sender alone, no h2load (scripts/bench-cost counts
+    /// its instructions per push under callgrind). Exits non-zero unless every push was answered 200.
+    static func sendOnly(pushes: Int, connections: Int, url: String, caFile: String) async throws {
+        let tokens = APNsTokenProvider(key: P256.Signing.PrivateKey(), keyID: "BENCHKEY01", teamID: "BENCHTEAM1")
+        let (rate, ok) = try await send(
+            pushes: pushes, connections: connections, url: url, caFile: caFile, topic: "app.dailyroundup.ios", tokens: tokens)
+        print(String(format: "%d pushes over %d connection(s) at %.0f/s, %d answered 200", pushes, connections, rate, ok))
+        if ok != pushes { exit(1) }
+    }
+
+    /// Pushes `pushes` through one APNsClient of `connections` connections, 100 in flight per connection, after a warm-up
+    /// of two per connection; the rate and how many were answered 200.
+    static func send(
+        pushes: Int, connections: Int, url: String, caFile: String, topic: String, tokens: APNsTokenProvider
+    ) async throws -> (
+        rate: Double, ok: Int
+    ) {
+        let payload = ByteBuffer(string: #"{"aps":{"content-available":1},"roundup":{"sync":1}}"#)
+        let device = String(repeating: "ab", count: 32)
+        let endpoint = try APNsClient.Endpoint(url: url)
+        let client = try APNsClient(endpoint: endpoint, caFile: caFile, connections: connections, logger: Logger(label: "bench"))
+        defer { client.shutdown() }
+        for _ in 0..<connections * 2 {
+            _ = try await client.send(
+                APNsRequest(deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600)),
+                token: tokens.token().value)
+        }
+        let inFlight = 100 * connections
+        let started = ContinuousClock.now
+        let ok = await withTaskGroup(of: Int.self) { group -> Int in
+            var sent = 0
+            var ok = 0
+            func add() {
+                guard sent < pushes else { return }
+                sent += 1
+                group.addTask {
+                    let request = APNsRequest(
+                        deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
+                    return (try? await client.send(request, token: tokens.token().value).status) == 200 ? 1 : 0
+                }
+            }
+            for _ in 0..<inFlight { add() }
+            while let result = await group.next() {
+                ok += result
+                add()
+            }
+            return ok
+        }
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return (Double(pushes) / seconds, ok)
     }
 }

@@ -53,8 +53,13 @@ if args.count == 4, args[1] == "api-seed", let count = Int(args[3]) {
 // then ITEMS completes, as jobs of at most 500 items. Then the echo-suppression rate: of the webhooks Trello sent back
 // for those writes, how many did not become changes for the apps.
 // usage: roundup-bench apns PUSHES [URL CA_FILE] — the APNs sender beside h2load, against the fake APNs or URL.
+// usage: roundup-bench apns-send PUSHES CONNECTIONS URL CA_FILE — the sender alone (scripts/bench-cost).
 if args.count == 3, args[1] == "apns", let pushes = Int(args[2]) {
     try await APNsBench.run(pushes: pushes)
+    exit(0)
+}
+if args.count == 6, args[1] == "apns-send", let pushes = Int(args[2]), let connections = Int(args[3]) {
+    try await APNsBench.sendOnly(pushes: pushes, connections: connections, url: args[4], caFile: args[5])
     exit(0)
 }
 if args.count == 5, args[1] == "apns", let pushes = Int(args[2]) {
@@ -181,7 +186,9 @@ let cpuSeconds = workers.reduce(0.0) { total, worker in
     guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return total }
     return total + (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
-for worker in workers { await worker.stop() }
+// Under callgrind (scripts/bench-cost) a worker's orderly shutdown takes longer than the usual 10 s.
+let stopGrace = Double(ProcessInfo.processInfo.environment["BENCH_STOP_SECONDS"] ?? "") ?? 10
+for worker in workers { await worker.stop(grace: .seconds(stopGrace)) }
 let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
 guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
 print(

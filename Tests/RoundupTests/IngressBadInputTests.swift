@@ -83,6 +83,12 @@ import Testing
             Case(name: "comment", body: body("comment-1", type: "commentCard"), expect: .ok),
             Case(name: "unknown account", path: "/dailyroundup/webhook/trello/no-such-account", body: valid, expect: .notFound),
             Case(name: "extra path segment", path: path + "/more", body: valid, expect: .notFound),
+            Case(name: "empty token segment", path: path + "/", body: valid, expect: .notFound),
+            Case(name: "three path segments", path: path + "/" + String(repeating: "a", count: 64) + "/x", body: valid, expect: .notFound),
+            Case(
+                name: "empty account segment", path: "/dailyroundup/webhook/trello//" + String(repeating: "a", count: 64), body: valid,
+                expect: .notFound),
+            Case(name: "upper-case account id", path: "/dailyroundup/webhook/trello/" + account.uppercased(), body: valid, expect: .notFound),
             Case(name: "other path", path: "/dailyroundup/webhook/github", body: valid, expect: .notFound),
             Case(name: "GET", method: .GET, body: [], signature: .none, expect: .methodNotAllowed),
             Case(name: "PUT", method: .PUT, body: valid, expect: .methodNotAllowed),

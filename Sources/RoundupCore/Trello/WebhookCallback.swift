@@ -25,6 +25,7 @@ public enum WebhookCallback {
     }
 
     /// 64 lower-case hexadecimal characters.
+    @inlinable
     public static func isToken(_ text: some StringProtocol) -> Bool {
         let utf8 = text.utf8
         return utf8.count == 64 && utf8.allSatisfy(IdentifierShape.isLowerHex)
