@@ -28,7 +28,7 @@ extension Row: StoredRow {
     func bool(_ column: Int) throws -> Bool { try decode(Bool.self, atIndex: column) }
 }
 
-extension PostgresRow: StoredRow {}
+extension PostgresRandomAccessRow: StoredRow {}
 
 extension ConflictRecord {
     /// The columns `init(stored:)` reads, from `conflicts`.

@@ -34,7 +34,7 @@ extension PostgresStore {
     }
 
     /// Columns 0…8 as `accountDetails` selects them.
-    private static func details(_ row: PostgresRow) throws -> AccountDetails {
+    private static func details(_ row: PostgresRandomAccessRow) throws -> AccountDetails {
         try AccountDetails(
             id: row.text(0), trelloAPIKey: row.optionalText(1), trelloToken: row.optionalText(2), trelloWebhookSecret: row.optionalText(3),
             conflictPolicy: ConflictPolicy.stored(row.text(4)), deleteMode: DeleteMode.stored(row.text(5)), createdAt: row.text(6),
@@ -76,7 +76,7 @@ extension PostgresStore {
     }
 
     static func syncLists(_ c: PostgresConnection, accountID: String, id: String? = nil, logger: Logger) async throws -> [SyncListRecord] {
-        let rows: [PostgresRow]
+        let rows: [PostgresRandomAccessRow]
         if let id {
             rows = try await c.rows(
                 """
@@ -236,7 +236,7 @@ extension PostgresStore {
 
     public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
         try await read { [self] c in
-            let rows: [PostgresRow]
+            let rows: [PostgresRandomAccessRow]
             if let id {
                 rows = try await c.rows(
                     """

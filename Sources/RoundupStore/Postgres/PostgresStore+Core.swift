@@ -454,7 +454,7 @@ struct PostgresChangeRows: ChangeRows {
 
 extension PendingChange {
     /// A row of `PendingChange.columns`.
-    init(row: PostgresRow, accountID: String) throws {
+    init(row: PostgresRandomAccessRow, accountID: String) throws {
         self.init(
             id: try row.int64(0), accountID: accountID, syncListID: try row.text(1), changeType: try ChangeType.stored(row.text(2)),
             changedFieldsJSON: try row.text(3), fieldsJSON: try row.text(4), trelloCardID: try row.text(5), trelloActionID: try row.optionalText(6),

@@ -8,7 +8,7 @@ public import RoundupCore
 extension PostgresStore: SyncJobStore {
     static let jobColumns = "id, account_id, kind, status, device_id, processed, total, payload, results, error, created_at, updated_at"
 
-    static func job(_ row: PostgresRow) throws -> SyncJob {
+    static func job(_ row: PostgresRandomAccessRow) throws -> SyncJob {
         let payloadText = try row.text(7)
         let resultsText = try row.text(8)
         let results = (try? JSONParser.parse(Array(resultsText.utf8)))?.arrayValue ?? []
@@ -84,7 +84,7 @@ extension PostgresStore: SyncJobStore {
 
     private static let taskColumns = "sync_list_id, trello_card_id, reminder_id, deleted, field_hashes, last_synced_at"
 
-    private static func task(_ row: PostgresRow) throws -> SyncTaskRecord {
+    private static func task(_ row: PostgresRandomAccessRow) throws -> SyncTaskRecord {
         let stampsText = try row.text(4)
         return try SyncTaskRecord(
             syncListID: row.text(0), cardID: row.text(1), reminderID: row.optionalText(2), deleted: row.bool(3),

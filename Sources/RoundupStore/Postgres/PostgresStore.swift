@@ -286,9 +286,9 @@ final class DeadlineRace<T: Sendable>: @unchecked Sendable {
 }
 
 extension PostgresConnection {
-    /// All rows of a query.
-    func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRow] {
-        try await self.query(query, logger: logger).collect()
+    /// All rows of a query, each ready to be read by column position.
+    func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRandomAccessRow] {
+        try await self.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
     }
 
     /// Runs a statement; with `RETURNING 1` the result is the number of rows it touched.
@@ -298,13 +298,15 @@ extension PostgresConnection {
     }
 }
 
-extension PostgresRow {
+/// Rows are read by column position through `PostgresRandomAccessRow`, made once per row: `PostgresRow` has no cheap
+/// access by position (each `PostgresRandomAccessRow(row)` copies all the row's cells), so reading a row column by
+/// column through it cost work quadratic in its columns — a quarter of the API's instructions per changes page.
+extension PostgresRandomAccessRow {
     func text(_ column: Int) throws -> String { try self[column].decode(String.self) }
     func optionalText(_ column: Int) throws -> String? { try self[column].decode(String?.self) }
     func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
     func int(_ column: Int) throws -> Int { try self[column].decode(Int.self) }
     func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
-    subscript(column: Int) -> PostgresCell { PostgresRandomAccessRow(self)[column] }
 }
 
 extension SQLiteStore: OperatorStore {}
