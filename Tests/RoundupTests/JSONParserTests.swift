@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import RoundupCore
 import RoundupStore
 import RoundupTesting
@@ -14,6 +15,24 @@ import Testing
         #expect(value["t"] == .bool(true) && value["f"] == .bool(false) && value["z"] == .null)
         #expect(value["a"] == .array([.number(1), .array([]), .object([:])]))
         #expect(value["o"]?["k"] == .string("v"))
+    }
+
+    /// The changes page writes strings straight into its buffer; they must be the bytes canonicalJSON makes, and JSON
+    /// that reads back as the same string.
+    @Test func aStringWrittenIntoABufferIsItsCanonicalJSON() throws {
+        let samples = [
+            "", "plain", "a\"quote\"", "back\\slash", "line\nbreak\r\ttab", "\u{0}\u{1}\u{1f}\u{7f}", "é😀 ünïcödé",
+            "\"\\\"", String(repeating: "long ", count: 500) + "\n", "ends with escape\u{8}",
+        ]
+        #expect(JSONValue.string("a\"\\\n\u{1}\t").canonicalJSON == #""a\"\\\n\u0001\t""#)
+        for sample in samples {
+            var buffer = ByteBuffer()
+            buffer.writeJSONString(sample)
+            let written = buffer.readString(length: buffer.readableBytes) ?? ""
+            #expect(written == JSONValue.string(sample).canonicalJSON)
+            #expect(try JSONParser.parse(Array(written.utf8)) == .string(sample))
+            #expect(try JSONSerialization.jsonObject(with: Data(written.utf8), options: .fragmentsAllowed) as? String == sample)
+        }
     }
 
     @Test func agreesWithFoundationOnEveryFixture() throws {

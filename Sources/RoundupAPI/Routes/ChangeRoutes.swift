@@ -39,7 +39,7 @@ struct ChangeRoutes {
         out.writeString(#"],"has_more":"#)
         out.writeString(rows.count > limit ? "true" : "false")
         out.writeString(#","server_time":"#)
-        out.writeString(JSONValue.string(Timestamp.now()).canonicalJSON)
+        out.writeJSONString(Timestamp.now())
         out.writeString("}")
         return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: out))
     }
@@ -57,19 +57,19 @@ struct ChangeRoutes {
         out.writeString(#"{"id":"#)
         out.writeString(String(row.id))
         out.writeString(#","change_type":"#)
-        out.writeString(JSONValue.string(row.changeType.rawValue).canonicalJSON)
+        out.writeJSONString(row.changeType.rawValue)
         out.writeString(#","sync_list_id":"#)
-        out.writeString(JSONValue.string(row.syncListID).canonicalJSON)
+        out.writeJSONString(row.syncListID)
         out.writeString(#","trello_card_id":"#)
-        out.writeString(JSONValue.string(row.trelloCardID).canonicalJSON)
+        out.writeJSONString(row.trelloCardID)
         out.writeString(#","reminder_id":"#)
-        out.writeString((row.reminderID.map(JSONValue.string) ?? .null).canonicalJSON)
+        if let reminderID = row.reminderID { out.writeJSONString(reminderID) } else { out.writeString("null") }
         out.writeString(#","changed_fields":"#)
         out.writeString(row.changedFieldsJSON)
         out.writeString(#","fields":"#)
         out.writeString(row.fieldsJSON)
         out.writeString(#","created_at":"#)
-        out.writeString(JSONValue.string(row.createdAt).canonicalJSON)
+        out.writeJSONString(row.createdAt)
         out.writeString("}")
     }
 

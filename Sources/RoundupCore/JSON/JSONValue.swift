@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+public import NIOCore
 
 /// Any JSON value. Used for card fields, whose shapes vary (strings, dates, arrays, objects).
 public enum JSONValue: Sendable, Hashable, Codable {
@@ -98,25 +99,9 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
-    /// Escapes only what JSON requires (quote, backslash, control characters); other UTF-8 passes through.
     private static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                out.append(hexDigits[Int(byte >> 4)])
-                out.append(hexDigits[Int(byte & 0x0F)])
-            default: out.append(byte)
-            }
-        }
+        JSONStringEscaping.pieces(of: s) { out.append(contentsOf: $0) }
         out.append(UInt8(ascii: "\""))
     }
 
@@ -130,8 +115,8 @@ public enum JSONValue: Sendable, Hashable, Codable {
         var out: [UInt8] = []
         out.reserveCapacity(32)
         for byte in bytes {
-            out.append(Self.hexDigits[Int(byte >> 4)])
-            out.append(Self.hexDigits[Int(byte & 0x0F)])
+            out.append(JSONStringEscaping.hexDigits[Int(byte >> 4)])
+            out.append(JSONStringEscaping.hexDigits[Int(byte & 0x0F)])
         }
         return String(decoding: out, as: UTF8.self)
     }
@@ -140,4 +125,53 @@ public enum JSONValue: Sendable, Hashable, Codable {
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
     public init(stringLiteral value: String) { self = .string(value) }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+}
+
+/// How a string is written as a JSON string literal: only what JSON requires is escaped (quote, backslash, control
+/// characters, `\n` `\r` `\t` by name and the others as `\u00xx`); other UTF-8 passes through. One copy of the rule for
+/// both writers, `JSONValue.canonicalJSON` and `ByteBuffer.writeJSONString`.
+enum JSONStringEscaping {
+    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// Calls `write` with the literal's body (without its quotes) piece by piece: runs of bytes that need no escape as
+    /// they are, in one piece each, and each escape sequence.
+    @inline(__always)
+    static func pieces(of text: String, _ write: (UnsafeRawBufferPointer) -> Void) {
+        var text = text
+        text.withUTF8 { bytes in
+            var runStart = 0
+            for index in 0..<bytes.count {
+                let byte = bytes[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                if runStart < index { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<index]))) }
+                runStart = index + 1
+                var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (UInt8(ascii: "\\"), byte, 0, 0, 0, 0)
+                var length = 2
+                switch byte {
+                case 0x0A: escape.1 = UInt8(ascii: "n")
+                case 0x0D: escape.1 = UInt8(ascii: "r")
+                case 0x09: escape.1 = UInt8(ascii: "t")
+                case 0..<0x20:
+                    escape = (
+                        UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hexDigits[Int(byte >> 4)],
+                        hexDigits[Int(byte & 0x0F)]
+                    )
+                    length = 6
+                default: break  // quote and backslash: a backslash before the byte itself
+                }
+                withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+            }
+            if runStart < bytes.count { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))) }
+        }
+    }
+}
+
+extension ByteBuffer {
+    /// Writes `text` as a JSON string literal, quotes included: the same bytes as `JSONValue.string(text).canonicalJSON`,
+    /// without making that string first (the changes page writes five per change).
+    public mutating func writeJSONString(_ text: String) {
+        writeInteger(UInt8(ascii: "\""))
+        JSONStringEscaping.pieces(of: text) { writeBytes($0) }
+        writeInteger(UInt8(ascii: "\""))
+    }
 }
