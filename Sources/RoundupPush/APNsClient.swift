@@ -56,19 +56,24 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// One HTTP/2 connection to APNs over TLS (ALPN `h2`), many concurrent streams on it. NIOHTTP2 holds back new
-/// streams beyond the server's `MAX_CONCURRENT_STREAMS` until earlier ones close. After a GOAWAY the connection takes
-/// no new streams; streams the server did not process fail with `notProcessed`.
+/// One HTTP/2 connection to APNs over TLS (ALPN `h2`), many concurrent streams on it, without a channel per stream:
+/// pushes are queued, and one task on the connection's event loop takes every push queued so far, opens a stream for
+/// each (HEADERS and DATA frames on a stream id of its own) and flushes them together; answers are matched to pushes by
+/// stream id (`APNsStreams`). NIOHTTP2 holds back new streams beyond the server's `MAX_CONCURRENT_STREAMS` until
+/// earlier ones close. After a GOAWAY the connection takes no new streams; streams the server did not process fail with
+/// `notProcessed`. (A child channel, a task and a timer per push cost half the pusher's instructions; issue 19.)
 final class APNsConnection: Sendable {
     let channel: any Channel
-    let multiplexer: NIOHTTP2Handler.StreamMultiplexer
     /// Set by a GOAWAY (with its last stream id), a closed connection, or a request that got no answer in time.
     let goAway: GoAwayState
+    private let streams: NIOLoopBound<APNsStreams>
     private let lastActivity = NIOLockedValueBox(NIODeadline.now())
+    /// Pushes waiting for the event loop, and whether a task to write them is already on its way.
+    private let queue = NIOLockedValueBox<(pushes: [APNsStreams.Push], scheduled: Bool)>(([], false))
 
-    init(channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, goAway: GoAwayState) {
+    private init(channel: any Channel, streams: APNsStreams, goAway: GoAwayState) {
         self.channel = channel
-        self.multiplexer = multiplexer
+        self.streams = NIOLoopBound(streams, eventLoop: channel.eventLoop)
         self.goAway = goAway
     }
 
@@ -81,23 +86,22 @@ final class APNsConnection: Sendable {
     ) async throws -> APNsConnection {
         let serverName = host.first?.isNumber == true || host.contains(":") ? nil : host
         let goAway = GoAwayState()
-        let (channel, multiplexer) = try await ClientBootstrap(group: group)
+        let connection = try await ClientBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.so_keepalive), value: 1)
             .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(.seconds(10))
             .connect(host: host, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture { () -> (any Channel, NIOHTTP2Handler.StreamMultiplexer) in
+                channel.eventLoop.makeCompletedFuture { () -> APNsConnection in
                     let ssl = try NIOSSLClientHandler(context: tls, serverHostname: serverName)
                     try channel.pipeline.syncOperations.addHandler(ssl)
                     try channel.pipeline.syncOperations.addHandler(FlushCoalescer())
-                    let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                        mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
-                    ) { stream in stream.close() }  // APNs never opens streams
-                    try channel.pipeline.syncOperations.addHandler(ConnectionWatcher(goAway: goAway))
-                    return (channel, multiplexer)
+                    // No stream multiplexer: frames of every stream pass through this one pipeline.
+                    try channel.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
+                    let streams = APNsStreams(goAway: goAway)
+                    try channel.pipeline.syncOperations.addHandler(streams)
+                    return APNsConnection(channel: channel, streams: streams, goAway: goAway)
                 }
             }
-        let connection = APNsConnection(channel: channel, multiplexer: multiplexer, goAway: goAway)
         connection.schedulePing(every: idlePing)
         logger.info("apns connected", metadata: ["host": "\(host)", "port": "\(port)"])
         return connection
@@ -121,6 +125,33 @@ final class APNsConnection: Sendable {
     func send(_ request: APNsRequest, host: String, token: String, timeout: TimeAmount) async throws -> APNsResponse {
         lastActivity.withLockedValue { $0 = .now() }
         let promise = channel.eventLoop.makePromise(of: APNsResponse.self)
+        let push = APNsStreams.Push(
+            headers: Self.headers(request, host: host, token: token), body: request.payload, promise: promise, timeout: timeout)
+        let schedule = queue.withLockedValue { queue -> Bool in
+            queue.pushes.append(push)
+            defer { queue.scheduled = true }
+            return !queue.scheduled
+        }
+        if schedule {
+            channel.eventLoop.execute { [self] in
+                let pushes = queue.withLockedValue { queue -> [APNsStreams.Push] in
+                    queue.scheduled = false
+                    defer { queue.pushes.removeAll(keepingCapacity: true) }
+                    return queue.pushes
+                }
+                streams.value.open(pushes)
+            }
+        }
+        do {
+            return try await promise.futureResult.get()
+        } catch APNsError.noResponse(let why) where why.hasPrefix("no answer within") {
+            // A connection that stops answering is replaced (PINGs alone would take minutes to tell).
+            markGoingAway()
+            throw APNsError.noResponse(why)
+        }
+    }
+
+    static func headers(_ request: APNsRequest, host: String, token: String) -> HPACKHeaders {
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
         headers.add(name: ":method", value: "POST")
@@ -141,24 +172,7 @@ final class APNsConnection: Sendable {
         if let collapse = request.collapseID { headers.add(name: "apns-collapse-id", value: collapse, indexing: .nonIndexable) }
         headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: String(request.payload.readableBytes))
-        let payload = request.payload
-        let sendHeaders = headers
-        let goAway = self.goAway
-        multiplexer.createStreamChannel { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(
-                    APNsStreamHandler(headers: sendHeaders, body: payload, promise: promise, timeout: timeout, goAway: goAway))
-            }
-        }.whenFailure { error in
-            promise.fail(APNsError.notProcessed("stream not opened: \(error)"))
-        }
-        do {
-            return try await promise.futureResult.get()
-        } catch APNsError.noResponse(let why) where why.hasPrefix("no answer within") {
-            // A connection that stops answering is replaced (PINGs alone would take minutes to tell).
-            markGoingAway()
-            throw APNsError.noResponse(why)
-        }
+        return headers
     }
 
     func close() { channel.close(promise: nil) }
@@ -197,137 +211,195 @@ final class GoAwayState: Sendable {
     }
 }
 
-/// Sees connection-level frames: a GOAWAY means no new streams here, and streams above its last id were not processed.
-private final class ConnectionWatcher: ChannelInboundHandler, Sendable {
+/// Every stream of one connection, on its event loop: opens a stream per push (HEADERS, then DATA ending the stream),
+/// matches the answer's frames to it by stream id, and fails what cannot be answered any more — with `notProcessed`
+/// when APNs cannot have it (never sent, refused, above a GOAWAY's last stream id), `noResponse` otherwise. One timer
+/// per connection, set for the earliest deadline, times streams out; a timed-out stream is reset, so it cannot still
+/// reach APNs after we have moved on and retried it.
+final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTP2Frame
-    let goAway: GoAwayState
+    typealias OutboundOut = HTTP2Frame
+
+    struct Push {
+        var headers: HPACKHeaders
+        var body: ByteBuffer
+        var promise: EventLoopPromise<APNsResponse>
+        var timeout: TimeAmount
+    }
+
+    private struct Stream {
+        var promise: EventLoopPromise<APNsResponse>
+        var deadline: NIODeadline
+        var timeout: TimeAmount
+        /// Its frames left for the server (NIOHTTP2 may hold a stream back while the server's concurrency is used up).
+        var sent = false
+        var status: Int?
+        var apnsID: String?
+        var body: ByteBuffer?
+    }
+
+    private let goAway: GoAwayState
+    private var context: ChannelHandlerContext?
+    private var streams: [HTTP2StreamID: Stream] = [:]
+    private var nextStreamID = 1
+    private var timer: Scheduled<Void>?
+    private var timerDeadline: NIODeadline?
+    /// Bytes of DATA received and not yet given back to the connection's receive window.
+    private var unreturnedBytes = 0
+    private var needsFlush = false
+
     init(goAway: GoAwayState) { self.goAway = goAway }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        failAll { _ in .notProcessed("connection removed") }
+        self.context = nil
+    }
+
+    /// Opens a stream for each push and flushes once.
+    func open(_ pushes: [Push]) {
+        guard let context, context.channel.isActive, !goAway.isGoingAway else {
+            for push in pushes { push.promise.fail(APNsError.notProcessed("connection going away")) }
+            return
+        }
+        let now = NIODeadline.now()
+        for push in pushes {
+            // Client stream ids are odd and below 2^31; a connection that used them all up goes away.
+            guard nextStreamID < Int(Int32.max) else {
+                goAway.mark(lastStreamID: nil)
+                push.promise.fail(APNsError.notProcessed("connection out of stream ids"))
+                continue
+            }
+            let id = HTTP2StreamID(nextStreamID)
+            nextStreamID += 2
+            streams[id] = Stream(promise: push.promise, deadline: now + push.timeout, timeout: push.timeout)
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: push.headers, endStream: false)))), promise: nil)
+            let written = context.eventLoop.makePromise(of: Void.self)
+            context.write(
+                wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(push.body), endStream: true)))), promise: written)
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            written.futureResult.whenComplete { result in
+                let this = loopBound.value
+                switch result {
+                case .success: this.streams[id]?.sent = true
+                case .failure(let error): this.fail(id, .notProcessed("stream not opened: \(error)"))
+                }
+            }
+            armTimer(for: now + push.timeout)
+        }
+        context.flush()
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        if case .goAway(let last, _, _) = frame.payload { goAway.mark(lastStreamID: Int(last)) }
-        context.fireChannelRead(data)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        goAway.mark(lastStreamID: nil)
-        context.fireChannelInactive()
-    }
-}
-
-/// One request on one stream: writes HEADERS and DATA, collects the response's status, `apns-id` and reason.
-private final class APNsStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
-
-    let headers: HPACKHeaders
-    let body: ByteBuffer
-    let promise: EventLoopPromise<APNsResponse>
-    let timeout: TimeAmount
-    let goAway: GoAwayState
-    var status: Int?
-    var apnsID: String?
-    var responseBody = ByteBuffer()
-    var done = false
-    var deadline: Scheduled<Void>?
-
-    init(headers: HPACKHeaders, body: ByteBuffer, promise: EventLoopPromise<APNsResponse>, timeout: TimeAmount, goAway: GoAwayState) {
-        self.headers = headers
-        self.body = body
-        self.promise = promise
-        self.timeout = timeout
-        self.goAway = goAway
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        // The deadline closes the stream too (RST_STREAM, or dropped while still queued), so a request that timed
-        // out cannot still reach APNs after we have moved on and retried it.
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        deadline = context.eventLoop.scheduleTask(in: timeout) {
-            let (handler, context) = loopBound.value
-            guard !handler.done else { return }
-            handler.fail(.noResponse("no answer within \(handler.timeout.nanoseconds / 1_000_000) ms"))
-            context.close(promise: nil)
-        }
-        if context.channel.isActive { write(context: context) }
-    }
-
-    /// A stream that closed without an answer was not processed if it never got an id, or its id is above the last one
-    /// a GOAWAY promised to process.
-    private func closedWithoutAnswer(_ context: ChannelHandlerContext, _ why: String) -> APNsError {
-        let id = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) }
-        if id == nil { return .notProcessed("\(why) before the stream opened") }
-        if let last = goAway.lastStreamID, let id, id > last { return .notProcessed("refused by GOAWAY (stream \(id) > \(last))") }
-        return .noResponse(why)
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        write(context: context)
-        context.fireChannelActive()
-    }
-
-    private var written = false
-
-    private func write(context: ChannelHandlerContext) {
-        guard !written else { return }
-        written = true
-        context.write(wrapOutboundOut(.headers(.init(headers: headers, endStream: false))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        switch frame.payload {
         case .headers(let block):
-            if let code = block.headers.first(name: ":status").flatMap(Int.init) { status = code }
-            if let id = block.headers.first(name: "apns-id") { apnsID = id }
-            if block.endStream { finish(context: context) }
+            guard streams[frame.streamID] != nil else { return }
+            if let code = block.headers.first(name: ":status").flatMap(Int.init) { streams[frame.streamID]?.status = code }
+            if let id = block.headers.first(name: "apns-id") { streams[frame.streamID]?.apnsID = id }
+            if block.endStream { finish(frame.streamID) }
         case .data(let block):
-            if case .byteBuffer(var bytes) = block.data { responseBody.writeBuffer(&bytes) }
-            if block.endStream { finish(context: context) }
+            // Without a stream multiplexer nobody else gives the connection's receive window back: every answer's body
+            // (an error's reason; nghttpd echoes every upload) uses it up, and once its 64 KB are gone APNs can send
+            // no more answers. Returned in one WINDOW_UPDATE per half window.
+            unreturnedBytes += block.data.readableBytes + (block.paddingBytes ?? 0)
+            if unreturnedBytes >= 32_768 {
+                context.write(
+                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unreturnedBytes))), promise: nil)
+                unreturnedBytes = 0
+                needsFlush = true
+            }
+            guard streams[frame.streamID] != nil else { return }
+            // Only an error carries a body (its reason); APNs answers 200 with none.
+            if streams[frame.streamID]?.status != 200, case .byteBuffer(var bytes) = block.data {
+                streams[frame.streamID]?.body.setOrWriteBuffer(&bytes)
+            }
+            if block.endStream { finish(frame.streamID) }
         case .rstStream(let code):
-            fail(code == .refusedStream ? APNsError.notProcessed("stream refused") : APNsError.noResponse("stream reset: \(code)"))
+            fail(frame.streamID, code == .refusedStream ? .notProcessed("stream refused") : .noResponse("stream reset: \(code)"))
+        case .goAway(let last, _, _):
+            goAway.mark(lastStreamID: Int(last))
+            for id in streams.keys where id > last {
+                fail(id, .notProcessed("refused by GOAWAY (stream \(id) > \(last))"))
+            }
         default:
             break
         }
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if needsFlush {
+            needsFlush = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
-        if !done { fail(closedWithoutAnswer(context, "stream closed before the response")) }
+        goAway.mark(lastStreamID: nil)
+        failAll { stream in
+            stream.sent ? .noResponse("stream closed before the response") : .notProcessed("stream closed before the stream opened")
+        }
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if !done {
-            if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .refusedStream {
-                fail(.notProcessed("stream refused"))
-            } else {
-                fail(closedWithoutAnswer(context, "\(error)"))
-            }
+        // A stream's own error (NIOHTTP2 names the stream): that stream fails; the connection carries on.
+        if let streamError = error as? NIOHTTP2Errors.StreamError {
+            fail(streamError.streamID, .noResponse("\(streamError.baseError)"))
+            return
         }
         context.close(promise: nil)
     }
 
-    private func finish(context: ChannelHandlerContext) {
-        guard !done else { return }
-        done = true
-        deadline?.cancel()
+    private func finish(_ id: HTTP2StreamID) {
+        guard let stream = streams.removeValue(forKey: id) else { return }
         var reason: String?
-        // Only an error carries a reason (APNs answers 200 with no body).
-        if status != 200, responseBody.readableBytes > 0,
-            let text = responseBody.getString(at: responseBody.readerIndex, length: responseBody.readableBytes),
-            let range = text.range(of: #""reason":""#)
-        {
+        if var body = stream.body, let text = body.readString(length: body.readableBytes), let range = text.range(of: #""reason":""#) {
             let rest = text[range.upperBound...]
             reason = rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
         }
-        promise.succeed(APNsResponse(status: status ?? 0, reason: reason, apnsID: apnsID))
+        stream.promise.succeed(APNsResponse(status: stream.status ?? 0, reason: reason, apnsID: stream.apnsID))
     }
 
-    private func fail(_ error: APNsError) {
-        guard !done else { return }
-        done = true
-        deadline?.cancel()
-        promise.fail(error)
+    private func fail(_ id: HTTP2StreamID, _ error: APNsError) {
+        guard let stream = streams.removeValue(forKey: id) else { return }
+        stream.promise.fail(error)
+    }
+
+    private func failAll(_ error: (Stream) -> APNsError) {
+        let all = streams
+        streams.removeAll()
+        for stream in all.values { stream.promise.fail(error(stream)) }
+        timer?.cancel()
+        timer = nil
+        timerDeadline = nil
+    }
+
+    /// One timer per connection, at the earliest deadline of its open streams.
+    private func armTimer(for deadline: NIODeadline) {
+        guard let context, timerDeadline.map({ deadline < $0 }) ?? true else { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(deadline: deadline) { loopBound.value.expire() }
+    }
+
+    private func expire() {
+        timer = nil
+        timerDeadline = nil
+        let now = NIODeadline.now()
+        var next: NIODeadline?
+        for (id, stream) in streams {
+            if stream.deadline <= now {
+                fail(id, .noResponse("no answer within \(stream.timeout.nanoseconds / 1_000_000) ms"))
+                context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.cancel))), promise: nil)
+            } else {
+                next = min(next ?? stream.deadline, stream.deadline)
+            }
+        }
+        if let next { armTimer(for: next) }
     }
 }
 

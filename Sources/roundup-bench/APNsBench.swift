@@ -115,7 +115,12 @@ enum APNsBench {
                 group.addTask {
                     let request = APNsRequest(
                         deviceToken: device, topic: topic, pushType: .background, payload: payload, expiration: Date().addingTimeInterval(3600))
-                    return (try? await client.send(request, token: tokens.token().value).status) == 200 ? 1 : 0
+                    do {
+                        return try await client.send(request, token: tokens.token().value).status == 200 ? 1 : 0
+                    } catch {
+                        if ProcessInfo.processInfo.environment["BENCH_APNS_ERRORS"] != nil { print("push failed: \(error)") }
+                        return 0
+                    }
                 }
             }
             for _ in 0..<inFlight { add() }
