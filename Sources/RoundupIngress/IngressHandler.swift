@@ -218,83 +218,9 @@ final class IngressHandler: ChannelInboundHandler {
             this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later", close: true)
         }
 
-        // The account the delivery is for once its signature checks out, and whether it came to the account's own
-        // callback URL (token and all); one that did not is enqueued to be confirmed against Trello (`WebhookCallback`).
-        let verified: EventLoopFuture<(account: String, trusted: Bool)?>
+        // What is answered, once: the enqueue's outcome or why there was none.
         let shared = self.shared
-        let timeout = shared.redisTimeout
-        if let account {
-            verified = shared.directory.keys(account: account, on: eventLoop, timeout: timeout).flatMapThrowing { lookup in
-                let keys: SecretDirectory.AccountKeys
-                switch lookup {
-                case .known(let known): keys = known
-                case .deleted: throw IngressRejection.deletedAccount
-                case .unknown: throw IngressRejection.unknownAccount
-                }
-                if let token {
-                    // A wrong token is answered as an unknown account: nothing tells a prober which part was wrong.
-                    guard let expected = keys.callbackToken, constantTimeEquals(Array(expected.utf8), Array(token.utf8)) else {
-                        throw IngressRejection.unknownAccount
-                    }
-                }
-                let valid = body.withUnsafeReadableBytes {
-                    TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
-                }
-                return valid ? (account, token != nil) : nil
-            }
-        } else {
-            guard let model = envelope.modelID, !model.isEmpty else {
-                deadline.cancel()
-                return respondError(context: context, .badRequest, "missing_model", "body has no model.id to route by")
-            }
-            verified = shared.directory.accounts(watching: model, on: eventLoop, timeout: timeout).flatMap { accounts in
-                guard !accounts.isEmpty else { return eventLoop.makeFailedFuture(IngressRejection.unknownAccount) }
-                let lookups = accounts.map { shared.directory.keys(account: $0, on: eventLoop, timeout: timeout) }
-                return EventLoopFuture.whenAllSucceed(lookups, on: eventLoop).map { found in
-                    for (account, lookup) in zip(accounts, found) {
-                        if case .known(let keys) = lookup,
-                            body.withUnsafeReadableBytes({
-                                TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
-                            })
-                        {
-                            return (account, false)
-                        }
-                    }
-                    return nil
-                }
-            }
-        }
-
-        verified.flatMap { verified -> EventLoopFuture<Outcome> in
-            guard let (account, trusted) = verified else { return eventLoop.makeSucceededFuture(.badSignature) }
-            guard let type = envelope.actionType, TrelloActionType.handled.contains(type) else {
-                return eventLoop.makeSucceededFuture(.ignored)
-            }
-            guard let actionID = envelope.actionID, !actionID.isEmpty else { return eventLoop.makeSucceededFuture(.noActionID) }
-            var fields: [RedisArgument] = [
-                RedisArgument(shared.dedupeTTLSeconds),
-                RedisArgument(shared.maxBacklog),
-                // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
-                RedisArgument(WebhookEvent.Field.account.rawValue), RedisArgument(account),
-                RedisArgument(WebhookEvent.Field.action.rawValue), RedisArgument(actionID),
-                RedisArgument(WebhookEvent.Field.type.rawValue), RedisArgument(type),
-                RedisArgument(WebhookEvent.Field.model.rawValue), RedisArgument(envelope.modelID ?? ""),
-                RedisArgument(WebhookEvent.Field.received.rawValue), RedisArgument(Int(Date().timeIntervalSince1970 * 1000)),
-                RedisArgument(WebhookEvent.Field.body.rawValue), RedisArgument(buffer: body),
-            ]
-            if !trusted { fields += [RedisArgument(WebhookEvent.Field.confirm.rawValue), RedisArgument(WebhookEvent.confirmed)] }
-            return shared.redis.evaluate(
-                IngressScripts.enqueue,
-                keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],
-                arguments: fields, timeout: timeout, on: eventLoop
-            ).hop(to: eventLoop).map { reply in
-                switch reply.int {
-                case 0: .duplicate
-                case -1: .backlogFull
-                default: .enqueued
-                }
-            }
-        }.whenComplete { result in
+        let finish: @Sendable (Result<Outcome, any Error>) -> Void = { result in
             deadline.cancel()
             let (this, context) = loopBound.value
             guard !this.answered, this.generation == generation else { return }
@@ -333,6 +259,107 @@ final class IngressHandler: ChannelInboundHandler {
                 this.shared.logger.warning("enqueue failed", metadata: ["error": "\(error)"])
                 this.respondError(context: context, .serviceUnavailable, "unavailable", "queue unavailable, retry later")
             }
+        }
+
+        // Dedupe and enqueue in one script, once the delivery's account is known and its signature checks out;
+        // `trusted`: it came to the account's own callback URL (token and all); one that did not is enqueued to be
+        // confirmed against Trello (`WebhookCallback`). Redis's reply comes back to a callback on this loop, not
+        // through a chain of futures (each one an allocation and several runtime metadata lookups).
+        let timeout = shared.redisTimeout
+        let enqueue: @Sendable (Result<(account: String, trusted: Bool)?, any Error>) -> Void = { verified in
+            let account: String
+            let trusted: Bool
+            switch verified {
+            case .failure(let error): return finish(.failure(error))
+            case .success(nil): return finish(.success(.badSignature))
+            case .success(let found?): (account, trusted) = found
+            }
+            guard let type = envelope.actionType, TrelloActionType.handled.contains(type) else { return finish(.success(.ignored)) }
+            guard let actionID = envelope.actionID, !actionID.isEmpty else { return finish(.success(.noActionID)) }
+            var fields: [RedisArgument] = []
+            fields.reserveCapacity(16)
+            fields.append(RedisArgument(shared.dedupeTTLSeconds))
+            fields.append(RedisArgument(shared.maxBacklog))
+            // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
+            fields.append(RedisArgument(WebhookEvent.Field.account.rawValue))
+            fields.append(RedisArgument(account))
+            fields.append(RedisArgument(WebhookEvent.Field.action.rawValue))
+            fields.append(RedisArgument(actionID))
+            fields.append(RedisArgument(WebhookEvent.Field.type.rawValue))
+            fields.append(RedisArgument(type))
+            fields.append(RedisArgument(WebhookEvent.Field.model.rawValue))
+            fields.append(RedisArgument(envelope.modelID ?? ""))
+            fields.append(RedisArgument(WebhookEvent.Field.received.rawValue))
+            fields.append(RedisArgument(Int(Date().timeIntervalSince1970 * 1000)))
+            fields.append(RedisArgument(WebhookEvent.Field.body.rawValue))
+            fields.append(RedisArgument(buffer: body))
+            if !trusted {
+                fields.append(RedisArgument(WebhookEvent.Field.confirm.rawValue))
+                fields.append(RedisArgument(WebhookEvent.confirmed))
+            }
+            shared.redis.evaluate(
+                IngressScripts.enqueue,
+                keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],
+                arguments: fields, timeout: timeout, on: eventLoop
+            ) { reply in
+                finish(
+                    reply.map { reply in
+                        switch reply.int {
+                        case 0: .duplicate
+                        case -1: .backlogFull
+                        default: .enqueued
+                        }
+                    })
+            }
+        }
+
+        if let account {
+            let check: @Sendable (SecretDirectory.AccountLookup) throws -> (account: String, trusted: Bool)? = { lookup in
+                let keys: SecretDirectory.AccountKeys
+                switch lookup {
+                case .known(let known): keys = known
+                case .deleted: throw IngressRejection.deletedAccount
+                case .unknown: throw IngressRejection.unknownAccount
+                }
+                if let token {
+                    // A wrong token is answered as an unknown account: nothing tells a prober which part was wrong.
+                    guard let expected = keys.callbackToken, constantTimeEquals(Array(expected.utf8), Array(token.utf8)) else {
+                        throw IngressRejection.unknownAccount
+                    }
+                }
+                let valid = body.withUnsafeReadableBytes {
+                    TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
+                }
+                return valid ? (account, token != nil) : nil
+            }
+            if let cached = shared.directory.cachedKeys(account: account) {
+                enqueue(Result { try check(cached) })
+            } else {
+                shared.directory.keys(account: account, on: eventLoop, timeout: timeout).whenComplete { lookup in
+                    enqueue(lookup.flatMap { lookup in Result { try check(lookup) } })
+                }
+            }
+        } else {
+            guard let model = envelope.modelID, !model.isEmpty else {
+                deadline.cancel()
+                return respondError(context: context, .badRequest, "missing_model", "body has no model.id to route by")
+            }
+            shared.directory.accounts(watching: model, on: eventLoop, timeout: timeout).flatMap { accounts in
+                guard !accounts.isEmpty else { return eventLoop.makeFailedFuture(IngressRejection.unknownAccount) }
+                let lookups = accounts.map { shared.directory.keys(account: $0, on: eventLoop, timeout: timeout) }
+                return EventLoopFuture.whenAllSucceed(lookups, on: eventLoop).map { found -> (account: String, trusted: Bool)? in
+                    for (account, lookup) in zip(accounts, found) {
+                        if case .known(let keys) = lookup,
+                            body.withUnsafeReadableBytes({
+                                TrelloSignature.verify(header: signature, secret: keys.secret, body: $0, callbackURL: callbackURL)
+                            })
+                        {
+                            return (account, false)
+                        }
+                    }
+                    return nil
+                }
+            }.whenComplete(enqueue)
         }
     }
 

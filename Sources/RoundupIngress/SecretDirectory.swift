@@ -38,9 +38,12 @@ final class SecretDirectory: Sendable {
         case unknown
     }
 
+    /// What `keys(account:)` would answer without asking Redis, when it is known and fresh.
+    func cachedKeys(account: String) -> AccountLookup? { secrets.value(for: account) }
+
     /// The account's webhook secret and callback token, or whether it was deleted or is unknown.
     func keys(account: String, on eventLoop: any EventLoop, timeout: TimeAmount) -> EventLoopFuture<AccountLookup> {
-        if let cached = secrets.value(for: account) {
+        if let cached = cachedKeys(account: account) {
             return eventLoop.makeSucceededFuture(cached)
         }
         let ttl = self.ttl

@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// A request in flight: the commands (pipelined, one flush) and the promise for their replies.
@@ -20,7 +21,10 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         var remaining: Int
         var replies: [RedisValue]
         var promise: EventLoopPromise<[RedisValue]>
-        var deadline: Scheduled<Void>?
+        /// When the request fails with a timeout (nil: never), and what it says then.
+        var deadline: NIODeadline?
+        var name: String
+        var timeout: TimeAmount
     }
 
     private let reader = RESPReader()
@@ -30,8 +34,17 @@ final class RedisChannelHandler: ChannelDuplexHandler {
     private var pending = CircularBuffer<Pending>(initialCapacity: 16)
     private var failed: RedisClientError?
     private let endpoint: String
+    /// Shared with the `RedisConnection`, so the client stops handing the connection out as soon as it fails.
+    private let connectionFailed: NIOLockedValueBox<Bool>
+    /// One timer for the whole connection, at the earliest deadline it knows of, instead of one per request: a request
+    /// answered in time leaves it alone, and when it fires it checks every request still waiting and sets itself again.
+    private var timer: Scheduled<Void>?
+    private var timerDeadline: NIODeadline?
 
-    init(endpoint: String) { self.endpoint = endpoint }
+    init(endpoint: String, failed: NIOLockedValueBox<Bool>) {
+        self.endpoint = endpoint
+        self.connectionFailed = failed
+    }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let request = unwrapOutboundIn(data)
@@ -40,23 +53,20 @@ final class RedisChannelHandler: ChannelDuplexHandler {
             promise?.fail(failed)
             return
         }
-        var buffer = context.channel.allocator.buffer(capacity: 64 * request.commands.count)
+        var bound = 0
+        for command in request.commands { bound += command.encodedBound }
+        var buffer = context.channel.allocator.buffer(capacity: bound)
         for command in request.commands { command.encode(into: &buffer) }
-        let deadline: Scheduled<Void>?
+        var deadline: NIODeadline?
         if request.timeout > .zero {
-            let name = request.commands.first?.name ?? "?"
-            let endpoint = self.endpoint
-            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            deadline = context.eventLoop.scheduleTask(in: request.timeout) {
-                let (handler, context) = loopBound.value
-                handler.failAll(
-                    RedisClientError(.timeout, "\(name) to \(endpoint) got no reply within \(request.timeout.nanoseconds / 1_000_000) ms"),
-                    context: context)
-            }
-        } else {
-            deadline = nil
+            let at = NIODeadline.now() + request.timeout
+            deadline = at
+            if timerDeadline.map({ at < $0 }) ?? true { armTimer(at: at, context: context) }
         }
-        pending.append(Pending(remaining: request.commands.count, replies: [], promise: request.promise, deadline: deadline))
+        pending.append(
+            Pending(
+                remaining: request.commands.count, replies: [], promise: request.promise, deadline: deadline,
+                name: request.commands.first?.name ?? "?", timeout: request.timeout))
         context.write(wrapOutboundOut(buffer), promise: promise)
     }
 
@@ -83,7 +93,6 @@ final class RedisChannelHandler: ChannelDuplexHandler {
                 pending[pending.startIndex].remaining -= 1
                 if pending[pending.startIndex].remaining == 0 {
                     let done = pending.removeFirst()
-                    done.deadline?.cancel()
                     done.promise.succeed(done.replies)
                 }
             }
@@ -103,12 +112,44 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         failAll(RedisClientError(.connectionClosed, "connection to \(endpoint) failed: \(error)"), context: context)
     }
 
+    private func armTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
+        timer?.cancel()
+        timerDeadline = deadline
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(deadline: deadline) {
+            let (handler, context) = loopBound.value
+            handler.timer = nil
+            handler.timerDeadline = nil
+            handler.checkDeadlines(context: context)
+        }
+    }
+
+    /// Fails everything when a request has waited past its deadline (the replies' order can no longer be trusted),
+    /// else sets the timer at the earliest deadline still waiting.
+    private func checkDeadlines(context: ChannelHandlerContext) {
+        let now = NIODeadline.now()
+        var earliest: NIODeadline?
+        for item in pending {
+            guard let deadline = item.deadline else { continue }
+            if deadline <= now {
+                failAll(
+                    RedisClientError(
+                        .timeout, "\(item.name) to \(endpoint) got no reply within \(item.timeout.nanoseconds / 1_000_000) ms"),
+                    context: context)
+                return
+            }
+            if earliest.map({ deadline < $0 }) ?? true { earliest = deadline }
+        }
+        if let earliest { armTimer(at: earliest, context: context) }
+    }
+
     private func failAll(_ error: RedisClientError, context: ChannelHandlerContext) {
         if failed == nil { failed = error }
-        while let item = pending.popFirst() {
-            item.deadline?.cancel()
-            item.promise.fail(error)
-        }
+        connectionFailed.withLockedValue { $0 = true }
+        timer?.cancel()
+        timer = nil
+        timerDeadline = nil
+        while let item = pending.popFirst() { item.promise.fail(error) }
         context.close(promise: nil)
     }
 }

@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 public import NIOCore
 import NIOPosix
 import NIOSSL
@@ -7,13 +8,17 @@ import NIOSSL
 public final class RedisConnection: Sendable {
     let channel: any Channel
     let configuration: RedisConfiguration
+    /// Set by the handler the moment it fails its requests (a timeout, a protocol error), before the channel has
+    /// closed: a request sent in between would only get that failure, so the client opens a new connection instead.
+    private let failed: NIOLockedValueBox<Bool>
 
-    init(channel: any Channel, configuration: RedisConfiguration) {
+    init(channel: any Channel, configuration: RedisConfiguration, failed: NIOLockedValueBox<Bool>) {
         self.channel = channel
         self.configuration = configuration
+        self.failed = failed
     }
 
-    public var isActive: Bool { channel.isActive }
+    public var isActive: Bool { channel.isActive && !failed.withLockedValue { $0 } }
     public var eventLoop: any EventLoop { channel.eventLoop }
     public var closeFuture: EventLoopFuture<Void> { channel.closeFuture }
 
@@ -37,6 +42,7 @@ public final class RedisConnection: Sendable {
         let endpoint = configuration.endpoint
         let host = configuration.host
         let isIPAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+        let failed = NIOLockedValueBox(false)
         let bootstrap = ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.connectTimeout)
             .channelOption(.socketOption(.so_keepalive), value: 1)
@@ -47,7 +53,7 @@ public final class RedisConnection: Sendable {
                         let handler = try NIOSSLClientHandler(context: sslContext, serverHostname: isIPAddress ? nil : host)
                         try channel.pipeline.syncOperations.addHandler(handler)
                     }
-                    try channel.pipeline.syncOperations.addHandler(RedisChannelHandler(endpoint: endpoint))
+                    try channel.pipeline.syncOperations.addHandler(RedisChannelHandler(endpoint: endpoint, failed: failed))
                 }
             }
         return bootstrap.connect(host: configuration.host, port: configuration.port)
@@ -55,7 +61,7 @@ public final class RedisConnection: Sendable {
                 throw RedisClientError(.connectionFailed, "cannot connect to \(endpoint): \(error)")
             }
             .flatMap { channel in
-                let connection = RedisConnection(channel: channel, configuration: configuration)
+                let connection = RedisConnection(channel: channel, configuration: configuration, failed: failed)
                 var handshake: [RedisCommand] = []
                 if let password = configuration.password {
                     if let user = configuration.username {
@@ -87,7 +93,11 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
         let promise = channel.eventLoop.makePromise(of: [RedisValue].self)
         let request = RedisRequest(commands: commands, promise: promise, timeout: timeout ?? configuration.commandTimeout)
-        channel.writeAndFlush(request).cascadeFailure(to: promise)
+        // A write on a channel that has just closed fails with NIO's error; callers get the client's own.
+        let endpoint = configuration.endpoint
+        channel.writeAndFlush(request).whenFailure { error in
+            promise.fail(error as? RedisClientError ?? RedisClientError(.connectionClosed, "connection to \(endpoint) closed: \(error)"))
+        }
         return promise.futureResult
     }
 

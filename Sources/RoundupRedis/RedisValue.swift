@@ -72,26 +72,69 @@ public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleBy
     public init(stringLiteral value: String) { storage = .string(value) }
     public init(integerLiteral value: Int) { storage = .string(String(value)) }
 
-    @inlinable
-    func write(to buffer: inout ByteBuffer) {
+    /// How many bytes the argument itself holds.
+    @usableFromInline var byteCount: Int {
         switch storage {
-        case .string(let s):
-            buffer.writeInteger(UInt8(ascii: "$"))
-            buffer.writeString(String(s.utf8.count))
-            buffer.writeStaticString("\r\n")
-            buffer.writeString(s)
-        case .bytes(let b):
-            buffer.writeInteger(UInt8(ascii: "$"))
-            buffer.writeString(String(b.count))
-            buffer.writeStaticString("\r\n")
-            buffer.writeBytes(b)
-        case .buffer(let b):
-            buffer.writeInteger(UInt8(ascii: "$"))
-            buffer.writeString(String(b.readableBytes))
-            buffer.writeStaticString("\r\n")
-            buffer.writeImmutableBuffer(b)
+        case .string(let s): s.utf8.count
+        case .bytes(let b): b.count
+        case .buffer(let b): b.readableBytes
         }
-        buffer.writeStaticString("\r\n")
+    }
+
+    /// Writes the argument as a RESP bulk string (`$<length>\r\n<bytes>\r\n`) at `offset`, which has room for
+    /// `RESPWriter.bulkBound(byteCount)` bytes; returns the offset after it.
+    @usableFromInline func write(to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        var at = RESPWriter.header(UInt8(ascii: "$"), byteCount, to: out, at: offset)
+        switch storage {
+        case .string(var s):
+            s.withUTF8 { bytes in
+                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
+                at += bytes.count
+            }
+        case .bytes(let b):
+            b.withUnsafeBytes { bytes in
+                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
+                at += bytes.count
+            }
+        case .buffer(let b):
+            b.withUnsafeReadableBytes { bytes in
+                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
+                at += bytes.count
+            }
+        }
+        return RESPWriter.crlf(to: out, at: at)
+    }
+}
+
+/// RESP's framing written straight into reserved bytes: a command is encoded with one capacity check and one copy of
+/// each argument, instead of a `ByteBuffer` write (with its bounds and uniqueness checks) per length, prefix and CRLF.
+@usableFromInline enum RESPWriter {
+    /// The most bytes a bulk string of `count` bytes takes: `$`, up to 20 digits, CRLF, the bytes, CRLF.
+    @inlinable static func bulkBound(_ count: Int) -> Int { count + 25 }
+
+    /// `<prefix><decimal value>\r\n`; `value` is a count, never negative.
+    @inlinable static func header(_ prefix: UInt8, _ value: Int, to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        out[offset] = prefix
+        var digits = 1
+        var rest = value
+        while rest >= 10 {
+            rest /= 10
+            digits += 1
+        }
+        rest = value
+        var position = offset + digits
+        repeat {
+            out[position] = UInt8(truncatingIfNeeded: 48 + rest % 10)
+            rest /= 10
+            position -= 1
+        } while rest > 0
+        return crlf(to: out, at: offset + 1 + digits)
+    }
+
+    @inlinable static func crlf(to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
+        out[offset] = UInt8(ascii: "\r")
+        out[offset + 1] = UInt8(ascii: "\n")
+        return offset + 2
     }
 }
 
@@ -107,16 +150,30 @@ public struct RedisCommand: Sendable {
         self.init(name, arguments)
     }
 
+    /// A command whose arguments, name first, are already in one array.
+    public init(nameAndArguments: [RedisArgument]) {
+        self.arguments = nameAndArguments
+    }
+
     /// The command name, for errors and logs (arguments are never logged: they may hold secrets).
     public var name: String {
         if case .string(let s) = arguments.first?.storage { return s }
         return "?"
     }
 
+    /// The most bytes `encode(into:)` writes.
+    var encodedBound: Int {
+        var total = RESPWriter.bulkBound(0)
+        for argument in arguments { total += RESPWriter.bulkBound(argument.byteCount) }
+        return total
+    }
+
     func encode(into buffer: inout ByteBuffer) {
-        buffer.writeInteger(UInt8(ascii: "*"))
-        buffer.writeString(String(arguments.count))
-        buffer.writeStaticString("\r\n")
-        for argument in arguments { argument.write(to: &buffer) }
+        let bound = encodedBound
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { out in
+            var at = RESPWriter.header(UInt8(ascii: "*"), arguments.count, to: out, at: 0)
+            for argument in arguments { at = argument.write(to: out, at: at) }
+            return at
+        }
     }
 }

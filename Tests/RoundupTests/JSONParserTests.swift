@@ -51,6 +51,28 @@ import Testing
         }
     }
 
+    /// Strings are scanned eight bytes at a time: a quote, a backslash or a control character at any place in a word
+    /// (and a multi-byte character beside it) must still be found where it is.
+    @Test func aStopAtEveryPlaceOfAWordIsFound() throws {
+        for length in 0..<24 {
+            for position in 0...length {
+                let head = String(repeating: "a", count: position)
+                let tail = String(repeating: "é", count: max(0, length - position) / 2)
+                for (inner, expected) in [("\\\"", "\""), ("\\\\", "\\"), ("\\n", "\n"), ("\\u00e9", "é"), ("ü", "ü")] {
+                    let text = "{\"k\":\"" + head + inner + tail + "\",\"n\":1}"
+                    let value = try JSONParser.parse(Array(text.utf8))
+                    #expect(value["k"] == .string(head + expected + tail), "\(text)")
+                    #expect(value["n"] == .number(1))
+                }
+                // A raw control character or an unterminated string is refused wherever it falls.
+                let control = Array(("\"" + head + "\u{1}" + tail + "\"").utf8)
+                #expect(throws: JSONParser.Error.self, "control at \(position)") { try JSONParser.parse(control) }
+                let open = Array(("\"" + head + tail).utf8)
+                #expect(throws: JSONParser.Error.self, "unterminated \(length)") { try JSONParser.parse(open) }
+            }
+        }
+    }
+
     @Test func rejectsMalformedInput() {
         let bad = [
             "", "{", "}", "[1,]", "{\"a\":}", "{\"a\" 1}", "{a:1}", "01", "1.", "-", "tru", "nul", "\"abc", "\"\\x\"",

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupTesting
 import Testing
 
@@ -120,6 +121,56 @@ import Testing
         await server.stop()
     }
 
+    /// Commands are encoded in one pass into reserved bytes: lengths of every digit count, empty and multi-byte
+    /// arguments, bytes holding CRLF and a buffer's bytes must reach Redis exactly (a wrong length breaks the protocol).
+    @Test func argumentsOfEveryShapeReachRedisExactly() async throws {
+        let server = try await RedisServer()
+        let client = RedisClient(configuration: try RedisConfiguration(url: server.url))
+        var buffer = ByteBuffer()
+        buffer.writeString(String(repeating: "x", count: 4_500))
+        let samples: [(RedisArgument, [UInt8])] = [
+            ("", []), ("é✓ü", Array("é✓ü".utf8)), ("123456789", Array("123456789".utf8)), ("0123456789", Array("0123456789".utf8)),
+            (RedisArgument(bytes: [13, 10, 36, 42, 0]), [13, 10, 36, 42, 0]), (RedisArgument(buffer: buffer), Array(buffer.readableBytesView)),
+            (RedisArgument(String(repeating: "y", count: 100)), Array(String(repeating: "y", count: 100).utf8)),
+            (RedisArgument(-12), Array("-12".utf8)),
+        ]
+        let pushed = try await client.send(RedisCommand("RPUSH", [RedisArgument("list")] + samples.map(\.0)))
+        #expect(pushed == .integer(samples.count))
+        let stored = try await client.send("LRANGE", "list", 0, -1)
+        #expect(stored == .array(samples.map { .bulk($0.1) }))
+        await client.shutdown()
+        await server.stop()
+    }
+
+    /// One timer per connection: a request with a shorter deadline queued behind a longer one still fails at its own
+    /// deadline, and a timer that fires while nothing has expired sets itself again for what is still waiting.
+    @Test func eachRequestFailsAtItsOwnDeadlineWithOneTimer() async throws {
+        let server = try await RedisServer()
+        let client = RedisClient(configuration: RedisConfiguration(port: server.port, poolSize: 1, commandTimeout: .seconds(30)))
+        _ = try await client.send("PING")
+        // A long request holds the connection (BLPOP blocks it); a short one behind it times out at its own deadline.
+        let start = ContinuousClock.now
+        let long = Task { try await client.send(RedisCommand("BLPOP", ["nothing", 20]), timeout: .seconds(20)) }
+        try await Task.sleep(for: .milliseconds(50))
+        await #expect { try await client.send(RedisCommand("PING"), timeout: .milliseconds(300)) } throws: { error in
+            (error as? RedisClientError)?.code == .timeout
+        }
+        #expect(ContinuousClock.now - start < .seconds(3))
+        // The connection is failed with it (the order of replies can no longer be trusted), the long request too.
+        await #expect(throws: RedisClientError.self) { try await long.value }
+        // A timer set for a request answered in time fires, finds nothing late, and waits for the next deadline.
+        #expect(try await client.send(RedisCommand("PING"), timeout: .milliseconds(200)) == .status("PONG"))
+        let second = ContinuousClock.now
+        await #expect { try await client.send(RedisCommand("BLPOP", ["nothing", 20]), timeout: .milliseconds(600)) } throws: { error in
+            (error as? RedisClientError)?.code == .timeout
+        }
+        let waited = ContinuousClock.now - second
+        #expect(waited >= .milliseconds(550) && waited < .seconds(3), "\(waited)")
+        #expect(try await client.send("PING") == .status("PONG"))
+        await client.shutdown()
+        await server.stop()
+    }
+
     @Test func commandTimeoutFailsFast() async throws {
         let server = try await RedisServer()
         let client = RedisClient(configuration: RedisConfiguration(port: server.port, commandTimeout: .milliseconds(200)))
@@ -131,5 +182,21 @@ import Testing
         #expect(try await client.send("PING") == .status("PONG"))
         await client.shutdown()
         await server.stop()
+    }
+}
+
+@Suite struct RedisKeysTests {
+    /// The dedupe key of an action: the first 16 bytes of the action id's SHA-256 in lowercase hex, written without a
+    /// string per byte; the keys already in Redis must stay the same.
+    @Test func seenActionKeysAreTheHashInHex() {
+        let keys = RedisKeys(prefix: "p:")
+        // SHA-256 test vectors (FIPS 180-2): "" and "abc".
+        #expect(keys.seenAction(account: "acct", action: "") == "p:seen:acct:e3b0c44298fc1c149afbf4c8996fb924")
+        #expect(keys.seenAction(account: "acct", action: "abc") == "p:seen:acct:ba7816bf8f01cfea414140de5dae2223")
+        for action in ["5f0c0e1b2a3d4e5f60718293", "é😀", String(repeating: "z", count: 300)] {
+            let hex = keys.seenAction(account: "acct", action: action).dropFirst("p:seen:acct:".count)
+            #expect(hex.count == 32 && hex.allSatisfy { "0123456789abcdef".contains($0) })
+        }
+        #expect(keys.seenAction(account: "acct", action: "a") != keys.seenAction(account: "acct", action: "b"))
     }
 }
