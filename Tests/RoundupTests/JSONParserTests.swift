@@ -15,6 +15,13 @@ import Testing
         #expect(value["t"] == .bool(true) && value["f"] == .bool(false) && value["z"] == .null)
         #expect(value["a"] == .array([.number(1), .array([]), .object([:])]))
         #expect(value["o"]?["k"] == .string("v"))
+        // A repeated key keeps its last value; objects of every size up to a few rehash points read back whole.
+        #expect(try JSONParser.parse(Array(#"{"a":1,"b":2,"a":3}"#.utf8)) == .object(["a": .number(3), "b": .number(2)]))
+        for size in [0, 1, 2, 3, 7, 8, 9, 17, 100] {
+            let members = (0..<size).map { "\"k\($0)\":\($0)" }.joined(separator: ",")
+            let object = try JSONParser.parse(Array("{\(members)}".utf8))
+            #expect(object == .object(Dictionary(uniqueKeysWithValues: (0..<size).map { ("k\($0)", JSONValue.number(Double($0))) })))
+        }
     }
 
     /// The changes page writes strings straight into its buffer; they must be the bytes canonicalJSON makes, and JSON
@@ -70,6 +77,35 @@ import Testing
                 let open = Array(("\"" + head + tail).utf8)
                 #expect(throws: JSONParser.Error.self, "unterminated \(length)") { try JSONParser.parse(open) }
             }
+        }
+    }
+
+    /// The worker builds only the members of a webhook body it reads; every fixture must read the same as from the
+    /// whole document, and a mistake in a skipped part must still be refused.
+    @Test func aWebhookBodyReadsTheSameWhenOnlyItsFieldsAreBuilt() throws {
+        let dir = TestSupport.fixturesDirectory
+        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map {
+            dir.appendingPathComponent($0)
+        }
+        let actions = dir.appendingPathComponent("action-only")
+        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map {
+            actions.appendingPathComponent($0)
+        }
+        var withCards = 0
+        for file in files {
+            let bytes = Array(try Data(contentsOf: file))
+            let whole = try TrelloWebhookBody(json: JSONParser.parse(bytes))
+            #expect(try TrelloWebhookBody.decode(bytes) == whole, "\(file.lastPathComponent)")
+            if whole.action.data?.card != nil { withCards += 1 }
+        }
+        #expect(withCards > 30)
+        let selection = JSONSelection.members(["a": .members(["b": .everything]), "c": .everything])
+        let text = #"{"a":{"b":[1,{"x":2}],"skip":{"deep":["s",null]}},"c":"kept","d":{"e":1},"a2":3}"#
+        #expect(
+            try JSONParser.parse(Array(text.utf8), selecting: selection)
+                == .object(["a": .object(["b": .array([.number(1), .object(["x": .number(2)])])]), "c": .string("kept")]))
+        for bad in [#"{"d":{"e":1,}}"#, #"{"a":{"skip":"\x"}}"#, #"{"a":{"skip":[1 2]}}"#, #"{"d":"\#u{1}"}"#, #"{"c":1} x"#] {
+            #expect(throws: JSONParser.Error.self, "\(bad)") { try JSONParser.parse(Array(bad.utf8), selecting: selection) }
         }
     }
 

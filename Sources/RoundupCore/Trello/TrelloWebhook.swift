@@ -32,8 +32,8 @@ public struct TrelloRef: Decodable, Sendable, Equatable {
 }
 
 /// A card action as the worker reads it.
-public struct TrelloAction: Decodable, Sendable {
-    public struct ActionData: Decodable, Sendable {
+public struct TrelloAction: Decodable, Sendable, Equatable {
+    public struct ActionData: Decodable, Sendable, Equatable {
         public var card: [String: JSONValue]?
         public var old: [String: JSONValue]?
         public var list: TrelloRef?
@@ -48,8 +48,8 @@ public struct TrelloAction: Decodable, Sendable {
 }
 
 /// A full webhook body as the worker reads it. The model is a list (`idBoard` present), a board or a card.
-public struct TrelloWebhookBody: Decodable, Sendable {
-    public struct Model: Decodable, Sendable {
+public struct TrelloWebhookBody: Decodable, Sendable, Equatable {
+    public struct Model: Decodable, Sendable, Equatable {
         public var id: String?
         public var idBoard: String?
     }
@@ -59,14 +59,31 @@ public struct TrelloWebhookBody: Decodable, Sendable {
 
 extension TrelloWebhookBody {
     /// Decodes a body, or an action object alone (as some captures hold).
+    /// Only what `init(json:)` reads is built (`selection`); the rest — `display`, `memberCreator`, the model's
+    /// other fields, often most of the body — is checked and skipped.
     public static func decode(_ bytes: some Collection<UInt8>) throws -> TrelloWebhookBody {
-        let json = try JSONParser.parse(bytes)
+        try TrelloWebhookBody(json: JSONParser.parse(bytes, selecting: selection))
+    }
+
+    /// The members `init(json:)` reads: a body's `action` and `model`, or an action alone at the root.
+    static let selection: JSONSelection = {
+        let data = JSONSelection.members([
+            "card": .everything, "old": .everything, "list": .everything, "listBefore": .everything, "listAfter": .everything,
+            "board": .everything,
+        ])
+        let action: [String: JSONSelection] = ["id": .everything, "type": .everything, "date": .everything, "data": data]
+        return .members(action.merging(["action": .members(action), "model": .members(["id": .everything, "idBoard": .everything])]) { a, _ in a })
+    }()
+
+    /// A body, or an action alone, from a parsed document.
+    public init(json: JSONValue) throws {
         guard case .object(let root) = json else { throw JSONParser.Error(offset: 0, reason: "a webhook body is a JSON object") }
         if let action = root["action"], case .object = action {
             let model = root["model"].map { Model(id: $0["id"]?.stringValue, idBoard: $0["idBoard"]?.stringValue) }
-            return TrelloWebhookBody(action: TrelloAction(json: action), model: model)
+            self.init(action: TrelloAction(json: action), model: model)
+        } else {
+            self.init(action: TrelloAction(json: json), model: nil)
         }
-        return TrelloWebhookBody(action: TrelloAction(json: json), model: nil)
     }
 }
 
