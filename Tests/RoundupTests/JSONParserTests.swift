@@ -42,15 +42,19 @@ import Testing
         }
     }
 
-    @Test func agreesWithFoundationOnEveryFixture() throws {
+    /// Every real Trello body among the fixtures, and the actions captured alone.
+    static func fixtureFiles() throws -> [URL] {
         let dir = TestSupport.fixturesDirectory
-        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map {
-            dir.appendingPathComponent($0)
-        }
         let actions = dir.appendingPathComponent("action-only")
-        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map {
-            actions.appendingPathComponent($0)
+        return try [dir, actions].flatMap { folder in
+            try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".json") }.map {
+                folder.appendingPathComponent($0)
+            }
         }
+    }
+
+    @Test func agreesWithFoundationOnEveryFixture() throws {
+        let files = try Self.fixtureFiles()
         #expect(files.count > 40)
         for file in files {
             let data = try Data(contentsOf: file)
@@ -83,14 +87,7 @@ import Testing
     /// The worker builds only the members of a webhook body it reads; every fixture must read the same as from the
     /// whole document, and a mistake in a skipped part must still be refused.
     @Test func aWebhookBodyReadsTheSameWhenOnlyItsFieldsAreBuilt() throws {
-        let dir = TestSupport.fixturesDirectory
-        var files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.map {
-            dir.appendingPathComponent($0)
-        }
-        let actions = dir.appendingPathComponent("action-only")
-        files += try FileManager.default.contentsOfDirectory(atPath: actions.path).filter { $0.hasSuffix(".json") }.map {
-            actions.appendingPathComponent($0)
-        }
+        let files = try Self.fixtureFiles()
         var withCards = 0
         for file in files {
             let bytes = Array(try Data(contentsOf: file))
