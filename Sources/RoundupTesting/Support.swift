@@ -4,15 +4,42 @@ import NIOPosix
 
 /// Helpers for tests and benchmarks that run the real pieces: processes, ports, paths.
 public enum TestSupport {
-    /// A TCP port nothing listens on right now (bound to port 0, then released).
+    /// A loopback TCP port nothing listens on right now (a bind to it succeeded and was released).
     public static func freePort() throws -> Int {
-        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .bind(host: "127.0.0.1", port: 0).wait()
+        // Chosen below the kernel's ephemeral range: a port from that range can be handed to any outgoing connection
+        // (the tests' own HTTP, Redis and PostgreSQL clients) between this choice and the server's bind, which then
+        // fails with "Address already in use" (seen in CI); connect() never assigns a port below the range.
+        let low = ephemeralRangeStart
+        if low > 11_000 {
+            for _ in 0..<200 {
+                let port = Int.random(in: 10_000..<low)
+                if let bound = try? bind(port: port) {
+                    try bound.close().wait()
+                    return port
+                }
+            }
+        }
+        let channel = try bind(port: 0)
         let port = channel.localAddress!.port!
         try channel.close().wait()
         return port
     }
+
+    private static func bind(port: Int) throws -> any Channel {
+        try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: "127.0.0.1", port: port).wait()
+    }
+
+    /// The first port of the range the kernel assigns to outgoing connections (Linux: ip_local_port_range).
+    private static let ephemeralRangeStart: Int = {
+        if let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8),
+            let first = text.split(whereSeparator: \.isWhitespace).first, let value = Int(first)
+        {
+            return value
+        }
+        return 49_152  // the IANA range, which macOS uses
+    }()
 
     /// Where `swift build` put the executables: `ROUNDUP_BIN_DIR`, else beside the running test binary.
     public static var binDirectory: URL {
