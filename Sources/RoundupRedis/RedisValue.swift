@@ -84,25 +84,18 @@ public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleBy
     /// Writes the argument as a RESP bulk string (`$<length>\r\n<bytes>\r\n`) at `offset`, which has room for
     /// `RESPWriter.bulkBound(byteCount)` bytes; returns the offset after it.
     @usableFromInline func write(to out: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
-        var at = RESPWriter.header(UInt8(ascii: "$"), byteCount, to: out, at: offset)
-        switch storage {
-        case .string(var s):
-            s.withUTF8 { bytes in
-                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
-                at += bytes.count
-            }
-        case .bytes(let b):
-            b.withUnsafeBytes { bytes in
-                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
-                at += bytes.count
-            }
-        case .buffer(let b):
-            b.withUnsafeReadableBytes { bytes in
-                if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
-                at += bytes.count
-            }
+        let at = RESPWriter.header(UInt8(ascii: "$"), byteCount, to: out, at: offset)
+        func copy(_ bytes: UnsafeRawBufferPointer) -> Int {
+            if let base = bytes.baseAddress { (out.baseAddress! + at).copyMemory(from: base, byteCount: bytes.count) }
+            return at + bytes.count
         }
-        return RESPWriter.crlf(to: out, at: at)
+        let end: Int
+        switch storage {
+        case .string(var s): end = s.withUTF8 { copy(UnsafeRawBufferPointer($0)) }
+        case .bytes(let b): end = b.withUnsafeBytes(copy)
+        case .buffer(let b): end = b.withUnsafeReadableBytes(copy)
+        }
+        return RESPWriter.crlf(to: out, at: end)
     }
 }
 

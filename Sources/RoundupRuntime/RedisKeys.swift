@@ -1,4 +1,3 @@
-import Crypto
 import RoundupCore
 
 /// Every Redis key the server uses, under one prefix (`ROUNDUP_REDIS_PREFIX`).
@@ -29,23 +28,8 @@ public struct RedisKeys: Sendable {
     /// Marks an action already accepted for an account, so redeliveries are not enqueued twice. The action id is
     /// hashed, so every such key has one size whatever a client sends.
     public func seenAction(account: String, action: String) -> String {
-        // The first 16 bytes of the digest in lowercase hex, written straight into the string (one per webhook: the
-        // ingress's hot path).
-        let digest = SHA256.hash(data: Array(action.utf8))
-        let hex = digest.withUnsafeBytes { bytes in
-            String(unsafeUninitializedCapacity: 32) { out in
-                for index in 0..<16 {
-                    let byte = bytes[index]
-                    out[2 * index] = Self.hexDigits[Int(byte >> 4)]
-                    out[2 * index + 1] = Self.hexDigits[Int(byte & 0x0F)]
-                }
-                return 32
-            }
-        }
-        return prefix + "seen:" + account + ":" + hex
+        prefix + "seen:" + account + ":" + Hex.sha256Prefix128(action)
     }
-
-    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Sync and import jobs for the workers (consumer group `workerGroup`).
     public var jobStream: String { prefix + "stream:jobs" }

@@ -158,14 +158,7 @@ public struct JSONParser: ~Copyable {
         guard let byte = peek() else { throw fail("unexpected end") }
         switch byte {
         case UInt8(ascii: "{"):
-            // Members are gathered first so the dictionary is allocated once at its size: grown one insert at a
-            // time, it was rehashed at 1, 2, 4, 8... members (a worker's event builds ~30 such tables, 4% of its
-            // instructions). A key that repeats keeps its last value.
-            var members: [(String, JSONValue)] = []
-            try self.object { parser, key in members.append((key, try parser.value())) }
-            var object = [String: JSONValue](minimumCapacity: members.count)
-            for (key, value) in members { object[key] = value }
-            return .object(object)
+            return try objectValue(keeping: nil)
         case UInt8(ascii: "["):
             var array: [JSONValue] = []
             try self.array { parser in array.append(try parser.value()) }
@@ -187,8 +180,17 @@ public struct JSONParser: ~Copyable {
     private mutating func value(selecting selection: JSONSelection) throws -> JSONValue {
         skipSpace()
         guard case .members(let wanted) = selection, peek() == UInt8(ascii: "{") else { return try value() }
+        return try objectValue(keeping: wanted)
+    }
+
+    /// An object, with every member or (`wanted`) only the members named, the others checked and skipped. Members are
+    /// gathered first so the table is allocated once at its size: grown one insert at a time, it was rehashed at 1, 2,
+    /// 4, 8... members (a worker's event builds ~30 such tables, 4% of its instructions). A repeated key keeps its
+    /// last value.
+    private mutating func objectValue(keeping wanted: [String: JSONSelection]?) throws -> JSONValue {
         var members: [(String, JSONValue)] = []
         try object { parser, key in
+            guard let wanted else { return members.append((key, try parser.value())) }
             if let inner = wanted[key] {
                 members.append((key, try parser.value(selecting: inner)))
             } else {

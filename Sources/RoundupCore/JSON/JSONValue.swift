@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 public import NIOCore
 
@@ -107,18 +106,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
 
     /// SHA-256 of the canonical form, hex, truncated to 128 bits: what `sync_tasks` stores per field.
     public var fieldHash: String {
-        let digest = SHA256.hash(data: Array(canonicalJSON.utf8))
-        return hex(digest.prefix(16))
-    }
-
-    private func hex(_ bytes: some Sequence<UInt8>) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
-        for byte in bytes {
-            out.append(JSONStringEscaping.hexDigits[Int(byte >> 4)])
-            out.append(JSONStringEscaping.hexDigits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        Hex.sha256Prefix128(canonicalJSON)
     }
 }
 
@@ -131,7 +119,7 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
 /// characters, `\n` `\r` `\t` by name and the others as `\u00xx`); other UTF-8 passes through. One copy of the rule for
 /// both writers, `JSONValue.canonicalJSON` and `ByteBuffer.writeJSONString`.
 enum JSONStringEscaping {
-    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+    static let hexDigits = Hex.digits
 
     /// Calls `write` with the literal's body (without its quotes) piece by piece: runs of bytes that need no escape as
     /// they are, in one piece each, and each escape sequence.
