@@ -167,7 +167,7 @@ import Testing
         #expect(Set(outcome.appliedCards) == outcome.accepted)
         #expect(outcome.deadLettered == 0)
         // Redis has room again, and the ingress accepts by itself.
-        #expect(outcome.healed)
+        #expect(outcome.healed, "\(outcome.memoryReport)")
         await stack.shutdown()
     }
 
