@@ -303,6 +303,16 @@ enum PostgresMigrations {
             ]
         ),
         ("v9-device-apps", ["ALTER TABLE devices ADD COLUMN bundle_id TEXT"]),
+        (
+            // A card's changes by id: the worker reads each card's newest live change walking back from its newest row
+            // (one index entry, as SQLite does through the rowid its index carries) instead of visiting every superseded
+            // row of the card; an app that stays away while a card is edited often leaves many (#19).
+            "v10-changes-by-card-and-id",
+            [
+                "CREATE INDEX pending_changes_card_id ON pending_changes(account_id, trello_card_id, id)",
+                "DROP INDEX pending_changes_card",
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -285,10 +285,12 @@ struct PostgresChangeRows: ChangeRows {
         }
         for row in try await c.rows(
             """
-            SELECT DISTINCT ON (p.account_id, p.trello_card_id) p.account_id, p.trello_card_id, p.id, p.change_type, p.changed_fields, p.fields
-            FROM pending_changes p
-            JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON p.account_id = u.a AND p.trello_card_id = u.k
-            WHERE NOT p.superseded ORDER BY p.account_id, p.trello_card_id, p.id DESC
+            SELECT u.a, u.k, p.id, p.change_type, p.changed_fields, p.fields
+            FROM (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u
+            CROSS JOIN LATERAL (
+                SELECT id, change_type, changed_fields, fields FROM pending_changes
+                WHERE account_id = u.a AND trello_card_id = u.k AND NOT superseded ORDER BY id DESC LIMIT 1
+            ) p
             """, logger)
         {
             rows.latest[AccountScoped(try row.text(0), try row.text(1))] = .init(

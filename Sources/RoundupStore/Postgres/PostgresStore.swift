@@ -203,10 +203,12 @@ public final class PostgresStore: Sendable {
         }
     }
 
-    /// Migration versions applied, in order.
+    /// Migration versions applied, in order (by their number: "v10-…" comes after "v9-…").
     public func appliedMigrations() async throws -> [String] {
         try await read { [self] c in
-            try await c.query("SELECT version FROM roundup_migrations ORDER BY version", logger: logger).collect().map { try $0.decode(String.self) }
+            try await c.query(
+                "SELECT version FROM roundup_migrations ORDER BY substring(version FROM '^v([0-9]+)')::int, version", logger: logger
+            ).collect().map { try $0.decode(String.self) }
         }
     }
 }
