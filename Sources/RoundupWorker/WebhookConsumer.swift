@@ -85,6 +85,10 @@ struct WebhookHandler: StreamHandler {
         return result
     }
 
+    func readAhead(_ batch: [StreamDelivery]) async {
+        processor.readAhead(batch)
+    }
+
     func settled(_ result: StreamBatchResult<EventFailure>, batch: [StreamDelivery], refusedWrites: Int, duration: Duration) async {
         guard let outcome = result.detail as? BatchOutcome else { return }
         if !outcome.retry.isEmpty {

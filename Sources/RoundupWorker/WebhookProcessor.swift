@@ -91,6 +91,9 @@ public final class WebhookProcessor: Sendable {
     let echo: EchoFingerprints?
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
+    /// Entries decoded ahead (`readAhead`), by entry id: the last two batches read ahead, so a batch read ahead before
+    /// the one in hand took its own does not push that one's out. Taken (and removed) by `process`.
+    private let decodedAhead = NIOLockedValueBox((current: [String: Reading](), previous: [String: Reading]()))
 
     public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil
@@ -102,7 +105,13 @@ public final class WebhookProcessor: Sendable {
         self.fetchConcurrency = fetchConcurrency
     }
 
-    private struct Parsed {
+    /// An entry decoded: what the batch needs of it, or why it never will be processed.
+    private enum Reading: Sendable {
+        case parsed(Parsed, type: String)
+        case undecodable(EntryError)
+    }
+
+    private struct Parsed: Sendable {
         var entry: StreamEntry
         var account: String
         var actionID: String?
@@ -203,38 +212,64 @@ public final class WebhookProcessor: Sendable {
 
     /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
     /// refused the whole), not read again.
+    /// Decodes the entries of a batch the consumer read ahead, while the batch before it is in the store: decoding
+    /// depends on the entry alone, so `process` takes these readings instead of decoding again (#19: the JSON parse is
+    /// about a sixth of the worker's instructions per event, and here it runs beside the store's round trips).
+    public func readAhead(_ entries: [StreamEntry]) {
+        var readings = [String: Reading](minimumCapacity: entries.count)
+        for entry in entries { readings[entry.id] = Self.read(entry) }
+        decodedAhead.withLockedValue { $0 = (current: readings, previous: $0.current) }
+    }
+
+    /// What one entry says: its account, action, date and card events.
+    private static func read(_ entry: StreamEntry) -> Reading {
+        guard let event = WebhookEvent(fields: entry.fields) else {
+            return .undecodable(EntryError(.undecodable, "entry has no account or body"))
+        }
+        let decoded: TrelloWebhookBody
+        do {
+            decoded = try TrelloWebhookBody.decode(event.body)
+        } catch {
+            return .undecodable(EntryError(.undecodable, "body does not decode: \(error)"))
+        }
+        let received = event.receivedMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
+        var date = decoded.action.date.flatMap(Timestamp.date) ?? received
+        var events = CardEventInterpreter.events(for: decoded, actionType: event.type)
+        if event.confirm {
+            // Not delivered to the account's own callback URL (`WebhookCallback`): trust no payload, read each card
+            // from Trello with the account's credentials, so a forged body can change nothing the apps see. Its date
+            // is the sender's too: never later than its arrival, or a forged future date would stamp the card's
+            // fields and make every real edit before it look older.
+            events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
+            date = min(date, received)
+        }
+        return .parsed(
+            Parsed(
+                entry: entry, account: event.account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
+                boardID: decoded.action.data?.board?.id),
+            type: event.type ?? decoded.action.type ?? "unknown")
+    }
+
+    /// The readings of these entries decoded ahead, removed from `decodedAhead`; an entry not among them is decoded now.
+    private func readings(_ entries: [StreamEntry]) -> [Reading] {
+        let ahead: [Reading?] = decodedAhead.withLockedValue { box in
+            guard !box.current.isEmpty || !box.previous.isEmpty else { return [] }
+            return entries.map { box.current.removeValue(forKey: $0.id) ?? box.previous.removeValue(forKey: $0.id) }
+        }
+        return entries.indices.map { i in (i < ahead.count ? ahead[i] : nil) ?? Self.read(entries[i]) }
+    }
+
     private func process(_ entries: [StreamEntry], fetchedBefore: [AccountScoped: FetchedCard?]) async -> BatchOutcome {
         var outcome = BatchOutcome()
         var parsed: [Parsed] = []
-        for entry in entries {
-            guard let event = WebhookEvent(fields: entry.fields) else {
-                outcome.poison.append((entry.id, EntryError(.undecodable, "entry has no account or body")))
-                continue
+        for (entry, reading) in zip(entries, readings(entries)) {
+            switch reading {
+            case .undecodable(let error):
+                outcome.poison.append((entry.id, error))
+            case .parsed(let p, let type):
+                outcome.types[entry.id] = type
+                parsed.append(p)
             }
-            let account = event.account
-            let decoded: TrelloWebhookBody
-            do {
-                decoded = try TrelloWebhookBody.decode(event.body)
-            } catch {
-                outcome.poison.append((entry.id, EntryError(.undecodable, "body does not decode: \(error)")))
-                continue
-            }
-            let received = event.receivedMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
-            var date = decoded.action.date.flatMap(Timestamp.date) ?? received
-            var events = CardEventInterpreter.events(for: decoded, actionType: event.type)
-            if event.confirm {
-                // Not delivered to the account's own callback URL (`WebhookCallback`): trust no payload, read each card
-                // from Trello with the account's credentials, so a forged body can change nothing the apps see. Its date
-                // is the sender's too: never later than its arrival, or a forged future date would stamp the card's
-                // fields and make every real edit before it look older.
-                events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
-                date = min(date, received)
-            }
-            outcome.types[entry.id] = event.type ?? decoded.action.type ?? "unknown"
-            parsed.append(
-                Parsed(
-                    entry: entry, account: account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
-                    boardID: decoded.action.data?.board?.id))
         }
 
         let lookups = parsed.flatMap { p in

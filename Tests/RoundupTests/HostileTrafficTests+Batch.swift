@@ -55,6 +55,7 @@ extension HostileTrafficTests {
     ) async throws {
         let h = try await BatchOrderHarness(backend)
         for seed in UInt64(1)...60 {
+            h.readAhead = seed.isMultiple(of: 2)
             var rng = SplitMix64(seed: seed)
             var cards: [String: (CardStart, [CardAction])] = [:]
             for c in 0..<2 {
@@ -251,6 +252,9 @@ final class BatchOrderHarness: @unchecked Sendable {
     let singleProcessor: WebhookProcessor
     var nextEntry = 0
     var clock = 1_800_000_000.0
+    /// The batch side's entries are first read ahead (`WebhookProcessor.readAhead`), as the consumer does with the
+    /// batch it fetched ahead.
+    var readAhead = false
 
     init(_ backend: StoreBackend) async throws {
         trello = try await FakeTrello.start()
@@ -398,6 +402,7 @@ final class BatchOrderHarness: @unchecked Sendable {
                     ])
             }
         }
+        if readAhead { batchProcessor.readAhead(entries(batch)) }
         let whole = await batchProcessor.process(entries(batch))
         #expect(whole.retry.isEmpty && whole.poison.isEmpty, "\(whole.retry) \(whole.poison)")
         for entry in entries(single) {

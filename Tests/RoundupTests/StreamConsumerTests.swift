@@ -31,6 +31,12 @@ import Testing
         }
 
         var handled: [String] { seen.withLock { $0 } }
+        /// The batches given to `readAhead`, in order.
+        let readAheadBatches = Mutex<[[String]]>([])
+
+        func readAhead(_ batch: [StreamDelivery]) async {
+            readAheadBatches.withLock { $0.append(batch.map(\.id)) }
+        }
 
         func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<TestFailure> {
             seen.withLock { $0 += batch.map(\.id) }
@@ -228,6 +234,8 @@ import Testing
         stop()
         await task.value
         #expect(handler.handled == Array(ids[..<4]))
+        // The second batch was given to the handler to read ahead while the first was handled.
+        #expect(handler.readAheadBatches.withLock { $0.first } == Array(ids[2..<4]))
         #expect(stream.ids == Array(ids[4...]))  // never delivered: left for the other consumers
         #expect(stream.pending.isEmpty)
     }

@@ -203,7 +203,11 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                         if options.concurrency == 1 {
                             // A full batch suggests more is waiting: ask for it now, without blocking.
                             if entries.count == options.batchSize {
-                                prefetched = Task { [driver] in try await driver.read(count: count, block: nil) }
+                                prefetched = Task { [driver, handler] in
+                                    let batch = try await driver.read(count: count, block: nil)
+                                    if !batch.isEmpty { await handler.readAhead(batch) }
+                                    return batch
+                                }
                             }
                             if try await process(entries) {
                                 // A dependency is unreachable: stop taking new entries for a while; they wait in the stream.

@@ -12,9 +12,15 @@ public protocol StreamHandler: Sendable {
 
     /// With the consumer's stream gauges (every reclaim round): the handler's own gauges.
     func recordGauges(inFlight: Int) async
+
+    /// A batch the consumer read ahead, while the batch before it is still being handled: work that depends on the
+    /// entries alone (decoding them) can be done now, on another thread, for `handle` to take up. It may never be
+    /// handled by this consumer (a pause, a shutdown, an error), so nothing may depend on it having run.
+    func readAhead(_ batch: [StreamDelivery]) async
 }
 
 extension StreamHandler {
+    public func readAhead(_ batch: [StreamDelivery]) async {}
     public func settled(_ result: StreamBatchResult<Failure>, batch: [StreamDelivery], refusedWrites: Int, duration: Duration) async {}
     public func recordGauges(inFlight: Int) async {}
 }
