@@ -39,7 +39,33 @@ import Testing
             #expect(written == JSONValue.string(sample).canonicalJSON)
             #expect(try JSONParser.parse(Array(written.utf8)) == .string(sample))
             #expect(try JSONSerialization.jsonObject(with: Data(written.utf8), options: .fragmentsAllowed) as? String == sample)
+            // The same bytes through the page's writer, in exactly the room its bound promises (no slack to hide behind).
+            var exact = ByteBuffer()
+            exact.writeJSON(bound: JSONByteWriter.jsonStringBound(sample)) { $0.writeJSONString(sample) }
+            #expect(exact.readString(length: exact.readableBytes) == written)
         }
+        let worst = String(repeating: "\u{1}", count: 40)
+        var tight = ByteBuffer()
+        tight.writeJSON(bound: JSONByteWriter.jsonStringBound(worst)) { $0.writeJSONString(worst) }
+        #expect(tight.readableBytes == JSONByteWriter.jsonStringBound(worst), "every byte escaped fills the bound exactly")
+    }
+
+    /// The page's writer: literals, raw JSON text and integers (both ends of Int64), one after the other.
+    @Test func theByteWriterWritesWhatItIsGiven() throws {
+        let values: [Int64] = [0, 7, -1, 10, 1_234_567_890, Int64.max, Int64.min]
+        var buffer = ByteBuffer()
+        buffer.writeString("[")
+        buffer.writeJSON(bound: 200 + values.count * JSONByteWriter.decimalBound) { w in
+            for (index, value) in values.enumerated() {
+                if index > 0 { w.write(",") }
+                w.writeDecimal(value)
+            }
+            w.write(",")
+            w.writeRaw(#"{"a":[1,"é"]}"#)
+        }
+        buffer.writeString("]")
+        let text = buffer.readString(length: buffer.readableBytes) ?? ""
+        #expect(text == "[" + values.map(String.init).joined(separator: ",") + #",{"a":[1,"é"]}]"#)
     }
 
     /// Every real Trello body among the fixtures, and the actions captured alone.

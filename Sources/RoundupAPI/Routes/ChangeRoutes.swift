@@ -30,7 +30,9 @@ struct ChangeRoutes {
         }
         let rows = try await api.store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1)
         var out = ByteBuffer()
-        out.reserveCapacity(256 + rows.count * 400)
+        // Room for the whole page at once: each change is written into the most it can take, so the buffer never grows
+        // midway (the bounds' unused tail is reserved, not touched).
+        out.reserveCapacity(256 + rows.prefix(limit).reduce(0) { $0 + Self.bound($1) })
         out.writeString(#"{"changes":["#)
         for (index, row) in rows.prefix(limit).enumerated() {
             if index > 0 { out.writeString(",") }
@@ -52,25 +54,36 @@ struct ChangeRoutes {
         return value
     }
 
-    /// One change as `Change` of docs/openapi.yaml: the same JSON on the page and on the stream.
+    /// One change as `Change` of docs/openapi.yaml: the same JSON on the page and on the stream. Written in one
+    /// reservation of the most it can take (`JSONByteWriter`).
     static func write(_ row: PendingChange, to out: inout ByteBuffer) {
-        out.writeString(#"{"id":"#)
-        out.writeString(String(row.id))
-        out.writeString(#","change_type":"#)
-        out.writeJSONString(row.changeType.rawValue)
-        out.writeString(#","sync_list_id":"#)
-        out.writeJSONString(row.syncListID)
-        out.writeString(#","trello_card_id":"#)
-        out.writeJSONString(row.trelloCardID)
-        out.writeString(#","reminder_id":"#)
-        if let reminderID = row.reminderID { out.writeJSONString(reminderID) } else { out.writeString("null") }
-        out.writeString(#","changed_fields":"#)
-        out.writeString(row.changedFieldsJSON)
-        out.writeString(#","fields":"#)
-        out.writeString(row.fieldsJSON)
-        out.writeString(#","created_at":"#)
-        out.writeJSONString(row.createdAt)
-        out.writeString("}")
+        out.writeJSON(bound: bound(row)) { w in
+            w.write(#"{"id":"#)
+            w.writeDecimal(row.id)
+            w.write(#","change_type":"#)
+            w.writeJSONString(row.changeType.rawValue)
+            w.write(#","sync_list_id":"#)
+            w.writeJSONString(row.syncListID)
+            w.write(#","trello_card_id":"#)
+            w.writeJSONString(row.trelloCardID)
+            w.write(#","reminder_id":"#)
+            if let reminderID = row.reminderID { w.writeJSONString(reminderID) } else { w.write("null") }
+            w.write(#","changed_fields":"#)
+            w.writeRaw(row.changedFieldsJSON)
+            w.write(#","fields":"#)
+            w.writeRaw(row.fieldsJSON)
+            w.write(#","created_at":"#)
+            w.writeJSONString(row.createdAt)
+            w.write("}")
+        }
+    }
+
+    /// The most bytes `write` takes for `row` (its strings as if every byte were escaped).
+    static func bound(_ row: PendingChange) -> Int {
+        typealias W = JSONByteWriter
+        return 160 + W.decimalBound + W.jsonStringBound(row.changeType.rawValue) + W.jsonStringBound(row.syncListID)
+            + W.jsonStringBound(row.trelloCardID) + (row.reminderID.map(W.jsonStringBound) ?? 4) + row.changedFieldsJSON.utf8.count
+            + row.fieldsJSON.utf8.count + W.jsonStringBound(row.createdAt)
     }
 
     func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {
