@@ -7,7 +7,7 @@ public import RoundupCore
 extension PostgresStore {
     public func accountID(tokenHash: String) async throws -> String? {
         try await read { [self] c in
-            try await c.rows("SELECT id FROM accounts WHERE auth_token_hash = \(tokenHash)", logger).first?.text(0)
+            try await c.execute(PostgresStatements.AccountByToken(tokenHash: tokenHash), logger: logger).first { _ in true }
         }
     }
 
