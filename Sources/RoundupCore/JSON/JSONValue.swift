@@ -76,9 +76,8 @@ public enum JSONValue: Sendable, Hashable, Codable {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .number(let n):
-            if n.rounded() == n, abs(n) < 1e15 { out.append(contentsOf: String(Int64(n)).utf8) } else { out.append(contentsOf: String(n).utf8) }
-        case .string(let s): Self.writeString(s, into: &out)
+        case .number(let n): Self.writeCanonical(number: n, into: &out)
+        case .string(let s): Self.writeCanonical(string: s, into: &out)
         case .array(let a):
             out.append(UInt8(ascii: "["))
             for (i, v) in a.enumerated() {
@@ -90,7 +89,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
             out.append(UInt8(ascii: "{"))
             for (i, key) in o.keys.sorted().enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(key, into: &out)
+                Self.writeCanonical(string: key, into: &out)
                 out.append(UInt8(ascii: ":"))
                 o[key]!.writeCanonical(into: &out)
             }
@@ -98,7 +97,14 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    private static func writeString(_ s: String, into out: inout [UInt8]) {
+    /// A number as `canonicalJSON` writes it: integral values below 10^15 without a fraction, others as Swift's
+    /// shortest round-trip form. For writers of one fixed shape that do not build a `JSONValue` (`FieldStamps`).
+    public static func writeCanonical(number n: Double, into out: inout [UInt8]) {
+        if n.rounded() == n, abs(n) < 1e15 { out.append(contentsOf: String(Int64(n)).utf8) } else { out.append(contentsOf: String(n).utf8) }
+    }
+
+    /// A string literal as `canonicalJSON` writes it, quotes included.
+    public static func writeCanonical(string s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         JSONStringEscaping.pieces(of: s) { out.append(contentsOf: $0) }
         out.append(UInt8(ascii: "\""))
