@@ -79,6 +79,18 @@ public struct BatchOutcome: Sendable {
     public var accountsWithChanges = Set<String>()
     /// Action type of each entry, for metrics by type.
     public var types: [String: String] = [:]
+
+    /// Adds what another part of the batch came to.
+    mutating func merge(_ part: BatchOutcome) {
+        done += part.done
+        applied += part.applied
+        retry += part.retry
+        poison += part.poison
+        dropped += part.dropped
+        changesWritten += part.changesWritten
+        accountsWithChanges.formUnion(part.accountsWithChanges)
+        types.merge(part.types) { current, _ in current }
+    }
 }
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
@@ -87,6 +99,8 @@ public final class WebhookProcessor: Sendable {
     let cards: any CardSource
     let logger: Logger
     let fetchConcurrency: Int
+    /// A batch of several accounts is processed in up to this many lanes at once, each a group of whole accounts.
+    let accountLanes: Int
     /// Fingerprints of our own writes to Trello; nil turns echo suppression by fingerprint off.
     let echo: EchoFingerprints?
     /// Boards whose Priority field was looked up recently (account/board → when).
@@ -96,13 +110,15 @@ public final class WebhookProcessor: Sendable {
     private let decodedAhead = NIOLockedValueBox((current: [String: Reading](), previous: [String: Reading]()))
 
     public init(
-        store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, echo: EchoFingerprints? = nil
+        store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
+        echo: EchoFingerprints? = nil
     ) {
         self.echo = echo
         self.store = store
         self.cards = cards
         self.logger = logger
         self.fetchConcurrency = fetchConcurrency
+        self.accountLanes = max(1, accountLanes)
     }
 
     /// An entry decoded: what the batch needs of it, or why it never will be processed.
@@ -206,8 +222,42 @@ public final class WebhookProcessor: Sendable {
         }
     }
 
+    /// Processes a batch. Entries of different accounts share nothing in the store (each write takes its accounts'
+    /// locks), so a batch of several accounts runs in lanes of whole accounts at once (`accountLanes`): one lane's
+    /// writes are in the database while another's entries are planned (#19: with one batch at a time, the worker's and
+    /// PostgreSQL's time added up). An account's entries stay in one lane, in their order.
     public func process(_ entries: [StreamEntry]) async -> BatchOutcome {
-        await process(entries, fetchedBefore: [:])
+        let lanes = Self.lanes(entries, count: accountLanes)
+        guard lanes.count > 1 else { return await process(entries, fetchedBefore: [:]) }
+        return await withTaskGroup(of: BatchOutcome.self) { group in
+            for lane in lanes {
+                group.addTask { await self.process(lane, fetchedBefore: [:]) }
+            }
+            var outcome = BatchOutcome()
+            for await part in group { outcome.merge(part) }
+            return outcome
+        }
+    }
+
+    /// `entries` in at most `count` groups of whole accounts (by the entry's `account` field; entries without one are a
+    /// group of their own), each in the batch's order, the accounts spread so the groups' sizes are close.
+    static func lanes(_ entries: [StreamEntry], count: Int) -> [[StreamEntry]] {
+        guard count > 1, entries.count > 1 else { return [entries] }
+        var sizes: [[UInt8]: Int] = [:]
+        for entry in entries { sizes[entry.fields[WebhookEvent.Field.account.rawValue] ?? [], default: 0] += 1 }
+        guard sizes.count > 1 else { return [entries] }
+        // Largest accounts first, each to the lane holding the fewest entries so far (ties: the lower lane; accounts
+        // of equal size in byte order, so the split does not depend on hashing).
+        var load = [Int](repeating: 0, count: min(count, sizes.count))
+        var laneOf: [[UInt8]: Int] = [:]
+        for (account, size) in sizes.sorted(by: { $0.value != $1.value ? $0.value > $1.value : $0.key.lexicographicallyPrecedes($1.key) }) {
+            let lane = load.indices.min { load[$0] < load[$1] }!
+            laneOf[account] = lane
+            load[lane] += size
+        }
+        var lanes = [[StreamEntry]](repeating: [], count: load.count)
+        for entry in entries { lanes[laneOf[entry.fields[WebhookEvent.Field.account.rawValue] ?? []]!].append(entry) }
+        return lanes
     }
 
     /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
@@ -448,15 +498,7 @@ public final class WebhookProcessor: Sendable {
         logger.debug("store refused a batch's data: splitting it", metadata: ["entries": "\(entries.count)", "stage": "\(stage)"])
         let half = entries.count / 2
         for part in [Array(entries[..<half]), Array(entries[half...])] {
-            let sub = await process(part, fetchedBefore: fetched)
-            outcome.done += sub.done
-            outcome.applied += sub.applied
-            outcome.retry += sub.retry
-            outcome.poison += sub.poison
-            outcome.dropped += sub.dropped
-            outcome.changesWritten += sub.changesWritten
-            outcome.accountsWithChanges.formUnion(sub.accountsWithChanges)
-            outcome.types.merge(sub.types) { current, _ in current }
+            outcome.merge(await process(part, fetchedBefore: fetched))
         }
         return outcome
     }

@@ -107,14 +107,19 @@ let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):"
 let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
 let trello = try await FakeTrello.start()
 
-// An account, a list, and (for updates) 1,000 cards the worker already knows, their creates acknowledged.
+// BENCH_ACCOUNTS accounts (default 1), each with a list and (for updates) its share of 1,000 cards the worker already
+// knows, their creates acknowledged; event i is for account i mod BENCH_ACCOUNTS.
 let store = try await TestStore.open(url: databaseURL)
-let account = try await store.createAccount(authTokenHash: UUID().uuidString)
-try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token", webhookSecret: "bench-secret")
-let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
+let accountCount = max(1, Int(ProcessInfo.processInfo.environment["BENCH_ACCOUNTS"] ?? "1") ?? 1)
+var accounts: [String] = []
 let cards = scenario == "update" ? 1_000 : events
-if scenario == "update" {
-    let seed = (0..<cards).map { i in
+for n in 0..<accountCount {
+    let account = try await store.createAccount(authTokenHash: UUID().uuidString)
+    try await store.updateAccountCredentials(id: account, apiKey: "test-api-key", token: "test-token-\(n)", webhookSecret: "bench-secret")
+    let list = try await store.createSyncList(accountID: account, name: "Bench", trelloBoardID: "B1", trelloListID: "L1")
+    accounts.append(account)
+    guard scenario == "update" else { continue }
+    let seed = stride(from: n, to: cards, by: accountCount).map { i in
         CardObservation(
             accountID: account, syncListID: list.id, cardID: "card-\(i)", actionID: nil, actionDate: Date(timeIntervalSince1970: 1_600_000_000),
             kind: .fields(CardMapper.fields(fromCard: ["name": .string("Card \(i)")]), full: true))
@@ -122,7 +127,8 @@ if scenario == "update" {
     _ = try await store.apply(seed)
     let ids = try await store.pendingChanges(accountID: account, afterID: 0, limit: cards).map(\.id)
     _ = try await store.acknowledge(accountID: account, acks: ids.map { ChangeAck(id: $0) })
-} else {
+}
+if scenario != "update" {
     for i in 0..<cards { trello.setCard(FakeTrello.card(id: "card-\(i)", listID: "L1", boardID: "B1", name: "Card \(i)")) }
 }
 
@@ -138,7 +144,8 @@ for i in 0..<events {
             card: ["name": .string("Renamed \(i)")], old: ["name": .string("Card")], date: date, padding: 3_000)
         : WebhookBodies.body(type: "createCard", actionID: "act-\(i)", cardID: card, listID: "L1", boardID: "B1", date: date, padding: 3_000)
     let event = WebhookEvent(
-        account: account, actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1", receivedMilliseconds: 0,
+        account: accounts[(i % cards) % accountCount], actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1",
+        receivedMilliseconds: 0,
         body: body)
     batch.append(.streamAppend(keys.webhookStream, fields: event.fields))
     if batch.count == 1_000 || i == events - 1 {
@@ -189,13 +196,15 @@ let cpuSeconds = workers.reduce(0.0) { total, worker in
 // Under callgrind (scripts/bench-cost) a worker's orderly shutdown takes longer than the usual 10 s.
 let stopGrace = Double(ProcessInfo.processInfo.environment["BENCH_STOP_SECONDS"] ?? "") ?? 10
 for worker in workers { await worker.stop(grace: .seconds(stopGrace)) }
-let written = try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count
+var written = 0
+for account in accounts { written += try await store.pendingChanges(accountID: account, afterID: 0, limit: Int.max).count }
 guard drained else { fail("worker did not drain the stream: \(workers[0].output.suffix(2000))") }
 print(
     String(
         format:
-            "worker %@ (%@, %d process%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; worker CPU %.2f s = %.0f events per CPU-second; %d pending-change rows; peak %@; Trello card requests %d",
-        scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", events, bodySize, seconds, Double(events) / seconds, cpuSeconds,
+            "worker %@ (%@, %d process%@, %d account%@): %d events (%d-byte bodies) in %.2f s = %.0f events/s; worker CPU %.2f s = %.0f events per CPU-second; %d pending-change rows; peak %@; Trello card requests %d",
+        scenario, backend.rawValue, workerCount, workerCount == 1 ? "" : "es", accountCount, accountCount == 1 ? "" : "s", events, bodySize, seconds,
+        Double(events) / seconds, cpuSeconds,
         Double(events) / max(cpuSeconds, 0.001), written,
         rss.replacingOccurrences(of: "\t", with: " "), trello.cardRequests))
 await trello.stop()
