@@ -260,8 +260,6 @@ public final class WebhookProcessor: Sendable {
         return lanes
     }
 
-    /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
-    /// refused the whole), not read again.
     /// Decodes the entries of a batch the consumer read ahead, while the batch before it is in the store: decoding
     /// depends on the entry alone, so `process` takes these readings instead of decoding again (#19: the JSON parse is
     /// about a sixth of the worker's instructions per event, and here it runs beside the store's round trips).
@@ -309,6 +307,8 @@ public final class WebhookProcessor: Sendable {
         return entries.indices.map { i in (i < ahead.count ? ahead[i] : nil) ?? Self.read(entries[i]) }
     }
 
+    /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
+    /// refused the whole), not read again.
     private func process(_ entries: [StreamEntry], fetchedBefore: [AccountScoped: FetchedCard?]) async -> BatchOutcome {
         var outcome = BatchOutcome()
         var parsed: [Parsed] = []
