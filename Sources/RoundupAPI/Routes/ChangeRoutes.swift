@@ -81,6 +81,7 @@ struct ChangeRoutes {
     /// The most bytes `write` takes for `row` (its strings as if every byte were escaped).
     static func bound(_ row: PendingChange) -> Int {
         typealias W = JSONByteWriter
+        // 160: the object's keys and punctuation (113 bytes) with room to spare.
         return 160 + W.decimalBound + W.jsonStringBound(row.changeType.rawValue) + W.jsonStringBound(row.syncListID)
             + W.jsonStringBound(row.trelloCardID) + (row.reminderID.map(W.jsonStringBound) ?? 4) + row.changedFieldsJSON.utf8.count
             + row.fieldsJSON.utf8.count + W.jsonStringBound(row.createdAt)

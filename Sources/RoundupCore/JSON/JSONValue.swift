@@ -123,7 +123,8 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
 
 /// How a string is written as a JSON string literal: only what JSON requires is escaped (quote, backslash, control
 /// characters, `\n` `\r` `\t` by name and the others as `\u00xx`); other UTF-8 passes through. One copy of the rule for
-/// both writers, `JSONValue.canonicalJSON` and `ByteBuffer.writeJSONString`.
+/// every writer: `JSONValue.canonicalJSON` (and `writeCanonical(string:)`), `ByteBuffer.writeJSONString` and
+/// `JSONByteWriter.writeJSONString`.
 enum JSONStringEscaping {
     static let hexDigits = Hex.digits
 
