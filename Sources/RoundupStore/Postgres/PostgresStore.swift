@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import Metrics
+import NIOConcurrencyHelpers
 import NIOSSL
 import PostgresNIO
 import RoundupCore
@@ -167,7 +168,7 @@ public final class PostgresStore: Sendable {
     static func lockAccounts(_ connection: PostgresConnection, _ accountIDs: [String], logger: Logger) async throws {
         guard !accountIDs.isEmpty else { return }
         let ids = Set(accountIDs.map(Self.lockID)).sorted()
-        _ = try await connection.query("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(\(ids)::int8[]) AS t(k)", logger: logger).collect()
+        try await connection.run("SELECT count(pg_advisory_xact_lock(k)) FROM unnest(\(ids)::int8[]) AS t(k)", logger)
     }
 
     /// The account lock of a job's account (a job never changes account, so reading it before the lock is safe).
@@ -289,14 +290,25 @@ final class DeadlineRace<T: Sendable>: @unchecked Sendable {
 
 extension PostgresConnection {
     /// All rows of a query, each ready to be read by column position.
+    ///
+    /// Rows are taken as they arrive, on the connection's event loop (PostgresNIO's `onRow`), not pulled one by one
+    /// through its `AsyncSequence`: every query here reads all its rows anyway, and each pull cost an async hop and the
+    /// sequence's back-pressure bookkeeping — about a third of the API's instructions for a changes page.
     func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRandomAccessRow] {
-        try await self.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
+        let rows = NIOLockedValueBox<[PostgresRandomAccessRow]>([])
+        _ = try await self.query(query, logger: logger) { row in
+            let row = row.makeRandomAccess()
+            rows.withLockedValue { $0.append(row) }
+        }.get()
+        return rows.withLockedValue { $0 }
     }
 
     /// Runs a statement; with `RETURNING 1` the result is the number of rows it touched.
     @discardableResult
     func run(_ query: PostgresQuery, _ logger: Logger) async throws -> Int {
-        try await self.query(query, logger: logger).collect().count
+        let count = NIOLockedValueBox(0)
+        _ = try await self.query(query, logger: logger) { _ in count.withLockedValue { $0 += 1 } }.get()
+        return count.withLockedValue { $0 }
     }
 }
 
