@@ -151,18 +151,21 @@ public struct PendingChange: Sendable, Equatable {
     public var fieldsJSON: String
     public var trelloCardID: String
     public var trelloActionID: String?
-    /// The reminder the card maps to, when the query joined it.
+    /// The reminder the card maps to (its task's), if any.
     public var reminderID: String?
     public var createdAt: String
 
     public var changedFields: [String] { PendingChangeCoding.changedFields(changedFieldsJSON) }
     public var fields: [String: JSONValue] { PendingChangeCoding.fields(fieldsJSON) }
 
-    /// The columns every reader selects, in the order both stores decode them (`p` is `pending_changes`, `t` the
-    /// card's `sync_tasks` row or NULLs).
+    /// The columns every reader selects from `pending_changes p`, in the order both stores decode them.
+    ///
+    /// A change carries its card's reminder (`reminder_id`, migration v11): it is set from the card's task when the
+    /// change is written, and triggers on `sync_tasks` keep it equal to the task's whenever the task's reminder is set,
+    /// changed or deleted. Reading it with the change saves the page a lookup in `sync_tasks` per change, which was
+    /// most of PostgreSQL's time for a page (issue 19).
     static let columns =
-        "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, t.reminder_id, p.created_at"
-    static let join = "pending_changes p LEFT JOIN sync_tasks t ON t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id"
+        "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, p.reminder_id, p.created_at"
 }
 
 /// One observation of a card, ready to compare with what the store has.

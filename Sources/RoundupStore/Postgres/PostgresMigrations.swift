@@ -318,6 +318,48 @@ enum PostgresMigrations {
                 "ALTER TABLE sync_tasks SET (fillfactor = 70)",
             ]
         ),
+        (
+            // A change carries its card's reminder, so the changes page reads it without a lookup per change in
+            // sync_tasks (PendingChange.columns: that lookup was most of the server's time for a page). The triggers
+            // keep it equal to the task's, whatever sets, changes or deletes the task's reminder; a change written
+            // later takes the task's reminder as it is written. They fire only when the reminder itself changes: the
+            // worker's writes of a task's fields do not name the column.
+            "v11-changes-carry-reminder",
+            [
+                "ALTER TABLE pending_changes ADD COLUMN reminder_id TEXT",
+                """
+                UPDATE pending_changes p SET reminder_id = t.reminder_id FROM sync_tasks t
+                WHERE t.account_id = p.account_id AND t.trello_card_id = p.trello_card_id AND t.reminder_id IS NOT NULL
+                """,
+                """
+                CREATE FUNCTION pending_changes_follow_reminder() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF TG_OP = 'DELETE' THEN
+                        UPDATE pending_changes SET reminder_id = NULL
+                        WHERE account_id = OLD.account_id AND trello_card_id = OLD.trello_card_id AND reminder_id IS NOT NULL;
+                    ELSE
+                        UPDATE pending_changes SET reminder_id = NEW.reminder_id
+                        WHERE account_id = NEW.account_id AND trello_card_id = NEW.trello_card_id
+                            AND reminder_id IS DISTINCT FROM NEW.reminder_id;
+                    END IF;
+                    RETURN NULL;
+                END
+                $$
+                """,
+                """
+                CREATE TRIGGER sync_tasks_reminder_inserted AFTER INSERT ON sync_tasks
+                FOR EACH ROW WHEN (NEW.reminder_id IS NOT NULL) EXECUTE FUNCTION pending_changes_follow_reminder()
+                """,
+                """
+                CREATE TRIGGER sync_tasks_reminder_updated AFTER UPDATE OF reminder_id ON sync_tasks
+                FOR EACH ROW WHEN (OLD.reminder_id IS DISTINCT FROM NEW.reminder_id) EXECUTE FUNCTION pending_changes_follow_reminder()
+                """,
+                """
+                CREATE TRIGGER sync_tasks_reminder_deleted AFTER DELETE ON sync_tasks
+                FOR EACH ROW WHEN (OLD.reminder_id IS NOT NULL) EXECUTE FUNCTION pending_changes_follow_reminder()
+                """,
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -188,7 +188,7 @@ extension PostgresStore: SyncStore {
         try await read { [self] c in
             try await c.rows(
                 """
-                SELECT \(unescaped: PendingChange.columns) FROM \(unescaped: PendingChange.join)
+                SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
                 WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
                 """, logger
             ).map { try PendingChange(row: $0, accountID: accountID) }
@@ -436,8 +436,11 @@ struct PostgresChangeRows: ChangeRows {
             }
             sql.appendLiteral(
                 """
-                INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded)
-                SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s FROM unnest(
+                INSERT INTO pending_changes
+                    (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded, reminder_id)
+                SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s,
+                    (SELECT r.reminder_id FROM sync_tasks r WHERE r.account_id = u.a AND r.trello_card_id = u.k)  -- the task's as it is now (v11)
+                FROM unnest(
                 """)
             let texts: [[String]] = [
                 changes.map(\.accountID), changes.map(\.syncListID), changes.map(\.type.rawValue), changes.map(\.changedFieldsJSON),

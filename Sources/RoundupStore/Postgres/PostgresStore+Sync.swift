@@ -128,7 +128,7 @@ extension PostgresStore: SyncJobStore {
         try await read { [self] c in
             try await c.rows(
                 """
-                SELECT \(unescaped: PendingChange.columns) FROM \(unescaped: PendingChange.join)
+                SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
                 WHERE p.account_id = \(accountID) AND p.trello_card_id = \(cardID) AND NOT p.superseded ORDER BY p.id DESC LIMIT 1
                 """,
                 logger

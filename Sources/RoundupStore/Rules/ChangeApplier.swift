@@ -419,10 +419,12 @@ struct SQLiteChangeRows: ChangeRows {
     }
 
     func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {
+        // The change carries its task's reminder as the task is now (v11-changes-carry-reminder).
         try db.cachedStatement(
             sql: """
-                INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO pending_changes
+                    (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, reminder_id)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT reminder_id FROM sync_tasks WHERE account_id = ?1 AND trello_card_id = ?6))
                 """
         ).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
     }

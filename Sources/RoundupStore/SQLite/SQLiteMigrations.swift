@@ -284,6 +284,32 @@ enum SQLiteMigrations {
             // The app a device registered with (its bundle id, the APNs topic); NULL is the server's default app.
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN bundle_id TEXT")
         }
+        // (v10 is PostgreSQL's alone: an index SQLite's card index already is.)
+        migrator.registerMigration("v11-changes-carry-reminder") { db in
+            // A change carries its card's reminder, so the changes page reads it without a lookup per change in
+            // sync_tasks (PendingChange.columns). The triggers keep it equal to the task's, whatever sets, changes or
+            // deletes the task's reminder; a change written later takes the task's reminder as it is written.
+            try db.execute(
+                sql: """
+                    ALTER TABLE pending_changes ADD COLUMN reminder_id TEXT;
+                    UPDATE pending_changes SET reminder_id = (
+                        SELECT t.reminder_id FROM sync_tasks t
+                        WHERE t.account_id = pending_changes.account_id AND t.trello_card_id = pending_changes.trello_card_id);
+                    CREATE TRIGGER sync_tasks_reminder_inserted AFTER INSERT ON sync_tasks WHEN NEW.reminder_id IS NOT NULL BEGIN
+                        UPDATE pending_changes SET reminder_id = NEW.reminder_id
+                        WHERE account_id = NEW.account_id AND trello_card_id = NEW.trello_card_id;
+                    END;
+                    CREATE TRIGGER sync_tasks_reminder_updated AFTER UPDATE OF reminder_id ON sync_tasks
+                    WHEN OLD.reminder_id IS NOT NEW.reminder_id BEGIN
+                        UPDATE pending_changes SET reminder_id = NEW.reminder_id
+                        WHERE account_id = NEW.account_id AND trello_card_id = NEW.trello_card_id;
+                    END;
+                    CREATE TRIGGER sync_tasks_reminder_deleted AFTER DELETE ON sync_tasks WHEN OLD.reminder_id IS NOT NULL BEGIN
+                        UPDATE pending_changes SET reminder_id = NULL
+                        WHERE account_id = OLD.account_id AND trello_card_id = OLD.trello_card_id;
+                    END;
+                    """)
+        }
         return migrator
     }
 }

@@ -117,7 +117,7 @@ extension SQLiteStore: SyncJobStore {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT \(PendingChange.columns) FROM \(PendingChange.join)
+                    SELECT \(PendingChange.columns) FROM pending_changes p
                     WHERE p.account_id = ? AND p.trello_card_id = ? AND p.superseded = 0 ORDER BY p.id DESC LIMIT 1
                     """,
                 arguments: [accountID, cardID]

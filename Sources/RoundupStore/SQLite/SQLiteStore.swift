@@ -235,7 +235,7 @@ public final class SQLiteStore: SyncStore {
         try await pool.read { db in
             let statement = try db.cachedStatement(
                 sql: """
-                    SELECT \(PendingChange.columns) FROM \(PendingChange.join)
+                    SELECT \(PendingChange.columns) FROM pending_changes p
                     WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
                     """)
             // The hottest read of the API (`GET /changes`): a cursor's row reads the statement's columns in place,
