@@ -31,9 +31,20 @@ import Testing
         }
     }
 
+    /// Runs a statement as it is on either store (tests only: the values in it are the fixture's).
+    static func execute(_ store: any ServerStore, _ statement: String) async throws {
+        if let sqlite = store as? SQLiteStore {
+            try await sqlite.pool.write { db in try db.execute(sql: statement) }
+        } else {
+            let postgres = try #require(store as? PostgresStore)
+            try await postgres.write { c in try await c.run(PostgresQuery(unsafeSQL: statement), postgres.logger) }
+        }
+    }
+
     /// Every way a card's reminder is set or changed — an app's ack of a create (and of a create folded into a newer
-    /// change), a sync job's write for a reminder, an edit of a mapped card — leaves each pending change with its
-    /// task's reminder; deleting a list with such changes deletes them (the triggers do not stand in the cascade's way).
+    /// change), a sync job's write for a reminder, an edit of a mapped card — leaves each pending change (superseded
+    /// ones too) with its task's reminder; deleting a list with such changes deletes them (the triggers do not stand
+    /// in the cascade's way).
     @Test(arguments: StoreBackend.available) func aChangeCarriesItsCardsReminderWhateverSetsIt(backend: StoreBackend) async throws {
         let f = try await StoreFixture(backend)
         for card in ["c1", "c2", "c3", "c4"] { _ = try await f.observe(card, .fields(fullCard("Card \(card)"), full: true), at: 1_700_000_000) }
@@ -51,16 +62,13 @@ import Testing
         var write = SyncWrite(accountID: f.account, syncListID: f.list.id, cardID: "c3", reminderID: "R-3")
         write.toApps = ["title": .string("Trello's title")]
         _ = try await f.store.recordSyncWrite(write)
-        // c4: a reminder was reserved for a create and released (a placeholder task, inserted and deleted).
-        try await f.store.reserveCreate(accountID: f.account, syncListID: f.list.id, reminderID: "R-4")
-        try await f.store.releaseCreate(accountID: f.account, reminderID: "R-4")
 
         let byCard = Dictionary(grouping: try await f.changes(), by: \.trelloCardID)
         #expect(byCard["c1"]?.map(\.reminderID) == ["R-1"])
         #expect(byCard["c2"]?.map(\.reminderID) == ["R-2"])
         #expect(byCard["c3"]?.isEmpty == false)
-        #expect(byCard["c3"]?.allSatisfy { $0.reminderID == "R-3" } == true, "the unacknowledged create and Trello's title")
-        #expect(byCard["c4"]?.map(\.reminderID) == [nil])
+        #expect(byCard["c3"]?.allSatisfy { $0.reminderID == "R-3" } == true, "the create with Trello's title folded in")
+        #expect(byCard["c4"]?.map(\.reminderID) == [nil], "never mapped")
         #expect(try await Self.drift(f.store) == [])
         // The stream and the operators read the same column as the page.
         #expect(try await f.store.unackedChange(accountID: f.account, cardID: "c3")?.reminderID == "R-3")
@@ -81,7 +89,7 @@ import Testing
 
         let undo = [
             "DROP TRIGGER sync_tasks_reminder_inserted", "DROP TRIGGER sync_tasks_reminder_updated", "DROP TRIGGER sync_tasks_reminder_deleted",
-            "ALTER TABLE pending_changes DROP COLUMN reminder_id",
+            "DROP TRIGGER pending_changes_reminder_inserted", "ALTER TABLE pending_changes DROP COLUMN reminder_id",
         ]
         if let sqlite = f.store as? SQLiteStore {
             try await sqlite.pool.write { db in
@@ -92,10 +100,11 @@ import Testing
             let postgres = try #require(f.store as? PostgresStore)
             try await postgres.write { c in
                 for statement in undo {
-                    let sql = statement.hasPrefix("DROP TRIGGER") ? statement + " ON sync_tasks" : statement
-                    try await c.run(PostgresQuery(unsafeSQL: sql), postgres.logger)
+                    let table = statement.contains("pending_changes_reminder") ? " ON pending_changes" : " ON sync_tasks"
+                    try await c.run(PostgresQuery(unsafeSQL: statement.hasPrefix("DROP TRIGGER") ? statement + table : statement), postgres.logger)
                 }
                 try await c.run("DROP FUNCTION pending_changes_follow_reminder()", postgres.logger)
+                try await c.run("DROP FUNCTION pending_changes_take_reminder()", postgres.logger)
                 try await c.run("DELETE FROM roundup_migrations WHERE version = 'v11-changes-carry-reminder'", postgres.logger)
             }
         }
@@ -107,5 +116,45 @@ import Testing
         _ = try await f.store.acknowledge(accountID: f.account, acks: [ChangeAck(id: creates[1].id, reminderID: "R-2")])
         #expect(try await f.changes().map(\.reminderID) == ["R-1", "R-2"])
         #expect(try await Self.drift(f.store) == [])
+    }
+
+    /// A change written without a reminder — by a process of the version before v11, still running while the new one
+    /// migrates (a rolling upgrade) — takes its task's; and a task deleted, or made again with a reminder, by any
+    /// statement moves the reminder of the changes its card still has.
+    @Test(arguments: StoreBackend.available) func changesFollowTheirTaskWhoeverWritesEither(backend: StoreBackend) async throws {
+        let f = try await StoreFixture(backend)
+        for card in ["c1", "c2"] { _ = try await f.observe(card, .fields(fullCard("Card \(card)"), full: true), at: 1_700_000_000) }
+        let creates = try await f.changes()
+        _ = try await f.store.acknowledge(
+            accountID: f.account, acks: [ChangeAck(id: creates[0].id, reminderID: "R-1"), ChangeAck(id: creates[1].id, reminderID: "R-2")])
+        _ = try await f.observe("c1", .fields(["title": .string("Renamed")], full: false), at: 1_700_000_010)
+
+        // The version before v11 inserts without the column: c2 (mapped) and c9 (no task).
+        for card in ["c2", "c9"] {
+            try await Self.execute(
+                f.store,
+                """
+                INSERT INTO pending_changes (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at)
+                VALUES ('\(f.account)', '\(f.list.id)', 'update', '["title"]', '{"title":"Old writer"}', '\(card)', NULL, '2026-01-01T00:00:00.000Z')
+                """)
+        }
+        #expect(try await f.changes().map(\.reminderID) == ["R-1", "R-2", nil])
+        #expect(try await Self.drift(f.store) == [])
+
+        // c1's task goes while its change stays, then comes back with another reminder.
+        try await Self.execute(f.store, "DELETE FROM sync_tasks WHERE account_id = '\(f.account)' AND trello_card_id = 'c1'")
+        #expect(try await f.changes().map(\.reminderID) == [nil, "R-2", nil])
+        try await Self.execute(
+            f.store,
+            """
+            INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, created_at, updated_at)
+            VALUES ('\(f.account)', '\(f.list.id)', 'c1', 'R-1b', '{}', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')
+            """)
+        #expect(try await f.changes().map(\.reminderID) == ["R-1b", "R-2", nil])
+        #expect(try await Self.drift(f.store) == [])
+
+        // Deleting the account takes everything with it, triggers and all.
+        _ = try await f.store.deleteAccount(id: f.account)
+        #expect(try await f.changes() == [])
     }
 }

@@ -321,9 +321,12 @@ enum PostgresMigrations {
         (
             // A change carries its card's reminder, so the changes page reads it without a lookup per change in
             // sync_tasks (PendingChange.columns: that lookup was most of the server's time for a page). The triggers
-            // keep it equal to the task's, whatever sets, changes or deletes the task's reminder; a change written
-            // later takes the task's reminder as it is written. They fire only when the reminder itself changes: the
-            // worker's writes of a task's fields do not name the column.
+            // on sync_tasks keep it equal to the task's, whatever sets, changes or deletes the task's reminder; they
+            // fire only when the reminder itself changes (the worker's writes of a task's fields do not name the
+            // column). A change takes the task's reminder as it is written (`flushChanges` reads it in its INSERT);
+            // one written without naming the column — by a process of the version before, still running while the new
+            // one migrates — gets the default '', which the trigger on pending_changes replaces with the task's
+            // reminder before the row is stored (the trigger's condition costs the new writer nothing).
             "v11-changes-carry-reminder",
             [
                 "ALTER TABLE pending_changes ADD COLUMN reminder_id TEXT",
@@ -357,6 +360,20 @@ enum PostgresMigrations {
                 """
                 CREATE TRIGGER sync_tasks_reminder_deleted AFTER DELETE ON sync_tasks
                 FOR EACH ROW WHEN (OLD.reminder_id IS NOT NULL) EXECUTE FUNCTION pending_changes_follow_reminder()
+                """,
+                "ALTER TABLE pending_changes ALTER COLUMN reminder_id SET DEFAULT ''",
+                """
+                CREATE FUNCTION pending_changes_take_reminder() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    NEW.reminder_id := (SELECT t.reminder_id FROM sync_tasks t
+                                        WHERE t.account_id = NEW.account_id AND t.trello_card_id = NEW.trello_card_id);
+                    RETURN NEW;
+                END
+                $$
+                """,
+                """
+                CREATE TRIGGER pending_changes_reminder_inserted BEFORE INSERT ON pending_changes
+                FOR EACH ROW WHEN (NEW.reminder_id = '') EXECUTE FUNCTION pending_changes_take_reminder()
                 """,
             ]
         ),

@@ -287,11 +287,14 @@ enum SQLiteMigrations {
         // (v10 is PostgreSQL's alone: an index SQLite's card index already is.)
         migrator.registerMigration("v11-changes-carry-reminder") { db in
             // A change carries its card's reminder, so the changes page reads it without a lookup per change in
-            // sync_tasks (PendingChange.columns). The triggers keep it equal to the task's, whatever sets, changes or
-            // deletes the task's reminder; a change written later takes the task's reminder as it is written.
+            // sync_tasks (PendingChange.columns). The triggers on sync_tasks keep it equal to the task's, whatever
+            // sets, changes or deletes the task's reminder; a change takes the task's reminder as it is written
+            // (`insertChange` reads it in its INSERT); one written without naming the column — by a process of the
+            // version before, still running while the new one migrates — gets the default '', which the trigger on
+            // pending_changes replaces with the task's reminder in the same statement.
             try db.execute(
                 sql: """
-                    ALTER TABLE pending_changes ADD COLUMN reminder_id TEXT;
+                    ALTER TABLE pending_changes ADD COLUMN reminder_id TEXT DEFAULT '';
                     UPDATE pending_changes SET reminder_id = (
                         SELECT t.reminder_id FROM sync_tasks t
                         WHERE t.account_id = pending_changes.account_id AND t.trello_card_id = pending_changes.trello_card_id);
@@ -307,6 +310,12 @@ enum SQLiteMigrations {
                     CREATE TRIGGER sync_tasks_reminder_deleted AFTER DELETE ON sync_tasks WHEN OLD.reminder_id IS NOT NULL BEGIN
                         UPDATE pending_changes SET reminder_id = NULL
                         WHERE account_id = OLD.account_id AND trello_card_id = OLD.trello_card_id;
+                    END;
+                    CREATE TRIGGER pending_changes_reminder_inserted AFTER INSERT ON pending_changes WHEN NEW.reminder_id = '' BEGIN
+                        UPDATE pending_changes SET reminder_id = (
+                            SELECT t.reminder_id FROM sync_tasks t
+                            WHERE t.account_id = NEW.account_id AND t.trello_card_id = NEW.trello_card_id)
+                        WHERE id = NEW.id;
                     END;
                     """)
         }
