@@ -293,7 +293,7 @@ extension PostgresConnection {
     ///
     /// Rows are taken as they arrive, on the connection's event loop (PostgresNIO's `onRow`), not pulled one by one
     /// through its `AsyncSequence`: every query here reads all its rows anyway, and each pull cost an async hop and the
-    /// sequence's back-pressure bookkeeping — about a third of the API's instructions for a changes page.
+    /// sequence's back-pressure bookkeeping (a changes page 6.49M → 5.99M instructions, `scripts/bench-cost`).
     func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRandomAccessRow] {
         let rows = NIOLockedValueBox<[PostgresRandomAccessRow]>([])
         _ = try await self.query(query, logger: logger) { row in
