@@ -100,6 +100,8 @@ let package = Package(
             dependencies: [
                 "RoundupCore", "RoundupRuntime",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // SQLite's C API, which GRDB links: the changes page reads a row's text in place (`PendingChangeCells`).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -52,7 +52,10 @@ public protocol ChangeFeed: Sendable {
     /// their pushes), and how many of each change type.
     @discardableResult
     func apply(_ observations: [CardObservation]) async throws -> AppliedChanges
-    func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange]
+    /// Gives `sink` the account's pending changes after `afterID`, oldest first, at most `limit`, as the store reads
+    /// them (`PendingChangeCells`): the changes page and the stream write each change's JSON from its stored bytes,
+    /// with no `String` made per column. `pendingChanges(accountID:afterID:limit:)` keeps them as `PendingChange`s.
+    func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink
     /// The card's newest unacknowledged change, if any.
     func unackedChange(accountID: String, cardID: String) async throws -> PendingChange?
     /// Acks changes, recording reminder ids for creates; all or nothing.

@@ -68,6 +68,41 @@ import Testing
         #expect(text == "[" + values.map(String.init).joined(separator: ",") + #",{"a":[1,"é"]}]"#)
     }
 
+    /// Stored text written from its bytes (`UTF8Cell`) is what its `String` gives, invalid UTF-8 included (repaired
+    /// as `String(decoding:as:)` does), and fits the bounds.
+    @Test func cellsAreWrittenAsTheirStringsWouldBe() throws {
+        let invalid: [[UInt8]] = [
+            [0xFF], [0x61, 0xC3, 0x28], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xF0, 0x9F, 0x98], [0xF4, 0x90, 0x80, 0x80],
+            Array("eight ok".utf8) + [0x80], Array("seven o".utf8) + [0xE2, 0x82], Array(repeating: 0xFF, count: 17),
+        ]
+        let valid: [[UInt8]] = ["", "plain", "12345678", "123456789", "é😀 ünïcödé", "a\"q\"\\\n\u{1}", String(repeating: "ü", count: 9)].map {
+            Array($0.utf8)
+        }
+        for bytes in valid + invalid {
+            bytes.withUnsafeBufferPointer { pointer in
+                let cell = UTF8Cell(pointer)
+                let text = String(decoding: bytes, as: UTF8.self)
+                #expect(cell.isValidUTF8 == (String(validating: bytes, as: UTF8.self) != nil), "\(bytes)")
+                #expect(cell.string == text)
+                var string = ByteBuffer()
+                string.writeJSON(bound: JSONByteWriter.jsonStringBound(text)) { $0.writeJSONString(text) }
+                var fromCell = ByteBuffer()
+                fromCell.writeJSON(bound: JSONByteWriter.jsonStringBound(cell)) { $0.writeJSONString(cell) }
+                #expect(fromCell == string, "\(bytes)")
+                var raw = ByteBuffer()
+                raw.writeJSON(bound: JSONByteWriter.rawBound(cell)) { $0.writeRaw(cell) }
+                #expect(raw.readString(length: raw.readableBytes) == text, "\(bytes)")
+            }
+        }
+        // Every byte invalid fills the raw bound exactly: three bytes of U+FFFD each.
+        let worst = [UInt8](repeating: 0xFF, count: 17)
+        worst.withUnsafeBufferPointer { pointer in
+            var raw = ByteBuffer()
+            raw.writeJSON(bound: JSONByteWriter.rawBound(UTF8Cell(pointer))) { $0.writeRaw(UTF8Cell(pointer)) }
+            #expect(raw.readableBytes == JSONByteWriter.rawBound(UTF8Cell(pointer)))
+        }
+    }
+
     /// Every real Trello body among the fixtures, and the actions captured alone.
     static func fixtureFiles() throws -> [URL] {
         let dir = TestSupport.fixturesDirectory

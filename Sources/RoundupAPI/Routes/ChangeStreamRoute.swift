@@ -53,22 +53,14 @@ extension ChangeRoutes {
                     while let current = signal {
                         var wrote = false
                         while true {
-                            let rows = try await store.pendingChanges(accountID: account, afterID: last, limit: Self.streamBatch)
-                            guard !rows.isEmpty else { break }
-                            var out = ByteBuffer()
-                            out.reserveCapacity(rows.count * 420)
-                            for row in rows {
-                                out.writeString("id: ")
-                                out.writeString(String(row.id))
-                                out.writeString("\nevent: change\ndata: ")
-                                Self.write(row, to: &out)
-                                out.writeString("\n\n")
-                                last = row.id
-                            }
-                            try await writer.write(out)
-                            Counter(label: "roundup_api_stream_events_total").increment(by: rows.count)
+                            let events = try await store.pendingChanges(
+                                accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
+                            guard events.count > 0 else { break }
+                            try await writer.write(events.out)
+                            last = events.last
+                            Counter(label: "roundup_api_stream_events_total").increment(by: events.count)
                             wrote = true
-                            if rows.count < Self.streamBatch { break }
+                            if events.count < Self.streamBatch { break }
                         }
                         if current == .heartbeat && !wrote { try await writer.write(ByteBuffer(string: ": heartbeat\n\n")) }
                         signal = await signals.next()
@@ -81,6 +73,26 @@ extension ChangeRoutes {
                     throw error
                 }
             })
+    }
+
+    /// Changes as Server-Sent Events, written as the store reads them: `id:` is the change id, `data:` the change as
+    /// on the page.
+    struct ChangeEvents: PendingChangeSink {
+        var count = 0
+        var last: Int64 = 0
+        // Empty until the first change: the store's copy is the only one that writes, so nothing is copied.
+        var out = ByteBuffer()
+
+        mutating func take(_ change: PendingChangeCells) {
+            if count == 0 { out.reserveCapacity(ChangeRoutes.streamBatch * 540) }
+            out.writeString("id: ")
+            out.writeString(String(change.id))
+            out.writeString("\nevent: change\ndata: ")
+            ChangeRoutes.write(change, to: &out)
+            out.writeString("\n\n")
+            last = change.id
+            count += 1
+        }
     }
 
     /// Where the stream starts: after `Last-Event-ID` (a reconnect), else after `after_id`, else from the first

@@ -17,6 +17,14 @@ public struct JSONByteWriter: ~Copyable {
     /// The most bytes `writeJSONString(text)` writes: every byte escaped as `\u00xx`, and the quotes.
     public static func jsonStringBound(_ text: String) -> Int { text.utf8.count * 6 + 2 }
 
+    /// The most bytes `writeJSONString(cell)` writes: every byte escaped as `\u00xx` (or, where the bytes are not valid
+    /// UTF-8, replaced by U+FFFD: three bytes), and the quotes.
+    public static func jsonStringBound(_ cell: UTF8Cell) -> Int { cell.count * 6 + 2 }
+
+    /// The most bytes `writeRaw(cell)` writes: the bytes themselves, or three for each where they are not valid UTF-8
+    /// and are replaced by U+FFFD.
+    public static func rawBound(_ cell: UTF8Cell) -> Int { cell.count * 3 }
+
     /// The most bytes `writeDecimal` writes.
     public static let decimalBound = 20
 
@@ -41,6 +49,21 @@ public struct JSONByteWriter: ~Copyable {
     public mutating func writeJSONString(_ text: String) {
         write("\"")
         JSONStringEscaping.pieces(of: text) { append($0) }
+        write("\"")
+    }
+
+    /// A stored column that is JSON text already, as it is (repaired where it is not valid UTF-8).
+    public mutating func writeRaw(_ cell: UTF8Cell) {
+        guard cell.isValidUTF8 else { return writeRaw(cell.string) }
+        append(UnsafeRawBufferPointer(cell.bytes))
+    }
+
+    /// Stored text as a JSON string literal, quotes included: the same bytes as `writeJSONString(cell.string)`,
+    /// without making that string.
+    public mutating func writeJSONString(_ cell: UTF8Cell) {
+        guard cell.isValidUTF8 else { return writeJSONString(cell.string) }
+        write("\"")
+        JSONStringEscaping.pieces(ofUTF8: cell.bytes) { append($0) }
         write("\"")
     }
 

@@ -133,31 +133,35 @@ enum JSONStringEscaping {
     @inline(__always)
     static func pieces(of text: String, _ write: (UnsafeRawBufferPointer) -> Void) {
         var text = text
-        text.withUTF8 { bytes in
-            var runStart = 0
-            for index in 0..<bytes.count {
-                let byte = bytes[index]
-                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
-                if runStart < index { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<index]))) }
-                runStart = index + 1
-                var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (UInt8(ascii: "\\"), byte, 0, 0, 0, 0)
-                var length = 2
-                switch byte {
-                case 0x0A: escape.1 = UInt8(ascii: "n")
-                case 0x0D: escape.1 = UInt8(ascii: "r")
-                case 0x09: escape.1 = UInt8(ascii: "t")
-                case 0..<0x20:
-                    escape = (
-                        UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hexDigits[Int(byte >> 4)],
-                        hexDigits[Int(byte & 0x0F)]
-                    )
-                    length = 6
-                default: break  // quote and backslash: a backslash before the byte itself
-                }
-                withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+        text.withUTF8 { pieces(ofUTF8: $0, write) }
+    }
+
+    /// The same for text given as its UTF-8 bytes (`UTF8Cell`, checked valid first).
+    @inline(__always)
+    static func pieces(ofUTF8 bytes: UnsafeBufferPointer<UInt8>, _ write: (UnsafeRawBufferPointer) -> Void) {
+        var runStart = 0
+        for index in 0..<bytes.count {
+            let byte = bytes[index]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            if runStart < index { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<index]))) }
+            runStart = index + 1
+            var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (UInt8(ascii: "\\"), byte, 0, 0, 0, 0)
+            var length = 2
+            switch byte {
+            case 0x0A: escape.1 = UInt8(ascii: "n")
+            case 0x0D: escape.1 = UInt8(ascii: "r")
+            case 0x09: escape.1 = UInt8(ascii: "t")
+            case 0..<0x20:
+                escape = (
+                    UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hexDigits[Int(byte >> 4)],
+                    hexDigits[Int(byte & 0x0F)]
+                )
+                length = 6
+            default: break  // quote and backslash: a backslash before the byte itself
             }
-            if runStart < bytes.count { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))) }
+            withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
         }
+        if runStart < bytes.count { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))) }
     }
 }
 

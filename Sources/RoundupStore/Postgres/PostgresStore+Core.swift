@@ -184,14 +184,13 @@ extension PostgresStore: SyncStore {
 
     // MARK: Reading changes
 
-    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+    public func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
         try await read { [self] c in
-            try await c.rows(
+            try await c.changes(
                 """
                 SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
                 WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
-                """, logger
-            ).map { try PendingChange(row: $0, accountID: accountID) }
+                """, into: sink, logger)
         }
     }
 
@@ -454,16 +453,6 @@ struct PostgresChangeRows: ChangeRows {
             sql.appendLiteral("::bool[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o) ORDER BY o")
             try await c.run(PostgresQuery(stringInterpolation: sql), logger)
         }
-    }
-}
-
-extension PendingChange {
-    /// A row of `PendingChange.columns`.
-    init(row: PostgresRandomAccessRow, accountID: String) throws {
-        self.init(
-            id: try row.int64(0), accountID: accountID, syncListID: try row.text(1), changeType: try ChangeType.stored(row.text(2)),
-            changedFieldsJSON: try row.text(3), fieldsJSON: try row.text(4), trelloCardID: try row.text(5), trelloActionID: try row.optionalText(6),
-            reminderID: try row.optionalText(7), createdAt: try row.text(8))
     }
 }
 

@@ -126,13 +126,13 @@ extension PostgresStore: SyncJobStore {
 
     public func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
         try await read { [self] c in
-            try await c.rows(
+            try await c.changes(
                 """
                 SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
                 WHERE p.account_id = \(accountID) AND p.trello_card_id = \(cardID) AND NOT p.superseded ORDER BY p.id DESC LIMIT 1
                 """,
-                logger
-            ).first.map { try PendingChange(row: $0, accountID: accountID) }
+                into: PendingChangeList(accountID: accountID), logger
+            ).changes.first
         }
     }
 

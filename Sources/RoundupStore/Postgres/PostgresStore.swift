@@ -303,6 +303,19 @@ extension PostgresConnection {
         return rows.withLockedValue { $0 }
     }
 
+    /// The changes a query of `PendingChange.columns` selects, given to `sink` as each row arrives (on the connection's
+    /// event loop, like `rows`): each text column is read from the row's bytes (`PendingChangeCells`), not decoded into a
+    /// `String` — making and freeing those was a quarter of a changes page's instructions (#19).
+    func changes<Sink: PendingChangeSink>(_ query: PostgresQuery, into sink: Sink, _ logger: Logger) async throws -> Sink {
+        let state = NIOLockedValueBox((sink: sink, scratch: [UInt8]()))
+        _ = try await self.query(query, logger: logger) { row in
+            try state.withLockedValue { state in
+                try PendingChangeCells.reading(row, scratch: &state.scratch) { state.sink.take($0) }
+            }
+        }.get()
+        return state.withLockedValue { $0.sink }
+    }
+
     /// Runs a statement; with `RETURNING 1` the result is the number of rows it touched.
     @discardableResult
     func run(_ query: PostgresQuery, _ logger: Logger) async throws -> Int {
@@ -321,6 +334,46 @@ extension PostgresRandomAccessRow {
     func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
     func int(_ column: Int) throws -> Int { try self[column].decode(Int.self) }
     func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
+}
+
+extension PendingChangeCells {
+    /// Calls `body` with a row of `PendingChange.columns`. A row's cells are slices of one buffer that cannot be lent
+    /// all at once, so their bytes are copied one after another into `scratch` (kept from row to row: no allocation
+    /// once it is large enough), and the cells point there.
+    static func reading(_ row: PostgresRow, scratch: inout [UInt8], _ body: (PendingChangeCells) -> Void) throws {
+        let columns = 9
+        scratch.removeAll(keepingCapacity: true)
+        var id: Int64 = 0
+        try withUnsafeTemporaryAllocation(of: Range<Int>?.self, capacity: columns) { spans in
+            var column = 0
+            for cell in row where column < columns {
+                if column == 0 {
+                    id = try cell.decode(Int64.self)
+                    spans[0] = nil
+                } else if let bytes = cell.bytes {
+                    let start = scratch.count
+                    bytes.withUnsafeReadableBytes { scratch.append(contentsOf: $0) }
+                    spans[column] = start..<scratch.count
+                } else {
+                    spans[column] = nil
+                }
+                column += 1
+            }
+            guard column == columns else { throw UnknownStoredValue(type: "pending change row", value: "\(column) columns") }
+            try scratch.withUnsafeBufferPointer { base in
+                func text(_ column: Int) -> UTF8Cell? { spans[column].map { UTF8Cell(UnsafeBufferPointer(rebasing: base[$0])) } }
+                func required(_ column: Int) throws -> UTF8Cell {
+                    guard let cell = text(column) else { throw UnknownStoredValue(type: "text", value: "NULL in column \(column)") }
+                    return cell
+                }
+                body(
+                    PendingChangeCells(
+                        id: id, changeType: try ChangeType.stored(required(2)), syncListID: try required(1), changedFieldsJSON: try required(3),
+                        fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6), reminderID: text(7),
+                        createdAt: try required(8)))
+            }
+        }
+    }
 }
 
 extension SQLiteStore: OperatorStore {}

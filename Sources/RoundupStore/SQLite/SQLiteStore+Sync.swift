@@ -114,14 +114,14 @@ extension SQLiteStore: SyncJobStore {
 
     public func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
         try await pool.read { db in
-            try Row.fetchOne(
-                db,
+            try Self.changes(
+                db, PendingChangeList(accountID: accountID),
                 sql: """
                     SELECT \(PendingChange.columns) FROM pending_changes p
                     WHERE p.account_id = ? AND p.trello_card_id = ? AND p.superseded = 0 ORDER BY p.id DESC LIMIT 1
                     """,
                 arguments: [accountID, cardID]
-            ).map { try PendingChange(row: $0, accountID: accountID) }
+            ).changes.first
         }
     }
 

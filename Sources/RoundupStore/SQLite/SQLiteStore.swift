@@ -1,5 +1,6 @@
 public import Foundation
 import GRDB
+import GRDBSQLite
 public import RoundupCore
 public import RoundupRuntime
 public import ServiceLifecycle
@@ -231,21 +232,27 @@ public final class SQLiteStore: SyncStore {
 
     // MARK: Reading changes
 
-    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+    public func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
         try await pool.read { db in
-            let statement = try db.cachedStatement(
+            try Self.changes(
+                db, sink,
                 sql: """
                     SELECT \(PendingChange.columns) FROM pending_changes p
                     WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? ORDER BY p.id LIMIT ?
-                    """)
-            // The hottest read of the API (`GET /changes`): a cursor's row reads the statement's columns in place,
-            // where `fetchAll` would first copy every row into boxed values.
-            let rows = try Row.fetchCursor(statement, arguments: [accountID, afterID, limit])
-            var changes: [PendingChange] = []
-            changes.reserveCapacity(min(limit, 512))
-            while let row = try rows.next() { changes.append(try PendingChange(row: row, accountID: accountID)) }
-            return changes
+                    """,
+                arguments: [accountID, afterID, limit])
         }
+    }
+
+    /// The changes a query of `PendingChange.columns` selects, given to `sink` as their row is read: the hottest read of
+    /// the API (`GET /changes`) takes each text column from SQLite in place (`sqlite3_column_text`), where GRDB's
+    /// decoding would make a `String` of it first.
+    static func changes<Sink: PendingChangeSink>(_ db: Database, _ sink: Sink, sql: String, arguments: StatementArguments) throws -> Sink {
+        let statement = try db.cachedStatement(sql: sql)
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        var sink = sink
+        while try rows.next() != nil { sink.take(try PendingChangeCells(statement.sqliteStatement)) }
+        return sink
     }
 
     /// Every pending change of every account, oldest first (tests and operators).
@@ -386,12 +393,22 @@ public struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
     public var description: String { "sqlite migration lock \(path): \(problem)" }
 }
 
-extension PendingChange {
-    /// A row of `PendingChange.columns`.
-    init(row: Row, accountID: String) throws {
+extension PendingChangeCells {
+    /// The row a statement of `PendingChange.columns` stands on, its text as SQLite holds it: valid until the statement
+    /// steps again.
+    init(_ statement: SQLiteStatement) throws {
+        func text(_ column: Int32) -> UTF8Cell? {
+            // Text first, then its length (SQLite's advice); a NULL has no text.
+            guard let start = sqlite3_column_text(statement, column) else { return nil }
+            return UTF8Cell(UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(statement, column))))
+        }
+        func required(_ column: Int32) throws -> UTF8Cell {
+            guard let cell = text(column) else { throw UnknownStoredValue(type: "text", value: "NULL in column \(column)") }
+            return cell
+        }
         self.init(
-            id: try row.decode(atIndex: 0), accountID: accountID, syncListID: try row.decode(atIndex: 1), changeType: try row.decode(atIndex: 2),
-            changedFieldsJSON: try row.decode(atIndex: 3), fieldsJSON: try row.decode(atIndex: 4), trelloCardID: try row.decode(atIndex: 5),
-            trelloActionID: try row.decode(atIndex: 6), reminderID: try row.decode(atIndex: 7), createdAt: try row.decode(atIndex: 8))
+            id: sqlite3_column_int64(statement, 0), changeType: try ChangeType.stored(required(2)), syncListID: try required(1),
+            changedFieldsJSON: try required(3), fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6),
+            reminderID: text(7), createdAt: try required(8))
     }
 }

@@ -1,0 +1,45 @@
+/// Text a store lends as its UTF-8 bytes for the time of one call (a column of the row it is reading), so that a
+/// response can be written from it without making a `String` first (#19: making and freeing the nine strings of each
+/// change was a third of a changes page's instructions).
+///
+/// The bytes need not be valid UTF-8 — SQLite keeps whatever bytes it is given — so every reader checks
+/// (`isValidUTF8`) and repairs what is not, as `String(decoding:as:)` does: each invalid sequence becomes U+FFFD. A
+/// response written from cells is valid UTF-8 whatever the store holds, as it was when it was written from `String`s.
+public struct UTF8Cell {
+    public let bytes: UnsafeBufferPointer<UInt8>
+
+    /// `bytes` must stay valid, and unchanged, for as long as the cell is used.
+    public init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
+    }
+
+    public var count: Int { bytes.count }
+
+    /// The text as a `String`, repaired where it is not valid UTF-8.
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// Whether the bytes are valid UTF-8: ASCII is checked eight bytes at a time, anything else by the standard
+    /// library's validator (`UTF8Span`), neither of which copies the bytes.
+    public var isValidUTF8: Bool {
+        guard let base = bytes.baseAddress else { return true }
+        var index = 0
+        var high: UInt64 = 0
+        while index + 8 <= bytes.count {
+            high |= UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            high |= UInt64(bytes[index])
+            index += 1
+        }
+        if high & 0x8080_8080_8080_8080 == 0 { return true }
+        return (try? UTF8Span(validating: bytes.span)) != nil
+    }
+
+    /// Whether the bytes are those of `text`.
+    public func equals(_ text: StaticString) -> Bool {
+        guard text.utf8CodeUnitCount == bytes.count else { return false }
+        for index in 0..<bytes.count where bytes[index] != text.utf8Start[index] { return false }
+        return true
+    }
+}

@@ -1,0 +1,61 @@
+public import RoundupCore
+
+/// A pending change as the store is reading it: its text columns lent as UTF-8 (`UTF8Cell`), valid only during the
+/// `PendingChangeSink.take` call that receives it. The changes page and the stream write a change's JSON straight from
+/// these; `PendingChange` is made from them where a change is kept.
+public struct PendingChangeCells {
+    public var id: Int64
+    public var changeType: ChangeType
+    public var syncListID: UTF8Cell
+    public var changedFieldsJSON: UTF8Cell
+    public var fieldsJSON: UTF8Cell
+    public var trelloCardID: UTF8Cell
+    public var trelloActionID: UTF8Cell?
+    public var reminderID: UTF8Cell?
+    public var createdAt: UTF8Cell
+}
+
+/// What receives pending changes as a store reads them, in id order (`ChangeFeed.pendingChanges(…, into:)`).
+public protocol PendingChangeSink: Sendable {
+    /// One change; its cells are valid only during the call.
+    mutating func take(_ change: PendingChangeCells)
+}
+
+extension PendingChange {
+    /// A change kept: its cells made into `String`s.
+    init(_ cells: PendingChangeCells, accountID: String) {
+        self.init(
+            id: cells.id, accountID: accountID, syncListID: cells.syncListID.string, changeType: cells.changeType,
+            changedFieldsJSON: cells.changedFieldsJSON.string, fieldsJSON: cells.fieldsJSON.string, trelloCardID: cells.trelloCardID.string,
+            trelloActionID: cells.trelloActionID?.string, reminderID: cells.reminderID?.string, createdAt: cells.createdAt.string)
+    }
+}
+
+/// Keeps the changes it is given, as `PendingChange`s.
+struct PendingChangeList: PendingChangeSink {
+    let accountID: String
+    var changes: [PendingChange] = []
+
+    mutating func take(_ change: PendingChangeCells) {
+        changes.append(PendingChange(change, accountID: accountID))
+    }
+}
+
+extension ChangeType {
+    /// The change type a `change_type` column holds, compared as bytes.
+    static func stored(_ cell: UTF8Cell) throws -> ChangeType {
+        for (type, text) in storedTexts where cell.equals(text) { return type }
+        throw UnknownStoredValue(type: "ChangeType", value: cell.string)
+    }
+
+    /// Each type with its raw value as static bytes: comparing a cell with these costs a few instructions a byte,
+    /// where `rawValue.utf8` compared through `Sequence.elementsEqual` cost ~400 a change.
+    static let storedTexts: [(ChangeType, StaticString)] = [(.update, "update"), (.create, "create"), (.complete, "complete"), (.delete, "delete")]
+}
+
+extension ChangeFeed {
+    /// The account's pending changes after `afterID`, oldest first, at most `limit`, each kept as a `PendingChange`.
+    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+        try await pendingChanges(accountID: accountID, afterID: afterID, limit: limit, into: PendingChangeList(accountID: accountID)).changes
+    }
+}
