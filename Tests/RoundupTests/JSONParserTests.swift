@@ -68,6 +68,40 @@ import Testing
         #expect(text == "[" + values.map(String.init).joined(separator: ",") + #",{"a":[1,"é"]}]"#)
     }
 
+    /// The escaping skips eight bytes at a time while none needs an escape: every ASCII byte at every place of a
+    /// string, beside multi-byte characters, is escaped as a plain per-character escaper does it.
+    @Test func everyByteThatNeedsAnEscapeIsFoundWhereverItIs() throws {
+        func reference(_ text: String) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        for filler in ["a", "é", "😀"] {
+            for length in [1, 7, 8, 9, 17, 24] {
+                for place in 0..<length {
+                    for value in 0..<0x80 {
+                        var scalars = Array(repeating: Unicode.Scalar(filler)!, count: length)
+                        scalars[place] = Unicode.Scalar(UInt8(value))
+                        let text = String(String.UnicodeScalarView(scalars))
+                        var buffer = ByteBuffer()
+                        buffer.writeJSONString(text)
+                        #expect(buffer.readString(length: buffer.readableBytes) == reference(text), "\(value) at \(place) of \(length) \(filler)")
+                    }
+                }
+            }
+        }
+    }
+
     /// Stored text written from its bytes (`UTF8Cell`) is what its `String` gives, invalid UTF-8 included (repaired
     /// as `String(decoding:as:)` does), and fits the bounds.
     @Test func cellsAreWrittenAsTheirStringsWouldBe() throws {

@@ -140,28 +140,49 @@ enum JSONStringEscaping {
     @inline(__always)
     static func pieces(ofUTF8 bytes: UnsafeBufferPointer<UInt8>, _ write: (UnsafeRawBufferPointer) -> Void) {
         var runStart = 0
-        for index in 0..<bytes.count {
-            let byte = bytes[index]
-            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
-            if runStart < index { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<index]))) }
-            runStart = index + 1
-            var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (UInt8(ascii: "\\"), byte, 0, 0, 0, 0)
-            var length = 2
-            switch byte {
-            case 0x0A: escape.1 = UInt8(ascii: "n")
-            case 0x0D: escape.1 = UInt8(ascii: "r")
-            case 0x09: escape.1 = UInt8(ascii: "t")
-            case 0..<0x20:
-                escape = (
-                    UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hexDigits[Int(byte >> 4)],
-                    hexDigits[Int(byte & 0x0F)]
-                )
-                length = 6
-            default: break  // quote and backslash: a backslash before the byte itself
+        var index = 0
+        while index < bytes.count {
+            // Eight bytes at a time while none needs an escape (most text has none); a word that has one, byte by byte.
+            if index + 8 <= bytes.count, !needsEscape(UnsafeRawPointer(bytes.baseAddress! + index).loadUnaligned(as: UInt64.self)) {
+                index += 8
+                continue
             }
-            withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+            for at in index..<min(index + 8, bytes.count) {
+                let byte = bytes[at]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                if runStart < at { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<at]))) }
+                runStart = at + 1
+                var escape: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (UInt8(ascii: "\\"), byte, 0, 0, 0, 0)
+                var length = 2
+                switch byte {
+                case 0x0A: escape.1 = UInt8(ascii: "n")
+                case 0x0D: escape.1 = UInt8(ascii: "r")
+                case 0x09: escape.1 = UInt8(ascii: "t")
+                case 0..<0x20:
+                    escape = (
+                        UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hexDigits[Int(byte >> 4)],
+                        hexDigits[Int(byte & 0x0F)]
+                    )
+                    length = 6
+                default: break  // quote and backslash: a backslash before the byte itself
+                }
+                withUnsafeBytes(of: &escape) { write(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+            }
+            index = min(index + 8, bytes.count)
         }
         if runStart < bytes.count { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))) }
+    }
+
+    /// Whether any of a word's eight bytes needs an escape: one below 0x20, a quote or a backslash (the "has less than"
+    /// and "has zero byte" tests of Bit Twiddling Hacks, exact for the question whether any byte matches).
+    @inline(__always)
+    static func needsEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let control = (word &- ones &* 0x20) & ~word
+        let quote = word ^ (ones &* UInt64(UInt8(ascii: "\"")))
+        let backslash = word ^ (ones &* UInt64(UInt8(ascii: "\\")))
+        return ((control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs) != 0
     }
 }
 

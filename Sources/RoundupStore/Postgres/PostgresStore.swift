@@ -344,22 +344,23 @@ extension PendingChangeCells {
         let columns = 9
         scratch.removeAll(keepingCapacity: true)
         var id: Int64 = 0
+        // By position, through `PostgresRandomAccessRow`'s `data` subscript: it hands over the cell's bytes without a
+        // `PostgresCell` (whose column name is a `String` retained and released per cell). Iterating the row's cells
+        // cost twice as much: 640 instructions a cell, a fifth of the page.
+        let row = row.makeRandomAccess()
+        guard row.count == columns else { throw UnknownStoredValue(type: "pending change row", value: "\(row.count) columns") }
         try withUnsafeTemporaryAllocation(of: Range<Int>?.self, capacity: columns) { spans in
-            var column = 0
-            for cell in row where column < columns {
-                if column == 0 {
-                    id = try cell.decode(Int64.self)
-                    spans[0] = nil
-                } else if let bytes = cell.bytes {
+            id = try row[0].decode(Int64.self)
+            spans[0] = nil
+            for column in 1..<columns {
+                if let bytes = row[data: column].value {
                     let start = scratch.count
                     bytes.withUnsafeReadableBytes { scratch.append(contentsOf: $0) }
                     spans[column] = start..<scratch.count
                 } else {
                     spans[column] = nil
                 }
-                column += 1
             }
-            guard column == columns else { throw UnknownStoredValue(type: "pending change row", value: "\(column) columns") }
             try scratch.withUnsafeBufferPointer { base in
                 func text(_ column: Int) -> UTF8Cell? { spans[column].map { UTF8Cell(UnsafeBufferPointer(rebasing: base[$0])) } }
                 func required(_ column: Int) throws -> UTF8Cell {
