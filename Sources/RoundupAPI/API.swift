@@ -68,7 +68,8 @@ public struct API: Sendable {
         self.streams = ChangeStreams(limits: options.streams, redis: redis, keys: options.keys, logger: logger)
         self.authentication = AuthenticationMiddleware(
             store: store, throttle: throttle,
-            rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger))
+            rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger),
+            tokens: TokenCache(redis: redis, keys: options.keys, logger: logger))
     }
 
     /// The router: request ids, request logs, errors as the JSON envelope, request metrics, then one route collection per resource.

@@ -61,6 +61,13 @@ public final class ExpiringCache<Value: Sendable>: Sendable {
         }
     }
 
+    public func remove(_ key: String) {
+        state.withLockedValue { state in
+            guard let entry = state.entries.removeValue(forKey: key) else { return }
+            state.bytes -= entry.cost
+        }
+    }
+
     public var count: Int { state.withLockedValue { $0.entries.count } }
     public var bytes: Int { state.withLockedValue { $0.bytes } }
 

@@ -65,4 +65,7 @@ public struct RedisKeys: Sendable {
     /// Set: the distinct bearer or bootstrap tokens (hash prefixes) that failed from one client address (IPv4, or an
     /// IPv6 /64) in the current fixed window; it expires with the window (`ROUNDUP_AUTH_FAILURE_LIMIT`).
     public func authFailures(address: String) -> String { prefix + "authfail:" + address }
+    /// The token epoch: incremented before and after every token revocation, so an API process looks a token it
+    /// kept up again (`TokenCache` in RoundupAPI).
+    public var authEpoch: String { prefix + "auth:epoch" }
 }

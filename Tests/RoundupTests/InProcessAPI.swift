@@ -7,7 +7,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import PostgresNIO
-import RoundupAPI
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
@@ -15,6 +14,8 @@ import RoundupStore
 import RoundupSync
 import RoundupTesting
 import RoundupTrello
+
+@testable import RoundupAPI
 
 /// roundup-api's router inside the test process (`app.test(.router)`): no socket and no child process, over a new
 /// store of the back end given (`TestStore`; SQLite for a test that is not about the store), the test Redis under a prefix of its own (`ROUNDUP_TEST_REDIS_URL`,
@@ -28,6 +29,13 @@ struct InProcessAPI: Sendable {
     let trello: FakeTrello
     /// "METHOD /path" of every route the router has.
     let routeNames: [String]
+    /// The API itself (what it keeps in memory, for the tests of that).
+    let api: API
+    /// The test's own redis-server, when `run` was asked for one (`privateRedis`): a test may stop it.
+    let redisServer: RedisServer?
+    /// Runs `body` against another API over the same store, Redis and fake Trello: a second process, as far as
+    /// what each keeps in memory goes.
+    let sibling: @Sendable (@Sendable (InProcessAPI) async throws -> Void) async throws -> Void
 
     /// A response as the tests read it.
     struct Response: Sendable {
@@ -41,13 +49,13 @@ struct InProcessAPI: Sendable {
 
     /// Builds the API as `roundup-api` does from its environment, runs `body` against its router, then tears down.
     static func run<Value: Sendable>(
-        store backend: StoreBackend = .sqlite, bootstrapToken: String?, environment extra: [String: String] = [:],
+        store backend: StoreBackend = .sqlite, bootstrapToken: String?, environment extra: [String: String] = [:], privateRedis wanted: Bool = false,
         _ body: @Sendable (InProcessAPI) async throws -> Value
     ) async throws -> Value {
         let (store, databaseURL) = try await TestStore.make(backend, "api")
         var privateRedis: RedisServer?
         let redisURL: String
-        if let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
+        if !wanted, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
             redisURL = shared
         } else {
             let server = try await RedisServer()
@@ -75,21 +83,27 @@ struct InProcessAPI: Sendable {
             store: store, trello: trelloClient,
             echo: EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds), redis: redis,
             logger: logger)
-        let api = API(
-            options: .init(
-                publicURL: configuration.publicURL ?? "", bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
-                rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
-                authFailureLimit: configuration.authFailureLimit),
-            store: store, redis: redis, trello: trelloClient, engine: engine, logger: logger, metricsText: { "" })
-        let app = Application(router: api.router(), logger: logger)
-        let result: Result<Value, any Error>
-        do {
-            let value = try await app.test(.router) { client in
+        let apiLogger = logger
+        let makeAPI: @Sendable () -> API = {
+            API(
+                options: .init(
+                    publicURL: configuration.publicURL ?? "", bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
+                    rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+                    authFailureLimit: configuration.authFailureLimit),
+                store: store, redis: redis, trello: trelloClient, engine: engine, logger: apiLogger, metricsText: { "" })
+        }
+        let server = privateRedis
+        @Sendable func serve<T: Sendable>(_ api: API, _ body: @Sendable (InProcessAPI) async throws -> T) async throws -> T {
+            try await Application(router: api.router(), logger: apiLogger).test(.router) { client in
                 try await body(
                     InProcessAPI(
-                        client: client, store: store, redis: redis, keys: configuration.redisKeys, trello: trello, routeNames: api.routeNames))
+                        client: client, store: store, redis: redis, keys: configuration.redisKeys, trello: trello, routeNames: api.routeNames,
+                        api: api, redisServer: server, sibling: { other in try await serve(makeAPI(), other) }))
             }
-            result = .success(value)
+        }
+        let result: Result<Value, any Error>
+        do {
+            result = .success(try await serve(makeAPI(), body))
         } catch {
             result = .failure(error)
         }

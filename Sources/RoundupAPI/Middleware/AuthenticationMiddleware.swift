@@ -11,14 +11,15 @@ import RoundupStore
 import RoundupSync
 
 /// Finds the account whose bearer token the request carries and puts it on the context (`context.account`) for the
-/// routes after it; tokens are looked up by their SHA-256 only. An address over its budget of failed tokens is
-/// answered 429 before its token costs a store query (`AuthThrottle`); an account over its request rate, 429
-/// (`RateLimit`).
+/// routes after it; tokens are looked up by their SHA-256 only, and kept for a while once found (`TokenCache`: a
+/// revocation anywhere makes every process look again). An address over its budget of failed tokens is answered 429
+/// before its token costs a store query (`AuthThrottle`); an account over its request rate, 429 (`RateLimit`).
 struct AuthenticationMiddleware: RouterMiddleware {
     typealias Context = APIRequestContext
     let store: any OutboundStore
     let throttle: AuthThrottle
     let rateLimit: RateLimit
+    let tokens: TokenCache
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
@@ -32,12 +33,27 @@ struct AuthenticationMiddleware: RouterMiddleware {
         let attempt = AuthThrottle.Attempt(.token, request: request, context: context, tokenHash: tokenHash)
         let invalid = APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
         try await throttle.check(attempt, unauthorized: invalid)
+        var redisAnswered = true
+        if let kept = tokens.kept(tokenHash) {
+            // One round trip both checks the token epoch and, only while it is the one the token was found with (no
+            // token anywhere revoked since), counts the request: a revoked token's request leaves no count behind.
+            switch try await rateLimit.check(kept.account, whileEpochIs: kept.epoch, epochKey: tokens.epochKey) {
+            case .counted: return kept.account
+            case .epochMoved: break
+            case .unavailable: redisAnswered = false
+            }
+            tokens.forget(tokenHash)
+        }
+        // Read before the store is asked: a revocation that the store's answer misses increments it after.
+        let epoch = redisAnswered ? await tokens.epoch() : nil
         Counter(label: "roundup_api_token_lookups_total").increment()
         guard let account = try await store.accountID(tokenHash: tokenHash) else {
             await throttle.record(.token, attempt)
             throw invalid
         }
-        try await rateLimit.check(account)
+        // (Redis just failed to answer: the limiter lets the request through rather than wait for it again.)
+        if redisAnswered { try await rateLimit.check(account) }
+        if let epoch { tokens.keep(tokenHash, .init(account: account, epoch: epoch)) }
         return account
     }
 
@@ -94,7 +110,52 @@ struct RateLimit: Sendable {
             logger.warning("rate limiter unavailable", metadata: ["error": "\(error)"])
             return
         }
-        if let count = replies.first?.int, count > perMinute {
+        try refuse(over: replies.first?.int)
+    }
+
+    enum KeptOutcome: Equatable {
+        /// The epoch is still the token's: the request was counted (and is within the budget).
+        case counted
+        /// A token was revoked since: nothing was counted.
+        case epochMoved
+        /// Redis did not answer, or refused (full): nothing is known.
+        case unavailable
+    }
+
+    /// The same count for a token `TokenCache` kept, made only while the token epoch (`epochKey`) is still `epoch`.
+    func check(_ account: String, whileEpochIs epoch: Int, epochKey: String) async throws -> KeptOutcome {
+        let key = Self.key(keys, account: account, minute: Self.currentMinute())
+        let reply: RedisValue
+        do {
+            reply = try await redis.evaluate(
+                Self.countWhileEpoch, keys: [RedisArgument(key), RedisArgument(epochKey)], arguments: [RedisArgument(String(epoch))],
+                timeout: .milliseconds(500))
+        } catch {
+            logger.warning("rate limiter unavailable", metadata: ["error": "\(error)"])
+            return .unavailable
+        }
+        guard let count = reply.int else {
+            logger.warning("rate limiter unavailable", metadata: ["reply": "\(reply)"])
+            return .unavailable
+        }
+        if count < 0 { return .epochMoved }
+        try refuse(over: count)
+        return .counted
+    }
+
+    /// KEYS: the account's count, the token epoch; ARGV: the epoch the token was found with. -1 when the epoch moved
+    /// (nothing counted), else the count.
+    static let countWhileEpoch = RedisScript(
+        name: "count-while-epoch",
+        source: """
+            if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return -1 end
+            local count = redis.call('INCR', KEYS[1])
+            redis.call('EXPIRE', KEYS[1], 120)
+            return count
+            """)
+
+    private func refuse(over count: Int?) throws {
+        if let count, count > perMinute {
             let retry = 60 - Int(Date().timeIntervalSince1970) % 60
             throw APIError(
                 .tooManyRequests, "rate_limited", "more than \(perMinute) requests this minute; retry in \(retry) s",

@@ -93,11 +93,40 @@ struct AccountRoutes {
         return Account(details)
     }
 
+    /// A new token; the old one stops working at once on every API process (`TokenCache`): if Redis cannot be told,
+    /// nothing changes (503, repeat the request).
     func rotateToken(_ account: String) async throws -> AccountToken {
         let token = AuthenticationMiddleware.newToken()
-        try await api.store.rotateToken(accountID: account, newTokenHash: AuthenticationMiddleware.hash(token))
+        try await revokingTokens(account) {
+            try await api.store.rotateToken(accountID: account, newTokenHash: AuthenticationMiddleware.hash(token))
+        }
         api.logger.info("token rotated", metadata: ["account": "\(account)"])
         return AccountToken(accountID: account, authToken: token)
+    }
+
+    /// Runs `change`, which revokes the account's token in the store, between two increments of the token epoch
+    /// (`TokenCache.revoke`): the first stops it when Redis cannot be told (503, nothing changed); the second catches
+    /// a lookup that ran while the store still had the token.
+    func revokingTokens<T>(_ account: String, _ change: () async throws -> T) async throws -> T {
+        do {
+            try await api.authentication.tokens.revoke()
+        } catch {
+            api.logger.warning("token revocation postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
+            throw APIError.unavailable("the token could not be revoked now (Redis unreachable); nothing was changed, repeat the request")
+        }
+        let result = try await change()
+        await revoked(account)
+        return result
+    }
+
+    /// The second increment of a revocation, after the store changed: if Redis cannot be told now, every process still
+    /// looks the token up again within `TokenCache.lifetime`.
+    func revoked(_ account: String) async {
+        do {
+            try await api.authentication.tokens.revoke()
+        } catch {
+            api.logger.warning("token epoch not incremented after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
+        }
     }
 
     /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
@@ -110,8 +139,10 @@ struct AccountRoutes {
         let devices = try await store.devices(accountID: account).map(\.deviceID)
         let credentials = try await store.accountDetails(id: account).flatMap(API.credentials)
         let models = Set(lists.flatMap { [$0.trelloListID, $0.trelloBoardID] })
-        // The ingress stops accepting the account's webhooks first; if Redis cannot be told, the account stays whole.
+        // The ingress stops accepting the account's webhooks first, and every API process will look the token up
+        // again (`TokenCache`); if Redis cannot be told, the account stays whole.
         do {
+            try await api.authentication.tokens.revoke()
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: api.redis, keys: api.options.keys)
         } catch {
             api.logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
@@ -120,6 +151,7 @@ struct AccountRoutes {
         await api.deleteWebhooks(
             Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
         let removed = try await store.deleteAccount(id: account)
+        await revoked(account)
         await api.purgeRedis(account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices)
         api.logger.info("account deleted", metadata: ["account": "\(account)"])
         return .noContent

@@ -1,0 +1,85 @@
+import Foundation
+import GRDB
+import NIOHTTP1
+import RoundupCore
+import RoundupRedis
+import RoundupStore
+import RoundupTesting
+import Testing
+
+@testable import RoundupAPI
+
+/// An API process keeps the account of a token it found (`TokenCache`), so most requests do not ask the store. A
+/// revoked token must still stop working at once on every process, and nothing kept may be trusted when Redis cannot
+/// say whether a token was revoked since.
+@Suite struct TokenCacheTests {
+    static let bootstrap = "bootstrap-0123456789abcdef"
+
+    /// Two API processes over one store and one Redis: a token rotated or an account deleted through one is refused at
+    /// once by the other, which had kept it.
+    @Test func aTokenRevokedThroughOneProcessIsRefusedAtOnceByAnother() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { one in
+            let (account, token) = try await one.createAccount(bootstrap: Self.bootstrap)
+            try await one.sibling { other in
+                #expect(try await other.call(.GET, "/dailyroundup/changes", token: token).status == .ok)
+                #expect(other.api.authentication.tokens.kept(AuthenticationMiddleware.hash(token)) != nil, "the other process kept the token")
+                #expect(try await other.call(.GET, "/dailyroundup/changes", token: token).status == .ok)
+
+                let rotated = try await one.call(.POST, "/dailyroundup/account/token", token: token)
+                #expect(rotated.status == .ok)
+                let newToken = try #require(rotated.json["auth_token"]?.stringValue)
+                #expect(try await other.call(.GET, "/dailyroundup/changes", token: token).status == .unauthorized)
+                #expect(try await other.call(.GET, "/dailyroundup/changes", token: newToken).status == .ok)
+                #expect(try await other.call(.GET, "/dailyroundup/account", token: newToken).status == .ok)
+
+                #expect(try await one.call(.DELETE, "/dailyroundup/account", token: newToken).status == .noContent)
+                #expect(try await other.call(.GET, "/dailyroundup/changes", token: newToken).status == .unauthorized)
+                // The refused request counted nothing against the deleted account: the deletion left no key of it.
+                let minute = RateLimit.currentMinute()
+                for window in (minute - 1)...(minute + 1) {
+                    let key = RateLimit.key(other.keys, account: account, minute: window)
+                    #expect(try await other.redis.send("EXISTS", RedisArgument(key)) == .integer(0))
+                }
+            }
+        }
+    }
+
+    /// What the epoch guards: a token changed in the store behind the API's back (no revocation through it) is still
+    /// answered from what a process kept — until any revocation, or Redis going away, makes it ask the store again.
+    /// Without Redis nothing kept is trusted, and a rotation is refused (503) rather than half done.
+    @Test func withoutRedisNothingKeptIsTrustedAndNoTokenIsRotated() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap, privateRedis: true) { api in
+            let (account, token) = try await api.createAccount(bootstrap: Self.bootstrap)
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: token).status == .ok)
+            let replacement = "rt_replaced-behind-the-apis-back"
+            try await api.store.rotateToken(accountID: account, newTokenHash: AuthenticationMiddleware.hash(replacement))
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: token).status == .ok, "kept, and no revocation said otherwise")
+
+            let redis = try #require(api.redisServer)
+            await redis.stop()
+            #expect(
+                try await api.call(.GET, "/dailyroundup/changes", token: token).status == .unauthorized, "Redis cannot confirm: the store is asked")
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: replacement).status == .ok, "the store's token works without Redis")
+            let refused = try await api.call(.POST, "/dailyroundup/account/token", token: replacement)
+            #expect(refused.status == .serviceUnavailable)
+            #expect(try await api.call(.GET, "/dailyroundup/account", token: replacement).status == .ok, "nothing was rotated")
+            #expect(api.api.authentication.tokens.count == 0, "nothing found without Redis was kept")
+
+            try await redis.start()
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: replacement).status == .ok)
+            #expect(api.api.authentication.tokens.count == 1)
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: token).status == .unauthorized)
+        }
+    }
+
+    /// Tokens the store does not know are never kept: a flood of them cannot grow the cache.
+    @Test func tokensTheStoreRefusesAreNotKept() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "1000"]) {
+            (api: InProcessAPI) async throws in
+            for index in 0..<50 {
+                #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_not-a-token-\(index)").status == .unauthorized)
+            }
+            #expect(api.api.authentication.tokens.count == 0)
+        }
+    }
+}
