@@ -65,7 +65,7 @@ public struct RedisKeys: Sendable {
     /// Set: the distinct bearer or bootstrap tokens (hash prefixes) that failed from one client address (IPv4, or an
     /// IPv6 /64) in the current fixed window; it expires with the window (`ROUNDUP_AUTH_FAILURE_LIMIT`).
     public func authFailures(address: String) -> String { prefix + "authfail:" + address }
-    /// The token epoch: incremented before and after every token revocation, so an API process looks a token it
-    /// kept up again (`TokenCache` in RoundupAPI).
-    public var authEpoch: String { prefix + "auth:epoch" }
+    /// An account's token epoch: advanced before and after every revocation of its token, so an API process looks a
+    /// token it kept up again (`TokenCache` in RoundupAPI). Named so that the account's deletion purges it.
+    public func authEpoch(account: String) -> String { prefix + "auth:" + account + ":epoch" }
 }

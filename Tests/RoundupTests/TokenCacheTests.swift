@@ -3,6 +3,7 @@ import GRDB
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 import Testing
@@ -72,6 +73,66 @@ import Testing
         }
     }
 
+    /// A revocation whose store change commits between a lookup's two questions to the store is seen (nothing is
+    /// kept); one that commits after them advances the epoch past the kept value. Another account's revocation leaves
+    /// a kept token alone.
+    @Test func aRevocationRacingALookupIsNeverMissed() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
+            let tokens = api.api.authentication.tokens
+            let rateLimit = api.api.authentication.rateLimit
+            let (account, token) = try await api.createAccount(bootstrap: Self.bootstrap)
+            let hash = AuthenticationMiddleware.hash(token)
+            let epochKey = api.keys.authEpoch(account: account)
+
+            // Revoked between the two questions: the second says so, and nothing is kept.
+            let answers = Answers([account, nil])
+            #expect(try await tokens.find(hash, askRedis: true, lookup: { await answers.next() }) == nil)
+            #expect(tokens.kept(hash) == nil)
+
+            // Revoked after them: kept, but the revocation's second advance moves the epoch past it.
+            let steady = Answers([account, account])
+            let found = try await tokens.find(hash, askRedis: true, lookup: { await steady.next() })
+            #expect(found?.account == account && found?.epochKnown == true)
+            let kept = try #require(tokens.kept(hash))
+            #expect(try await rateLimit.check(account, whileEpochIs: kept.epoch, epochKey: epochKey) == .counted)
+            try await tokens.revoke(account: account)
+            #expect(try await rateLimit.check(account, whileEpochIs: kept.epoch, epochKey: epochKey) == .epochMoved)
+
+            // Through the API: the kept token is looked up again after its account's revocation; another account's
+            // rotation does not touch it.
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: token).status == .ok)
+            let renewed = try #require(tokens.kept(hash))
+            #expect(renewed.epoch != kept.epoch)
+            let (_, otherToken) = try await api.createAccount(bootstrap: Self.bootstrap)
+            #expect(try await api.call(.POST, "/dailyroundup/account/token", token: otherToken).status == .ok)
+            #expect(try await rateLimit.check(account, whileEpochIs: renewed.epoch, epochKey: epochKey) == .counted)
+        }
+    }
+
+    /// An epoch never takes a value it had: not after Redis loses writes (an older value comes back), nor after it
+    /// loses the key (it is made again from the clock).
+    @Test func epochsNeverComeBack() async throws {
+        try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
+            let tokens = api.api.authentication.tokens
+            let key = api.keys.authEpoch(account: "acct-1")
+            let first = try #require(await tokens.epoch(account: "acct-1"))
+            #expect(await tokens.epoch(account: "acct-1") == first, "reading does not move it")
+            try await tokens.revoke(account: "acct-1")
+            let second = try #require(await tokens.epoch(account: "acct-1"))
+            #expect(second > first)
+            _ = try await api.redis.send("SET", RedisArgument(key), RedisArgument(String(first)))  // Redis lost the advance
+            try await tokens.revoke(account: "acct-1")
+            let third = try #require(await tokens.epoch(account: "acct-1"))
+            #expect(third > second)
+            _ = try await api.redis.send("DEL", RedisArgument(key))  // and the key itself
+            try await Task.sleep(for: .milliseconds(2))
+            let fourth = try #require(await tokens.epoch(account: "acct-1"))
+            #expect(fourth > third)
+            let ttl = try #require(try await api.redis.send("TTL", RedisArgument(key)).int)
+            #expect((1...TokenCache.epochSeconds).contains(ttl))
+        }
+    }
+
     /// Tokens the store does not know are never kept: a flood of them cannot grow the cache.
     @Test func tokensTheStoreRefusesAreNotKept() async throws {
         try await InProcessAPI.run(bootstrapToken: Self.bootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "1000"]) {
@@ -82,4 +143,11 @@ import Testing
             #expect(api.api.authentication.tokens.count == 0)
         }
     }
+}
+
+/// Answers given one after the other (the store's, as a test scripts them).
+actor Answers {
+    var answers: [String?]
+    init(_ answers: [String?]) { self.answers = answers }
+    func next() -> String? { answers.isEmpty ? nil : answers.removeFirst() }
 }

@@ -35,26 +35,25 @@ struct AuthenticationMiddleware: RouterMiddleware {
         try await throttle.check(attempt, unauthorized: invalid)
         var redisAnswered = true
         if let kept = tokens.kept(tokenHash) {
-            // One round trip both checks the token epoch and, only while it is the one the token was found with (no
-            // token anywhere revoked since), counts the request: a revoked token's request leaves no count behind.
-            switch try await rateLimit.check(kept.account, whileEpochIs: kept.epoch, epochKey: tokens.epochKey) {
+            // One round trip both checks the account's token epoch and, only while it is the one the token was found
+            // with (no revocation since), counts the request: a revoked token's request leaves no count behind.
+            let epochKey = tokens.keys.authEpoch(account: kept.account)
+            switch try await rateLimit.check(kept.account, whileEpochIs: kept.epoch, epochKey: epochKey) {
             case .counted: return kept.account
             case .epochMoved: break
             case .unavailable: redisAnswered = false
             }
             tokens.forget(tokenHash)
         }
-        // Read before the store is asked: a revocation that the store's answer misses increments it after.
-        let epoch = redisAnswered ? await tokens.epoch() : nil
         Counter(label: "roundup_api_token_lookups_total").increment()
-        guard let account = try await store.accountID(tokenHash: tokenHash) else {
+        guard let found = try await tokens.find(tokenHash, askRedis: redisAnswered, lookup: { try await store.accountID(tokenHash: tokenHash) })
+        else {
             await throttle.record(.token, attempt)
             throw invalid
         }
-        // (Redis just failed to answer: the limiter lets the request through rather than wait for it again.)
-        if redisAnswered { try await rateLimit.check(account) }
-        if let epoch { tokens.keep(tokenHash, .init(account: account, epoch: epoch)) }
-        return account
+        // Redis just failed to answer: the limiter lets the request through (logged) rather than wait for it again.
+        if found.epochKnown { try await rateLimit.check(found.account) }
+        return found.account
     }
 
     /// The token of `Authorization: Bearer <token>`, or nil.

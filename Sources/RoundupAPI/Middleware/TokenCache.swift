@@ -6,17 +6,22 @@ import RoundupRuntime
 /// The accounts of bearer tokens found recently, so that most requests do not ask the store which account a token is
 /// (#19: that query, a round trip to PostgreSQL or a hop to SQLite's reader, was a fifth of a changes page's time).
 ///
-/// A revoked token must stop working at once, on every API process. So an account found for a token is kept only
-/// with the **token epoch** read before the store was asked: a counter in Redis (`auth:epoch`) that every revocation
-/// — a token's rotation, an account's deletion — increments before the store changes and again after. A request
-/// with a kept token reads the epoch in the round trip that already counts it against the rate limit (`RateLimit`),
-/// and the kept account counts only while the epoch is the one it was found with; otherwise the store is asked again.
-/// When Redis cannot say, nothing kept is trusted and nothing found is kept.
+/// A revoked token must stop working at once, on every API process. So an account found for a token is kept with its
+/// account's **token epoch**, a value in Redis (`RedisKeys.authEpoch(account:)`) that every revocation of the
+/// account's token — a rotation, the account's deletion — advances before the store changes and again after. A
+/// request with a kept token counts against the rate limit only while the epoch is still the kept one (one script,
+/// the round trip the rate limit already made: `RateLimit.check(_:whileEpochIs:epochKey:)`); otherwise the store is
+/// asked again. Finding a token reads the epoch and then asks the store a second time, so a revocation that
+/// committed before the read is seen, and one after it advances the epoch past the kept value.
 ///
-/// What stays: a kept account lives at most `lifetime` whatever the epoch says, the bound for the one case the epoch
-/// cannot cover — Redis losing the increment after a revocation (the second increment fails, or Redis restarts
-/// without the write). Only tokens the store accepted are kept, at most `maxEntries`, so a client sending tokens
-/// that are not valid cannot make the cache grow; they are counted by `AuthThrottle`.
+/// Epoch values are never reused: an advance sets the larger of the value plus one and Redis's clock in microseconds
+/// (`TIME`), and a missing epoch is created from the clock. So a Redis that lost recent writes (a crash within the AOF's
+/// second, a failover to a replica behind, a `FLUSHALL`) cannot bring back a value that an entry was kept with.
+///
+/// What stays: an entry lives at most `lifetime` whatever the epoch says, the bound for the one case the epoch
+/// cannot cover — Redis losing a revocation's second advance. When Redis cannot say, nothing kept is trusted and nothing
+/// found is kept. Only tokens the store accepted are kept, at most `maxEntries`, and only they write an epoch, so
+/// clients sending tokens that are not valid grow neither the cache nor Redis (`AuthThrottle` counts them).
 struct TokenCache: Sendable {
     struct Found: Sendable {
         var account: String
@@ -24,14 +29,18 @@ struct TokenCache: Sendable {
     }
 
     let redis: RedisClient
-    let epochKey: String
+    let keys: RedisKeys
     let lifetime: TimeAmount
     let logger: Logger
     private let found: ExpiringCache<Found>
 
+    /// How long an account's epoch stays in Redis after it was made or advanced (at least `lifetime`: an epoch that
+    /// expired only makes the processes that kept its tokens ask the store again).
+    static let epochSeconds = 3_600
+
     init(redis: RedisClient, keys: RedisKeys, logger: Logger, maxEntries: Int = 10_000, lifetime: TimeAmount = .seconds(30)) {
         self.redis = redis
-        self.epochKey = keys.authEpoch
+        self.keys = keys
         self.lifetime = lifetime
         self.logger = logger
         // A token hash is 64 hex digits, an account id a UUID: about 200 bytes an entry with the cache's own.
@@ -41,35 +50,72 @@ struct TokenCache: Sendable {
     /// The account kept for a token (by its SHA-256 hex), and the epoch it was found with.
     func kept(_ tokenHash: String) -> Found? { found.value(for: tokenHash) }
 
-    func keep(_ tokenHash: String, _ entry: Found) { found.set(entry, for: tokenHash, lifetime: lifetime) }
-
     func forget(_ tokenHash: String) { found.remove(tokenHash) }
 
     var count: Int { found.count }
 
-    /// The token epoch now (0 before the first revocation), or nil when Redis cannot say.
-    func epoch() async -> Int? {
+    /// A token not kept, from the store (`lookup`: the account of the token, or nil): kept when Redis gives the
+    /// account's epoch (`askRedis` false: Redis just failed to answer, so it is not asked again). Nil when the store
+    /// does not know the token; `epochKnown` is false when nothing was kept for want of the epoch.
+    func find(_ tokenHash: String, askRedis: Bool, lookup: @Sendable () async throws -> String?) async throws -> (account: String, epochKnown: Bool)? {
+        guard let account = try await lookup() else { return nil }
+        guard askRedis, let epoch = await epoch(account: account) else { return (account, false) }
+        // The epoch read, the store must still give the token to the account: a revocation that committed before the
+        // read shows here; one that commits after advances the epoch past `epoch` (its second advance).
+        guard try await lookup() == account else { return nil }
+        found.set(Found(account: account, epoch: epoch), for: tokenHash, lifetime: lifetime)
+        return (account, true)
+    }
+
+    /// The account's epoch now (made from Redis's clock if it has none), or nil when Redis cannot say.
+    func epoch(account: String) async -> Int? {
         do {
-            let reply = try await redis.send(RedisCommand("GET", [RedisArgument(epochKey)]), timeout: .milliseconds(500))
-            return Self.epoch(reply)
+            let reply = try await redis.evaluate(
+                Self.readEpoch, keys: [RedisArgument(keys.authEpoch(account: account))], arguments: [RedisArgument(Self.epochSeconds)],
+                timeout: .milliseconds(500))
+            if let epoch = reply.int { return epoch }
+            logger.warning("token epoch unavailable: tokens are looked up in the store", metadata: ["reply": "\(reply)"])
         } catch {
             logger.warning("token epoch unavailable: tokens are looked up in the store", metadata: ["error": "\(error)"])
-            return nil
         }
+        return nil
     }
 
-    /// The epoch a `GET auth:epoch` reply says: absent is 0, an error reply is nil.
-    static func epoch(_ reply: RedisValue) -> Int? {
-        switch reply {
-        case .null: return 0
-        case .error: return nil
-        default: return reply.int
-        }
+    /// Advances the account's epoch: every process that kept one of its tokens asks the store again. Called before the
+    /// token is revoked in the store (if Redis cannot be told, the revocation must not happen: this throws) and after
+    /// (for a lookup that ran between the two).
+    func revoke(account: String) async throws {
+        let reply = try await redis.evaluate(
+            Self.advanceEpoch, keys: [RedisArgument(keys.authEpoch(account: account))], arguments: [RedisArgument(Self.epochSeconds)],
+            timeout: .seconds(2))
+        if case .error(let message) = reply { throw RedisClientError(.server, "advancing the token epoch: \(message)") }
     }
 
-    /// Every token kept anywhere is looked up again: called before a token is revoked in the store (if Redis cannot be
-    /// told, the revocation must not happen: this throws) and again after (for a lookup that ran between the two).
-    func revoke() async throws {
-        _ = try await redis.send(RedisCommand("INCR", [RedisArgument(epochKey)]), timeout: .seconds(2))
-    }
+    /// KEYS: the account's epoch; ARGV: its lifetime in seconds. The epoch, made from the clock (seconds and
+    /// microseconds) when there is none.
+    static let readEpoch = RedisScript(
+        name: "token-epoch",
+        source: """
+            local epoch = redis.call('GET', KEYS[1])
+            if not epoch then
+              local now = redis.call('TIME')
+              epoch = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+              redis.call('SET', KEYS[1], epoch, 'EX', ARGV[1])
+            end
+            return epoch
+            """)
+
+    /// KEYS: the account's epoch; ARGV: its lifetime in seconds. Sets the larger of the epoch plus one and the clock
+    /// in microseconds: never a value it had before, even after Redis lost writes.
+    static let advanceEpoch = RedisScript(
+        name: "token-epoch-advance",
+        source: """
+            local now = redis.call('TIME')
+            local epoch = tonumber(now[1]) * 1000000 + tonumber(now[2])
+            local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+            if current >= epoch then epoch = current + 1 end
+            local text = string.format('%.0f', epoch)
+            redis.call('SET', KEYS[1], text, 'EX', ARGV[1])
+            return text
+            """)
 }

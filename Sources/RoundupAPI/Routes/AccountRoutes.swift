@@ -104,29 +104,33 @@ struct AccountRoutes {
         return AccountToken(accountID: account, authToken: token)
     }
 
-    /// Runs `change`, which revokes the account's token in the store, between two increments of the token epoch
-    /// (`TokenCache.revoke`): the first stops it when Redis cannot be told (503, nothing changed); the second catches
-    /// a lookup that ran while the store still had the token.
+    /// Runs `change`, which revokes the account's token in the store, between two advances of its token epoch
+    /// (`TokenCache.revoke`): the first stops it when Redis cannot be told (503, nothing changed); the second, made
+    /// whether `change` succeeded or not (a statement can commit after its deadline gave up), catches a lookup that ran
+    /// while the store still had the token.
     func revokingTokens<T>(_ account: String, _ change: () async throws -> T) async throws -> T {
         do {
-            try await api.authentication.tokens.revoke()
+            try await api.authentication.tokens.revoke(account: account)
         } catch {
-            api.logger.warning("token revocation postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
-            throw APIError.unavailable("the token could not be revoked now (Redis unreachable); nothing was changed, repeat the request")
+            api.logger.warning("token revocation postponed: redis unavailable", metadata: ["account": "\(account)", "error": "\(error)"])
+            throw APIError.unavailable(
+                "the token could not be revoked now (Redis unreachable or refusing writes); nothing was changed, repeat the request")
         }
-        let result = try await change()
-        await revoked(account)
-        return result
+        return try await revoking(account, change)
     }
 
-    /// The second increment of a revocation, after the store changed: if Redis cannot be told now, every process still
-    /// looks the token up again within `TokenCache.lifetime`.
-    func revoked(_ account: String) async {
+    /// Runs `change` (the store's part of a revocation), then the second advance of the account's token epoch,
+    /// whether `change` succeeded or not: if Redis cannot be told now, every process still looks the token up again
+    /// within `TokenCache.lifetime`.
+    func revoking<T>(_ account: String, _ change: () async throws -> T) async throws -> T {
+        let result: Result<T, any Error>
+        do { result = .success(try await change()) } catch { result = .failure(error) }
         do {
-            try await api.authentication.tokens.revoke()
+            try await api.authentication.tokens.revoke(account: account)
         } catch {
-            api.logger.warning("token epoch not incremented after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
+            api.logger.warning("token epoch not advanced after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
         }
+        return try result.get()
     }
 
     /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
@@ -142,7 +146,7 @@ struct AccountRoutes {
         // The ingress stops accepting the account's webhooks first, and every API process will look the token up
         // again (`TokenCache`); if Redis cannot be told, the account stays whole.
         do {
-            try await api.authentication.tokens.revoke()
+            try await api.authentication.tokens.revoke(account: account)
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: api.redis, keys: api.options.keys)
         } catch {
             api.logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
@@ -150,8 +154,8 @@ struct AccountRoutes {
         }
         await api.deleteWebhooks(
             Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
-        let removed = try await store.deleteAccount(id: account)
-        await revoked(account)
+        // Its token's epoch advances again after the rows are gone, and the purge below then removes it.
+        let removed = try await revoking(account) { try await store.deleteAccount(id: account) }
         await api.purgeRedis(account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices)
         api.logger.info("account deleted", metadata: ["account": "\(account)"])
         return .noContent
