@@ -57,7 +57,8 @@ struct TokenCache: Sendable {
     /// A token not kept, from the store (`lookup`: the account of the token, or nil): kept when Redis gives the
     /// account's epoch (`askRedis` false: Redis just failed to answer, so it is not asked again). Nil when the store
     /// does not know the token; `epochKnown` is false when nothing was kept for want of the epoch.
-    func find(_ tokenHash: String, askRedis: Bool, lookup: @Sendable () async throws -> String?) async throws -> (account: String, epochKnown: Bool)? {
+    func find(_ tokenHash: String, askRedis: Bool, lookup: @Sendable () async throws -> String?) async throws -> (account: String, epochKnown: Bool)?
+    {
         guard let account = try await lookup() else { return nil }
         guard askRedis, let epoch = await epoch(account: account) else { return (account, false) }
         // The epoch read, the store must still give the token to the account: a revocation that committed before the
