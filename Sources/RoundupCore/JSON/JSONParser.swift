@@ -300,18 +300,11 @@ public struct JSONParser: ~Copyable {
         let count = bytes.count
         try Self.stringStops.withUnsafeBufferPointer { stops in
             while true {
-                // Eight bytes at a time while none of them can end the scan (a quote, a backslash or a byte below
-                // 0x20: the classic test for a zero byte, on the word XORed with the quote and with the backslash, and
-                // for a byte below 0x20). The test may flag a word that holds no stop, never the reverse: the byte
-                // loop below then finds the exact place.
-                while index &+ 8 <= count {
-                    let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self))
-                    let quote = word ^ 0x2222_2222_2222_2222
-                    let backslash = word ^ 0x5C5C_5C5C_5C5C_5C5C
-                    let ones: UInt64 = 0x0101_0101_0101_0101
-                    let flagged =
-                        ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- 0x2020_2020_2020_2020) & ~word)
-                    if flagged & 0x8080_8080_8080_8080 != 0 { break }
+                // Eight bytes at a time while none of them can end the scan: the bytes that end it are those a
+                // writer escapes (`JSONStringEscaping.needsEscape`); the byte loop below then finds the exact place.
+                while index &+ 8 <= count,
+                    !JSONStringEscaping.needsEscape(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                {
                     index &+= 8
                 }
                 while index < count, !stops[Int(bytes[index])] { index += 1 }

@@ -174,7 +174,8 @@ enum JSONStringEscaping {
     }
 
     /// Whether any of a word's eight bytes needs an escape: one below 0x20, a quote or a backslash (the "has less than"
-    /// and "has zero byte" tests of Bit Twiddling Hacks, exact for the question whether any byte matches).
+    /// and "has zero byte" tests of Bit Twiddling Hacks, exact for the question whether any byte matches). The same
+    /// bytes end the parser's fast scan through a string (`JSONParser`).
     @inline(__always)
     static func needsEscape(_ word: UInt64) -> Bool {
         let ones: UInt64 = 0x0101_0101_0101_0101
