@@ -55,7 +55,11 @@ struct AuthThrottle: Sendable {
 
         init(_ use: Failure, request: Request, context: APIRequestContext, tokenHash: String) {
             let forwarded = AuthThrottle.forwardedFor.map { request.headers[values: $0] } ?? []
-            bucket = AuthThrottle.client(peer: context.remoteAddress, forwardedFor: forwarded)
+            self.init(bucket: AuthThrottle.client(peer: context.remoteAddress, forwardedFor: forwarded), use, tokenHash: tokenHash)
+        }
+
+        init(bucket: String, _ use: Failure, tokenHash: String) {
+            self.bucket = bucket
             member = use.rawValue.prefix(1) + ":" + tokenHash.prefix(16)
         }
     }
@@ -133,36 +137,74 @@ struct AuthThrottle: Sendable {
             return redis.call('SCARD', KEYS[1])
             """)
 
-    /// Answers for the store when Redis can: 401 for a token that already failed from this address in the window,
-    /// 429 when the address has used its budget. Returns when the store must decide.
+    /// Lua that decides, for the address whose failed tokens are the set KEYS[1], whether the token ARGV[1] (an
+    /// `Attempt.member`) may be looked up now: `refused` is 0 (it may), 1 (it already failed from here in the window)
+    /// or 2 (the address has tried ARGV[2] distinct bad tokens; `ttl` is the window's rest in ms). ARGV[2] = 0 lets
+    /// every token through. A set left without a TTL (by an older version, or by hand) gets its window, ARGV[3] ms,
+    /// back. Run alone (`gate`) and at the head of the rate limit's script for a kept token (`RateLimit`), so a request
+    /// makes one round trip to Redis before it is counted.
+    static let gateLua = """
+        local refused, ttl = 0, 0
+        local limit = tonumber(ARGV[2])
+        if limit > 0 then
+          if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+            refused = 1
+          elseif redis.call('SCARD', KEYS[1]) >= limit then
+            refused = 2
+            ttl = redis.call('PTTL', KEYS[1])
+            if ttl == -1 then
+              redis.call('PEXPIRE', KEYS[1], ARGV[3])
+              ttl = tonumber(ARGV[3])
+            end
+          end
+        end
+
+        """
+
+    static let gate = RedisScript(name: "auth-gate", source: gateLua + "return {refused, ttl}")
+
+    /// The gate's keys and first arguments for `attempt` (a script that runs `gateLua` takes its own after them).
+    func gateInput(_ attempt: Attempt) -> (keys: [RedisArgument], arguments: [RedisArgument]) {
+        (
+            [RedisArgument(keys.authFailures(address: attempt.bucket))],
+            [RedisArgument(attempt.member), RedisArgument(limit), RedisArgument(windowSeconds * 1000)]
+        )
+    }
+
+    /// Throws what the gate's `refused` and `ttl` mean: 401 for a token that already failed from this address in the
+    /// window, 429 with `Retry-After` when the address has used its budget.
+    func judge(refused: Int, ttl: Int, unauthorized: APIError) throws {
+        switch refused {
+        case 1:
+            Counter(label: "roundup_api_auth_failures_total", dimensions: [("kind", "repeated")]).increment()
+            throw unauthorized
+        case 2:
+            let retry = ttl > 0 ? min(windowSeconds, max(1, (ttl + 999) / 1000)) : windowSeconds
+            Counter(label: "roundup_api_auth_throttled_total").increment()
+            throw APIError(
+                .tooManyRequests, "too_many_failures",
+                "too many failed authentications from this address; retry in \(retry) s", headers: [.retryAfter: String(retry)])
+        default:
+            return
+        }
+    }
+
+    /// Answers for the store when Redis can (`judge`). Returns when the store must decide.
     func check(_ attempt: Attempt, unauthorized: APIError) async throws {
         guard limit > 0 else { return }
-        let key = RedisArgument(keys.authFailures(address: attempt.bucket))
-        let replies: [RedisValue]
+        let input = gateInput(attempt)
+        let reply: RedisValue
         do {
-            replies = try await redis.pipeline(
-                [RedisCommand("SISMEMBER", [key, RedisArgument(attempt.member)]), RedisCommand("SCARD", [key]), RedisCommand("PTTL", [key])],
-                timeout: .milliseconds(500))
+            reply = try await redis.evaluate(Self.gate, keys: input.keys, arguments: input.arguments, timeout: .milliseconds(500))
         } catch {
             logger.warning("authentication throttle unavailable", metadata: ["error": "\(error)"])
             return
         }
-        guard replies.count == 3 else { return }
-        if replies[0].int == 1 {
-            Counter(label: "roundup_api_auth_failures_total", dimensions: [("kind", "repeated")]).increment()
-            throw unauthorized
+        guard let values = reply.array, values.count == 2, let refused = values[0].int, let ttl = values[1].int else {
+            logger.warning("authentication throttle unavailable", metadata: ["reply": "\(reply)"])
+            return
         }
-        guard let count = replies[1].int, count >= limit else { return }
-        let ttl = replies[2].int ?? -1
-        if ttl == -1 {
-            // A set without a TTL would block the address for good: give it its window back.
-            _ = try? await redis.send(RedisCommand("PEXPIRE", [key, RedisArgument(windowSeconds * 1000)]), timeout: .milliseconds(500))
-        }
-        let retry = ttl > 0 ? min(windowSeconds, max(1, (ttl + 999) / 1000)) : windowSeconds
-        Counter(label: "roundup_api_auth_throttled_total").increment()
-        throw APIError(
-            .tooManyRequests, "too_many_failures",
-            "too many failed authentications from this address; retry in \(retry) s", headers: [.retryAfter: String(retry)])
+        try judge(refused: refused, ttl: ttl, unauthorized: unauthorized)
     }
 
     /// Records a token that failed.

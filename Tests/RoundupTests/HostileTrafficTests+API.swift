@@ -14,6 +14,8 @@ import RoundupSync
 import RoundupTesting
 import Testing
 
+@testable import RoundupAPI
+
 /// roundup-api against the unauthenticated and the unlucky: guessed tokens from one address, deletions whose Trello
 /// token was revoked, resolutions racing a list deletion.
 extension HostileTrafficTests {
@@ -449,18 +451,45 @@ extension HostileTrafficTests {
         }
     }
 
-    /// The same throttle in this process: over the limit, 429 with Retry-After for any token, valid or not.
+    /// The same throttle in this process: over the limit, 429 with Retry-After for any token, valid or not, and for
+    /// a token the API keeps (`TokenCache`), whose request asks Redis once for the throttle, the epoch and the count:
+    /// refused there, it is not counted against its account. A failure set left without a TTL gets its window back.
     @Test(arguments: StoreBackend.available) func theThrottleAnswers429InProcess(backend: StoreBackend) async throws {
         try await InProcessAPI.run(store: backend, bootstrapToken: Self.apiBootstrap, environment: ["ROUNDUP_AUTH_FAILURE_LIMIT": "3"]) { api in
-            let (_, token) = try await api.createAccount(bootstrap: Self.apiBootstrap)
+            let (account, token) = try await api.createAccount(bootstrap: Self.apiBootstrap)
+            #expect(try await api.call(.GET, "/dailyroundup/account", token: token).status == .ok)
+            #expect(api.api.authentication.tokens.kept(AuthenticationMiddleware.hash(token)) != nil)
             for i in 0..<3 {
                 #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess\(i)").status == .unauthorized)
             }
-            #expect(try await api.redis.send("SCARD", RedisArgument(api.keys.authFailures(address: "local"))).int == 3)
-            let throttled = try await api.call(.GET, "/dailyroundup/account", token: token)
-            #expect(throttled.status == .tooManyRequests, "\(throttled.body)")
-            #expect(throttled.headers[.retryAfter].flatMap { Int($0) }.map { (1...60).contains($0) } == true)
-            #expect(throttled.json["error"]?["code"] == "too_many_failures")
+            let failures = RedisArgument(api.keys.authFailures(address: "local"))
+            #expect(try await api.redis.send("SCARD", failures).int == 3)
+            func counted() async throws -> Int {
+                let minute = RateLimit.currentMinute()
+                var total = 0
+                for window in [minute - 1, minute] {
+                    total += try await api.redis.send("GET", RedisArgument(RateLimit.key(api.keys, account: account, minute: window))).int ?? 0
+                }
+                return total
+            }
+            let before = try await counted()
+            for _ in 0..<2 {
+                let throttled = try await api.call(.GET, "/dailyroundup/account", token: token)
+                #expect(throttled.status == .tooManyRequests, "\(throttled.body)")
+                #expect(throttled.headers[.retryAfter].flatMap { Int($0) }.map { (1...60).contains($0) } == true)
+                #expect(throttled.json["error"]?["code"] == "too_many_failures")
+            }
+            #expect(try await counted() == before, "a request the throttle refused is not counted")
+            #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess0").status == .unauthorized, "repeated from Redis")
+
+            // Left without a TTL (by hand, or an older version): the next check gives the window back, kept token or not.
+            for probe in [token, "rt_other"] {
+                _ = try await api.redis.send("PERSIST", failures)
+                #expect(try await api.redis.send("PTTL", failures).int == -1)
+                let throttled = try await api.call(.GET, "/dailyroundup/account", token: probe)
+                #expect(throttled.status == .tooManyRequests && throttled.headers[.retryAfter] == "60", "\(throttled.headers)")
+                #expect(try await api.redis.send("PTTL", failures).int.map { (1...60_000).contains($0) } == true)
+            }
         }
     }
 }

@@ -80,9 +80,15 @@ import Testing
         try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
             let tokens = api.api.authentication.tokens
             let rateLimit = api.api.authentication.rateLimit
+            let throttle = api.api.authentication.throttle
             let (account, token) = try await api.createAccount(bootstrap: Self.bootstrap)
             let hash = AuthenticationMiddleware.hash(token)
             let epochKey = api.keys.authEpoch(account: account)
+            let attempt = AuthThrottle.Attempt(bucket: "local", .token, tokenHash: hash)
+            let refused = APIError.unauthorized("test")
+            func count(_ epoch: Int) async throws -> RateLimit.KeptOutcome {
+                try await rateLimit.check(account, whileEpochIs: epoch, epochKey: epochKey, after: throttle, attempt, unauthorized: refused)
+            }
 
             // Revoked between the two questions: the second says so, and nothing is kept.
             let answers = Answers([account, nil])
@@ -94,9 +100,9 @@ import Testing
             let found = try await tokens.find(hash, askRedis: true, lookup: { await steady.next() })
             #expect(found?.account == account && found?.epochKnown == true)
             let kept = try #require(tokens.kept(hash))
-            #expect(try await rateLimit.check(account, whileEpochIs: kept.epoch, epochKey: epochKey) == .counted)
+            #expect(try await count(kept.epoch) == .counted)
             try await tokens.revoke(account: account)
-            #expect(try await rateLimit.check(account, whileEpochIs: kept.epoch, epochKey: epochKey) == .epochMoved)
+            #expect(try await count(kept.epoch) == .epochMoved)
 
             // Through the API: the kept token is looked up again after its account's revocation; another account's
             // rotation does not touch it.
@@ -105,7 +111,7 @@ import Testing
             #expect(renewed.epoch != kept.epoch)
             let (_, otherToken) = try await api.createAccount(bootstrap: Self.bootstrap)
             #expect(try await api.call(.POST, "/dailyroundup/account/token", token: otherToken).status == .ok)
-            #expect(try await rateLimit.check(account, whileEpochIs: renewed.epoch, epochKey: epochKey) == .counted)
+            #expect(try await count(renewed.epoch) == .counted)
         }
     }
 

@@ -32,18 +32,24 @@ struct AuthenticationMiddleware: RouterMiddleware {
         let tokenHash = Self.hash(token)
         let attempt = AuthThrottle.Attempt(.token, request: request, context: context, tokenHash: tokenHash)
         let invalid = APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
-        try await throttle.check(attempt, unauthorized: invalid)
         var redisAnswered = true
         if let kept = tokens.kept(tokenHash) {
-            // One round trip both checks the account's token epoch and, only while it is the one the token was found
-            // with (no revocation since), counts the request: a revoked token's request leaves no count behind.
+            // One round trip asks the throttle about the address, checks the account's token epoch and, only while it
+            // is the one the token was found with (no revocation since), counts the request: a revoked token's
+            // request leaves no count behind.
             let epochKey = tokens.keys.authEpoch(account: kept.account)
-            switch try await rateLimit.check(kept.account, whileEpochIs: kept.epoch, epochKey: epochKey) {
+            switch try await rateLimit.check(
+                kept.account, whileEpochIs: kept.epoch, epochKey: epochKey, after: throttle, attempt, unauthorized: invalid)
+            {
             case .counted: return kept.account
             case .epochMoved: break
-            case .unavailable: redisAnswered = false
+            case .unavailable:
+                // Not asked again for the throttle: a kept token is no guess, and the store will find it.
+                redisAnswered = false
             }
             tokens.forget(tokenHash)
+        } else {
+            try await throttle.check(attempt, unauthorized: invalid)
         }
         Counter(label: "roundup_api_token_lookups_total").increment()
         guard let found = try await tokens.find(tokenHash, askRedis: redisAnswered, lookup: { try await store.accountID(tokenHash: tokenHash) })
@@ -121,36 +127,46 @@ struct RateLimit: Sendable {
         case unavailable
     }
 
-    /// The same count for a token `TokenCache` kept, made only while the token epoch (`epochKey`) is still `epoch`.
-    func check(_ account: String, whileEpochIs epoch: Int, epochKey: String) async throws -> KeptOutcome {
+    /// The same count for a token `TokenCache` kept, made only while the token epoch (`epochKey`) is still `epoch`,
+    /// and only once `throttle`'s gate let `attempt` through (its refusal is thrown, as `AuthThrottle.check` would).
+    func check(
+        _ account: String, whileEpochIs epoch: Int, epochKey: String, after throttle: AuthThrottle, _ attempt: AuthThrottle.Attempt,
+        unauthorized: APIError
+    ) async throws -> KeptOutcome {
         let key = Self.key(keys, account: account, minute: Self.currentMinute())
+        let gate = throttle.gateInput(attempt)
         let reply: RedisValue
         do {
             reply = try await redis.evaluate(
-                Self.countWhileEpoch, keys: [RedisArgument(key), RedisArgument(epochKey)], arguments: [RedisArgument(String(epoch))],
-                timeout: .milliseconds(500))
+                Self.countWhileEpoch, keys: gate.keys + [RedisArgument(key), RedisArgument(epochKey)],
+                arguments: gate.arguments + [RedisArgument(String(epoch))], timeout: .milliseconds(500))
         } catch {
             logger.warning("rate limiter unavailable", metadata: ["error": "\(error)"])
             return .unavailable
         }
-        guard let count = reply.int else {
+        guard let values = reply.array, values.count == 3, let refused = values[0].int, let ttl = values[1].int,
+            let count = values[2].int
+        else {
             logger.warning("rate limiter unavailable", metadata: ["reply": "\(reply)"])
             return .unavailable
         }
+        try throttle.judge(refused: refused, ttl: ttl, unauthorized: unauthorized)
         if count < 0 { return .epochMoved }
         try refuse(over: count)
         return .counted
     }
 
-    /// KEYS: the account's count, the token epoch; ARGV: the epoch the token was found with. -1 when the epoch moved
-    /// (nothing counted), else the count.
+    /// The throttle's gate (`AuthThrottle.gateLua`: KEYS[1], ARGV[1...3]), then KEYS[2]: the account's count,
+    /// KEYS[3]: the token epoch, ARGV[4]: the epoch the token was found with. Returns {refused, ttl, n}: n is 0 when
+    /// the gate refused, -1 when the epoch moved (nothing counted either way), else the count.
     static let countWhileEpoch = RedisScript(
-        name: "count-while-epoch",
-        source: """
-            if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return -1 end
-            local count = redis.call('INCR', KEYS[1])
-            redis.call('EXPIRE', KEYS[1], 120)
-            return count
+        name: "gate-count-while-epoch",
+        source: AuthThrottle.gateLua + """
+            if refused ~= 0 then return {refused, ttl, 0} end
+            if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[4] then return {0, 0, -1} end
+            local count = redis.call('INCR', KEYS[2])
+            redis.call('EXPIRE', KEYS[2], 120)
+            return {0, 0, count}
             """)
 
     private func refuse(over count: Int?) throws {
