@@ -137,6 +137,36 @@ import Testing
         }
     }
 
+    /// The checks that skip words (ASCII 32 and 8 bytes at a time with an overlapping last word; the escaping's scan
+    /// telling whether a check is needed at all) find one byte that is not ASCII wherever it is: each of a stray
+    /// continuation byte, a lone lead byte, a valid "é" and an invalid 0xFF at every place of every length to 72, among
+    /// ASCII that needs escapes and ASCII that does not, is checked and written as its `String` says.
+    @Test func aByteAbove0x7FIsFoundWhereverItIs() throws {
+        for filler in [UInt8(ascii: "a"), UInt8(ascii: "\"")] {
+            for length in 0...72 {
+                for place in 0..<max(length, 1) {
+                    for odd: [UInt8] in [[0x80], [0xC3], [0xC3, 0xA9], [0xFF]] {
+                        var bytes = [UInt8](repeating: filler, count: length)
+                        if length > 0 { bytes.replaceSubrange(place..<place + 1, with: odd) }
+                        bytes.withUnsafeBufferPointer { pointer in
+                            let cell = UTF8Cell(pointer)
+                            let text = String(decoding: bytes, as: UTF8.self)
+                            #expect(cell.isValidUTF8 == (String(validating: bytes, as: UTF8.self) != nil), "\(odd) at \(place) of \(length)")
+                            var string = ByteBuffer()
+                            string.writeJSON(bound: JSONByteWriter.jsonStringBound(text)) { $0.writeJSONString(text) }
+                            var fromCell = ByteBuffer()
+                            fromCell.writeJSON(bound: JSONByteWriter.jsonStringBound(cell)) { $0.writeJSONString(cell) }
+                            #expect(fromCell == string, "\(odd) at \(place) of \(length)")
+                            var raw = ByteBuffer()
+                            raw.writeJSON(bound: JSONByteWriter.rawBound(cell)) { $0.writeRaw(cell) }
+                            #expect(raw.readString(length: raw.readableBytes) == text, "\(odd) at \(place) of \(length)")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every real Trello body among the fixtures, and the actions captured alone.
     static func fixtureFiles() throws -> [URL] {
         let dir = TestSupport.fixturesDirectory

@@ -28,9 +28,11 @@ public struct JSONByteWriter: ~Copyable {
     /// The most bytes `writeDecimal` writes.
     public static let decimalBound = 20
 
+    @inline(__always)
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
         precondition(count + bytes.count <= base.count, "JSONByteWriter: the bound was too small")
-        UnsafeMutableRawBufferPointer(rebasing: base[count..<(count + bytes.count)]).copyMemory(from: bytes)
+        guard let source = bytes.baseAddress, let target = base.baseAddress else { return }
+        (target + count).copyMemory(from: source, byteCount: bytes.count)
         count += bytes.count
     }
 
@@ -60,10 +62,16 @@ public struct JSONByteWriter: ~Copyable {
 
     /// Stored text as a JSON string literal, quotes included: the same bytes as `writeJSONString(cell.string)`,
     /// without making that string.
+    /// The bytes are checked for UTF-8 only when the escaping's scan met a byte above 0x7F (it looks at every byte
+    /// anyway); what was written is taken back and the repaired string written when they are not valid.
     public mutating func writeJSONString(_ cell: UTF8Cell) {
-        guard cell.isValidUTF8 else { return writeJSONString(cell.string) }
+        let start = count
         write("\"")
-        JSONStringEscaping.pieces(ofUTF8: cell.bytes) { append($0) }
+        let ascii = JSONStringEscaping.pieces(ofUTF8: cell.bytes) { append($0) }
+        guard ascii || cell.isValidUTF8 else {
+            count = start
+            return writeJSONString(cell.string)
+        }
         write("\"")
     }
 

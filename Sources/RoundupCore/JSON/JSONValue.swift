@@ -133,22 +133,29 @@ enum JSONStringEscaping {
     @inline(__always)
     static func pieces(of text: String, _ write: (UnsafeRawBufferPointer) -> Void) {
         var text = text
-        text.withUTF8 { pieces(ofUTF8: $0, write) }
+        text.withUTF8 { _ = pieces(ofUTF8: $0, write) }
     }
 
-    /// The same for text given as its UTF-8 bytes (`UTF8Cell`, checked valid first).
-    @inline(__always)
-    static func pieces(ofUTF8 bytes: UnsafeBufferPointer<UInt8>, _ write: (UnsafeRawBufferPointer) -> Void) {
+    /// The same for text given as its UTF-8 bytes (`UTF8Cell`); returns whether every byte was ASCII (below 0x80), so
+    /// a caller that must check the bytes for UTF-8 needs to only when they were not.
+    @inline(__always) @discardableResult
+    static func pieces(ofUTF8 bytes: UnsafeBufferPointer<UInt8>, _ write: (UnsafeRawBufferPointer) -> Void) -> Bool {
         var runStart = 0
         var index = 0
+        var high: UInt64 = 0
         while index < bytes.count {
             // Eight bytes at a time while none needs an escape (most text has none); a word that has one, byte by byte.
-            if index + 8 <= bytes.count, !needsEscape(UnsafeRawPointer(bytes.baseAddress! + index).loadUnaligned(as: UInt64.self)) {
-                index += 8
-                continue
+            if index + 8 <= bytes.count {
+                let word = UnsafeRawPointer(bytes.baseAddress! + index).loadUnaligned(as: UInt64.self)
+                high |= word
+                if !needsEscape(word) {
+                    index += 8
+                    continue
+                }
             }
             for at in index..<min(index + 8, bytes.count) {
                 let byte = bytes[at]
+                high |= UInt64(byte)
                 guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
                 if runStart < at { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<at]))) }
                 runStart = at + 1
@@ -171,6 +178,7 @@ enum JSONStringEscaping {
             index = min(index + 8, bytes.count)
         }
         if runStart < bytes.count { write(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))) }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 
     /// Whether any of a word's eight bytes needs an escape: one below 0x20, a quote or a backslash (the "has less than"
