@@ -1,7 +1,8 @@
 import Crypto
+public import Foundation
 
-/// Lowercase hexadecimal, written straight into a string: one table and one loop for every hex the server writes on
-/// a hot path (stored field hashes, dedupe keys, JSON's `\u00xx` escapes).
+/// Lowercase hexadecimal, written straight into a string: one table and one loop for every hex the server writes
+/// (token and field hashes, dedupe keys, ids, JSON's `\u00xx` escapes).
 public enum Hex {
     static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
@@ -12,6 +13,27 @@ public enum Hex {
                 out[2 * index + 1] = digits[Int(byte & 0x0F)]
             }
             return bytes.count * 2
+        }
+    }
+
+    /// A UUID as `uuidString.lowercased()` writes it (8-4-4-4-12 digits), without Foundation's formatting through
+    /// `sprintf` and a second string for the lower case (#19: a request id for every API request, an `apns-id` for
+    /// every push).
+    public static func lowercase(_ uuid: UUID) -> String {
+        withUnsafeBytes(of: uuid.uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var at = 0
+                for (index, byte) in bytes.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        out[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    out[at] = digits[Int(byte >> 4)]
+                    out[at + 1] = digits[Int(byte & 0x0F)]
+                    at += 2
+                }
+                return at
+            }
         }
     }
 

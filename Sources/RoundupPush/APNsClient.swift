@@ -6,6 +6,7 @@ import NIOHPACK
 import NIOHTTP2
 public import NIOPosix
 import NIOSSL
+import RoundupCore
 
 /// One notification for one device token.
 public struct APNsRequest: Sendable {
@@ -168,7 +169,7 @@ final class APNsConnection: Sendable {
         headers.add(name: "apns-push-type", value: request.pushType.rawValue)
         headers.add(name: "apns-priority", value: request.priority == 5 ? "5" : "10")
         headers.add(name: "apns-expiration", value: String(Int(request.expiration.timeIntervalSince1970)), indexing: .nonIndexable)
-        headers.add(name: "apns-id", value: request.id.uuidString.lowercased(), indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: Hex.lowercase(request.id), indexing: .nonIndexable)
         if let collapse = request.collapseID { headers.add(name: "apns-collapse-id", value: collapse, indexing: .nonIndexable) }
         headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: String(request.payload.readableBytes))

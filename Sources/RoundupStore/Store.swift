@@ -40,7 +40,7 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     /// A new pairing of a Trello list, before the store writes it.
     static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings) -> Self {
         Self(
-            id: UUID().uuidString.lowercased(), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
+            id: Hex.lowercase(UUID()), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
             createdAt: Timestamp.now(), settings: settings)
     }
 }

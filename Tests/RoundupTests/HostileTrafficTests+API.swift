@@ -480,6 +480,14 @@ extension HostileTrafficTests {
                 #expect(throttled.json["error"]?["code"] == "too_many_failures")
             }
             #expect(try await counted() == before, "a request the throttle refused is not counted")
+            #expect(api.api.authentication.tokens.kept(AuthenticationMiddleware.hash(token)) != nil, "still kept: the kept path answered")
+            // A kept token that failed from this address before (its hash prefix among the failures) is refused as a
+            // repeated failure, before the address's budget is looked at, as a token that is not kept would be.
+            let member = AuthThrottle.Attempt(bucket: "local", .token, tokenHash: AuthenticationMiddleware.hash(token)).member
+            _ = try await api.redis.send("SADD", failures, RedisArgument(member))
+            let repeated = try await api.call(.GET, "/dailyroundup/account", token: token)
+            #expect(repeated.status == .unauthorized && repeated.headers[.retryAfter] == nil, "\(repeated.body)")
+            _ = try await api.redis.send("SREM", failures, RedisArgument(member))
             #expect(try await api.call(.GET, "/dailyroundup/changes", token: "rt_guess0").status == .unauthorized, "repeated from Redis")
 
             // Left without a TTL (by hand, or an older version): the next check gives the window back, kept token or not.

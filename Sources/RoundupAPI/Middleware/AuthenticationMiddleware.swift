@@ -73,10 +73,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
 
     /// A token's SHA-256 in lower-case hex: all the store keeps of it.
     static func hash(_ token: String) -> String {
-        SHA256.hash(data: Array(token.utf8)).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        SHA256.hash(data: Array(token.utf8)).withUnsafeBytes { Hex.lowercase($0) }
     }
 
     /// A new account token: `rt_` and 32 random bytes in URL-safe base64.

@@ -12,7 +12,7 @@ struct RequestIDMiddleware: RouterMiddleware {
     static let header = HTTPField.Name("X-Request-Id")!
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let id = request.headers[Self.header].flatMap(Self.accepted) ?? UUID().uuidString.lowercased()
+        let id = request.headers[Self.header].flatMap(Self.accepted) ?? Hex.lowercase(UUID())
         var context = context
         context.logger[metadataKey: "request_id"] = "\(id)"
         do {

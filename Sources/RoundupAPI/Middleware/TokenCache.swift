@@ -10,8 +10,8 @@ import RoundupRuntime
 /// account's **token epoch**, a value in Redis (`RedisKeys.authEpoch(account:)`) that every revocation of the
 /// account's token — a rotation, the account's deletion — advances before the store changes and again after. A
 /// request with a kept token counts against the rate limit only while the epoch is still the kept one (one script,
-/// the round trip the rate limit already made: `RateLimit.check(_:whileEpochIs:epochKey:)`); otherwise the store is
-/// asked again. Finding a token reads the epoch and then asks the store a second time, so a revocation that
+/// the round trip the rate limit already made, which also asks the authentication throttle:
+/// `RateLimit.check(_:whileEpochIs:epochKey:after:_:unauthorized:)`); otherwise the store is asked again. Finding a token reads the epoch and then asks the store a second time, so a revocation that
 /// committed before the read is seen, and one after it advances the epoch past the kept value.
 ///
 /// Epoch values are never reused: an advance sets the larger of the value plus one and Redis's clock in microseconds

@@ -62,13 +62,14 @@ public struct JSONByteWriter: ~Copyable {
 
     /// Stored text as a JSON string literal, quotes included: the same bytes as `writeJSONString(cell.string)`,
     /// without making that string.
+    ///
     /// The bytes are checked for UTF-8 only when the escaping's scan met a byte above 0x7F (it looks at every byte
     /// anyway); what was written is taken back and the repaired string written when they are not valid.
     public mutating func writeJSONString(_ cell: UTF8Cell) {
         let start = count
         write("\"")
         let ascii = JSONStringEscaping.pieces(ofUTF8: cell.bytes) { append($0) }
-        guard ascii || cell.isValidUTF8 else {
+        guard ascii || cell.validatesBeyondASCII else {
             count = start
             return writeJSONString(cell.string)
         }

@@ -22,8 +22,11 @@ public struct UTF8Cell {
     /// library's validator (`UTF8Span`), neither of which copies the bytes.
     public var isValidUTF8: Bool {
         guard let base = bytes.baseAddress, !Self.isASCII(base, count: bytes.count) else { return true }
-        return (try? UTF8Span(validating: bytes.span)) != nil
+        return validatesBeyondASCII
     }
+
+    /// The standard library's validation alone, for a caller that already knows a byte is above 0x7F.
+    var validatesBeyondASCII: Bool { (try? UTF8Span(validating: bytes.span)) != nil }
 
     /// Whether every one of `count` bytes at `base` is below 0x80: 32 bytes a step, then 8, and the rest in one word
     /// that overlaps the last one checked (byte by byte only below 8 bytes in all).

@@ -17,11 +17,8 @@ public enum WebhookCallback {
     /// A new callback token: 32 bytes from the system's cryptographic generator, as lower-case hexadecimal.
     public static func makeToken() -> String {
         var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in
-            let byte = UInt8.random(in: .min ... .max, using: &generator)
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return bytes.withUnsafeBytes { Hex.lowercase($0) }
     }
 
     /// 64 lower-case hexadecimal characters.

@@ -6,7 +6,7 @@ public import RoundupCore
 /// Accounts, lists, the worker's batch and the apps' changes, on PostgreSQL.
 extension PostgresStore: SyncStore {
     public func createAccount(authTokenHash: String) async throws -> String {
-        let id = UUID().uuidString.lowercased()
+        let id = Hex.lowercase(UUID())
         let now = Timestamp.now()
         try await write { [self] c in
             try await c.run(

@@ -60,7 +60,7 @@ struct JobLease {
             try rows.removeLease(accountID: accountID)
         }
         let job = SyncJob(
-            id: UUID().uuidString.lowercased(), accountID: accountID, kind: kind, status: .running, deviceID: deviceID, processed: 0, total: total,
+            id: Hex.lowercase(UUID()), accountID: accountID, kind: kind, status: .running, deviceID: deviceID, processed: 0, total: total,
             payload: payload, results: [], error: nil, createdAt: nowText, updatedAt: nowText)
         try rows.insertJob(job, idempotencyKey: idempotencyKey)
         if takesLease {

@@ -81,7 +81,7 @@ public final class SQLiteStore: SyncStore {
     // MARK: Accounts and lists
 
     public func createAccount(authTokenHash: String) async throws -> String {
-        let id = UUID().uuidString.lowercased()
+        let id = Hex.lowercase(UUID())
         let now = Timestamp.now()
         try await pool.write { db in
             try db.execute(
