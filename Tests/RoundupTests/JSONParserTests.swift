@@ -102,6 +102,25 @@ import Testing
         }
     }
 
+    /// `bytes` lent as a cell: checked for UTF-8 as the standard library checks it, and written (as a JSON string and
+    /// as raw JSON) as its `String` — repaired where it is not valid — is written.
+    static func expectWrittenAsItsString(_ bytes: [UInt8], _ comment: Comment) {
+        bytes.withUnsafeBufferPointer { pointer in
+            let cell = UTF8Cell(pointer)
+            let text = String(decoding: bytes, as: UTF8.self)
+            #expect(cell.isValidUTF8 == (String(validating: bytes, as: UTF8.self) != nil), comment)
+            #expect(cell.string == text, comment)
+            var string = ByteBuffer()
+            string.writeJSON(bound: JSONByteWriter.jsonStringBound(text)) { $0.writeJSONString(text) }
+            var fromCell = ByteBuffer()
+            fromCell.writeJSON(bound: JSONByteWriter.jsonStringBound(cell)) { $0.writeJSONString(cell) }
+            #expect(fromCell == string, comment)
+            var raw = ByteBuffer()
+            raw.writeJSON(bound: JSONByteWriter.rawBound(cell)) { $0.writeRaw(cell) }
+            #expect(raw.readString(length: raw.readableBytes) == text, comment)
+        }
+    }
+
     /// Stored text written from its bytes (`UTF8Cell`) is what its `String` gives, invalid UTF-8 included (repaired
     /// as `String(decoding:as:)` does), and fits the bounds.
     @Test func cellsAreWrittenAsTheirStringsWouldBe() throws {
@@ -112,22 +131,7 @@ import Testing
         let valid: [[UInt8]] = ["", "plain", "12345678", "123456789", "é😀 ünïcödé", "a\"q\"\\\n\u{1}", String(repeating: "ü", count: 9)].map {
             Array($0.utf8)
         }
-        for bytes in valid + invalid {
-            bytes.withUnsafeBufferPointer { pointer in
-                let cell = UTF8Cell(pointer)
-                let text = String(decoding: bytes, as: UTF8.self)
-                #expect(cell.isValidUTF8 == (String(validating: bytes, as: UTF8.self) != nil), "\(bytes)")
-                #expect(cell.string == text)
-                var string = ByteBuffer()
-                string.writeJSON(bound: JSONByteWriter.jsonStringBound(text)) { $0.writeJSONString(text) }
-                var fromCell = ByteBuffer()
-                fromCell.writeJSON(bound: JSONByteWriter.jsonStringBound(cell)) { $0.writeJSONString(cell) }
-                #expect(fromCell == string, "\(bytes)")
-                var raw = ByteBuffer()
-                raw.writeJSON(bound: JSONByteWriter.rawBound(cell)) { $0.writeRaw(cell) }
-                #expect(raw.readString(length: raw.readableBytes) == text, "\(bytes)")
-            }
-        }
+        for bytes in valid + invalid { Self.expectWrittenAsItsString(bytes, "\(bytes)") }
         // Every byte invalid fills the raw bound exactly: three bytes of U+FFFD each.
         let worst = [UInt8](repeating: 0xFF, count: 17)
         worst.withUnsafeBufferPointer { pointer in
@@ -148,19 +152,7 @@ import Testing
                     for odd: [UInt8] in [[0x80], [0xC3], [0xC3, 0xA9], [0xFF]] {
                         var bytes = [UInt8](repeating: filler, count: length)
                         if length > 0 { bytes.replaceSubrange(place..<place + 1, with: odd) }
-                        bytes.withUnsafeBufferPointer { pointer in
-                            let cell = UTF8Cell(pointer)
-                            let text = String(decoding: bytes, as: UTF8.self)
-                            #expect(cell.isValidUTF8 == (String(validating: bytes, as: UTF8.self) != nil), "\(odd) at \(place) of \(length)")
-                            var string = ByteBuffer()
-                            string.writeJSON(bound: JSONByteWriter.jsonStringBound(text)) { $0.writeJSONString(text) }
-                            var fromCell = ByteBuffer()
-                            fromCell.writeJSON(bound: JSONByteWriter.jsonStringBound(cell)) { $0.writeJSONString(cell) }
-                            #expect(fromCell == string, "\(odd) at \(place) of \(length)")
-                            var raw = ByteBuffer()
-                            raw.writeJSON(bound: JSONByteWriter.rawBound(cell)) { $0.writeRaw(cell) }
-                            #expect(raw.readString(length: raw.readableBytes) == text, "\(odd) at \(place) of \(length)")
-                        }
+                        Self.expectWrittenAsItsString(bytes, "\(odd) at \(place) of \(length)")
                     }
                 }
             }
