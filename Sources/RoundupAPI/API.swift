@@ -1,7 +1,7 @@
 public import Foundation
 public import Hummingbird
 public import Logging
-import RoundupCore
+public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
@@ -22,11 +22,21 @@ public struct API: Sendable {
         public var authFailureLimit: Int
         /// Open change streams and their heartbeat.
         public var streams: ChangeStreams.Limits
+        /// Exports one account runs at once, on every API process together (`ROUNDUP_EXPORTS_PER_ACCOUNT`).
+        public var exportsPerAccount: Int
+        /// Devices one account may register (`ROUNDUP_DEVICES_PER_ACCOUNT`).
+        public var devicesPerAccount: Int
+        /// The apps a device may register for (`RoundupConfiguration.appBundleIDs`).
+        public var bundleIDs: Set<BundleID>
 
         public init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
-            authFailureLimit: Int = 30, streams: ChangeStreams.Limits = .init()
+            authFailureLimit: Int = 30, streams: ChangeStreams.Limits = .init(), exportsPerAccount: Int = 2, devicesPerAccount: Int = 20,
+            bundleIDs: Set<BundleID> = []
         ) {
+            self.exportsPerAccount = exportsPerAccount
+            self.devicesPerAccount = devicesPerAccount
+            self.bundleIDs = bundleIDs
             self.streams = streams
             self.authFailureLimit = authFailureLimit
             self.staleAfter = staleAfter
@@ -51,6 +61,8 @@ public struct API: Sendable {
     let authentication: AuthenticationMiddleware
     /// The open change streams; a service the process runs (`APIApplication`).
     public let streams: ChangeStreams
+    /// What accounts hold open across API processes (streams, exports); a service the process runs.
+    public let leases: AccountLeases
 
     public init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
@@ -65,7 +77,9 @@ public struct API: Sendable {
         self.metricsText = metricsText
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
-        self.streams = ChangeStreams(limits: options.streams, redis: redis, keys: options.keys, logger: logger)
+        let leases = AccountLeases(redis: redis, keys: options.keys, logger: logger, lifetime: max(.seconds(3), options.streams.heartbeat * 3))
+        self.leases = leases
+        self.streams = ChangeStreams(limits: options.streams, redis: redis, keys: options.keys, leases: leases, logger: logger)
         self.authentication = AuthenticationMiddleware(
             store: store, throttle: throttle,
             rateLimit: RateLimit(perMinute: options.rateLimitPerMinute, redis: redis, keys: options.keys, logger: logger),
@@ -105,4 +119,19 @@ public struct API: Sendable {
 
     /// "METHOD /path" for each route; the OpenAPI test compares them with docs/openapi.yaml.
     public var routeNames: [String] { routes.map { "\($0.method.rawValue) \($0.path.description)" } }
+}
+
+extension API.Options {
+    /// The options `roundup-api` runs with, from its configuration.
+    public init(configuration: RoundupConfiguration, publicURL: String) {
+        self.init(
+            publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
+            rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
+            authFailureLimit: configuration.authFailureLimit,
+            streams: .init(
+                maxStreams: configuration.maxStreams, maxPerAccount: configuration.maxStreamsPerAccount,
+                heartbeat: .seconds(configuration.streamHeartbeatSeconds), maxLifetime: .seconds(configuration.streamMaxSeconds)),
+            exportsPerAccount: configuration.exportsPerAccount, devicesPerAccount: configuration.devicesPerAccount,
+            bundleIDs: configuration.appBundleIDs)
+    }
 }

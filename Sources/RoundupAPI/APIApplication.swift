@@ -35,20 +35,16 @@ public enum APIApplication {
             logger.notice("account creation is off (ROUNDUP_BOOTSTRAP_TOKEN is not set)")
         }
         let api = API(
-            options: .init(
-                publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
-                rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
-                authFailureLimit: configuration.authFailureLimit,
-                streams: .init(
-                    maxStreams: configuration.maxStreams, maxPerAccount: configuration.maxStreamsPerAccount,
-                    heartbeat: .seconds(configuration.streamHeartbeatSeconds))),
+            options: .init(configuration: configuration, publicURL: publicURL),
             store: store, redis: redis, trello: trello, engine: engine, logger: logger, metricsText: { RoundupMetrics.render(registry) })
         let limits = configuration.httpLimits
         let app = Application(
             router: api.router(),
             server: .http1(
                 configuration: .init(
-                    additionalChannelHandlers: [HTTPDeadlineHandler<HTTPRequestPart, HTTPResponsePart>(limits: limits, server: "api")],
+                    additionalChannelHandlers: [
+                        HTTPDeadlineHandler<HTTPRequestPart, HTTPResponsePart>(limits: limits, server: "api", writeDeadlines: true)
+                    ],
                     httpDecoderConfiguration: .init(
                         maxHeaderFieldSize: limits.maxHeaderBytes, maxHeaderListSize: limits.maxHeaderBytes, maxHeaderFieldCount: 100))),
             configuration: .init(
@@ -56,8 +52,9 @@ public enum APIApplication {
                 availableConnectionsDelegate: MaximumAvailableConnections(limits.maxConnections, logger: logger)),
             logger: logger)
         try await RoundupServices.run(
-            // Services stop in reverse order: the change streams end first, so the HTTP server can drain.
-            [.init(service: app), .init(service: api.streams)], dependencies: store.service.map { [$0] } ?? [],
+            // Services stop in reverse order: the change streams end first, so the HTTP server can drain; the leases
+            // are renewed until then.
+            [.init(service: api.leases), .init(service: app), .init(service: api.streams)], dependencies: store.service.map { [$0] } ?? [],
             startUp: { try await store.migrate() },
             configuration: configuration, logger: logger
         ) {

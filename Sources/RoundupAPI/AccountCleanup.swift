@@ -62,11 +62,12 @@ extension API {
         return out
     }
 
-    /// Removes dead letters of one account, a page at a time, inside Redis (their bodies never travel).
-    static let purgeDeadLetters = RedisScript(
-        name: "purge-dead-letters",
+    /// Removes the entries of a stream that name one account (`account` field: dead letters, change announcements), a
+    /// page at a time, inside Redis (their bodies never travel).
+    static let purgeAccountEntries = RedisScript(
+        name: "purge-account-entries",
         source: """
-            -- KEYS[1]: dead-letter stream; ARGV[1]: account, ARGV[2]: start (an id, "(id" or "-"), ARGV[3]: page size
+            -- KEYS[1]: a stream whose entries have an account field; ARGV[1]: account, ARGV[2]: start (an id, "(id" or "-"), ARGV[3]: page size
             -- Returns {removed, last id read ("" at the end)}.
             local entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', ARGV[3])
             local removed = 0
@@ -91,13 +92,19 @@ extension API {
     /// at start-up may have written them back meanwhile), pending pushes, and every key and dead letter naming it.
     /// Best effort: what is left expires by itself (dedupe marks within ROUNDUP_DEDUPE_TTL_SECONDS, the rest within
     /// minutes) except dead letters, which age out with the dead-letter retention; a failure is logged.
-    func purgeRedis(account: String, models: Set<String>, devices: [String]) async {
+    func purgeRedis(account: String, models: Set<String>, devices: [String], tokenHash: String?) async {
         let keys = options.keys
         do {
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
             var commands: [RedisCommand] = []
             let minute = RateLimit.currentMinute()
             commands.append(RedisCommand("DEL", (minute - 3...minute + 1).map { RedisArgument(RateLimit.key(keys, account: account, minute: $0)) }))
+            // Its streams' marks and places (named after the account, but not matched by the pattern below), and the
+            // throttle's note of its token.
+            var named = [keys.streamingDevices(account: account)]
+            named += [AccountLeases.Kind.streams, .exports].map { keys.accountLeases(account: account, kind: $0.rawValue) }
+            if let tokenHash { named.append(keys.acceptedToken(tokenHash)) }
+            commands.append(RedisCommand("DEL", named.map { RedisArgument($0) }))
             if !devices.isEmpty {
                 commands.append(RedisCommand("ZREM", [RedisArgument(keys.deferredPushes)] + devices.map { RedisArgument(account + "|" + $0) }))
                 commands.append(RedisCommand("DEL", devices.map { RedisArgument(keys.recentPush(account: account, device: $0)) }))
@@ -122,16 +129,18 @@ extension API {
                 rounds += 1
             } while cursor != "0" && rounds < 2_000
             if cursor != "0" { logger.notice("account keys left to expire", metadata: ["account": "\(account)"]) }
-            var start = "-"
-            rounds = 0
-            while rounds < 1_000 {
-                let reply = try await redis.evaluate(
-                    Self.purgeDeadLetters, keys: [RedisArgument(keys.deadLetterStream)],
-                    arguments: [RedisArgument(account), RedisArgument(start), 500],
-                    timeout: .seconds(2))
-                guard let last = reply.array?.last?.string, !last.isEmpty else { break }
-                start = "(" + last
-                rounds += 1
+            // Its dead letters, and the announcements that name it (the last one woke its streams to end them).
+            for stream in [keys.deadLetterStream, keys.changeAnnouncements] {
+                var start = "-"
+                rounds = 0
+                while rounds < 1_000 {
+                    let reply = try await redis.evaluate(
+                        Self.purgeAccountEntries, keys: [RedisArgument(stream)], arguments: [RedisArgument(account), RedisArgument(start), 500],
+                        timeout: .seconds(2))
+                    guard let last = reply.array?.last?.string, !last.isEmpty else { break }
+                    start = "(" + last
+                    rounds += 1
+                }
             }
         } catch {
             logger.warning("account redis cleanup incomplete", metadata: ["account": "\(account)", "error": "\(error)"])

@@ -20,6 +20,11 @@ import Darwin
 ///   (a client retrying a revoked token costs no query);
 /// - an address that has tried `limit` distinct bad tokens is answered 429 with `Retry-After` (the rest of its window)
 ///   before any further token costs a store query, whatever that token is.
+/// A token the store accepted within the last day (`RedisKeys.acceptedToken`, a prefix of its SHA-256, written when a
+/// process finds it, creates it or rotates to it) is never refused for its address's budget: the budget stops guesses,
+/// and one address may be a carrier's NAT with thousands of phones behind it, some of them sending revoked tokens. The
+/// trade-off: an address over its budget still costs a store query for each such token (a token that works, so not a
+/// guess), and a token found only once more than a day ago is refused until the window ends, like a guess.
 /// With Redis unreachable the throttle lets requests through (logged at warning); it never answers 5xx itself.
 ///
 /// The address is the client's as `client(peer:forwardedFor:)` finds it: the TCP peer, or behind a proxy on a private
@@ -49,6 +54,8 @@ struct AuthThrottle: Sendable {
     /// One client address and the token it sent, as the throttle counts them.
     struct Attempt: Sendable {
         var bucket: String
+        /// The token's SHA-256 in hex: its `RedisKeys.acceptedToken` says whether it is no guess.
+        var tokenHash: String
         /// What the token was sent as, and the first 16 hex digits of its SHA-256: an account token sent as the
         /// bootstrap token fails there, and still works on the account's routes.
         var member: String
@@ -60,6 +67,7 @@ struct AuthThrottle: Sendable {
 
         init(bucket: String, _ use: Failure, tokenHash: String) {
             self.bucket = bucket
+            self.tokenHash = tokenHash
             member = use.rawValue.prefix(1) + ":" + tokenHash.prefix(16)
         }
     }
@@ -139,7 +147,8 @@ struct AuthThrottle: Sendable {
 
     /// Lua that decides, for the address whose failed tokens are the set KEYS[1], whether the token ARGV[1] (an
     /// `Attempt.member`) may be looked up now: `refused` is 0 (it may), 1 (it already failed from here in the window)
-    /// or 2 (the address has tried ARGV[2] distinct bad tokens; `ttl` is the window's rest in ms). ARGV[2] = 0 lets
+    /// or 2 (the address has tried ARGV[2] distinct bad tokens and the token is not one the store accepted lately,
+    /// KEYS[2]; `ttl` is the window's rest in ms). ARGV[2] = 0 lets
     /// every token through. A set left without a TTL (by an older version, or by hand) gets its window, ARGV[3] ms,
     /// back. Run alone (`gate`) and at the head of the rate limit's script for a kept token (`RateLimit`), so a request
     /// makes one round trip to Redis before it is counted.
@@ -149,7 +158,7 @@ struct AuthThrottle: Sendable {
         if limit > 0 then
           if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
             refused = 1
-          elseif redis.call('SCARD', KEYS[1]) >= limit then
+          elseif redis.call('SCARD', KEYS[1]) >= limit and redis.call('EXISTS', KEYS[2]) == 0 then
             refused = 2
             ttl = redis.call('PTTL', KEYS[1])
             if ttl == -1 then
@@ -166,7 +175,7 @@ struct AuthThrottle: Sendable {
     /// The gate's keys and first arguments for `attempt` (a script that runs `gateLua` takes its own after them).
     func gateInput(_ attempt: Attempt) -> (keys: [RedisArgument], arguments: [RedisArgument]) {
         (
-            [RedisArgument(keys.authFailures(address: attempt.bucket))],
+            [RedisArgument(keys.authFailures(address: attempt.bucket)), RedisArgument(keys.acceptedToken(attempt.tokenHash))],
             [RedisArgument(attempt.member), RedisArgument(limit), RedisArgument(windowSeconds * 1000)]
         )
     }
@@ -205,6 +214,26 @@ struct AuthThrottle: Sendable {
             return
         }
         try judge(refused: refused, ttl: ttl, unauthorized: unauthorized)
+    }
+
+    /// How long a token the store accepted is no guess for the throttle.
+    static let acceptedSeconds = 86_400
+
+    /// Notes a token the store accepted (or the API just issued): no address's budget refuses it for a day.
+    func accepted(_ tokenHash: String) async {
+        guard limit > 0 else { return }
+        do {
+            _ = try await redis.send(
+                RedisCommand("SET", [RedisArgument(keys.acceptedToken(tokenHash)), "1", "EX", RedisArgument(Self.acceptedSeconds)]),
+                timeout: .milliseconds(500))
+        } catch {
+            logger.warning("authentication throttle unavailable", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Forgets a token revoked by its account (rotated away).
+    func forgetAccepted(_ tokenHash: String) async {
+        _ = try? await redis.send(RedisCommand("DEL", [RedisArgument(keys.acceptedToken(tokenHash))]), timeout: .milliseconds(500))
     }
 
     /// Records a token that failed.

@@ -21,7 +21,8 @@ public import RoundupStore
 public struct Dashboard: Sendable {
     public struct Options: Sendable {
         public var keys: RedisKeys
-        /// The password asked for (HTTP Basic, any user name); nil asks none (loopback only, see `DashboardCommand`).
+        /// The password asked for (HTTP Basic, any user name); nil asks none: loopback only, both the address listened on
+        /// (`DashboardCommand`) and the Host names answered (`DashboardGuard`).
         public var token: String?
         /// Seconds between the overview's refreshes.
         public var refreshSeconds: Int

@@ -7,9 +7,9 @@ import RoundupCore
 import RoundupRuntime
 
 /// What every dashboard request passes: the operator's password when one is set (HTTP Basic, compared in constant
-/// time), and for a form, proof that it came from a page of this dashboard: the browser's own `Sec-Fetch-Site` and
-/// `Origin` say same-origin, and the form carries this process's token. Every answer forbids framing, sniffing, caching
-/// and any script (`Content-Security-Policy`).
+/// time), or without one a loopback Host name; and for a form, proof that it came from a page of this dashboard: the
+/// browser's own `Sec-Fetch-Site` and `Origin` say same-origin, and the form carries this process's token. Every answer
+/// forbids framing, sniffing, caching and any script (`Content-Security-Policy`).
 struct DashboardGuard: RouterMiddleware {
     typealias Context = BasicRequestContext
     let token: String?
@@ -24,6 +24,7 @@ struct DashboardGuard: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var response: Response
         do {
+            try checkHost(request)
             try authorize(request)
             if request.method == .post { try checkOrigin(request) }
             response = try await next(request, context)
@@ -38,6 +39,35 @@ struct DashboardGuard: RouterMiddleware {
         }
         for (name, value) in Self.securityHeaders { response.headers[name] = value }
         return response
+    }
+
+    /// Without a password, only a loopback Host name is answered. A page of another site whose DNS name is re-pointed at
+    /// 127.0.0.1 (DNS rebinding) is same-origin with itself: it could read every page, the forms' token with them, and
+    /// post forms; its requests carry its own name. With a password the browser does not send it to that name. The
+    /// health check is answered under any name, as `authorize` lets it through: it tells nothing but that the process
+    /// answers.
+    func checkHost(_ request: Request) throws {
+        guard token == nil, request.uri.path != "/healthz" else { return }
+        guard Self.isLoopbackHost(request.head.authority) else {
+            throw HTTPError(
+                .forbidden,
+                message: "without ROUNDUP_DASHBOARD_TOKEN the dashboard answers only loopback Host names (127.0.0.1, [::1], localhost); "
+                    + "set a password to serve it under another name")
+        }
+    }
+
+    /// Whether `authority` (the request's Host) is `127.0.0.1`, `[::1]` or `localhost` (in any case), alone or with a
+    /// port of one to five digits. A missing or empty Host is not.
+    static func isLoopbackHost(_ authority: String?) -> Bool {
+        guard let authority else { return false }
+        var host = Substring(authority)
+        // A port follows the last colon, unless that colon is inside the brackets of an IPv6 address.
+        if let colon = authority.lastIndex(of: ":"), !authority[colon...].contains("]") {
+            let port = authority[authority.index(after: colon)...]
+            guard (1...5).contains(port.count), port.allSatisfy({ $0.isASCII && $0.isNumber }) else { return false }
+            host = authority[..<colon]
+        }
+        return host == "127.0.0.1" || host == "[::1]" || host.lowercased() == "localhost"
     }
 
     func authorize(_ request: Request) throws {

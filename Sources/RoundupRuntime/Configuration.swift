@@ -55,6 +55,15 @@ public struct RoundupConfiguration: Sendable {
     /// Seconds between a change stream's heartbeats (a comment line that keeps proxies from closing it; each one
     /// also reads the store, so a lost announcement delays a change by this much at most).
     public var streamHeartbeatSeconds: Int
+    /// A change stream ends after this many seconds whatever it does; its client reconnects from its last id.
+    public var streamMaxSeconds: Int
+    /// Exports (`GET /dailyroundup/account/export`) one account runs at once on every API process together.
+    public var exportsPerAccount: Int
+    /// Devices one account may register.
+    public var devicesPerAccount: Int
+    /// The apps a device may register for (`bundle_id`): `ROUNDUP_APP_BUNDLE_IDS`, `ROUNDUP_APNS_TOPIC` and the topics
+    /// of `ROUNDUP_APNS_APPS_FILE`.
+    public var appBundleIDs: Set<BundleID>
     /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
     public var jobStaleSeconds: Int
     /// How often a running job's heartbeat (`updated_at`) advances.
@@ -115,7 +124,8 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
         "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
         "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
-        "ROUNDUP_PUSHER_WITHOUT_APNS",
+        "ROUNDUP_PUSHER_WITHOUT_APNS", "ROUNDUP_STREAM_MAX_SECONDS", "ROUNDUP_EXPORTS_PER_ACCOUNT", "ROUNDUP_DEVICES_PER_ACCOUNT",
+        "ROUNDUP_APP_BUNDLE_IDS", "ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS",
     ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -189,6 +199,9 @@ public struct RoundupConfiguration: Sendable {
         maxStreams = try integer("ROUNDUP_STREAMS_MAX", default: 2000, range: 0...1_000_000)
         maxStreamsPerAccount = try integer("ROUNDUP_STREAMS_PER_ACCOUNT", default: 10, range: 1...10_000)
         streamHeartbeatSeconds = try integer("ROUNDUP_STREAM_HEARTBEAT_SECONDS", default: 15, range: 1...300)
+        streamMaxSeconds = try integer("ROUNDUP_STREAM_MAX_SECONDS", default: 3600, range: 10...86_400)
+        exportsPerAccount = try integer("ROUNDUP_EXPORTS_PER_ACCOUNT", default: 2, range: 1...100)
+        devicesPerAccount = try integer("ROUNDUP_DEVICES_PER_ACCOUNT", default: 20, range: 1...10_000)
         jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)
         jobHeartbeatSeconds = try integer("ROUNDUP_JOB_HEARTBEAT_SECONDS", default: 5, range: 1...10)
         guard jobHeartbeatSeconds * 2 <= jobStaleSeconds else {
@@ -208,6 +221,20 @@ public struct RoundupConfiguration: Sendable {
         } else {
             apnsApps = []
         }
+        var bundleIDs = Set(apnsApps.map(\.topic))
+        if let topic = apnsTopic {
+            guard let id = BundleID(rawValue: topic) else { throw ConfigurationError(key: "ROUNDUP_APNS_TOPIC", problem: "is not a bundle id") }
+            bundleIDs.insert(id)
+        }
+        for text in (value("ROUNDUP_APP_BUNDLE_IDS") ?? "").split(separator: ",") {
+            let trimmed = text.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty else { continue }
+            guard let id = BundleID(rawValue: trimmed) else {
+                throw ConfigurationError(key: "ROUNDUP_APP_BUNDLE_IDS", problem: "names \(trimmed), which is not a bundle id (reverse DNS)")
+            }
+            bundleIDs.insert(id)
+        }
+        appBundleIDs = bundleIDs
         apnsURL = try url("ROUNDUP_APNS_URL", default: "https://api.push.apple.com", schemes: ["https"])!
         apnsSandboxURL = try url("ROUNDUP_APNS_SANDBOX_URL", default: "https://api.sandbox.push.apple.com", schemes: ["https"])!
         apnsCAFile = value("ROUNDUP_APNS_CA_FILE")
@@ -228,7 +255,8 @@ public struct RoundupConfiguration: Sendable {
             bodyTimeoutSeconds: try integer("ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS", default: 30, range: 1...3600),
             idleTimeoutSeconds: try integer("ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", default: 60, range: 1...3600),
             maxHeaderBytes: try integer("ROUNDUP_HTTP_MAX_HEADER_BYTES", default: 16_384, range: 1024...1_048_576),
-            maxConnections: try integer("ROUNDUP_HTTP_MAX_CONNECTIONS", default: 4096, range: 1...1_000_000))
+            maxConnections: try integer("ROUNDUP_HTTP_MAX_CONNECTIONS", default: 4096, range: 1...1_000_000),
+            writeTimeoutSeconds: try integer("ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS", default: 30, range: 1...3600))
         maxBacklog = try integer("ROUNDUP_MAX_BACKLOG", default: 100_000, range: 0...100_000_000)
         deadLetterMax = try integer("ROUNDUP_DEAD_LETTER_MAX", default: 10_000, range: 1...10_000_000)
         deadLetterMaxAgeDays = try integer("ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", default: 180, range: 1...3650)

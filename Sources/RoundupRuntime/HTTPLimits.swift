@@ -16,11 +16,16 @@ public struct HTTPLimits: Sendable, Equatable {
     /// The request line and headers together.
     public var maxHeaderBytes: Int
     public var maxConnections: Int
+    /// While a response is being written: the longest the server waits for the client to take any of its bytes (a
+    /// write handed to the socket) before it closes the connection. A client that stops reading holds a response's
+    /// memory this long at most.
+    public var writeTimeoutSeconds: Int
 
     public init(
         headTimeoutSeconds: Int = 10, bodyTimeoutSeconds: Int = 30, idleTimeoutSeconds: Int = 60, maxHeaderBytes: Int = 16_384,
-        maxConnections: Int = 4096
+        maxConnections: Int = 4096, writeTimeoutSeconds: Int = 30
     ) {
+        self.writeTimeoutSeconds = writeTimeoutSeconds
         self.headTimeoutSeconds = headTimeoutSeconds
         self.bodyTimeoutSeconds = bodyTimeoutSeconds
         self.idleTimeoutSeconds = idleTimeoutSeconds
@@ -31,6 +36,7 @@ public struct HTTPLimits: Sendable, Equatable {
     public var headTimeout: TimeAmount { .seconds(Int64(headTimeoutSeconds)) }
     public var bodyTimeout: TimeAmount { .seconds(Int64(bodyTimeoutSeconds)) }
     public var idleTimeout: TimeAmount { .seconds(Int64(idleTimeoutSeconds)) }
+    public var writeTimeout: TimeAmount { .seconds(Int64(writeTimeoutSeconds)) }
 
     /// NIO's HTTP/1 decoder limits for these settings (one header field may use the whole budget).
     public var decoderLimits: NIOHTTPDecoderLimitConfiguration {
@@ -77,8 +83,11 @@ private enum ClientPhase: String {
 }
 
 /// Closes a connection whose client is too slow: no complete request head within `headTimeout` of connecting (or
-/// `idleTimeout` of the previous response), no complete body within `bodyTimeout` of its head. While the server
-/// itself works on a request no deadline runs: the handlers have their own. Sits after the HTTP decoder.
+/// `idleTimeout` of the previous response), no complete body within `bodyTimeout` of its head, and (with
+/// `writeDeadlines`) a response none of whose pending writes reached the socket within `writeTimeout`: a client that
+/// stops reading (or vanished without a word) fills the socket's buffer, then the writer's, and is closed instead of
+/// holding them. While the server itself works on a request no client deadline runs: the handlers have their own.
+/// Sits after the HTTP decoder.
 public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {
     public typealias InboundIn = Inbound
     public typealias InboundOut = Inbound
@@ -98,10 +107,19 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     private var armed = false
     /// Whether the current request has been answered already (a server may answer before the body is complete).
     private var responded = false
+    /// Whether writes are watched (`writeTimeout`).
+    private let writeDeadlines: Bool
+    /// Writes handed to the channel and not yet to the socket.
+    private var pendingWrites = 0
+    /// Until when the oldest pending write may wait without any write reaching the socket; nil with none pending.
+    private var writeDeadline: NIODeadline?
 
-    public init(limits: HTTPLimits, server: String) {
+    /// `writeDeadlines`: close a connection whose pending writes make no progress for `limits.writeTimeout` (one promise
+    /// per write: the API's responses, not the ingress's few bytes).
+    public init(limits: HTTPLimits, server: String, writeDeadlines: Bool = false) {
         self.limits = limits
         self.server = server
+        self.writeDeadlines = writeDeadlines
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {
@@ -141,7 +159,17 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
             responded = true
             arm(.idle, context: context)
         }
-        context.write(data, promise: promise)
+        guard writeDeadlines else { return context.write(data, promise: promise) }
+        let written = promise ?? context.eventLoop.makePromise(of: Void.self)
+        if pendingWrites == 0 { writeDeadline = .now() + limits.writeTimeout }
+        pendingWrites += 1
+        if timer == nil { setTimer(at: min(writeDeadline!, .now() + shortestTimeout), context: context) }
+        written.futureResult.hop(to: context.eventLoop).assumeIsolated().whenComplete { _ in
+            // A write reached the socket (or failed with the connection): the next pending one has its own time.
+            self.pendingWrites -= 1
+            self.writeDeadline = self.pendingWrites == 0 ? nil : .now() + self.limits.writeTimeout
+        }
+        context.write(data, promise: written)
     }
 
     private func arm(_ phase: ClientPhase, context: ChannelHandlerContext) {
@@ -159,7 +187,10 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
         if timer == nil { setTimer(at: min(at, now + shortestTimeout), context: context) }
     }
 
-    private var shortestTimeout: TimeAmount { min(limits.headTimeout, limits.bodyTimeout, limits.idleTimeout) }
+    private var shortestTimeout: TimeAmount {
+        let client = min(limits.headTimeout, limits.bodyTimeout, limits.idleTimeout)
+        return writeDeadlines ? min(client, limits.writeTimeout) : client
+    }
 
     private func setTimer(at when: NIODeadline, context: ChannelHandlerContext) {
         timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: when) {
@@ -169,15 +200,22 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     }
 
     private func timerFired(context: ChannelHandlerContext) {
-        guard let deadline else { return }  // the server's turn: the next phase sets a timer again
         let now = NIODeadline.now()
-        if deadline <= now {
+        if let writeDeadline, writeDeadline <= now {
+            // A client that takes none of the response: closed, so its buffers and its handler's memory are freed.
+            Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", "write_timeout")]).increment()
+            context.close(promise: nil)
+            return
+        }
+        // Neither the client's turn nor a write pending: the next phase or write sets a timer again.
+        guard let next = [deadline, writeDeadline].compactMap({ $0 }).min() else { return }
+        if let deadline, deadline <= now {
             // A stalled client: the server closes, so it holds neither a file descriptor nor a buffer for it.
             Counter(label: "roundup_http_connections_closed_total", dimensions: [("server", server), ("reason", phase.rawValue + "_timeout")])
                 .increment()
             context.close(promise: nil)
         } else {
-            setTimer(at: min(deadline, now + shortestTimeout), context: context)
+            setTimer(at: min(next, now + shortestTimeout), context: context)
         }
     }
 
@@ -185,6 +223,7 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
         timer?.cancel()
         timer = nil
         deadline = nil
+        writeDeadline = nil
     }
 }
 

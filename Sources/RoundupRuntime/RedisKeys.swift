@@ -53,6 +53,13 @@ public struct RedisKeys: Sendable {
     /// Hash: the devices of an account that hold an open change stream → until when (ms since 1970), renewed at each
     /// heartbeat; roundup-pusher sends them no background push. The key expires with its last stream.
     public func streamingDevices(account: String) -> String { prefix + "streams:" + account }
+    /// Sorted set: what an account holds open on every API process (`kind`: its change streams, its exports), members
+    /// scored by when they expire unless renewed (`AccountLeases` in RoundupAPI).
+    public func accountLeases(account: String, kind: String) -> String { prefix + "leases:" + account + ":" + kind }
+    /// A bearer token the store accepted lately (by a prefix of its SHA-256), so the authentication throttle of an
+    /// address that also sends bad tokens refuses guesses only, never a token that works (`AuthThrottle`). Expires a
+    /// day after the token was last found.
+    public func acceptedToken(_ tokenHash: String) -> String { prefix + "authok:" + tokenHash.prefix(32) }
     /// Hash: the streams an operator paused (`roundupctl pause`) → since when (ms since 1970). Workers and pushers read
     /// nothing new from a paused stream (`PauseWatcher`).
     public var pausedStreams: String { prefix + "paused" }

@@ -55,8 +55,9 @@ public struct AccountExport: Sendable {
         var first = true
         while true {
             let page = try await next(cursor)
-            if !page.rows.isEmpty {
-                try await sink((first ? "" : ",") + page.rows.map(\.canonicalJSON).joined(separator: ","))
+            // Row by row: the sink decides how much it holds before writing.
+            for row in page.rows {
+                try await sink((first ? "" : ",") + row.canonicalJSON)
                 first = false
             }
             guard page.rows.count >= pageSize, let more = page.cursor else { break }

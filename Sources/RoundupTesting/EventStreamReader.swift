@@ -88,6 +88,8 @@ public final class EventStreamReader: Sendable {
     public var comments: [String] { state.withLockedValue { $0.comments } }
     /// Whether the server ended the stream (or the connection broke).
     public var ended: Bool { state.withLockedValue { $0.ended } }
+    /// Why reading ended, when it was not the server ending the response (the connection broke, or `close()`).
+    public var failure: String? { state.withLockedValue { $0.error } }
 
     /// Stops reading and closes the connection.
     public func close() async {

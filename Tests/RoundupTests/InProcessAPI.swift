@@ -86,10 +86,7 @@ struct InProcessAPI: Sendable {
         let apiLogger = logger
         let makeAPI: @Sendable () -> API = {
             API(
-                options: .init(
-                    publicURL: configuration.publicURL ?? "", bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
-                    rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),
-                    authFailureLimit: configuration.authFailureLimit),
+                options: .init(configuration: configuration, publicURL: configuration.publicURL ?? ""),
                 store: store, redis: redis, trello: trelloClient, engine: engine, logger: apiLogger, metricsText: { "" })
         }
         let server = privateRedis

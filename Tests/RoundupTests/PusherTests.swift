@@ -35,7 +35,8 @@ import Testing
 
     func start(_ backend: StoreBackend, window: Int = 30, extra: [String: String] = [:]) async throws -> (Stack, FakeAPNs) {
         let stack = try await Stack(store: backend)
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        // Some tests push to one account's 60 devices: more than an account may register by default.
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_DEVICES_PER_ACCOUNT": "100"])
         let apns = try await FakeAPNs.start()
         try await stack.startPusher(apns: apns, extra: ["ROUNDUP_PUSH_WINDOW_SECONDS": String(window)].merging(extra) { $1 })
         return (stack, apns)
@@ -85,7 +86,6 @@ import Testing
     /// nothing.
     @Test(arguments: StoreBackend.available) func pushesForTwoAppsCarryEachAppsTopicAndKey(backend: StoreBackend) async throws {
         let stack = try await Stack(store: backend)
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
         let apns = try await FakeAPNs.start()
         defer {
             Task {
@@ -94,6 +94,9 @@ import Testing
             }
         }
         let mac = try apns.addApp(topic: "app.dailyroundup.macos", teamID: "MACTEAM001", keyID: "MACKEY0001")
+        // The API knows the apps devices may register for; the pusher has keys for two of them.
+        try await stack.startAPI(
+            bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_APP_BUNDLE_IDS": "\(apns.topic), \(mac.topic),app.other.unknown"])
         let file = stack.directory.appendingPathComponent("apns-apps.json")
         try #"[{"topic":"\#(mac.topic)","team_id":"\#(mac.teamID)","key_id":"\#(mac.keyID)","key_file":"\#(mac.keyFile)"}]"#
             .write(to: file, atomically: true, encoding: .utf8)
@@ -123,6 +126,13 @@ import Testing
                 #"{"device_id":"x","apns_token":"\#(Self.deviceToken(9))","platform":"ios","environment":"production","bundle_id":"not a bundle id"}"#
         )
         #expect(bad.status == .unprocessableEntity && bad.json["error"]?["message"]?.stringValue?.contains("bundle_id") == true, "\(bad.body)")
+        // A well-formed bundle id of an app the server does not serve: no account makes the pusher sign for it.
+        let stranger = try await stack.callAPI(
+            .POST, "/dailyroundup/devices", token: token,
+            body:
+                #"{"device_id":"y","apns_token":"\#(Self.deviceToken(8))","platform":"ios","environment":"production","bundle_id":"app.stranger.example"}"#
+        )
+        #expect(stranger.status == .unprocessableEntity && stranger.json["error"]?["code"] == "unknown_bundle_id", "\(stranger.body)")
 
         try await push(stack, account: account, kind: "background")
         #expect(await TestSupport.eventually { apns.delivered.count == 3 }, "\(apns.delivered.map(\.deviceToken))")

@@ -23,11 +23,13 @@ struct AuthenticationMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
-        context.account = try await authenticate(request, context)
+        let (account, credential) = try await authenticate(request, context)
+        context.account = account
+        context.credential = credential
         return try await next(request, context)
     }
 
-    func authenticate(_ request: Request, _ context: Context) async throws -> String {
+    func authenticate(_ request: Request, _ context: Context) async throws -> (String, Credential) {
         guard let token = Self.bearerToken(request) else { throw APIError.unauthorized("send Authorization: Bearer <token>") }
         let tokenHash = Self.hash(token)
         let attempt = AuthThrottle.Attempt(.token, request: request, context: context, tokenHash: tokenHash)
@@ -41,7 +43,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
             switch try await rateLimit.check(
                 kept.account, whileEpochIs: kept.epoch, epochKey: epochKey, after: throttle, attempt, unauthorized: invalid)
             {
-            case .counted: return kept.account
+            case .counted: return (kept.account, Credential(tokenHash: tokenHash, epoch: kept.epoch))
             case .epochMoved: break
             case .unavailable:
                 // Not asked again for the throttle: a kept token is no guess, and the store will find it.
@@ -58,8 +60,13 @@ struct AuthenticationMiddleware: RouterMiddleware {
             throw invalid
         }
         // Redis just failed to answer: the limiter lets the request through (logged) rather than wait for it again.
-        if found.epochKnown { try await rateLimit.check(found.account) }
-        return found.account
+        if let epoch = found.epoch {
+            try await rateLimit.check(found.account)
+            // The address may also be sending bad tokens (a carrier's NAT): this one is no guess (`AuthThrottle`).
+            await throttle.accepted(tokenHash)
+            return (found.account, Credential(tokenHash: tokenHash, epoch: epoch))
+        }
+        return (found.account, Credential(tokenHash: tokenHash, epoch: nil))
     }
 
     /// The token of `Authorization: Bearer <token>`, or nil.
@@ -153,16 +160,16 @@ struct RateLimit: Sendable {
         return .counted
     }
 
-    /// The throttle's gate (`AuthThrottle.gateLua`: KEYS[1], ARGV[1...3]), then KEYS[2]: the account's count,
-    /// KEYS[3]: the token epoch, ARGV[4]: the epoch the token was found with. Returns {refused, ttl, n}: n is 0 when
+    /// The throttle's gate (`AuthThrottle.gateLua`: KEYS[1...2], ARGV[1...3]), then KEYS[3]: the account's count,
+    /// KEYS[4]: the token epoch, ARGV[4]: the epoch the token was found with. Returns {refused, ttl, n}: n is 0 when
     /// the gate refused, -1 when the epoch moved (nothing counted either way), else the count.
     static let countWhileEpoch = RedisScript(
         name: "gate-count-while-epoch",
         source: AuthThrottle.gateLua + """
             if refused ~= 0 then return {refused, ttl, 0} end
-            if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[4] then return {0, 0, -1} end
-            local count = redis.call('INCR', KEYS[2])
-            redis.call('EXPIRE', KEYS[2], 120)
+            if (redis.call('GET', KEYS[4]) or '0') ~= ARGV[4] then return {0, 0, -1} end
+            local count = redis.call('INCR', KEYS[3])
+            redis.call('EXPIRE', KEYS[3], 120)
             return {0, 0, count}
             """)
 

@@ -56,16 +56,15 @@ struct TokenCache: Sendable {
 
     /// A token not kept, from the store (`lookup`: the account of the token, or nil): kept when Redis gives the
     /// account's epoch (`askRedis` false: Redis just failed to answer, so it is not asked again). Nil when the store
-    /// does not know the token; `epochKnown` is false when nothing was kept for want of the epoch.
-    func find(_ tokenHash: String, askRedis: Bool, lookup: @Sendable () async throws -> String?) async throws -> (account: String, epochKnown: Bool)?
-    {
+    /// does not know the token; `epoch` is nil when nothing was kept for want of it.
+    func find(_ tokenHash: String, askRedis: Bool, lookup: @Sendable () async throws -> String?) async throws -> (account: String, epoch: Int?)? {
         guard let account = try await lookup() else { return nil }
-        guard askRedis, let epoch = await epoch(account: account) else { return (account, false) }
+        guard askRedis, let epoch = await epoch(account: account) else { return (account, nil) }
         // The epoch read, the store must still give the token to the account: a revocation that committed before the
         // read shows here; one that commits after advances the epoch past `epoch` (its second advance).
         guard try await lookup() == account else { return nil }
         found.set(Found(account: account, epoch: epoch), for: tokenHash, lifetime: lifetime)
-        return (account, true)
+        return (account, epoch)
     }
 
     /// The account's epoch now (made from Redis's clock if it has none), or nil when Redis cannot say.

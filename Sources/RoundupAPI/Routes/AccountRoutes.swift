@@ -2,6 +2,8 @@ import Hummingbird
 import Logging
 import NIOCore
 import RoundupCore
+import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 
@@ -15,16 +17,27 @@ struct AccountRoutes {
         routes.add(middleware: api.authentication)
         routes.get { _, context in try await get(context.requireAccount()) }
         routes.put { request, context in try await update(context.requireAccount(), request, context) }
-        routes.delete { _, context in try await delete(context.requireAccount()) }
-        routes.post("token") { _, context in try await rotateToken(context.requireAccount()) }
-        routes.get("export") { _, context in try await export(context.requireAccount()) }
+        routes.delete { _, context in try await delete(context.requireAccount(), tokenHash: context.credential?.tokenHash) }
+        routes.post("token") { _, context in try await rotateToken(context.requireAccount(), oldTokenHash: context.credential?.tokenHash) }
+        routes.get("export") { _, context in try await export(context.requireAccount(), context) }
         return routes
     }
 
-    /// `GET /dailyroundup/account/export`: the account's whole data (`AccountExport`), streamed as it is read.
-    func export(_ account: String) async throws -> Response {
+    /// `GET /dailyroundup/account/export`: the account's whole data (`AccountExport`), streamed as it is read, in
+    /// pieces of at most `exportChunk` bytes (each written only once the client took the one before: a client that stops
+    /// reading is closed by the write deadline, `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS`). At most
+    /// `ROUNDUP_EXPORTS_PER_ACCOUNT` run at once for an account on every process together: 429 beyond.
+    func export(_ account: String, _ context: APIRequestContext) async throws -> Response {
         guard try await api.store.accountDetails(id: account) != nil else { throw APIError.notFound("no account \(account)") }
-        let exporter = AccountExport(store: api.store)
+        let leases = api.leases
+        guard let lease = await leases.acquire(.exports, account: account, limit: api.options.exportsPerAccount) else {
+            throw APIError(
+                .tooManyRequests, "too_many_exports",
+                "the account runs \(api.options.exportsPerAccount) exports already; retry when one has finished", headers: [.retryAfter: "30"])
+        }
+        // However the connection ends, before the body runs or during it, the place is given back.
+        context.connectionClosed?.whenComplete { _ in leases.releaseSoon(lease) }
+        let exporter = AccountExport(store: api.store, pageSize: 100)
         let logger = api.logger
         api.logger.info("account exported", metadata: ["account": "\(account)"])
         return Response(
@@ -33,8 +46,17 @@ struct AccountRoutes {
                 .contentType: "application/json", .contentDisposition: "attachment; filename=\"roundup-export.json\"", .cacheControl: "no-store",
             ],
             body: ResponseBody { writer in
+                defer { leases.releaseSoon(lease) }
                 do {
-                    _ = try await exporter.write(accountID: account) { try await writer.write(ByteBuffer(string: $0)) }
+                    var chunk = ByteBuffer()
+                    _ = try await exporter.write(accountID: account) { piece in
+                        chunk.writeString(piece)
+                        if chunk.readableBytes >= Self.exportChunk {
+                            try await writer.write(chunk)
+                            chunk = ByteBuffer()
+                        }
+                    }
+                    if chunk.readableBytes > 0 { try await writer.write(chunk) }
                     try await writer.finish(nil)
                 } catch {
                     // The status is sent already: the client sees a truncated document (not valid JSON), never a false end.
@@ -43,6 +65,9 @@ struct AccountRoutes {
                 }
             })
     }
+
+    /// The most an export holds before writing (a row may make one piece larger).
+    static let exportChunk = 64 * 1024
 
     /// `POST /dailyroundup/account`: a new account, for the bootstrap token only.
     func create(_ request: Request, _ context: APIRequestContext) async throws -> EditedResponse<AccountToken> {
@@ -63,7 +88,9 @@ struct AccountRoutes {
             throw refused
         }
         let token = AuthenticationMiddleware.newToken()
-        let account = try await api.store.createAccount(authTokenHash: AuthenticationMiddleware.hash(token))
+        let tokenHash = AuthenticationMiddleware.hash(token)
+        let account = try await api.store.createAccount(authTokenHash: tokenHash)
+        await api.throttle.accepted(tokenHash)
         api.logger.info("account created", metadata: ["account": "\(account)"])
         return EditedResponse(status: .created, response: AccountToken(accountID: account, authToken: token))
     }
@@ -95,11 +122,14 @@ struct AccountRoutes {
 
     /// A new token; the old one stops working at once on every API process (`TokenCache`): if Redis cannot be told,
     /// nothing changes (503, repeat the request).
-    func rotateToken(_ account: String) async throws -> AccountToken {
+    func rotateToken(_ account: String, oldTokenHash: String?) async throws -> AccountToken {
         let token = AuthenticationMiddleware.newToken()
+        let tokenHash = AuthenticationMiddleware.hash(token)
         try await revokingTokens(account) {
-            try await api.store.rotateToken(accountID: account, newTokenHash: AuthenticationMiddleware.hash(token))
+            try await api.store.rotateToken(accountID: account, newTokenHash: tokenHash)
         }
+        await api.throttle.accepted(tokenHash)
+        if let oldTokenHash { await api.throttle.forgetAccepted(oldTokenHash) }
         api.logger.info("token rotated", metadata: ["account": "\(account)"])
         return AccountToken(accountID: account, authToken: token)
     }
@@ -130,14 +160,25 @@ struct AccountRoutes {
         } catch {
             api.logger.warning("token epoch not advanced after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
         }
+        await endStreams(account)
         return try result.get()
+    }
+
+    /// Wakes the account's open change streams on every API process, so each checks its token at once and ends
+    /// (`ChangeRoutes.stream`); without Redis, the heartbeat's check ends them.
+    func endStreams(_ account: String) async {
+        api.streams.wake(account: account)
+        let append = StreamAppend(
+            stream: api.options.keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength,
+            fields: ChangeAnnouncement(account: account).fields)
+        _ = try? await api.redis.send(append.command, timeout: .seconds(2))
     }
 
     /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
     /// routes, and a tombstone against republication), then its webhooks at Trello (those Trello would not delete are
     /// logged and counted, never a reason to keep the account), then its rows, then whatever Redis still names it.
     /// Only Redis being unreachable at the start stops it (503: nothing was deleted, repeat the request).
-    func delete(_ account: String) async throws -> HTTPResponse.Status {
+    func delete(_ account: String, tokenHash: String?) async throws -> HTTPResponse.Status {
         let store = api.store
         let lists = try await store.syncLists(accountID: account)
         let devices = try await store.devices(accountID: account).map(\.deviceID)
@@ -156,7 +197,9 @@ struct AccountRoutes {
             Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
         // Its token's epoch advances again after the rows are gone, and the purge below then removes it.
         let removed = try await revoking(account) { try await store.deleteAccount(id: account) }
-        await api.purgeRedis(account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices)
+        await api.purgeRedis(
+            account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices,
+            tokenHash: tokenHash)
         api.logger.info("account deleted", metadata: ["account": "\(account)"])
         return .noContent
     }

@@ -11,7 +11,7 @@ struct ChangeRoutes {
         let routes = RouteCollection(context: APIRequestContext.self)
         routes.add(middleware: api.authentication)
         routes.get { request, context in try await page(context.requireAccount(), request) }
-        routes.get("stream") { request, context in try await stream(context.requireAccount(), request) }
+        routes.get("stream") { request, context in try await stream(context.requireAccount(), request, context) }
         routes.post("{id}/ack") { request, context in try await ackOne(context.requireAccount(), context.parameters.require("id"), request, context) }
         routes.post("ack") { request, context in try await ackMany(context.requireAccount(), request, context) }
         return routes
@@ -34,15 +34,21 @@ struct ChangeRoutes {
     }
 
     /// A page of changes, written as the store reads them: the first `limit` into `out`, and whether one more came.
+    /// A page ends early, with `has_more`, once it holds `maxBytes`: whatever the account's changes, a page's memory is
+    /// bounded (the client asks for the rest after the last id, as for any page).
     struct ChangePage: PendingChangeSink {
         let limit: Int
+        var maxBytes = ChangeRoutes.pageMaxBytes
         var count = 0
         var hasMore = false
         // Empty until the first change: the store's copy of the page is the only one that writes, so nothing is copied.
         var out = ByteBuffer()
 
+        /// Full once it knows there is more: the store reads no further.
+        var isFull: Bool { hasMore }
+
         mutating func take(_ change: PendingChangeCells) {
-            guard count < limit else { return hasMore = true }
+            guard count < limit, out.readableBytes < maxBytes else { return hasMore = true }
             if count == 0 {
                 // Room for a typical page at once (a change of the benchmark's cards is ~420 bytes); each change then
                 // reserves the most it can take (`bound`), so the buffer grows only for larger ones.
@@ -66,6 +72,9 @@ struct ChangeRoutes {
             return out
         }
     }
+
+    /// The size past which a page takes no more changes (1 MiB).
+    static let pageMaxBytes = 1 << 20
 
     /// `after_id` of a query: nil when absent.
     static func afterID(_ text: String?) throws -> Int64? {

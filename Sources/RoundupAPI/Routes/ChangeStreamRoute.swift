@@ -6,6 +6,7 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupSync
 
@@ -18,16 +19,30 @@ extension ChangeRoutes {
     static let lastEventID = HTTPField.Name("Last-Event-ID")!
     /// Changes one read of the store takes at most.
     static let streamBatch = 200
+    /// The most bytes of events one write holds (past it, the rest is read again after the write).
+    static let streamBatchBytes = 256 * 1024
 
-    func stream(_ account: String, _ request: Request) async throws -> Response {
+    func stream(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
         let after = try Self.streamPosition(request)
         let device = try await streamingDevice(account, request)
-        let subscription = try api.streams.open(account: account, device: device)
         let store = api.store
         let streams = api.streams
         let logger = api.logger
         let redis = api.redis
         let keys = api.options.keys
+        // The device got no background pushes while it streamed, and the last events written may never have reached it
+        // (a connection that died quietly takes them into its buffer): if changes still wait to be acknowledged once it
+        // stops streaming, wake the account's devices once.
+        let subscription = try await streams.open(account: account, device: device) {
+            guard (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1))?.isEmpty == false else { return }
+            _ = try? await redis.pipeline(NewChanges.commands(account: account, reason: .changes, keys: keys), timeout: .seconds(2))
+        }
+        // However the connection ends (reset before the head is written, during the replay, while idle), the stream's
+        // place and its device's mark are given back: the body below may never run.
+        context.connectionClosed?.whenComplete { _ in streams.close(subscription) }
+        let token = StreamToken(
+            account: account, credential: context.credential, redis: redis, tokens: api.authentication.tokens, store: store)
+        let maxLifetime = streams.limits.maxLifetime
         Counter(label: "roundup_api_streams_opened_total").increment()
         let headers: HTTPFields = [
             .contentType: "text/event-stream", .cacheControl: "no-store", HTTPField.Name("X-Accel-Buffering")!: "no",
@@ -35,37 +50,51 @@ extension ChangeRoutes {
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                defer {
-                    // The device got no background pushes while it streamed, and the last events written may never have
-                    // reached it (a connection that died quietly takes them into its buffer): if changes still wait to
-                    // be acknowledged once it stops streaming, wake the account's devices once.
-                    streams.close(subscription) {
-                        guard (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1))?.isEmpty == false else { return }
-                        _ = try? await redis.pipeline(NewChanges.commands(account: account, reason: .changes, keys: keys), timeout: .seconds(2))
-                    }
-                }
+                defer { streams.close(subscription) }
+                var token = token
                 do {
                     // Clients reconnect after a second when the stream ends (EventSource's `retry`).
                     try await writer.write(ByteBuffer(string: "retry: 1000\n: open\n\n"))
+                    streams.wrote(subscription)
+                    let ends = ContinuousClock.now + maxLifetime
                     var last = after
                     var signal: ChangeStreams.Signal? = .changed
                     var signals = subscription.signals.makeAsyncIterator()
-                    while let current = signal {
+                    signalling: while let current = signal {
                         var wrote = false
                         while true {
                             let events = try await store.pendingChanges(
                                 accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
+                            // Read, then checked: a change written after the token's revocation is never sent.
+                            if events.count > 0 || current == .heartbeat {
+                                switch await token.check() {
+                                case .valid: break
+                                case .revoked:
+                                    Counter(label: "roundup_api_streams_revoked_total").increment()
+                                    try await writer.write(ByteBuffer(string: Self.revokedEvent))
+                                    break signalling
+                                case .unknown:
+                                    // Neither Redis nor the store could say: the client reconnects, and is authenticated anew.
+                                    break signalling
+                                }
+                            }
                             guard events.count > 0 else { break }
                             try await writer.write(events.out)
+                            streams.wrote(subscription)
                             last = events.last
                             Counter(label: "roundup_api_stream_events_total").increment(by: events.count)
                             wrote = true
-                            if events.count < Self.streamBatch { break }
+                            if !events.full { break }
                         }
-                        if current == .heartbeat && !wrote { try await writer.write(ByteBuffer(string: ": heartbeat\n\n")) }
+                        if current == .heartbeat && !wrote {
+                            try await writer.write(ByteBuffer(string: ": heartbeat\n\n"))
+                            streams.wrote(subscription)
+                        }
+                        if ContinuousClock.now >= ends { break }
                         signal = await signals.next()
                     }
-                    // The process is stopping: the client reconnects (to another process) from its last id.
+                    // The process is stopping, the token was revoked or the stream is old: the client reconnects (to
+                    // another process, perhaps) from its last id.
                     try await writer.finish(nil)
                 } catch {
                     // The client went away, or the store failed: the client resumes from its last id either way.
@@ -75,15 +104,30 @@ extension ChangeRoutes {
             })
     }
 
+    /// The last event of a stream whose token was revoked (rotated, or its account deleted): the client must not
+    /// reconnect with that token.
+    static let revokedEvent =
+        "event: revoked\ndata: "
+        + JSONValue.object([
+            "error": .object([
+                "code": "token_revoked",
+                "message": "the token this stream was opened with was revoked (rotated, or the account deleted); reconnect with a valid one",
+            ])
+        ]).canonicalJSON + "\n\n"
+
     /// Changes as Server-Sent Events, written as the store reads them: `id:` is the change id, `data:` the change as
     /// on the page.
     struct ChangeEvents: PendingChangeSink {
         var count = 0
         var last: Int64 = 0
+        /// Whether the read may have left changes behind: a whole batch, or `streamBatchBytes` reached.
+        var full = false
+        var isFull: Bool { full }
         // Empty until the first change: the store's copy is the only one that writes, so nothing is copied.
         var out = ByteBuffer()
 
         mutating func take(_ change: PendingChangeCells) {
+            guard !full else { return }
             if count == 0 { out.reserveCapacity(ChangeRoutes.streamBatch * 540) }
             out.writeString("id: ")
             out.writeString(String(change.id))
@@ -92,6 +136,7 @@ extension ChangeRoutes {
             out.writeString("\n\n")
             last = change.id
             count += 1
+            if count == ChangeRoutes.streamBatch || out.readableBytes >= ChangeRoutes.streamBatchBytes { full = true }
         }
     }
 
@@ -115,5 +160,43 @@ extension ChangeRoutes {
             throw APIError.unprocessable("device_id is not a device of this account (register it with POST /dailyroundup/devices)")
         }
         return text
+    }
+}
+
+/// Whether the token a change stream was opened with still holds: the account's token epoch (`TokenCache`) is still
+/// the one the token was valid at (one GET). When it moved, is missing or Redis cannot say, the store decides, and a
+/// token it still gives to the account is checked against the epoch read before its answer from then on (a missing
+/// epoch is made only once the store has said the token holds: a deleted account's is not brought back).
+struct StreamToken: Sendable {
+    enum Check { case valid, revoked, unknown }
+
+    let account: String
+    var credential: Credential?
+    let redis: RedisClient
+    let tokens: TokenCache
+    let store: any OutboundStore
+
+    mutating func check() async -> Check {
+        guard let credential else { return .unknown }
+        let key = RedisArgument(tokens.keys.authEpoch(account: account))
+        let now = try? await redis.send(RedisCommand("GET", [key]), timeout: .milliseconds(500))
+        if let epoch = credential.epoch, let now, now.string == String(epoch) { return .valid }
+        do {
+            guard try await store.accountID(tokenHash: credential.tokenHash) == account else { return .revoked }
+            if let text = now?.string, let epoch = Int(text) {
+                // Read before the store's answer: a revocation after it moves the epoch past this value.
+                self.credential?.epoch = epoch
+            } else if now != nil, let epoch = await tokens.epoch(account: account) {
+                // No epoch (it expired): made now, and the store asked again after it, as `TokenCache.find` does.
+                guard try await store.accountID(tokenHash: credential.tokenHash) == account else { return .revoked }
+                self.credential?.epoch = epoch
+            } else {
+                // Redis cannot say: the store answers every check until it can.
+                self.credential?.epoch = nil
+            }
+            return .valid
+        } catch {
+            return .unknown
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Hummingbird
+import RoundupCore
 import RoundupStore
 
 /// `/dailyroundup/devices`: the account's devices for push notifications.
@@ -18,12 +19,32 @@ struct DeviceRoutes {
         DevicePage(devices: try await api.store.devices(accountID: account).map(Device.init))
     }
 
-    /// 201 for a new device, 200 for one registered again (a new token, say).
+    /// 201 for a new device, 200 for one registered again (a new token, say). 422 for an app the server sends no
+    /// pushes for (`bundle_id` not among `ROUNDUP_APP_BUNDLE_IDS`, `ROUNDUP_APNS_TOPIC` and the apps file: no account
+    /// may make the pusher sign for another app), and for a new device beyond `ROUNDUP_DEVICES_PER_ACCOUNT`.
     func register(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> EditedResponse<Device> {
         let registration = try DeviceRegistration(try await JSONBody.read(request, context: context))
+        if let bundleID = registration.bundleID, !api.options.bundleIDs.contains(bundleID) {
+            let known = api.options.bundleIDs.map(\.rawValue).sorted()
+            throw APIError(
+                .unprocessableContent, "unknown_bundle_id",
+                "bundle_id \(bundleID) is not an app this server sends pushes for"
+                    + (known.isEmpty ? " (it knows none: leave bundle_id out for the default app)" : " (it knows \(known.joined(separator: ", ")))"))
+        }
+        let limit = api.options.devicesPerAccount
+        let tooMany = APIError(
+            .unprocessableContent, "too_many_devices",
+            "the account has \(limit) devices already (the most it may); delete one with DELETE /dailyroundup/devices/{device_id}")
+        let existing = try await api.store.devices(accountID: account)
+        if existing.count >= limit, !existing.contains(where: { $0.deviceID == registration.deviceID }) { throw tooMany }
         let (device, created) = try await api.store.upsertDevice(
             accountID: account, deviceID: registration.deviceID, apnsToken: registration.apnsToken, platform: registration.platform,
             environment: registration.environment, bundleID: registration.bundleID)
+        // Registrations that raced past the check: the one that made too many is taken back.
+        if created, try await api.store.devices(accountID: account).count > limit {
+            _ = try await api.store.deleteDevice(accountID: account, deviceID: registration.deviceID)
+            throw tooMany
+        }
         return EditedResponse(status: created ? .created : .ok, response: Device(device))
     }
 

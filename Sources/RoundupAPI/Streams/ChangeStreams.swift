@@ -20,15 +20,19 @@ public final class ChangeStreams: Service, Sendable {
     public struct Limits: Sendable, Equatable {
         /// Streams this process holds in all (`ROUNDUP_STREAMS_MAX`); 0 turns streams off.
         public var maxStreams: Int
-        /// Streams one account holds on this process (`ROUNDUP_STREAMS_PER_ACCOUNT`).
+        /// Streams one account holds on every API process together (`ROUNDUP_STREAMS_PER_ACCOUNT`).
         public var maxPerAccount: Int
         /// Between heartbeats (`ROUNDUP_STREAM_HEARTBEAT_SECONDS`).
         public var heartbeat: Duration
+        /// A stream ends after this long, whatever it does (`ROUNDUP_STREAM_MAX_SECONDS`); its client reconnects from its
+        /// last id. So a client that holds a stream and never reads holds it for this long at most.
+        public var maxLifetime: Duration
 
-        public init(maxStreams: Int = 2000, maxPerAccount: Int = 10, heartbeat: Duration = .seconds(15)) {
+        public init(maxStreams: Int = 2000, maxPerAccount: Int = 10, heartbeat: Duration = .seconds(15), maxLifetime: Duration = .seconds(3600)) {
             self.maxStreams = maxStreams
             self.maxPerAccount = maxPerAccount
             self.heartbeat = heartbeat
+            self.maxLifetime = maxLifetime
         }
     }
 
@@ -41,7 +45,8 @@ public final class ChangeStreams: Service, Sendable {
         case heartbeat
     }
 
-    /// One open stream: its signals end when the process shuts down.
+    /// One open stream: its signals end when the stream is closed (its connection ended, its token was revoked, the
+    /// process is stopping).
     public struct Subscription: Sendable {
         public let id: Int
         public let account: String
@@ -53,6 +58,13 @@ public final class ChangeStreams: Service, Sendable {
     private struct Entry {
         var device: String?
         var continuation: AsyncStream<Signal>.Continuation
+        /// Its place in the account's count across processes (`AccountLeases`), once granted.
+        var lease: AccountLeases.Lease?
+        /// When the stream last wrote to its client (nil before its first write): only a stream that writes keeps
+        /// its device's mark.
+        var lastWrite: ContinuousClock.Instant?
+        /// Runs once the device's mark is gone, when this stream was the device's last (see `close`).
+        var deviceStopped: (@Sendable () async -> Void)?
     }
 
     private struct State {
@@ -63,25 +75,43 @@ public final class ChangeStreams: Service, Sendable {
         var reader: RedisConnection?
     }
 
+    /// What happens to devices' marks, in the order it was asked for (one loop writes them: `writeMarks`), so a
+    /// stream's mark can never land after its removal.
+    enum MarkWork: Sendable {
+        /// Marks the device of stream `id`, if that stream is still open.
+        case mark(account: String, device: String, id: Int)
+        /// Renews the marks of every device whose stream wrote lately.
+        case renew
+        /// Drops the device's mark unless another of its streams is open here, then runs `then`.
+        case unmark(account: String, device: String, then: (@Sendable () async -> Void)?)
+    }
+
     public let limits: Limits
     let redis: RedisClient
     let keys: RedisKeys
     let logger: Logger
+    /// The account's streams counted on every process.
+    let leases: AccountLeases
     private let state = NIOLockedValueBox(State())
+    private let marks: AsyncStream<MarkWork>
+    private let markQueue: AsyncStream<MarkWork>.Continuation
 
-    public init(limits: Limits, redis: RedisClient, keys: RedisKeys, logger: Logger) {
+    public init(limits: Limits, redis: RedisClient, keys: RedisKeys, leases: AccountLeases, logger: Logger) {
         self.limits = limits
         self.redis = redis
         self.keys = keys
+        self.leases = leases
         self.logger = logger
+        (marks, markQueue) = AsyncStream.makeStream(of: MarkWork.self)
     }
 
     /// Streams open now.
     public var count: Int { state.withLockedValue { $0.total } }
 
     /// Opens a stream for the account, or throws the error its client gets: 503 when the process holds all it may
-    /// (or is stopping), 429 when the account holds all it may here.
-    func open(account: String, device: String?) throws -> Subscription {
+    /// (or is stopping), 429 when the account holds all it may (here, or on every process together: `AccountLeases`).
+    /// `deviceStopped` runs after the device's mark is dropped when the stream closes (see `close`).
+    func open(account: String, device: String?, deviceStopped: (@Sendable () async -> Void)? = nil) async throws -> Subscription {
         let (signals, continuation) = AsyncStream.makeStream(of: Signal.self, bufferingPolicy: .bufferingNewest(1))
         let opened = state.withLockedValue { state -> Result<Int, APIError> in
             guard !state.closed, state.total < limits.maxStreams else {
@@ -91,41 +121,64 @@ public final class ChangeStreams: Service, Sendable {
                         "this server holds all the change streams it may; retry later or pull GET /dailyroundup/changes",
                         headers: [.retryAfter: "5"]))
             }
-            guard state.byAccount[account, default: [:]].count < limits.maxPerAccount else {
-                return .failure(
-                    APIError(
-                        .tooManyRequests, "too_many_streams",
-                        "the account holds \(limits.maxPerAccount) change streams on this server already; close one first",
-                        headers: [.retryAfter: "5"]))
-            }
+            guard state.byAccount[account, default: [:]].count < limits.maxPerAccount else { return .failure(Self.tooMany(limits)) }
             state.nextID += 1
             state.total += 1
-            state.byAccount[account, default: [:]][state.nextID] = Entry(device: device, continuation: continuation)
+            state.byAccount[account, default: [:]][state.nextID] = Entry(
+                device: device, continuation: continuation, deviceStopped: deviceStopped)
             return .success(state.nextID)
         }
         let id = try opened.get()
+        let subscription = Subscription(id: id, account: account, device: device, signals: signals)
         Gauge(label: "roundup_api_streams").record(count)
-        if let device { Task { await markStreaming([(account, device)]) } }
-        return Subscription(id: id, account: account, device: device, signals: signals)
+        guard let lease = await leases.acquire(.streams, account: account, limit: limits.maxPerAccount) else {
+            close(subscription)
+            throw Self.tooMany(limits)
+        }
+        let kept = state.withLockedValue { state -> Bool in
+            guard state.byAccount[account]?[id] != nil else { return false }
+            state.byAccount[account]?[id]?.lease = lease
+            return true
+        }
+        // Closed while the lease was being asked for (its connection ended): the lease goes back at once.
+        if !kept { leases.releaseSoon(lease) }
+        return subscription
     }
 
-    /// Closes a stream (its response ended, or its client went away). When its device holds no other stream here,
-    /// the device's mark is dropped and then `deviceStopped` runs, in that order, so a push it queues reaches the
-    /// device.
-    func close(_ subscription: Subscription, deviceStopped: (@Sendable () async -> Void)? = nil) {
+    static func tooMany(_ limits: Limits) -> APIError {
+        APIError(
+            .tooManyRequests, "too_many_streams",
+            "the account holds \(limits.maxPerAccount) change streams already; close one first", headers: [.retryAfter: "5"])
+    }
+
+    /// The stream wrote to its client: the first write marks its device (it holds a stream now), and only streams that
+    /// keep writing have their devices' marks renewed.
+    func wrote(_ subscription: Subscription) {
+        let first = state.withLockedValue { state -> Bool in
+            guard let entry = state.byAccount[subscription.account]?[subscription.id] else { return false }
+            state.byAccount[subscription.account]?[subscription.id]?.lastWrite = .now
+            return entry.lastWrite == nil
+        }
+        if first, let device = subscription.device { markQueue.yield(.mark(account: subscription.account, device: device, id: subscription.id)) }
+    }
+
+    /// Closes a stream, however it ended (its response finished, its connection went away before or after the head,
+    /// its token was revoked); the second call for one stream does nothing. Its place is given back here and across
+    /// processes, and when its device holds no other stream here, the device's mark is dropped and then the
+    /// `deviceStopped` given to `open` runs, in that order, so a push it queues reaches the device.
+    func close(_ subscription: Subscription) {
         let entry = state.withLockedValue { state -> Entry? in
             guard let entry = state.byAccount[subscription.account]?.removeValue(forKey: subscription.id) else { return nil }
             if state.byAccount[subscription.account]?.isEmpty == true { state.byAccount[subscription.account] = nil }
             state.total -= 1
             return entry
         }
-        entry?.continuation.finish()
+        guard let entry else { return }
+        entry.continuation.finish()
         Gauge(label: "roundup_api_streams").record(count)
-        if let device = subscription.device, !isStreaming(account: subscription.account, device: device) {
-            Task {
-                await unmark(account: subscription.account, device: device)
-                await deviceStopped?()
-            }
+        if let lease = entry.lease { leases.releaseSoon(lease) }
+        if let device = entry.device {
+            markQueue.yield(.unmark(account: subscription.account, device: device, then: entry.lastWrite == nil ? nil : entry.deviceStopped))
         }
     }
 
@@ -153,13 +206,20 @@ public final class ChangeStreams: Service, Sendable {
     }
 
     public func run() async throws {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.followAnnouncements() }
-            group.addTask { await self.beat() }
-            // Until the process stops: then no stream opens any more, every open one ends, and the loops stop.
-            try? await gracefulShutdown()
-            shutDown()
-            group.cancelAll()
+        await withTaskGroup(of: Void.self) { marking in
+            marking.addTask { await self.writeMarks() }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.followAnnouncements() }
+                group.addTask { await self.beat() }
+                // Until the process stops: then no stream opens any more, every open one ends, and the loops stop.
+                try? await gracefulShutdown()
+                shutDown()
+                group.cancelAll()
+            }
+            // The ended streams' marks are dropped before the loop that writes them stops (2 s at most).
+            let deadline = ContinuousClock.now + .seconds(2)
+            while count > 0, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+            markQueue.finish()
         }
     }
 
@@ -231,19 +291,43 @@ public final class ChangeStreams: Service, Sendable {
         return reader
     }
 
-    /// Every heartbeat: a heartbeat signal to every stream, and the streaming devices' marks renewed.
+    /// Every heartbeat: a heartbeat signal to every stream, and the marks of the streaming devices renewed.
     func beat() async {
         while !Task.isCancelled {
             do { try await Task.sleep(for: limits.heartbeat) } catch { return }
             wakeAll(.heartbeat)
-            let devices = state.withLockedValue { state in
-                state.byAccount.flatMap { account, entries in entries.values.compactMap { $0.device.map { (account, $0) } } }
+            markQueue.yield(.renew)
+        }
+    }
+
+    /// Writes devices' marks in the order they were asked for, until `markQueue` is finished. A device stopped
+    /// (`MarkWork.unmark`'s `then`) runs beside the loop, after its mark is gone.
+    func writeMarks() async {
+        await withTaskGroup(of: Void.self) { group in
+            for await work in marks {
+                switch work {
+                case .mark(let account, let device, let id):
+                    guard state.withLockedValue({ $0.byAccount[account]?[id] != nil }) else { continue }
+                    await markStreaming([(account, device)])
+                case .renew:
+                    // Only streams that wrote within two heartbeats: one whose writes are stuck lets its device be woken
+                    // by pushes again when its mark runs out.
+                    let since = ContinuousClock.now - limits.heartbeat * 2
+                    let devices = state.withLockedValue { state in
+                        state.byAccount.flatMap { account, entries in
+                            entries.values.compactMap { entry -> (String, String)? in
+                                guard let device = entry.device, let last = entry.lastWrite, last >= since else { return nil }
+                                return (account, device)
+                            }
+                        }
+                    }
+                    if !devices.isEmpty { await markStreaming(devices) }
+                case .unmark(let account, let device, let then):
+                    guard !isStreaming(account: account, device: device) else { continue }
+                    await unmark(account: account, device: device)
+                    if let then { group.addTask { await then() } }
+                }
             }
-            guard !devices.isEmpty else { continue }
-            await markStreaming(devices)
-            // A stream that closed while the marks were being written keeps no mark: its device must be woken by
-            // pushes again at once.
-            for (account, device) in devices where !isStreaming(account: account, device: device) { await unmark(account: account, device: device) }
         }
     }
 

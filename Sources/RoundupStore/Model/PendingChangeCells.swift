@@ -19,6 +19,13 @@ public struct PendingChangeCells {
 public protocol PendingChangeSink: Sendable {
     /// One change; its cells are valid only during the call.
     mutating func take(_ change: PendingChangeCells)
+    /// True once the sink takes nothing more (a page at its byte bound): the store stops reading, or at least stops
+    /// making cells of the rows still arriving.
+    var isFull: Bool { get }
+}
+
+extension PendingChangeSink {
+    public var isFull: Bool { false }
 }
 
 extension PendingChange {

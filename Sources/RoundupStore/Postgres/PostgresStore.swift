@@ -310,6 +310,8 @@ extension PostgresConnection {
         let state = NIOLockedValueBox((sink: sink, scratch: [UInt8]()))
         _ = try await self.query(query, logger: logger) { row in
             try state.withLockedValue { state in
+                // The rows after a full sink still arrive (the query has its LIMIT); they are not read.
+                guard !state.sink.isFull else { return }
                 try PendingChangeCells.reading(row, scratch: &state.scratch) { state.sink.take($0) }
             }
         }.get()

@@ -251,7 +251,7 @@ public final class SQLiteStore: SyncStore {
         let statement = try db.cachedStatement(sql: sql)
         let rows = try Row.fetchCursor(statement, arguments: arguments)
         var sink = sink
-        while try rows.next() != nil { sink.take(try PendingChangeCells(statement.sqliteStatement)) }
+        while !sink.isFull, try rows.next() != nil { sink.take(try PendingChangeCells(statement.sqliteStatement)) }
         return sink
     }
 

@@ -1,0 +1,174 @@
+import Foundation
+public import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import NIOCore
+import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import ServiceLifecycle
+
+/// What an account holds open on every API process at once, counted in Redis: its change streams and its exports.
+/// Each one held is a lease, a member of the account's sorted set (`RedisKeys.accountLeases(account:kind:)`) scored by
+/// when it expires; the process renews the leases it holds every `renewal`, and a lease not renewed (its process
+/// killed, its connection gone without a word) expires by itself after `lifetime`. So a count never stays wrong for
+/// longer than `lifetime`, and nothing a client does grows a set beyond the account's limit.
+///
+/// When Redis cannot be asked, a lease is granted (logged): the process's own limits (`ChangeStreams.Limits`) still
+/// hold, and the API does not fail on a counter.
+public final class AccountLeases: Service, Sendable {
+    public enum Kind: String, Sendable {
+        case streams
+        case exports
+    }
+
+    /// A lease held by this process.
+    public struct Lease: Sendable, Hashable {
+        let key: String
+        let member: String
+    }
+
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
+    /// How long a lease lives without a renewal.
+    let lifetime: Duration
+    /// Between renewals of every held lease (a third of `lifetime`).
+    var renewal: Duration { lifetime / 3 }
+    /// This process's name in the members (`process:sequence`), so two processes never write one member.
+    private let process = Hex.lowercase(UUID())
+    private let state = NIOLockedValueBox(State())
+    /// Leases to give back, from callers that cannot wait (a connection's close): `run` gives them back in order.
+    private let releases: AsyncStream<Lease>
+    private let releaseQueue: AsyncStream<Lease>.Continuation
+
+    private struct State {
+        var held: Set<Lease> = []
+        var next = 0
+    }
+
+    public init(redis: RedisClient, keys: RedisKeys, logger: Logger, lifetime: Duration = .seconds(30)) {
+        self.redis = redis
+        self.keys = keys
+        self.logger = logger
+        self.lifetime = lifetime
+        (releases, releaseQueue) = AsyncStream.makeStream(of: Lease.self)
+    }
+
+    /// Leases held by this process now.
+    public var count: Int { state.withLockedValue { $0.held.count } }
+
+    /// A lease of `kind` for the account if it holds fewer than `limit` on every process together; nil when it holds
+    /// them all. Granted without Redis when Redis cannot be asked.
+    public func acquire(_ kind: Kind, account: String, limit: Int) async -> Lease? {
+        let lease = state.withLockedValue { state -> Lease in
+            state.next += 1
+            return Lease(key: keys.accountLeases(account: account, kind: kind.rawValue), member: process + ":" + String(state.next))
+        }
+        do {
+            let reply = try await redis.evaluate(
+                Self.acquireScript, keys: [RedisArgument(lease.key)],
+                arguments: [RedisArgument(lease.member), RedisArgument(Self.milliseconds(lifetime)), RedisArgument(limit)],
+                timeout: .milliseconds(500))
+            guard reply.int == 1 else { return nil }
+        } catch {
+            logger.warning("account leases unavailable: granted by this process's limits", metadata: ["error": "\(error)"])
+        }
+        state.withLockedValue { _ = $0.held.insert(lease) }
+        return lease
+    }
+
+    /// Gives a lease back (idempotent).
+    public func release(_ lease: Lease) async {
+        guard state.withLockedValue({ $0.held.remove(lease) }) != nil else { return }
+        await remove(lease)
+    }
+
+    /// Gives a lease back soon, from code that cannot wait (`run` does it); this process stops counting it at once.
+    public func releaseSoon(_ lease: Lease) {
+        guard state.withLockedValue({ $0.held.remove(lease) }) != nil else { return }
+        releaseQueue.yield(lease)
+    }
+
+    /// Renews the held leases every `renewal` and gives back those released with `releaseSoon`, until the process
+    /// stops; then what is still held is given back (a process that stops holds nothing).
+    public func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await lease in self.releases { await self.remove(lease) }
+            }
+            while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                do { try await cancelWhenGracefulShutdown { try await Task.sleep(for: self.renewal) } } catch { break }
+                await renewAll()
+            }
+            releaseQueue.finish()
+            await group.waitForAll()
+            let held = state.withLockedValue { state in
+                defer { state.held = [] }
+                return state.held
+            }
+            for lease in held { await remove(lease) }
+        }
+    }
+
+    private func remove(_ lease: Lease) async {
+        do {
+            _ = try await redis.send(RedisCommand("ZREM", [RedisArgument(lease.key), RedisArgument(lease.member)]), timeout: .seconds(2))
+        } catch {
+            logger.debug("lease left to expire", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Renews every lease this process holds (one script per key).
+    func renewAll() async {
+        let byKey = Dictionary(grouping: state.withLockedValue { Array($0.held) }, by: \.key)
+        guard !byKey.isEmpty else { return }
+        let ttl = RedisArgument(Self.milliseconds(lifetime))
+        var failed = 0
+        for (key, leases) in byKey {
+            do {
+                _ = try await redis.evaluate(
+                    Self.renewScript, keys: [RedisArgument(key)], arguments: [ttl] + leases.map { RedisArgument($0.member) },
+                    timeout: .seconds(2))
+            } catch {
+                failed += 1
+            }
+        }
+        if failed > 0 { logger.warning("account leases not renewed", metadata: ["keys": "\(failed)"]) }
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds) * 1000 + Int(duration.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// KEYS[1]: the account's leases of one kind; ARGV: member, lifetime in ms, limit. Drops expired leases, then adds
+    /// the member if fewer than the limit remain: 1 granted, 0 refused. Times are Redis's own.
+    static let acquireScript = RedisScript(
+        name: "lease-acquire",
+        source: """
+            local t = redis.call('TIME')
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+            if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+            redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+            redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+            return 1
+            """)
+
+    /// KEYS[1]: the account's leases of one kind; ARGV[1]: lifetime in ms, then members. Pushes back the expiry of
+    /// members still there (one that expired meanwhile is not brought back: its place may be another's now).
+    static let renewScript = RedisScript(
+        name: "lease-renew",
+        source: """
+            local t = redis.call('TIME')
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            local ttl = tonumber(ARGV[1])
+            redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+            local renewed = 0
+            for i = 2, #ARGV do
+              renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[i])
+            end
+            if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
+            return renewed
+            """)
+}
