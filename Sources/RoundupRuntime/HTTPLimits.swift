@@ -84,9 +84,10 @@ private enum ClientPhase: String {
 
 /// Closes a connection whose client is too slow: no complete request head within `headTimeout` of connecting (or
 /// `idleTimeout` of the previous response), no complete body within `bodyTimeout` of its head, and (with
-/// `writeDeadlines`) a response none of whose pending writes reached the socket within `writeTimeout`: a client that
-/// stops reading (or vanished without a word) fills the socket's buffer, then the writer's, and is closed instead of
-/// holding them. While the server itself works on a request no client deadline runs: the handlers have their own.
+/// `writeDeadlines`) a response none of whose pending writes reached the socket within `writeTimeout` (a client that
+/// stops reading fills the socket's buffer, then the writer's, and is closed instead of holding them; responses are
+/// written in pieces of at most 64 KiB, so a slow client that keeps taking bytes is not) or whose sent bytes stay
+/// unacknowledged that long (`TCP_USER_TIMEOUT`: a peer that vanished without a word). While the server itself works on a request no client deadline runs: the handlers have their own.
 /// Sits after the HTTP decoder.
 public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {
     public typealias InboundIn = Inbound
@@ -123,12 +124,30 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     }
 
     public func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { arm(.head, context: context) }
+        if context.channel.isActive {
+            arm(.head, context: context)
+            limitUnacknowledged(context: context)
+        }
     }
 
     public func channelActive(context: ChannelHandlerContext) {
-        if !armed { arm(.head, context: context) }
+        if !armed {
+            arm(.head, context: context)
+            limitUnacknowledged(context: context)
+        }
         context.fireChannelActive()
+    }
+
+    /// With write deadlines, the kernel drops the connection when what it sent stays unacknowledged for `writeTimeout`
+    /// (`TCP_USER_TIMEOUT`): a peer that vanished without a word (a phone out of coverage) is closed after that long,
+    /// not after TCP's own quarter of an hour, even while the few bytes of a stream's heartbeats still fit its buffers.
+    private func limitUnacknowledged(context: ChannelHandlerContext) {
+        guard writeDeadlines else { return }
+        #if os(Linux)
+        let userTimeout = NIOBSDSocket.Option(rawValue: 18)  // TCP_USER_TIMEOUT, in milliseconds
+        let milliseconds = Int32(clamping: limits.writeTimeoutSeconds * 1000)
+        context.channel.setOption(ChannelOptions.tcpOption(userTimeout), value: SocketOptionValue(milliseconds)).whenComplete { _ in }
+        #endif
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
@@ -163,7 +182,7 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
         let written = promise ?? context.eventLoop.makePromise(of: Void.self)
         if pendingWrites == 0 { writeDeadline = .now() + limits.writeTimeout }
         pendingWrites += 1
-        if timer == nil { setTimer(at: min(writeDeadline!, .now() + shortestTimeout), context: context) }
+        if timer == nil { setTimer(at: min(writeDeadline ?? .now() + limits.writeTimeout, .now() + shortestTimeout), context: context) }
         written.futureResult.hop(to: context.eventLoop).assumeIsolated().whenComplete { _ in
             // A write reached the socket (or failed with the connection): the next pending one has its own time.
             self.pendingWrites -= 1

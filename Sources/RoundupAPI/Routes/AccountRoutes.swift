@@ -39,6 +39,8 @@ struct AccountRoutes {
         context.connectionClosed?.whenComplete { _ in leases.releaseSoon(lease) }
         let exporter = AccountExport(store: api.store, pageSize: 100)
         let logger = api.logger
+        let token = StreamToken(
+            account: account, credential: context.credential, redis: api.redis, tokens: api.authentication.tokens, store: api.store)
         api.logger.info("account exported", metadata: ["account": "\(account)"])
         return Response(
             status: .ok,
@@ -47,13 +49,21 @@ struct AccountRoutes {
             ],
             body: ResponseBody { writer in
                 defer { leases.releaseSoon(lease) }
+                var token = token
                 do {
                     var chunk = ByteBuffer()
+                    var written = 0
                     _ = try await exporter.write(accountID: account) { piece in
                         chunk.writeString(piece)
                         if chunk.readableBytes >= Self.exportChunk {
-                            try await writer.write(chunk)
+                            try await writer.write(contentsOf: ResponsePieces.split(chunk))
                             chunk = ByteBuffer()
+                            written += 1
+                            // A client that reads slowly makes an export last: its token must still hold as it goes on
+                            // (every 16 pieces, about 1 MiB), or the document ends here, truncated.
+                            if written % 16 == 0, await token.check() != .valid {
+                                throw APIError.unauthorized("the token was revoked during the export")
+                            }
                         }
                     }
                     if chunk.readableBytes > 0 { try await writer.write(chunk) }

@@ -30,7 +30,10 @@ struct ChangeRoutes {
         }
         // One change more than the page holds tells whether there are more.
         var page = try await api.store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
-        return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: page.finish()))
+        let body = page.finish()
+        return Response(
+            status: .ok, headers: [.contentType: "application/json"],
+            body: body.readableBytes > ResponsePieces.size ? ResponseBody(contentsOf: ResponsePieces.split(body)) : ResponseBody(byteBuffer: body))
     }
 
     /// A page of changes, written as the store reads them: the first `limit` into `out`, and whether one more came.

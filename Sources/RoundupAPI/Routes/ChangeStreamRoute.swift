@@ -65,21 +65,20 @@ extension ChangeRoutes {
                         while true {
                             let events = try await store.pendingChanges(
                                 accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
-                            // Read, then checked: a change written after the token's revocation is never sent.
-                            if events.count > 0 || current == .heartbeat {
-                                switch await token.check() {
-                                case .valid: break
-                                case .revoked:
-                                    Counter(label: "roundup_api_streams_revoked_total").increment()
-                                    try await writer.write(ByteBuffer(string: Self.revokedEvent))
-                                    break signalling
-                                case .unknown:
-                                    // Neither Redis nor the store could say: the client reconnects, and is authenticated anew.
-                                    break signalling
-                                }
+                            // Read, then checked, at every wake-up (a revocation wakes the account's streams) and before every
+                            // write: a change written after the token's revocation is never sent.
+                            switch await token.check() {
+                            case .valid: break
+                            case .revoked:
+                                Counter(label: "roundup_api_streams_revoked_total").increment()
+                                try await writer.write(ByteBuffer(string: Self.revokedEvent))
+                                break signalling
+                            case .unknown:
+                                // Neither Redis nor the store could say: the client reconnects, and is authenticated anew.
+                                break signalling
                             }
                             guard events.count > 0 else { break }
-                            try await writer.write(events.out)
+                            try await writer.write(contentsOf: ResponsePieces.split(events.out))
                             streams.wrote(subscription)
                             last = events.last
                             Counter(label: "roundup_api_stream_events_total").increment(by: events.count)
@@ -175,14 +174,27 @@ struct StreamToken: Sendable {
     let redis: RedisClient
     let tokens: TokenCache
     let store: any OutboundStore
+    /// When the store last said the token holds: the epoch is trusted for `TokenCache.lifetime` after it at most, as
+    /// a kept token is (the bound for a revocation whose second advance Redis lost).
+    var confirmed = ContinuousClock.now
+
+    init(account: String, credential: Credential?, redis: RedisClient, tokens: TokenCache, store: any OutboundStore) {
+        self.account = account
+        self.credential = credential
+        self.redis = redis
+        self.tokens = tokens
+        self.store = store
+    }
 
     mutating func check() async -> Check {
         guard let credential else { return .unknown }
         let key = RedisArgument(tokens.keys.authEpoch(account: account))
         let now = try? await redis.send(RedisCommand("GET", [key]), timeout: .milliseconds(500))
-        if let epoch = credential.epoch, let now, now.string == String(epoch) { return .valid }
+        let lifetime = Duration.nanoseconds(tokens.lifetime.nanoseconds)
+        if let epoch = credential.epoch, let now, now.string == String(epoch), ContinuousClock.now - confirmed < lifetime { return .valid }
         do {
             guard try await store.accountID(tokenHash: credential.tokenHash) == account else { return .revoked }
+            confirmed = .now
             if let text = now?.string, let epoch = Int(text) {
                 // Read before the store's answer: a revocation after it moves the epoch past this value.
                 self.credential?.epoch = epoch

@@ -177,8 +177,10 @@ public final class ChangeStreams: Service, Sendable {
         entry.continuation.finish()
         Gauge(label: "roundup_api_streams").record(count)
         if let lease = entry.lease { leases.releaseSoon(lease) }
-        if let device = entry.device {
-            markQueue.yield(.unmark(account: subscription.account, device: device, then: entry.lastWrite == nil ? nil : entry.deviceStopped))
+        // A stream that never wrote never marked its device: the device's mark, if any, is another stream's (perhaps on
+        // another process), and stays.
+        if let device = entry.device, entry.lastWrite != nil {
+            markQueue.yield(.unmark(account: subscription.account, device: device, then: entry.deviceStopped))
         }
     }
 
@@ -216,10 +218,16 @@ public final class ChangeStreams: Service, Sendable {
                 shutDown()
                 group.cancelAll()
             }
-            // The ended streams' marks are dropped before the loop that writes them stops (2 s at most).
+            // The ended streams' marks are dropped before the loop that writes them stops, within 2 s for the streams to
+            // end and 3 s for the marks (marks left behind expire within three heartbeats anyway).
             let deadline = ContinuousClock.now + .seconds(2)
-            while count > 0, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+            while count > 0, ContinuousClock.now < deadline {
+                do { try await Task.sleep(for: .milliseconds(20)) } catch { break }
+            }
             markQueue.finish()
+            marking.addTask { try? await Task.sleep(for: .seconds(3)) }
+            await marking.next()
+            marking.cancelAll()
         }
     }
 
@@ -303,7 +311,8 @@ public final class ChangeStreams: Service, Sendable {
     /// Writes devices' marks in the order they were asked for, until `markQueue` is finished. A device stopped
     /// (`MarkWork.unmark`'s `then`) runs beside the loop, after its mark is gone.
     func writeMarks() async {
-        await withTaskGroup(of: Void.self) { group in
+        // Discarding: one child per stopped device, for the process's whole life, none kept once done.
+        await withDiscardingTaskGroup { group in
             for await work in marks {
                 switch work {
                 case .mark(let account, let device, let id):
