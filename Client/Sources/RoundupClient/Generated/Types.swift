@@ -98,6 +98,11 @@ public protocol APIProtocol: Sendable {
     /// changes, conflicts, possible duplicates and the activity history
     /// (newest first). Sections are read one after another, so a change made
     /// during the export may show in one section and not yet in another.
+    /// It is written in pieces of about 64 KiB, each once the client took the
+    /// one before; a client that takes nothing for
+    /// `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS` (30) is disconnected. An account
+    /// runs at most `ROUNDUP_EXPORTS_PER_ACCOUNT` (2) exports at once; more
+    /// are answered 429 `too_many_exports` with `Retry-After`.
     /// Operators get the same document with `roundupctl accounts export ID`.
     ///
     ///
@@ -222,10 +227,21 @@ public protocol APIProtocol: Sendable {
     ///
     /// Comment lines (`: heartbeat`) arrive while nothing changes
     /// (`ROUNDUP_STREAM_HEARTBEAT_SECONDS`, default 15). The stream ends when
-    /// the server stops; the `retry:` line asks the client to reconnect after
-    /// one second, with `Last-Event-ID`. While a device named by `device_id`
-    /// holds a stream, it gets no background pushes: it has the changes
-    /// already.
+    /// the server stops, after `ROUNDUP_STREAM_MAX_SECONDS` (3600), or when
+    /// the client takes none of its bytes for
+    /// `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS` (30); the `retry:` line asks the
+    /// client to reconnect after one second, with `Last-Event-ID`. While a
+    /// device named by `device_id` holds a stream, it gets no background
+    /// pushes: it has the changes already.
+    ///
+    /// The stream holds only while its token does. When the token is rotated
+    /// or the account deleted, the stream's last event is
+    ///
+    ///     event: revoked
+    ///     data: {"error":{"code":"token_revoked","message":"…"}}
+    ///
+    /// within one heartbeat, and no change written after the revocation is
+    /// sent; reconnect with the new token, not the old one.
     ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/changes/stream`.
@@ -303,7 +319,11 @@ public protocol APIProtocol: Sendable {
     func listDevices(_ input: Operations.ListDevices.Input) async throws -> Operations.ListDevices.Output
     /// Register or update a device for push notifications
     ///
-    /// Returns 201 if the `device_id` is new and 200 if an existing device was updated.
+    /// Returns 201 if the `device_id` is new and 200 if an existing device was
+    /// updated. 422 `unknown_bundle_id` when `bundle_id` names an app the
+    /// server sends no pushes for, and 422 `too_many_devices` for a new
+    /// device beyond `ROUNDUP_DEVICES_PER_ACCOUNT` (20).
+    ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/devices`.
     /// - Remark: Generated from `#/paths//dailyroundup/devices/post(registerDevice)`.
@@ -485,6 +505,11 @@ extension APIProtocol {
     /// changes, conflicts, possible duplicates and the activity history
     /// (newest first). Sections are read one after another, so a change made
     /// during the export may show in one section and not yet in another.
+    /// It is written in pieces of about 64 KiB, each once the client took the
+    /// one before; a client that takes nothing for
+    /// `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS` (30) is disconnected. An account
+    /// runs at most `ROUNDUP_EXPORTS_PER_ACCOUNT` (2) exports at once; more
+    /// are answered 429 `too_many_exports` with `Retry-After`.
     /// Operators get the same document with `roundupctl accounts export ID`.
     ///
     ///
@@ -671,10 +696,21 @@ extension APIProtocol {
     ///
     /// Comment lines (`: heartbeat`) arrive while nothing changes
     /// (`ROUNDUP_STREAM_HEARTBEAT_SECONDS`, default 15). The stream ends when
-    /// the server stops; the `retry:` line asks the client to reconnect after
-    /// one second, with `Last-Event-ID`. While a device named by `device_id`
-    /// holds a stream, it gets no background pushes: it has the changes
-    /// already.
+    /// the server stops, after `ROUNDUP_STREAM_MAX_SECONDS` (3600), or when
+    /// the client takes none of its bytes for
+    /// `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS` (30); the `retry:` line asks the
+    /// client to reconnect after one second, with `Last-Event-ID`. While a
+    /// device named by `device_id` holds a stream, it gets no background
+    /// pushes: it has the changes already.
+    ///
+    /// The stream holds only while its token does. When the token is rotated
+    /// or the account deleted, the stream's last event is
+    ///
+    ///     event: revoked
+    ///     data: {"error":{"code":"token_revoked","message":"…"}}
+    ///
+    /// within one heartbeat, and no change written after the revocation is
+    /// sent; reconnect with the new token, not the old one.
     ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/changes/stream`.
@@ -796,7 +832,11 @@ extension APIProtocol {
     }
     /// Register or update a device for push notifications
     ///
-    /// Returns 201 if the `device_id` is new and 200 if an existing device was updated.
+    /// Returns 201 if the `device_id` is new and 200 if an existing device was
+    /// updated. 422 `unknown_bundle_id` when `bundle_id` names an app the
+    /// server sends no pushes for, and 422 `too_many_devices` for a new
+    /// device beyond `ROUNDUP_DEVICES_PER_ACCOUNT` (20).
+    ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/devices`.
     /// - Remark: Generated from `#/paths//dailyroundup/devices/post(registerDevice)`.
