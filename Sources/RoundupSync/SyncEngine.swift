@@ -202,6 +202,16 @@ public struct SyncEngine: Sendable {
 
     func process(_ item: SyncItem, state: inout JobState) async throws -> SyncItemResult {
         guard let list = state.lists[item.syncListID] else { throw ItemFailure(description: "the list \(item.syncListID) is no longer synced") }
+        // A value that cannot be written fails this item alone, naming the field (the API took it as sent).
+        var item = item
+        for field in item.changedFields {
+            guard let value = item.fields[field] else { continue }
+            do {
+                item.fields[field] = try SyncFields.normalize(field, value, path: "fields.\(field)")
+            } catch let error as SyncFields.Invalid {
+                throw ItemFailure(description: error.description)
+            }
+        }
         if item.op == .create || item.op == .delete, !list.settings.direction.toTrello {
             return .skipped(
                 item, reason: "the list syncs \(list.settings.direction.rawValue): reminders made or deleted in the apps do not reach Trello")
@@ -216,7 +226,10 @@ public struct SyncEngine: Sendable {
             guard let task, !task.isPlaceholder else {
                 throw ItemFailure(description: "no Trello card is mapped to reminder \(item.reminderID); send a create")
             }
-            if task.deleted { throw ItemFailure(description: "the card \(task.cardID) was deleted, archived or moved out of the list in Trello") }
+            // The card left the list in Trello meanwhile: its `delete` is on its way to the apps; nothing failed.
+            if task.deleted {
+                return .skipped(item, cardID: task.cardID, reason: "the card \(task.cardID) was deleted, archived or moved out of the list in Trello")
+            }
             var fields = item.fields
             var changed = item.changedFields
             if item.op == .complete {
@@ -381,17 +394,31 @@ public struct SyncEngine: Sendable {
             stamps[SyncField.priority] = FieldStamp(hash: value.fieldHash, time: now)
         }
         if let value = write[SyncField.url] {
-            for attachment in card["attachments"]?.arrayValue ?? [] {
-                guard attachment["isUpload"]?.boolValue != true, let id = attachment["id"]?.stringValue else { continue }
-                if attachment["url"]?.stringValue == CardMapper.fields(fromCard: card)[SyncField.url]?.stringValue {
-                    try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
-                    break
-                }
+            // The card's attachments change with its link: each state they pass through is fingerprinted before it
+            // exists (or, for the new attachment whose id Trello gives, as soon as it does), so their webhook, and the
+            // card read it causes, are known for our own write.
+            var attachments = card["attachments"]?.arrayValue ?? []
+            let link = CardMapper.fields(fromCard: card)[SyncField.url]?.stringValue
+            if let index = attachments.firstIndex(where: { $0["isUpload"]?.boolValue != true && $0["url"]?.stringValue == link }),
+                let id = attachments[index]["id"]?.stringValue
+            {
+                attachments.remove(at: index)
+                let between = echo.fieldKey(
+                    account: list.accountID, card: cardID, field: SyncField.attachments, value: CardMapper.attachments(attachments))
+                try await echo.mark([between])
+                marks.append(between)
+                try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
             }
             if case .string(let url) = value {
-                _ = try await trello.addURLAttachment(cardID: cardID, url: url, credentials: state.credentials)
+                let added = try await trello.addURLAttachment(cardID: cardID, url: url, credentials: state.credentials)
+                attachments.append(.object(added))
             }
             stamps[SyncField.url] = FieldStamp(hash: value.fieldHash, time: now)
+            let attached = CardMapper.attachments(attachments)
+            let mark = echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.attachments, value: attached)
+            try await echo.mark([mark])
+            marks.append(mark)
+            stamps[SyncField.attachments] = FieldStamp(hash: attached.fieldHash, time: now)
         }
         return stamps
     }
@@ -401,7 +428,7 @@ public struct SyncEngine: Sendable {
         while true {
             guard let field = try await priorityField(list, state: &state, refresh: refreshed) else {
                 if value == .null { return }
-                throw ItemFailure(description: "the board has no Priority dropdown field for priority \(value)")
+                throw ItemFailure(description: "fields.priority: the board has no Priority dropdown field for priority \(value)")
             }
             var optionID: String?
             if case .string(let wanted) = value {
@@ -411,7 +438,8 @@ public struct SyncEngine: Sendable {
                         refreshed = true
                         continue
                     }
-                    throw ItemFailure(description: "priority \"\(wanted)\" is not an option of the board's Priority field")
+                    let options = field.options.values.map { $0.lowercased() }.sorted().joined(separator: ", ")
+                    throw ItemFailure(description: "fields.priority: \"\(wanted)\" is not an option of the board's Priority field (\(options))")
                 }
             }
             do {
@@ -480,8 +508,27 @@ public struct SyncEngine: Sendable {
                     dueDate: item.fields[SyncField.dueDate]?.stringValue, fields: item.fields, jobID: state.jobID))
             return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .duplicate, trelloCardID: cardID, duplicateID: id)
         }
+        // An option the board lacks fails the item before a card is made for it.
+        if list.settings.syncsToTrello(SyncField.priority), case .string(let wanted)? = item.fields[SyncField.priority] {
+            try await requireOption(wanted, list: list, state: &state)
+        }
         let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, state: &state)
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
+    }
+
+    /// Throws the item's failure when the board's Priority field has no option `wanted` (read again once from Trello).
+    private func requireOption(_ wanted: String, list: SyncListRecord, state: inout JobState) async throws {
+        for refresh in [false, true] {
+            guard let field = try await priorityField(list, state: &state, refresh: refresh) else {
+                if refresh { throw ItemFailure(description: "fields.priority: the board has no Priority dropdown field for priority \"\(wanted)\"") }
+                continue
+            }
+            if field.options.values.contains(where: { $0.lowercased() == wanted }) { return }
+            if refresh {
+                let options = field.options.values.map { $0.lowercased() }.sorted().joined(separator: ", ")
+                throw ItemFailure(description: "fields.priority: \"\(wanted)\" is not an option of the board's Priority field (\(options))")
+            }
+        }
     }
 
     /// Makes the card and maps it to the reminder; returns its id. `note` explains the create in the history.

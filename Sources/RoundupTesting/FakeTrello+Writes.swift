@@ -273,6 +273,10 @@ extension FakeTrello {
 
     /// Names for the ids, for action data and webhook models (the fake keeps no names of its own).
     static func listName(_ id: String) -> String { "List \(id)" }
+    /// A label of the fake's boards, as Trello gives it on a card and in a label action.
+    static func label(_ id: String) -> JSONValue {
+        .object(["id": .string(id), "name": .string("label \(id.suffix(4))"), "color": .string("green")])
+    }
     static func boardName(_ id: String) -> String { "Board \(id)" }
 }
 
@@ -378,6 +382,10 @@ extension FakeTrello.State {
         guard ids.contains(id) != add else { return .success(FakeTrello.Write(body: .object(card), deliveries: [])) }
         if add { ids.append(id) } else { ids.removeAll { $0 == id } }
         card[attribute] = .array(ids.map(JSONValue.string))
+        if attribute == "idLabels" {
+            // As Trello does, a card carries its labels whole beside their ids.
+            card["labels"] = .array(ids.map(FakeTrello.label))
+        }
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[cardID] = card
         let listID = card["idList"]?.stringValue ?? ""
@@ -385,7 +393,7 @@ extension FakeTrello.State {
         let type = (add ? (labels ? "addLabelToCard" : "addMemberToCard") : (labels ? "removeLabelFromCard" : "removeMemberFromCard"))
         var data: [String: JSONValue] = ["list": listRef(listID)]
         if labels {
-            data["label"] = .object(["id": .string(id), "name": .string("label \(id.suffix(4))"), "color": .string("green")])
+            data["label"] = FakeTrello.label(id)
         } else {
             data["idMember"] = .string(id)
             data["member"] = .object(["id": .string(id), "name": .string("member \(id.suffix(4))")])

@@ -148,8 +148,9 @@ public final class FakeTrello: Sendable {
         [
             "id": .string(id), "idList": .string(listID), "idBoard": .string(boardID), "name": .string(name),
             "desc": .string(desc), "due": due.map(JSONValue.string) ?? .null, "start": .null, "dueComplete": .bool(dueComplete),
-            "closed": .bool(closed), "idLabels": .array([]), "idMembers": .array([]), "checklists": .array([]), "attachments": .array([]),
-            "customFieldItems": .array([]), "pos": .number(16384),
+            "closed": .bool(closed), "idLabels": .array([]), "labels": .array([]), "idMembers": .array([]), "checklists": .array([]),
+            "attachments": .array([]), "customFieldItems": .array([]), "pos": .number(16384), "dueReminder": .null,
+            "shortUrl": .string("https://trello.com/c/" + String(id.suffix(8))),
         ]
     }
 

@@ -486,40 +486,21 @@ import Testing
                 expect: .badRequest),
             Case(name: "sync: fields a string", path: syncPath, body: sync([change(["fields": "title"])]), expect: .badRequest),
             Case(name: "sync: fields an array", path: syncPath, body: sync([change(["fields": .array(["title"])])]), expect: .badRequest),
-            Case(
-                name: "sync: unknown field in fields", path: syncPath, body: sync([fields(["title": "x", "colour": "red"])]),
-                expect: .unprocessableEntity),
+            // Values of the right type that cannot be written (an empty title, a date that is no date, an option the board
+            // lacks, a malformed URL) fail only their item, in the job: SyncJobTests.aValueTheServerCannotWriteFailsOnlyItsItem.
             Case(name: "sync: create without title", path: syncPath, body: sync([fields(["notes": "no title"])]), expect: .unprocessableEntity),
-            Case(name: "sync: empty title", path: syncPath, body: sync([fields(["title": ""])]), expect: .unprocessableEntity),
-            Case(name: "sync: blank title", path: syncPath, body: sync([fields(["title": " \n "])]), expect: .unprocessableEntity),
             Case(name: "sync: title a number", path: syncPath, body: sync([fields(["title": .number(3)])]), expect: .unprocessableEntity),
             Case(
                 name: "sync: title over 16 KB", path: syncPath, body: sync([fields(["title": .string(String(repeating: "t", count: 16_385))])]),
                 expect: .unprocessableEntity),
             Case(
-                name: "sync: due_date next tuesday", path: syncPath, body: sync([fields(["title": "x", "due_date": "next tuesday"])]),
-                expect: .unprocessableEntity),
-            Case(
                 name: "sync: start_date a number", path: syncPath, body: sync([fields(["title": "x", "start_date": .number(20261123)])]),
-                expect: .unprocessableEntity),
-            Case(
-                name: "sync: priority urgent", path: syncPath, body: sync([fields(["title": "x", "priority": "urgent"])]),
                 expect: .unprocessableEntity),
             Case(
                 name: "sync: priority a number", path: syncPath, body: sync([fields(["title": "x", "priority": .number(3)])]),
                 expect: .unprocessableEntity),
             Case(
                 name: "sync: completed yes", path: syncPath, body: sync([fields(["title": "x", "completed": "yes"])]), expect: .unprocessableEntity),
-            Case(
-                name: "sync: url javascript:", path: syncPath, body: sync([fields(["title": "x", "url": "javascript:alert(1)"])]),
-                expect: .unprocessableEntity),
-            Case(
-                name: "sync: url ftp:", path: syncPath, body: sync([fields(["title": "x", "url": "ftp://example.com/file"])]),
-                expect: .unprocessableEntity),
-            Case(
-                name: "sync: url without host", path: syncPath, body: sync([fields(["title": "x", "url": "http://"])]), expect: .unprocessableEntity),
-            Case(
-                name: "sync: url not a URL", path: syncPath, body: sync([fields(["title": "x", "url": "not a url"])]), expect: .unprocessableEntity),
             Case(
                 name: "sync: url over 2048 bytes", path: syncPath,
                 body: sync([fields(["title": "x", "url": .string("https://example.com/" + String(repeating: "a", count: 2_100))])]),

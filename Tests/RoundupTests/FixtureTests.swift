@@ -14,7 +14,7 @@ import Testing
 @Suite(.serialized) struct FixtureTests {
     /// file → (change type, changed fields); nil means "writes nothing".
     static let expected: [String: (String, [String])?] = [
-        "addAttachmentToCard__TrelloDotNet.json": ("update", ["url"]),
+        "addAttachmentToCard__TrelloDotNet.json": ("update", ["attachments", "url"]),
         "addChecklistToCard__TrelloDotNet.json": ("update", ["checklists"]),
         "addLabelToCard__TrelloDotNet.json": ("update", ["labels"]),
         // Read only for lists that filter by member; a list without a filter gets nothing.
@@ -22,7 +22,7 @@ import Testing
         "removeMemberFromCard__TrelloDotNet.json": nil,
         "createCard__2014__trello_tracker.json": ("create", SyncField.all.sorted()),
         "createCard__actionsflow.json": ("create", SyncField.all.sorted()),
-        "deleteAttachmentFromCard__TrelloDotNet.json": ("update", ["url"]),
+        "deleteAttachmentFromCard__TrelloDotNet.json": ("update", ["attachments", "url"]),
         "deleteCard__2014__trello_tracker.json": ("delete", []),
         "removeChecklistFromCard__TrelloDotNet.json": ("update", ["checklists"]),
         "removeLabelFromCard__TrelloDotNet.json": ("update", ["labels"]),
@@ -32,7 +32,8 @@ import Testing
         "updateCard__desc__model-list__TrelloDotNet.json": ("update", ["notes"]),
         "updateCard__dueComplete__TrelloDotNet.json": ("complete", ["completed"]),
         "updateCard__dueComplete__model-list__vacationWorker.json": ("complete", ["completed"]),
-        "updateCard__dueReminder__TrelloDotNet.json": nil,
+        // The due reminder reaches the apps (minutes before the due date): the payload carries it.
+        "updateCard__dueReminder__TrelloDotNet.json": ("update", ["due_reminder_minutes"]),
         "updateCard__due__TrelloDotNet.json": ("update", ["due_date"]),
         "updateCard__idLabels_after_addLabel__TrelloDotNet.json": ("update", ["labels"]),
         "updateCard__idLabels_after_removeLabel__TrelloDotNet.json": ("update", ["labels"]),
@@ -144,7 +145,9 @@ struct Scenario {
         listID = events.last?.listID ?? data.listAfter?.id ?? data.list?.id ?? "fixture-list"
         boardID = data.board?.id ?? "fixture-board"
         var after = FakeTrello.card(id: cardID, listID: listID, boardID: boardID, name: card["name"]?.stringValue ?? "Card")
-        for key in ["name", "desc", "due", "start", "dueComplete", "idLabels", "closed"] where card[key] != nil { after[key] = card[key] }
+        for key in ["name", "desc", "due", "start", "dueComplete", "dueReminder", "idLabels", "closed"] where card[key] != nil {
+            after[key] = card[key]
+        }
         var before = after
         for (key, value) in data.old ?? [:] where key != "idList" { before[key] = value }
         isCreation = ["createCard", "copyCard", "convertToCardFromCheckItem", "moveCardToBoard"].contains(type) || data.old?["idList"] != nil

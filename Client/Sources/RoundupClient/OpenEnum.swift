@@ -34,9 +34,10 @@ public enum Roundup {
     public enum ChangeType: String, CaseIterable, Sendable { case create, update, complete, delete }
     public enum FieldName: String, CaseIterable, Sendable {
         case title, notes, dueDate = "due_date", startDate = "start_date", completed, priority, labels, checklists, url, location
+        case attachments, trelloURL = "trello_url", dueReminderMinutes = "due_reminder_minutes"
     }
     public enum JobItemOp: String, CaseIterable, Sendable { case create, update, complete, delete, reconcile }
-    public enum ItemStatus: String, CaseIterable, Sendable { case ok, conflict, duplicate, error }
+    public enum ItemStatus: String, CaseIterable, Sendable { case ok, conflict, duplicate, error, skipped }
     public enum JobKind: String, CaseIterable, Sendable { case sync, `import`, reconcile }
     public enum JobStatus: String, CaseIterable, Sendable { case running, completed, error }
     public enum DevicePlatform: String, CaseIterable, Sendable { case ios, macos }
@@ -54,5 +55,6 @@ public enum Roundup {
         case payloadTooLarge = "payload_too_large", unsupportedMediaType = "unsupported_media_type", unprocessable
         case rateLimited = "rate_limited", badGateway = "bad_gateway", unavailable, tooManyFailures = "too_many_failures"
         case tooManyStreams = "too_many_streams", streamsFull = "streams_full", `internal`
+        case tooManyExports = "too_many_exports", tooManyDevices = "too_many_devices", unknownBundleID = "unknown_bundle_id"
     }
 }

@@ -75,16 +75,12 @@ public struct SyncChange: Codable, Sendable, Equatable {
         guard Timestamp.date(modifiedAt) != nil else {
             throw APIError.unprocessable("\(path).modified_at must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z")
         }
-        var fields: [String: JSONValue] = [:]
+        // What the app sends back may hold every field of the change it received, read-only ones and values it did not
+        // touch included: only the fields `changed_fields` names are read (a create without it: the writable ones).
+        var given: [String: JSONValue] = [:]
         if let raw = object["fields"], raw != .null {
-            guard case .object(let given) = raw else { throw APIError.badRequest("\(path).fields must be an object") }
-            for (name, value) in given {
-                do {
-                    fields[name] = try SyncFields.normalize(name, value, path: "\(path).fields.\(name)")
-                } catch let error as SyncFields.Invalid {
-                    throw APIError.unprocessable(error.description)
-                }
-            }
+            guard case .object(let object) = raw else { throw APIError.badRequest("\(path).fields must be an object") }
+            given = object
         }
         var changed: [String] = []
         if let raw = object["changed_fields"], raw != .null {
@@ -95,7 +91,7 @@ public struct SyncChange: Codable, Sendable, Equatable {
                     throw APIError.unprocessable(
                         "\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writable.joined(separator: ", "))")
                 }
-                guard fields[field] != nil || object["fields"]?[field] == .null else {
+                guard given[field] != nil else {
                     throw APIError.unprocessable("\(path).changed_fields names \(field), which is not in fields")
                 }
                 if !changed.contains(field) { changed.append(field) }
@@ -103,12 +99,25 @@ public struct SyncChange: Codable, Sendable, Equatable {
         }
         switch op {
         case .create:
-            guard fields[SyncField.title] != nil else { throw APIError.unprocessable("\(path).fields.title is required for a create") }
-            if changed.isEmpty { changed = fields.keys.sorted() }
+            guard given[SyncField.title] != nil else { throw APIError.unprocessable("\(path).fields.title is required for a create") }
+            if changed.isEmpty { changed = given.keys.filter { SyncFields.writable.contains($0) }.sorted() }
+            if !changed.contains(SyncField.title) { changed.append(SyncField.title) }
         case .update:
             guard !changed.isEmpty else { throw APIError.unprocessable("\(path).changed_fields must name at least one field for an update") }
         case .complete, .delete:
             break
+        }
+        // A wrong JSON type refuses the request; a value that cannot be written fails only this item, in the job (its
+        // result is `error`, naming the field), so it is kept as sent.
+        var fields: [String: JSONValue] = [:]
+        for name in changed {
+            guard let value = given[name] else { continue }
+            do {
+                try SyncFields.checkType(name, value, path: "\(path).fields.\(name)")
+            } catch let error as SyncFields.Invalid {
+                throw APIError.unprocessable(error.description)
+            }
+            fields[name] = (try? SyncFields.normalize(name, value, path: "fields.\(name)")) ?? value
         }
         self.fields = fields
         changedFields = changed

@@ -113,7 +113,9 @@ public struct SyncSettings: Sendable, Hashable {
     public static let `default` = SyncSettings()
     public static let allFields = Dictionary(uniqueKeysWithValues: SyncField.all.map { ($0, FieldRule()) })
     /// Fields only Trello holds: the apps cannot write them, so they flow from Trello only.
-    public static let trelloOnlyFields: Set<String> = [SyncField.labels, SyncField.checklists, SyncField.location]
+    public static let trelloOnlyFields: Set<String> = [
+        SyncField.labels, SyncField.checklists, SyncField.location, SyncField.attachments, SyncField.trelloURL, SyncField.dueReminderMinutes,
+    ]
 
     /// The way `field` flows: its own direction within the list's, or nil when it does not sync.
     public func direction(of field: String) -> SyncDirection? {

@@ -31,6 +31,9 @@ public struct CardEvent: Sendable, Equatable {
 
 /// Turns a Trello action into card events. Pure: no store, no network.
 public enum CardEventInterpreter {
+    /// `updateCard` attributes nothing the apps see depends on: a card dragged within its list is not read again.
+    public static let invisibleAttributes: Set<String> = ["pos"]
+
     public static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
         let action = body.action
         guard let type = actionType ?? action.type, let data = action.data,
@@ -59,8 +62,16 @@ public enum CardEventInterpreter {
                 let closed = card["closed"]?.boolValue ?? true
                 return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: closed ? .removed : .fetch)]
             }
+            // An attribute the payload does not carry a mapping for (a location, a due reminder, a cover, anything Trello
+            // adds): the card is read, so the edit reaches the apps now, not at the next reconciliation. Only a card's
+            // place in its list is nothing the apps see.
+            let unmapped = Set(old.keys).subtracting(SyncField.fromCardAttribute.keys).subtracting(Self.invisibleAttributes)
+            if unmapped == ["idMembers"] {
+                return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .membersChanged)]
+            }
+            if !unmapped.isEmpty { return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)] }
             let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
-            if fields.isEmpty { return [] }  // pos, dueReminder, members…: nothing the apps see
+            if fields.isEmpty { return [] }  // pos: nothing the apps see
             var event = CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))
             event.previous = CardMapper.partialFields(card: old, changedAttributes: old.keys)
             return [event]

@@ -12,12 +12,21 @@ public enum SyncField {
     public static let checklists = "checklists"
     public static let url = "url"
     public static let location = "location"
+    /// Every attachment of the card (`url` keeps the first link, for apps that show one).
+    public static let attachments = "attachments"
+    /// The card's own page in Trello (`shortUrl`).
+    public static let trelloURL = "trello_url"
+    /// Trello's due reminder: minutes before the due date, null when none.
+    public static let dueReminderMinutes = "due_reminder_minutes"
 
-    public static let all: [String] = [title, notes, dueDate, startDate, completed, priority, labels, checklists, url, location]
+    public static let all: [String] = [
+        title, notes, dueDate, startDate, completed, priority, labels, checklists, url, location, attachments, trelloURL, dueReminderMinutes,
+    ]
 
-    /// Trello card attribute → field, for attributes an `updateCard` payload carries itself.
+    /// Trello card attribute → field, for attributes an `updateCard` payload carries itself. Labels are not among them:
+    /// a payload names their ids only, and the apps get names and colours, which a read of the card gives.
     public static let fromCardAttribute: [String: String] = [
-        "name": title, "desc": notes, "due": dueDate, "start": startDate, "dueComplete": completed, "idLabels": labels,
+        "name": title, "desc": notes, "due": dueDate, "start": startDate, "dueComplete": completed, "dueReminder": dueReminderMinutes,
     ]
 }
 
@@ -42,10 +51,13 @@ public enum CardMapper {
         fields[SyncField.dueDate] = card["due"] ?? .null
         fields[SyncField.startDate] = card["start"] ?? .null
         fields[SyncField.completed] = .bool(card["dueComplete"]?.boolValue ?? false)
-        fields[SyncField.labels] = .array((card["idLabels"]?.arrayValue ?? []).sorted { ($0.stringValue ?? "") < ($1.stringValue ?? "") })
+        fields[SyncField.labels] = labels(card)
         fields[SyncField.checklists] = .array((card["checklists"]?.arrayValue ?? []).compactMap(checklist))
         fields[SyncField.url] = urlAttachment(card["attachments"]?.arrayValue ?? [])
+        fields[SyncField.attachments] = attachments(card["attachments"]?.arrayValue ?? [])
         fields[SyncField.location] = location(card)
+        fields[SyncField.trelloURL] = card["shortUrl"]?.stringValue.map(JSONValue.string) ?? .null
+        fields[SyncField.dueReminderMinutes] = dueReminder(card["dueReminder"])
         fields[SyncField.priority] = priorityValue(card["customFieldItems"]?.arrayValue ?? [], priority: priority)
         return fields
     }
@@ -58,13 +70,48 @@ public enum CardMapper {
             let value = card[attribute] ?? .null
             switch field {
             case SyncField.completed: fields[field] = .bool(value.boolValue ?? false)
-            case SyncField.labels:
-                fields[field] = .array((value.arrayValue ?? []).sorted { ($0.stringValue ?? "") < ($1.stringValue ?? "") })
+            case SyncField.dueReminderMinutes: fields[field] = dueReminder(value)
             case SyncField.title, SyncField.notes: fields[field] = value == .null ? .string("") : value
             default: fields[field] = value
             }
         }
         return fields
+    }
+
+    /// `[{id, name, color}]` in the card's order (`idLabels`), names and colours from the card's `labels` (a full read
+    /// carries them); a label the card names without them has null name and colour.
+    private static func labels(_ card: [String: JSONValue]) -> JSONValue {
+        let objects = (card["labels"]?.arrayValue ?? []).compactMap(\.objectValue)
+        var known: [String: [String: JSONValue]] = [:]
+        for object in objects { if let id = object["id"]?.stringValue { known[id] = object } }
+        let ids = card["idLabels"]?.arrayValue?.compactMap(\.stringValue) ?? objects.compactMap { $0["id"]?.stringValue }
+        return .array(
+            ids.map { id in
+                let label = known[id]
+                return .object([
+                    "id": .string(id), "name": label?["name"]?.stringValue.map(JSONValue.string) ?? .null,
+                    "color": label?["color"]?.stringValue.map(JSONValue.string) ?? .null,
+                ])
+            })
+    }
+
+    /// The `attachments` field of a card's attachments (as Trello lists them).
+    public static func attachments(_ attachments: [JSONValue]) -> JSONValue { .array(attachments.compactMap(attachment)) }
+
+    /// One attachment: `{id, name, url, is_upload, mime_type}`.
+    private static func attachment(_ value: JSONValue) -> JSONValue? {
+        guard let object = value.objectValue, let id = object["id"]?.stringValue else { return nil }
+        return .object([
+            "id": .string(id), "name": object["name"]?.stringValue.map(JSONValue.string) ?? .null,
+            "url": object["url"]?.stringValue.map(JSONValue.string) ?? .null, "is_upload": .bool(object["isUpload"]?.boolValue ?? false),
+            "mime_type": object["mimeType"]?.stringValue.map(JSONValue.string) ?? .null,
+        ])
+    }
+
+    /// Trello's `dueReminder` (minutes before the due date; -1 or absent: none).
+    private static func dueReminder(_ value: JSONValue?) -> JSONValue {
+        guard case .number(let minutes)? = value, minutes >= 0 else { return .null }
+        return .number(minutes.rounded())
     }
 
     private static func checklist(_ value: JSONValue) -> JSONValue? {

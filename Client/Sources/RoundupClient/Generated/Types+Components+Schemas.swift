@@ -142,7 +142,7 @@ extension Components {
         ///
         /// - Remark: Generated from `#/components/schemas/JobItemOp`.
         public typealias JobItemOp = OpenEnum<Roundup.JobItemOp>
-        /// `skipped`: the list's settings keep this edit from Trello (`reason` says which); nothing was written.
+        /// `skipped`: the list's settings keep this edit from Trello, or the card left the list in Trello meanwhile (its `delete` is on its way to the app); `reason` says which, nothing was written. `error`: this item failed (a value that cannot be written: `error` starts with the field, as `fields.priority: …`); the other items are not affected.
         ///
         /// - Remark: Generated from `#/components/schemas/ItemStatus`.
         public typealias ItemStatus = OpenEnum<Roundup.ItemStatus>
@@ -706,7 +706,13 @@ extension Components {
             public var reminderId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/Change/changed_fields`.
             public var changedFields: [Components.Schemas.FieldName]
-            /// Field values keyed by field name: title, notes, due_date, start_date, completed, priority, labels, checklists, url, location.
+            /// Field values keyed by field name: title, notes, due_date, start_date, completed, priority (the
+            /// option's text, lower-cased), labels (`[{id, name, color}]` in the card's order), checklists
+            /// (`[{id, name, items: [{id, name, completed}]}]`), url (the first link), location (`{name, address,
+            /// latitude, longitude}` or null), attachments (`[{id, name, url, is_upload, mime_type}]`), trello_url
+            /// (the card's page), due_reminder_minutes (minutes before the due date, or null). labels, checklists,
+            /// location, attachments, trello_url and due_reminder_minutes come from Trello only.
+            ///
             ///
             /// - Remark: Generated from `#/components/schemas/Change/fields`.
             public var fields: OpenAPIRuntime.OpenAPIObjectContainer
@@ -721,7 +727,7 @@ extension Components {
             ///   - trelloCardId:
             ///   - reminderId: The mapped reminder, or null if none is known yet (for example, for a create).
             ///   - changedFields:
-            ///   - fields: Field values keyed by field name: title, notes, due_date, start_date, completed, priority, labels, checklists, url, location.
+            ///   - fields: Field values keyed by field name: title, notes, due_date, start_date, completed, priority (the
             ///   - createdAt:
             public init(
                 id: Swift.Int,
@@ -885,7 +891,12 @@ extension Components {
             case priority = "priority"
             case url = "url"
         }
-        /// The reminder's field values. Every field is optional.
+        /// The reminder's field values. Every field is optional. Only the fields `changed_fields` names are
+        /// read (a create without it: these fields, as given), so an app may send back the whole change it
+        /// received: other members, read-only ones included, are ignored. A wrong JSON type refuses the request;
+        /// a value of the right type that cannot be written (an empty title, a date that is no date, a URL that
+        /// is not http(s), an option the board lacks) fails only its item.
+        ///
         ///
         /// - Remark: Generated from `#/components/schemas/SyncFields`.
         public struct SyncFields: Codable, Hashable, Sendable {
@@ -899,16 +910,10 @@ extension Components {
             public var startDate: Foundation.Date?
             /// - Remark: Generated from `#/components/schemas/SyncFields/completed`.
             public var completed: Swift.Bool?
+            /// The text of an option of the board's Priority dropdown (any case; `none` or null clears it).
+            ///
             /// - Remark: Generated from `#/components/schemas/SyncFields/priority`.
-            @frozen public enum PriorityPayload: String, Codable, Hashable, Sendable, CaseIterable {
-                case none = "none"
-                case low = "low"
-                case medium = "medium"
-                case high = "high"
-                case _empty_ = ""
-            }
-            /// - Remark: Generated from `#/components/schemas/SyncFields/priority`.
-            public var priority: Components.Schemas.SyncFields.PriorityPayload?
+            public var priority: Swift.String?
             /// - Remark: Generated from `#/components/schemas/SyncFields/url`.
             public var url: Swift.String?
             /// Creates a new `SyncFields`.
@@ -919,7 +924,7 @@ extension Components {
             ///   - dueDate:
             ///   - startDate:
             ///   - completed:
-            ///   - priority:
+            ///   - priority: The text of an option of the board's Priority dropdown (any case; `none` or null clears it).
             ///   - url:
             public init(
                 title: Swift.String? = nil,
@@ -927,7 +932,7 @@ extension Components {
                 dueDate: Foundation.Date? = nil,
                 startDate: Foundation.Date? = nil,
                 completed: Swift.Bool? = nil,
-                priority: Components.Schemas.SyncFields.PriorityPayload? = nil,
+                priority: Swift.String? = nil,
                 url: Swift.String? = nil
             ) {
                 self.title = title
@@ -970,7 +975,7 @@ extension Components {
                     forKey: .completed
                 )
                 self.priority = try container.decodeIfPresent(
-                    Components.Schemas.SyncFields.PriorityPayload.self,
+                    Swift.String.self,
                     forKey: .priority
                 )
                 self.url = try container.decodeIfPresent(

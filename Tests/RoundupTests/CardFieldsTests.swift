@@ -1,0 +1,98 @@
+import RoundupCore
+import Testing
+
+/// What a Trello card becomes for the apps (`CardMapper`), and which `updateCard` payloads make the worker read the
+/// card (`CardEventInterpreter`): pure, no store and no network.
+@Suite struct CardFieldsTests {
+    /// A card as `GET /cards/{id}?fields=all&…&attachments=true` gives it, with labels, links, an upload and a due
+    /// reminder.
+    static let card: [String: JSONValue] = [
+        "id": "c1", "name": "Pack", "desc": "", "due": "2026-12-01T09:00:00.000Z", "start": .null, "dueComplete": false,
+        "idLabels": .array(["l-b", "l-a", "l-gone"]),
+        "labels": .array([
+            .object(["id": "l-a", "idBoard": "b1", "name": "Home", "color": "green"]),
+            .object(["id": "l-b", "idBoard": "b1", "name": "", "color": "red"]),
+        ]),
+        "attachments": .array([
+            .object(["id": "a1", "name": "Tickets", "url": "https://example.com/tickets", "isUpload": false, "mimeType": .null]),
+            .object([
+                "id": "a2", "name": "plan.pdf", "url": "https://trello.com/1/cards/c1/attachments/a2/download/plan.pdf", "isUpload": true,
+                "mimeType": "application/pdf",
+            ]),
+            .object(["id": "a3", "name": "Map", "url": "https://maps.example.com/x", "isUpload": false]),
+        ]),
+        "dueReminder": .number(30), "shortUrl": "https://trello.com/c/AbCdEf12",
+    ]
+
+    @Test func aFullCardCarriesLabelsAttachmentsItsPageAndItsDueReminder() {
+        let fields = CardMapper.fields(fromCard: Self.card)
+        // In the card's order, names and colours from the card; a label it names without them keeps its id.
+        #expect(
+            fields[SyncField.labels]
+                == .array([
+                    .object(["id": "l-b", "name": "", "color": "red"]), .object(["id": "l-a", "name": "Home", "color": "green"]),
+                    .object(["id": "l-gone", "name": .null, "color": .null]),
+                ]))
+        #expect(fields[SyncField.attachments]?.arrayValue?.count == 3)
+        #expect(
+            fields[SyncField.attachments]?.arrayValue?[1]
+                == .object([
+                    "id": "a2", "name": "plan.pdf", "url": "https://trello.com/1/cards/c1/attachments/a2/download/plan.pdf", "is_upload": true,
+                    "mime_type": "application/pdf",
+                ]))
+        // `url` keeps its meaning: the first link.
+        #expect(fields[SyncField.url] == "https://example.com/tickets")
+        #expect(fields[SyncField.trelloURL] == "https://trello.com/c/AbCdEf12")
+        #expect(fields[SyncField.dueReminderMinutes] == .number(30))
+        #expect(Set(fields.keys) == Set(SyncField.all))
+    }
+
+    @Test func noDueReminderIsNull() {
+        for value: JSONValue in [.null, .number(-1)] {
+            var card = Self.card
+            card["dueReminder"] = value
+            #expect(CardMapper.fields(fromCard: card)[SyncField.dueReminderMinutes] == .null, "\(value)")
+        }
+        var card = Self.card
+        card.removeValue(forKey: "dueReminder")
+        #expect(CardMapper.fields(fromCard: card)[SyncField.dueReminderMinutes] == .null)
+    }
+
+    /// The same due reminder from a webhook payload and from a read of the card: one hash, so no change flips.
+    @Test func aDueReminderFromThePayloadHashesAsFromTheCard() {
+        let partial = CardMapper.partialFields(card: ["dueReminder": .number(30)], changedAttributes: ["dueReminder"])
+        #expect(partial == [SyncField.dueReminderMinutes: .number(30)])
+        #expect(partial[SyncField.dueReminderMinutes]?.fieldHash == CardMapper.fields(fromCard: Self.card)[SyncField.dueReminderMinutes]?.fieldHash)
+    }
+
+    static func update(old: [String: JSONValue], card: [String: JSONValue] = [:]) throws -> [CardEvent] {
+        var data: [String: JSONValue] = ["id": "c1"]
+        for (key, value) in card { data[key] = value }
+        let body = JSONValue.object([
+            "action": .object([
+                "id": "act1", "type": "updateCard",
+                "data": .object(["card": .object(data), "old": .object(old), "list": .object(["id": "L1"]), "board": .object(["id": "B1"])]),
+            ])
+        ])
+        return CardEventInterpreter.events(for: try TrelloWebhookBody(json: body))
+    }
+
+    /// An attribute the payload does not map (a location, a cover, labels by id, anything new) makes the worker read
+    /// the card, so the edit reaches the apps now; a card's place in its list is still nothing the apps see.
+    @Test func anUpdateOfAnAttributeThePayloadDoesNotMapReadsTheCard() throws {
+        for old: [String: JSONValue] in [
+            ["address": .null, "locationName": .null, "coordinates": .null], ["idLabels": .array([])], ["cover": .null],
+            ["idAttachmentCover": .null], ["somethingTrelloAddsNextYear": .number(1)], ["name": "Old", "address": .null],
+        ] {
+            let events = try Self.update(old: old)
+            #expect(events.map { $0.kind } == [CardEvent.Kind.fetch], "\(old)")
+            #expect(events.first?.listID == "L1" && events.first?.cardID == "c1")
+        }
+        #expect(try Self.update(old: ["pos": .number(1)]).isEmpty)
+        #expect(try Self.update(old: ["idMembers": .array([])]).map { $0.kind } == [CardEvent.Kind.membersChanged])
+        let renamed = try Self.update(old: ["name": "Old"], card: ["name": "New"]).map { $0.kind }
+        #expect(renamed == [CardEvent.Kind.fields([SyncField.title: "New"])])
+        let reminded = try Self.update(old: ["dueReminder": .number(1440)], card: ["dueReminder": .number(5)]).map { $0.kind }
+        #expect(reminded == [CardEvent.Kind.fields([SyncField.dueReminderMinutes: .number(5)])])
+    }
+}
