@@ -267,11 +267,13 @@ public struct SyncEngine: Sendable {
             return result
         }
         let readTime = Date().timeIntervalSince1970
+        // The card left the list in Trello a moment ago (its webhook not yet applied): its `delete` is on its way to the
+        // apps, so the edit is skipped, not failed.
         guard let card = try await trello.card(id: cardID, credentials: state.credentials) else {
-            throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
+            return .skipped(item, cardID: cardID, reason: "the card \(cardID) no longer exists in Trello")
         }
         if card["closed"]?.boolValue == true || card["idList"]?.stringValue != list.trelloListID {
-            throw ItemFailure(description: "the card \(cardID) was archived or moved out of the list in Trello")
+            return .skipped(item, cardID: cardID, reason: "the card \(cardID) was archived or moved out of the list in Trello")
         }
         let priority = try await priorityField(list, state: &state)
         let current = CardMapper.fields(fromCard: card, priority: priority)
@@ -372,6 +374,8 @@ public struct SyncEngine: Sendable {
         _ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
     ) async throws -> [String: FieldStamp] {
         guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return [:] }
+        // An option the board lacks fails the item before anything is written.
+        if case .string(let wanted)? = write[SyncField.priority] { try await requireOption(wanted, list: list, state: &state) }
         if let url = write[SyncField.url], url != .null, CardMapper.fields(fromCard: card)[SyncField.url] != .null {
             marks.append(echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.url, value: .null))
         }
@@ -508,10 +512,6 @@ public struct SyncEngine: Sendable {
                     dueDate: item.fields[SyncField.dueDate]?.stringValue, fields: item.fields, jobID: state.jobID))
             return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .duplicate, trelloCardID: cardID, duplicateID: id)
         }
-        // An option the board lacks fails the item before a card is made for it.
-        if list.settings.syncsToTrello(SyncField.priority), case .string(let wanted)? = item.fields[SyncField.priority] {
-            try await requireOption(wanted, list: list, state: &state)
-        }
         let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, state: &state)
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
     }
@@ -537,6 +537,8 @@ public struct SyncEngine: Sendable {
     ) async throws -> String {
         // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
         let fields = appFields.filter { list.settings.syncsToTrello($0.key) }
+        // An option the board lacks fails the item before a card is made for it (a create, a duplicate kept).
+        if case .string(let wanted)? = fields[SyncField.priority] { try await requireOption(wanted, list: list, state: &state) }
         let title = fields[SyncField.title]?.stringValue ?? ""
         let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
         try await echo.mark([createMark])

@@ -58,6 +58,29 @@ import Testing
         #expect(CardMapper.fields(fromCard: card)[SyncField.dueReminderMinutes] == .null)
     }
 
+    /// A list's settings stored before the fields of 2026-11-26 existed (a one-way list, say) name only the fields of
+    /// then: the new ones still flow from Trello, as by default.
+    @Test func settingsStoredBeforeNewFieldsSyncThemFromTrello() throws {
+        var old = SyncSettings.default
+        old.direction = .trelloToReminders
+        for field in SyncSettings.fieldsAddedLater { old.fields.removeValue(forKey: field) }
+        // As it was stored then: no version, and no new field.
+        guard case .object(let object)? = old.storedText.flatMap({ try? JSONParser.parse(Array($0.utf8)) }) else {
+            Issue.record("settings not stored as an object")
+            return
+        }
+        let then = JSONValue.object(object.filter { $0.key != "fields_version" }).canonicalJSON
+        #expect(!then.contains(SyncField.trelloURL))
+        let read = SyncSettings(stored: then)
+        for field in SyncSettings.fieldsAddedLater {
+            #expect(read.syncsToReminders(field), "\(field)")
+            #expect(!read.syncsToTrello(field), "\(field)")
+        }
+        #expect(read.direction == .trelloToReminders)
+        // Stored now, a map that leaves them out means it.
+        #expect(SyncSettings(stored: old.storedText) == old)
+    }
+
     /// The same due reminder from a webhook payload and from a read of the card: one hash, so no change flips.
     @Test func aDueReminderFromThePayloadHashesAsFromTheCard() {
         let partial = CardMapper.partialFields(card: ["dueReminder": .number(30)], changedAttributes: ["dueReminder"])
@@ -81,14 +104,20 @@ import Testing
     /// the card, so the edit reaches the apps now; a card's place in its list is still nothing the apps see.
     @Test func anUpdateOfAnAttributeThePayloadDoesNotMapReadsTheCard() throws {
         for old: [String: JSONValue] in [
-            ["address": .null, "locationName": .null, "coordinates": .null], ["idLabels": .array([])], ["cover": .null],
-            ["idAttachmentCover": .null], ["somethingTrelloAddsNextYear": .number(1)], ["name": "Old", "address": .null],
+            ["address": .null, "locationName": .null, "coordinates": .null], ["idLabels": .array([])],
+            ["somethingTrelloAddsNextYear": .number(1)], ["name": "Old", "address": .null],
         ] {
             let events = try Self.update(old: old)
             #expect(events.map { $0.kind } == [CardEvent.Kind.fetch], "\(old)")
             #expect(events.first?.listID == "L1" && events.first?.cardID == "c1")
         }
-        #expect(try Self.update(old: ["pos": .number(1)]).isEmpty)
+        // A place in the list, or a cover (its image attachment's own action reads the card): nothing to read.
+        for old: [String: JSONValue] in [["pos": .number(1)], ["cover": .null], ["idAttachmentCover": .null], ["pos": .number(2), "cover": .null]] {
+            #expect(try Self.update(old: old).isEmpty, "\(old)")
+        }
+        // Members beside a title: the title's value, and a read for lists that filter by member.
+        let both = try Self.update(old: ["name": "Old", "idMembers": .array([])], card: ["name": "New"]).map { $0.kind }
+        #expect(both == [CardEvent.Kind.fields([SyncField.title: "New"]), CardEvent.Kind.membersChanged])
         #expect(try Self.update(old: ["idMembers": .array([])]).map { $0.kind } == [CardEvent.Kind.membersChanged])
         let renamed = try Self.update(old: ["name": "Old"], card: ["name": "New"]).map { $0.kind }
         #expect(renamed == [CardEvent.Kind.fields([SyncField.title: "New"])])

@@ -219,7 +219,7 @@ extension Stack {
         // The whole change as the app received it, with one field edited.
         let echoed: [String: JSONValue] = [
             "title": "First, renamed", "priority": "urgent", "labels": .array([.object(["id": "L1", "name": "Home", "color": "green"])]),
-            "checklists": .array([]), "location": .null, "trello_url": "https://trello.com/c/abc", "colour": "red",
+            "checklists": .array([]), "location": .null, "trello_url": "https://trello.com/c/abc",
         ]
         let result = try await s.sync([
             s.change("update", reminder: "R1", fields: echoed, changed: ["title"]),
@@ -285,6 +285,7 @@ extension Stack {
         }
         try await expect([s.change("update", reminder: "R1", fields: ["title": "x"])], .unprocessableEntity, mentioning: "changed_fields")
         try await expect([s.change("create", reminder: "R1", fields: ["notes": "no title"])], .unprocessableEntity, mentioning: "title")
+        try await expect([s.change("create", reminder: "R1", fields: ["title": "x", "colour": "red"])], .unprocessableEntity, mentioning: "colour")
         try await expect(
             [s.change("create", reminder: "R1", fields: ["title": "x", "due_date": .number(3)])], .unprocessableEntity,
             mentioning: "changes[0].fields.due_date")

@@ -76,10 +76,16 @@ public struct SyncChange: Codable, Sendable, Equatable {
             throw APIError.unprocessable("\(path).modified_at must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z")
         }
         // What the app sends back may hold every field of the change it received, read-only ones and values it did not
-        // touch included: only the fields `changed_fields` names are read (a create without it: the writable ones).
+        // touch included: an update reads only the fields `changed_fields` names; a create, every writable field given.
+        // A name that is no field at all (`dueDate`, `colour`) is a mistake, refused.
         var given: [String: JSONValue] = [:]
         if let raw = object["fields"], raw != .null {
             guard case .object(let object) = raw else { throw APIError.badRequest("\(path).fields must be an object") }
+            if let unknown = object.keys.sorted().first(where: { !SyncField.all.contains($0) }) {
+                throw APIError.unprocessable(
+                    "\(path).fields.\(unknown): unknown field; the apps write \(SyncFields.writable.joined(separator: ", ")) (the others of a change are read-only)"
+                )
+            }
             given = object
         }
         var changed: [String] = []
@@ -100,8 +106,8 @@ public struct SyncChange: Codable, Sendable, Equatable {
         switch op {
         case .create:
             guard given[SyncField.title] != nil else { throw APIError.unprocessable("\(path).fields.title is required for a create") }
-            if changed.isEmpty { changed = given.keys.filter { SyncFields.writable.contains($0) }.sorted() }
-            if !changed.contains(SyncField.title) { changed.append(SyncField.title) }
+            // Every writable field given is written; `changed_fields` matters again only if the create finds its card made.
+            for field in given.keys.sorted() where SyncFields.writable.contains(field) && !changed.contains(field) { changed.append(field) }
         case .update:
             guard !changed.isEmpty else { throw APIError.unprocessable("\(path).changed_fields must name at least one field for an update") }
         case .complete, .delete:

@@ -262,14 +262,37 @@ extension SyncSettings {
         }
     }
 
-    /// What the store keeps: nil for the defaults (read back without parsing), else the canonical JSON.
-    public var storedText: String? { self == .default ? nil : json.canonicalJSON }
+    /// What the store keeps: nil for the defaults (read back without parsing), else the canonical JSON with the
+    /// version of the field list it was written with (`storedFieldsVersion`).
+    public var storedText: String? {
+        guard self != .default, case .object(var object) = json else { return nil }
+        object[Self.fieldsVersionKey] = .number(Double(Self.storedFieldsVersion))
+        return JSONValue.object(object).canonicalJSON
+    }
+
+    /// The field list's version in stored settings: 2 since `fieldsAddedLater` exist (text without it is of version 1).
+    static let storedFieldsVersion = 2
+    static let fieldsVersionKey = "fields_version"
+
+    /// Fields added after settings were first stored (2026-11-26, version 2): a stored field map of version 1 was
+    /// written when they did not exist, so it does not name them; they flow from Trello as by default (only Trello holds
+    /// them). A map of version 2 that leaves one out means it.
+    public static let fieldsAddedLater: [String] = [SyncField.attachments, SyncField.trelloURL, SyncField.dueReminderMinutes]
 
     /// Settings as stored: nil or damaged text is the defaults (the API checked them when it stored them).
     public init(stored text: String?) {
-        guard let text, let value = try? JSONParser.parse(Array(text.utf8)), let settings = try? SyncSettings(json: value) else {
+        guard let text, case .object(var object)? = try? JSONParser.parse(Array(text.utf8)) else {
             self = .default
             return
+        }
+        var version = 1
+        if case .number(let stored)? = object.removeValue(forKey: Self.fieldsVersionKey) { version = Int(stored) }
+        guard var settings = try? SyncSettings(json: .object(object)) else {
+            self = .default
+            return
+        }
+        if version < 2, object["fields"] != nil {
+            for field in Self.fieldsAddedLater where settings.fields[field] == nil { settings.fields[field] = FieldRule() }
         }
         self = settings
     }

@@ -32,7 +32,8 @@ public struct CardEvent: Sendable, Equatable {
 /// Turns a Trello action into card events. Pure: no store, no network.
 public enum CardEventInterpreter {
     /// `updateCard` attributes nothing the apps see depends on: a card dragged within its list is not read again.
-    public static let invisibleAttributes: Set<String> = ["pos"]
+    /// (A cover follows an image attachment, whose own action reads the card already.)
+    public static let invisibleAttributes: Set<String> = ["pos", "cover", "idAttachmentCover", "manualCoverAttachment"]
 
     public static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
         let action = body.action
@@ -65,16 +66,19 @@ public enum CardEventInterpreter {
             // An attribute the payload does not carry a mapping for (a location, a due reminder, a cover, anything Trello
             // adds): the card is read, so the edit reaches the apps now, not at the next reconciliation. Only a card's
             // place in its list is nothing the apps see.
-            let unmapped = Set(old.keys).subtracting(SyncField.fromCardAttribute.keys).subtracting(Self.invisibleAttributes)
-            if unmapped == ["idMembers"] {
-                return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .membersChanged)]
-            }
+            var unmapped = Set(old.keys).subtracting(SyncField.fromCardAttribute.keys).subtracting(Self.invisibleAttributes)
+            // Members: read only by lists that filter by them, beside what else the payload carries.
+            let members = unmapped.remove("idMembers") != nil
             if !unmapped.isEmpty { return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)] }
+            var events: [CardEvent] = []
             let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
-            if fields.isEmpty { return [] }  // pos: nothing the apps see
-            var event = CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))
-            event.previous = CardMapper.partialFields(card: old, changedAttributes: old.keys)
-            return [event]
+            if !fields.isEmpty {
+                var event = CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fields(fields))
+                event.previous = CardMapper.partialFields(card: old, changedAttributes: old.keys)
+                events.append(event)
+            }
+            if members { events.append(CardEvent(cardID: cardID, listID: list, boardID: board, kind: .membersChanged)) }
+            return events  // `pos` alone: nothing the apps see
         case "addMemberToCard", "removeMemberFromCard":
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .membersChanged)]
         case _ where TrelloActionType.handled.contains(type):

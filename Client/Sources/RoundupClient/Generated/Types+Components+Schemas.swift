@@ -1007,7 +1007,7 @@ extension Components {
             public var trelloCardId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/SyncChange/fields`.
             public var fields: Components.Schemas.SyncFields?
-            /// The fields that changed. Required for `update`. For `create`, every field given in `fields` counts as changed.
+            /// The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written.
             ///
             /// - Remark: Generated from `#/components/schemas/SyncChange/changed_fields`.
             public var changedFields: [Components.Schemas.SyncFieldName]?
@@ -1023,7 +1023,7 @@ extension Components {
             ///   - reminderId:
             ///   - trelloCardId: The card the reminder is mapped to. Optional when the server knows the mapping.
             ///   - fields:
-            ///   - changedFields: The fields that changed. Required for `update`. For `create`, every field given in `fields` counts as changed.
+            ///   - changedFields: The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written.
             ///   - modifiedAt: When the user made the edit on the device. The `lww` conflict policy and the 2-second completion rule use it.
             public init(
                 op: Components.Schemas.SyncOp,

@@ -5844,11 +5844,13 @@ public enum Operations {
     /// once; poll the job with `GET /dailyroundup/sync/jobs/{job_id}` for its
     /// progress and per-change results.
     ///
-    /// The whole batch is validated first. If any change is invalid (an unknown
-    /// list, an unknown field, a missing `reminder_id`, an `update` with no
-    /// `changed_fields`, a `trello_card_id` that belongs to another list, or more
-    /// than 500 changes), the request gets `422 unprocessable` and nothing is
-    /// started.
+    /// The whole batch is validated first. If any change is malformed (an unknown
+    /// list, a name in `fields` that is no field, a wrong JSON type, a missing
+    /// `reminder_id`, an `update` with no `changed_fields`, `changed_fields`
+    /// naming a read-only field, a `trello_card_id` that belongs to another list,
+    /// or more than 500 changes), the request gets `422 unprocessable` (400 for a
+    /// wrong type outside `fields`) and nothing is started. A value of the right
+    /// type that cannot be written fails only its own item, in the job.
     ///
     /// Send an `Idempotency-Key` to make retries safe: a repeated request with
     /// the same key returns the same job (202 again) and creates nothing.
