@@ -86,7 +86,7 @@ private enum ClientPhase: String {
 /// `idleTimeout` of the previous response), no complete body within `bodyTimeout` of its head, and (with
 /// `writeDeadlines`) a response none of whose pending writes reached the socket within `writeTimeout` (a client that
 /// stops reading fills the socket's buffer, then the writer's, and is closed instead of holding them; responses are
-/// written in pieces of at most 64 KiB, so a slow client that keeps taking bytes is not) or whose sent bytes stay
+/// written whole up to 256 KiB and in 64 KiB pieces beyond, so a slow client that keeps taking bytes is not) or whose sent bytes stay
 /// unacknowledged that long (`TCP_USER_TIMEOUT`: a peer that vanished without a word). While the server itself works on a request no client deadline runs: the handlers have their own.
 /// Sits after the HTTP decoder.
 public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {

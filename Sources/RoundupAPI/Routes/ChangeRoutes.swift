@@ -33,7 +33,8 @@ struct ChangeRoutes {
         let body = page.finish()
         return Response(
             status: .ok, headers: [.contentType: "application/json"],
-            body: body.readableBytes > ResponsePieces.size ? ResponseBody(contentsOf: ResponsePieces.split(body)) : ResponseBody(byteBuffer: body))
+            body: body.readableBytes > ResponsePieces.wholeUpTo
+                ? ResponseBody(contentsOf: ResponsePieces.split(body)) : ResponseBody(byteBuffer: body))
     }
 
     /// A page of changes, written as the store reads them: the first `limit` into `out`, and whether one more came.

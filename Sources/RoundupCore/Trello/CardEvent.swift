@@ -66,10 +66,13 @@ public enum CardEventInterpreter {
             // An attribute the payload does not carry a mapping for (a location, a due reminder, a cover, anything Trello
             // adds): the card is read, so the edit reaches the apps now, not at the next reconciliation. Only a card's
             // place in its list is nothing the apps see.
-            var unmapped = Set(old.keys).subtracting(SyncField.fromCardAttribute.keys).subtracting(Self.invisibleAttributes)
-            // Members: read only by lists that filter by them, beside what else the payload carries.
-            let members = unmapped.remove("idMembers") != nil
-            if !unmapped.isEmpty { return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)] }
+            // Members: read only by lists that filter by them, beside what else the payload carries. (A loop, not sets:
+            // this runs for every updateCard a worker applies.)
+            var members = false
+            for key in old.keys where SyncField.fromCardAttribute[key] == nil && !Self.invisibleAttributes.contains(key) {
+                guard key == "idMembers" else { return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)] }
+                members = true
+            }
             var events: [CardEvent] = []
             let fields = CardMapper.partialFields(card: card, changedAttributes: old.keys)
             if !fields.isEmpty {
