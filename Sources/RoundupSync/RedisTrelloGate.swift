@@ -102,9 +102,15 @@ public struct RedisTrelloGate: TrelloRequestGate {
         var pauseMilliseconds = 0
         if status == 429 {
             Counter(label: "roundup_trello_429_total").increment()
-            // Clamped before arithmetic: an absurd Retry-After pauses the token an hour at most, and never overflows.
-            let retryAfter = TrelloClient.retryAfterSeconds(headers.first(name: "retry-after")) ?? 0
-            pauseMilliseconds = max(retryAfter * 1000, 500)
+            // Clamped before arithmetic: an absurd Retry-After pauses the token a minute at most, and never overflows.
+            let header = headers.first(name: "retry-after")
+            let retryAfter = TrelloClient.retryAfter(header)
+            if retryAfter?.capped == true {
+                logger.warning(
+                    "trello retry-after capped",
+                    metadata: ["retry_after": "\(header?.prefix(32) ?? "")", "cap_seconds": "\(TrelloClient.maxRetryAfterSeconds)"])
+            }
+            pauseMilliseconds = max((retryAfter?.seconds ?? 0) * 1000, 500)
         } else if let remaining = headers.first(name: "x-rate-limit-api-token-remaining").flatMap(Int.init), remaining <= 0 {
             pauseMilliseconds = 500
         }

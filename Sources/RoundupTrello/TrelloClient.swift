@@ -258,19 +258,24 @@ public struct TrelloClient: Sendable {
         }
     }
 
-    /// The longest `Retry-After` honoured: a larger (or absurd) value waits this long, never overflows.
-    public static let maxRetryAfterSeconds = 3600
+    /// The longest `Retry-After` honoured. Trello's own windows are 10 seconds (100 requests per token, 300 per key): a
+    /// larger value, from Trello or a proxy in its place, is capped near them (and logged where it is obeyed,
+    /// `RedisTrelloGate`), so one absurd header cannot stop an account's Trello work for long. It never overflows.
+    public static let maxRetryAfterSeconds = 60
 
     /// A `Retry-After` header in whole seconds, clamped to 0...`maxRetryAfterSeconds`; nil when absent or not a number
     /// (an HTTP date counts as absent). Trello sends seconds.
-    public static func retryAfterSeconds(_ header: String?) -> Int? {
+    public static func retryAfterSeconds(_ header: String?) -> Int? { retryAfter(header)?.seconds }
+
+    /// The same, and whether the header asked for more than `maxRetryAfterSeconds`.
+    public static func retryAfter(_ header: String?) -> (seconds: Int, capped: Bool)? {
         guard let text = header?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         let digits = text.hasPrefix("-") || text.hasPrefix("+") ? text.dropFirst() : Substring(text)
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
-        if text.hasPrefix("-") { return 0 }
+        if text.hasPrefix("-") { return (0, false) }
         // Past Int's range it is still "a very long time": the ceiling, not a failed parse.
-        guard digits.count <= 18, let seconds = Int(digits) else { return maxRetryAfterSeconds }
-        return min(seconds, maxRetryAfterSeconds)
+        guard digits.count <= 18, let seconds = Int(digits) else { return (maxRetryAfterSeconds, true) }
+        return (min(seconds, maxRetryAfterSeconds), seconds > maxRetryAfterSeconds)
     }
 
     /// `roundup_trello_requests_total{status}` (status class: 2xx, 4xx, 429, 5xx).
