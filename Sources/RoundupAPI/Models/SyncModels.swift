@@ -1,4 +1,5 @@
 import Foundation
+import Metrics
 public import RoundupCore
 import RoundupStore
 import RoundupSync
@@ -130,9 +131,16 @@ public struct SyncChange: Codable, Sendable, Equatable {
     }
 
     /// The job's item for this change.
-    var item: SyncItem {
-        SyncItem(
+    /// The job's item for this change, received at `received`: a `modified_at` later than that (a device clock running
+    /// ahead) is taken as `received`, so under `lww` a fast clock cannot win a conflict it did not win.
+    func item(received: Date) -> SyncItem {
+        var modified = Timestamp.date(modifiedAt) ?? received
+        if modified > received {
+            Counter(label: "roundup_sync_modified_at_clamped_total").increment()
+            modified = received
+        }
+        return SyncItem(
             op: op, syncListID: syncListID, reminderID: reminderID, trelloCardID: trelloCardID, fields: fields, changedFields: changedFields,
-            modifiedAt: Timestamp.date(modifiedAt) ?? Date())
+            modifiedAt: modified)
     }
 }

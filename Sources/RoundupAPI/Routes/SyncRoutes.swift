@@ -25,6 +25,7 @@ struct SyncRoutes {
         let idempotencyKey = try Self.idempotencyKey(request)
         let (deviceID, values) = try SyncRequest.envelope(try await JSONBody.read(request, context: context))
         let lists = Set(try await api.store.syncLists(accountID: account).map(\.id))
+        let received = Date()
         var items: [SyncItem] = []
         for (index, value) in values.enumerated() {
             let path = "changes[\(index)]"
@@ -37,7 +38,7 @@ struct SyncRoutes {
                     throw APIError.unprocessable("\(path).trello_card_id: the card \(cardID) belongs to another list")
                 }
             }
-            items.append(change.item)
+            items.append(change.item(received: received))
         }
         let submission = try await api.store.submitJob(
             accountID: account, kind: .sync, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: .array(items.map(\.json)),
