@@ -33,6 +33,9 @@ public struct RedisKeys: Sendable {
 
     /// Sync and import jobs for the workers (consumer group `workerGroup`).
     public var jobStream: String { prefix + "stream:jobs" }
+    /// A set of `account<TAB>board` whose synced lists a worker reconciles at its next tick (a board label renamed,
+    /// recoloured or deleted changes every card carrying it, and its action names no card).
+    public var reconcileRequests: String { prefix + "reconcile:requested" }
     /// Pushes for roundup-pusher: conflicts (alert) and new changes (background).
     public var pushStream: String { prefix + "stream:push" }
     /// A fingerprint of a field value this server wrote to a card, so the webhook that echoes it is not taken for an edit.

@@ -63,10 +63,13 @@ extension SyncEngine {
             let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
             if let chosen {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
-                record.stamps = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
-                record.winning = [field: chosen]
-                // The apps may have applied Trello's value meanwhile: send them the chosen one either way.
-                record.toApps = [field: chosen]
+                let written = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
+                record.stamps = written.stamps
+                record.winning = [field: written.values[field] ?? chosen]
+                // The apps may have applied Trello's value meanwhile: send them the chosen one either way (as the card
+                // now holds it, with what changed with it).
+                record.toApps = written.values.filter { list.settings.syncsToReminders($0.key) }
+                record.toApps[field] = written.values[field] ?? chosen
             } else {
                 record.toApps = [field: current]
                 record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)

@@ -70,6 +70,8 @@ public struct SyncEngine: Sendable {
         var deleteMode: DeleteMode
         var lists: [String: SyncListRecord]
         var priority: [String: PriorityField?] = [:]
+        /// Board id → its labels, read when an app names a label its card does not carry.
+        var labels: [String: [[String: JSONValue]]] = [:]
         var openCards: [String: [[String: JSONValue]]] = [:]
     }
 
@@ -344,8 +346,6 @@ public struct SyncEngine: Sendable {
         }
 
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
-        record.winning = winning
-        record.toApps = toApps
         record.conflicts = conflicts
         record.jobID = state.jobID
         record.activity = activity
@@ -354,7 +354,13 @@ public struct SyncEngine: Sendable {
             record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime)
         }
         var marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
-        record.stamps.merge(try await writeFields(write, card: card, list: list, marks: &marks, state: &state)) { _, new in new }
+        let written = try await writeFields(write, card: card, list: list, marks: &marks, state: &state)
+        record.stamps.merge(written.stamps) { _, new in new }
+        // What the card holds now where it is not what the app sent (a label named, a new check item's id, the option a
+        // level picked, the first link's attachment): every app gets it, the sender included.
+        for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(field) { toApps[field] = value }
+        record.winning = winning.mapValues { $0 }.merging(written.values.filter { winning[$0.key] != nil }) { _, held in held }
+        record.toApps = toApps
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
@@ -364,96 +370,6 @@ public struct SyncEngine: Sendable {
             conflictIDs: conflictIDs)
         result.skippedFields = skipped
         return result
-    }
-
-    /// Sends field values to a card (attributes in one PUT, then priority and link); returns their stamps.
-    /// `marks` are set first, so the webhook echo of each write is recognised even before the store has the stamps;
-    /// marks for intermediate states (a link removed before its replacement is added) are appended, for the caller
-    /// to clear once the stamps are stored.
-    func writeFields(
-        _ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
-    ) async throws -> [String: FieldStamp] {
-        guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return [:] }
-        // An option the board lacks fails the item before anything is written.
-        if case .string(let wanted)? = write[SyncField.priority] { try await requireOption(wanted, list: list, state: &state) }
-        if let url = write[SyncField.url], url != .null, CardMapper.fields(fromCard: card)[SyncField.url] != .null {
-            marks.append(echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.url, value: .null))
-        }
-        try await echo.mark(marks)
-        let now = Date().timeIntervalSince1970
-        var stamps: [String: FieldStamp] = [:]
-        var attributes: [String: JSONValue] = [:]
-        for (field, value) in write {
-            if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
-        }
-        if !attributes.isEmpty {
-            guard let updated = try await trello.updateCard(id: cardID, attributes: attributes, credentials: state.credentials) else {
-                throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
-            }
-            let seen = CardMapper.partialFields(card: updated, changedAttributes: attributes.keys)
-            for (field, value) in seen { stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
-        }
-        if let value = write[SyncField.priority] {
-            try await setPriority(cardID: cardID, value: value, list: list, state: &state)
-            stamps[SyncField.priority] = FieldStamp(hash: value.fieldHash, time: now)
-        }
-        if let value = write[SyncField.url] {
-            // The card's attachments change with its link: each state they pass through is fingerprinted before it
-            // exists (or, for the new attachment whose id Trello gives, as soon as it does), so their webhook, and the
-            // card read it causes, are known for our own write.
-            var attachments = card["attachments"]?.arrayValue ?? []
-            let link = CardMapper.fields(fromCard: card)[SyncField.url]?.stringValue
-            if let index = attachments.firstIndex(where: { $0["isUpload"]?.boolValue != true && $0["url"]?.stringValue == link }),
-                let id = attachments[index]["id"]?.stringValue
-            {
-                attachments.remove(at: index)
-                let between = echo.fieldKey(
-                    account: list.accountID, card: cardID, field: SyncField.attachments, value: CardMapper.attachments(attachments))
-                try await echo.mark([between])
-                marks.append(between)
-                try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
-            }
-            if case .string(let url) = value {
-                let added = try await trello.addURLAttachment(cardID: cardID, url: url, credentials: state.credentials)
-                attachments.append(.object(added))
-            }
-            stamps[SyncField.url] = FieldStamp(hash: value.fieldHash, time: now)
-            let attached = CardMapper.attachments(attachments)
-            let mark = echo.fieldKey(account: list.accountID, card: cardID, field: SyncField.attachments, value: attached)
-            try await echo.mark([mark])
-            marks.append(mark)
-            stamps[SyncField.attachments] = FieldStamp(hash: attached.fieldHash, time: now)
-        }
-        return stamps
-    }
-
-    private func setPriority(cardID: String, value: JSONValue, list: SyncListRecord, state: inout JobState) async throws {
-        var refreshed = false
-        while true {
-            guard let field = try await priorityField(list, state: &state, refresh: refreshed) else {
-                if value == .null { return }
-                throw ItemFailure(description: "fields.priority: the board has no Priority dropdown field for priority \(value)")
-            }
-            var optionID: String?
-            if case .string(let wanted) = value {
-                optionID = field.options.first { $0.value.lowercased() == wanted }?.key
-                if optionID == nil {
-                    if !refreshed {
-                        refreshed = true
-                        continue
-                    }
-                    let options = field.options.values.map { $0.lowercased() }.sorted().joined(separator: ", ")
-                    throw ItemFailure(description: "fields.priority: \"\(wanted)\" is not an option of the board's Priority field (\(options))")
-                }
-            }
-            do {
-                try await trello.setCustomFieldOption(cardID: cardID, fieldID: field.fieldID, optionID: optionID, credentials: state.credentials)
-                return
-            } catch let error as TrelloError where error.status == 400 && !refreshed {
-                // The option ids we keep are out of date (the board's field was edited): read them again once.
-                refreshed = true
-            }
-        }
     }
 
     /// The board's Priority field: from the store, else from Trello (then kept); `refresh` asks Trello again.
@@ -516,29 +432,14 @@ public struct SyncEngine: Sendable {
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
     }
 
-    /// Throws the item's failure when the board's Priority field has no option `wanted` (read again once from Trello).
-    private func requireOption(_ wanted: String, list: SyncListRecord, state: inout JobState) async throws {
-        for refresh in [false, true] {
-            guard let field = try await priorityField(list, state: &state, refresh: refresh) else {
-                if refresh { throw ItemFailure(description: "fields.priority: the board has no Priority dropdown field for priority \"\(wanted)\"") }
-                continue
-            }
-            if field.options.values.contains(where: { $0.lowercased() == wanted }) { return }
-            if refresh {
-                let options = field.options.values.map { $0.lowercased() }.sorted().joined(separator: ", ")
-                throw ItemFailure(description: "fields.priority: \"\(wanted)\" is not an option of the board's Priority field (\(options))")
-            }
-        }
-    }
-
     /// Makes the card and maps it to the reminder; returns its id. `note` explains the create in the history.
     func createCard(
         _ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState, note: String? = nil
     ) async throws -> String {
         // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
         let fields = appFields.filter { list.settings.syncsToTrello($0.key) }
-        // An option the board lacks fails the item before a card is made for it (a create, a duplicate kept).
-        if case .string(let wanted)? = fields[SyncField.priority] { try await requireOption(wanted, list: list, state: &state) }
+        // An option or label the board lacks fails the item before a card is made for it (a create, a duplicate kept).
+        let labelIDs = try await checkBeforeCreate(fields, list: list, state: &state)
         let title = fields[SyncField.title]?.stringValue ?? ""
         let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
         try await echo.mark([createMark])
@@ -548,7 +449,7 @@ public struct SyncEngine: Sendable {
         }
         // A list that syncs only some cards: the new card gets what the filter asks (one of its labels, one of its
         // members), or its webhook would take the reminder it came from away again.
-        if let label = list.settings.filter.labels.sorted().first { attributes["idLabels"] = .array([.string(label)]) }
+        if let labelIDs { attributes["idLabels"] = .array(labelIDs.map(JSONValue.string)) }
         if let member = list.settings.filter.members.sorted().first { attributes["idMembers"] = .array([.string(member)]) }
         // The placeholder says "a card may exist for this reminder" — only while Trello may have made one.
         try await store.reserveCreate(accountID: list.accountID, syncListID: list.id, reminderID: reminderID)
@@ -576,18 +477,29 @@ public struct SyncEngine: Sendable {
                 jobID: state.jobID)
         ]
         _ = try await store.recordSyncWrite(record)
-        // Priority and link are separate requests; the card is known now, so fingerprint them by card.
+        // The rest are requests of their own; the card is known now, so they are fingerprinted by card.
         var extra: [String: JSONValue] = [:]
-        for field in [SyncField.priority, SyncField.url] {
-            if let value = fields[field], value != .null { extra[field] = value }
+        for (field, value) in fields where SyncFields.cardAttribute[field] == nil && field != SyncField.labels {
+            if value == .null || value == .array([]) || (field == SyncField.priorityLevel && value == .number(0)) { continue }
+            extra[field] = value
         }
+        // What the apps did not send or sent in another form (the card's Trello link, label ids, new check items'
+        // ids): every app gets it, the sender included, as an update of the new reminder.
+        var toApps: [String: JSONValue] = [:]
+        let made = CardMapper.fields(fromCard: card, priority: priority)
+        for field in [SyncField.trelloURL, SyncField.labels] where list.settings.syncsToReminders(field) {
+            if let value = made[field], value != fields[field] ?? (field == SyncField.labels ? .array([]) : .null) { toApps[field] = value }
+        }
+        var more = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
+        var marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
         if !extra.isEmpty {
-            var marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
-            var more = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
-            more.stamps = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
-            _ = try await store.recordSyncWrite(more)
-            await echo.clear(marks)
+            let written = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
+            more.stamps = written.stamps
+            for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(field) { toApps[field] = value }
         }
+        more.toApps = toApps
+        if !more.stamps.isEmpty || !toApps.isEmpty { _ = try await store.recordSyncWrite(more) }
+        await echo.clear(marks)
         await echo.clear([createMark])
         return cardID
     }

@@ -52,7 +52,9 @@ extension FakeTrello {
     }
 
     /// The attributes `PUT /1/cards/{id}` (and `userUpdateCard`) changes.
-    static let updatableAttributes = ["name", "desc", "due", "start", "dueComplete", "closed", "idList"]
+    static let updatableAttributes = [
+        "name", "desc", "due", "start", "dueComplete", "closed", "idList", "dueReminder", "address", "locationName", "coordinates", "idLabels",
+    ]
 
     // MARK: Public API
 
@@ -243,6 +245,35 @@ extension FakeTrello {
         case "idList":
             guard let id = value.stringValue, !id.isEmpty else { return nil }
             return .string(id)
+        case "dueReminder":
+            switch value {
+            case .null, .string(""), .string("null"): return .null
+            case .number(let n) where n == n.rounded(): return .number(n)
+            case .string(let text): return Int(text).map { .number(Double($0)) }
+            default: return nil
+            }
+        case "address", "locationName":
+            switch value {
+            case .null, .string(""): return .null
+            case .string: return value
+            default: return nil
+            }
+        case "coordinates":
+            // "latitude,longitude", kept as Trello gives it back: an object.
+            switch value {
+            case .null, .string(""): return .null
+            case .string(let text):
+                let parts = text.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+                guard parts.count == 2, (-90...90).contains(parts[0]), (-180...180).contains(parts[1]) else { return nil }
+                return .object(["latitude": .number(parts[0]), "longitude": .number(parts[1])])
+            default: return nil
+            }
+        case "idLabels":
+            switch value {
+            case .array(let items): return .array(items.compactMap(\.stringValue).map(JSONValue.string))
+            case .string(let text): return .array(text.split(separator: ",").map { .string(String($0)) })
+            default: return nil
+            }
         default:
             return nil
         }
@@ -281,6 +312,14 @@ extension FakeTrello {
 }
 
 extension FakeTrello.State {
+    /// A label as a card carries it: the board's (`FakeTrello.setBoardLabels`), else one made up from its id.
+    func label(_ id: String, board: String) -> JSONValue {
+        if let known = boardLabels[board]?.first(where: { $0["id"]?.stringValue == id }) {
+            return .object(["id": .string(id), "idBoard": .string(board), "name": known["name"] ?? "", "color": known["color"] ?? .null])
+        }
+        return FakeTrello.label(id)
+    }
+
     /// A fresh 24-hex id; later ids sort after earlier ones.
     /// An id as Trello makes them (MongoDB object ids): the creation time in seconds (8 hex digits), then this fake's
     /// own prefix and a counter, so ids still sort in the order they were made.
@@ -323,6 +362,7 @@ extension FakeTrello.State {
         let id = makeID()
         var card = FakeTrello.card(id: id, listID: listID, boardID: board, name: "")
         for (attribute, value) in values { card[attribute] = value }
+        card["labels"] = .array((card["idLabels"]?.arrayValue ?? []).compactMap(\.stringValue).map { label($0, board: board) })
         card["pos"] = .number(pos)
         card["idShort"] = .number(Double(idShort))
         card["shortLink"] = .string(String(id.suffix(8)))
@@ -344,12 +384,20 @@ extension FakeTrello.State {
             if attribute == "idList", boardID(ofList: value.stringValue ?? "") == nil { return .failure(.invalid("idList")) }
             values.append((attribute, value))
         }
+        let board = card["idBoard"]?.stringValue ?? ""
+        if let ids = values.first(where: { $0.attribute == "idLabels" })?.value.arrayValue?.compactMap(\.stringValue), let known = boardLabels[board],
+            ids.contains(where: { id in !known.contains { $0["id"]?.stringValue == id } })
+        {
+            return .failure(.invalid("idLabels"))
+        }
         var old: [String: JSONValue] = [:]
         var changed: [String: JSONValue] = [:]
         for (attribute, value) in values where (card[attribute] ?? .null) != value {
             old[attribute] = card[attribute] ?? .null
             changed[attribute] = value
             card[attribute] = value
+            // As Trello does, a card carries its labels whole beside their ids.
+            if attribute == "idLabels" { card["labels"] = .array((value.arrayValue ?? []).compactMap(\.stringValue).map { label($0, board: board) }) }
         }
         guard !old.isEmpty else { return .success(FakeTrello.Write(body: .object(card), deliveries: [])) }
         let listID = card["idList"]?.stringValue ?? ""
@@ -384,7 +432,8 @@ extension FakeTrello.State {
         card[attribute] = .array(ids.map(JSONValue.string))
         if attribute == "idLabels" {
             // As Trello does, a card carries its labels whole beside their ids.
-            card["labels"] = .array(ids.map(FakeTrello.label))
+            let board = card["idBoard"]?.stringValue ?? ""
+            card["labels"] = .array(ids.map { label($0, board: board) })
         }
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[cardID] = card
@@ -393,7 +442,7 @@ extension FakeTrello.State {
         let type = (add ? (labels ? "addLabelToCard" : "addMemberToCard") : (labels ? "removeLabelFromCard" : "removeMemberFromCard"))
         var data: [String: JSONValue] = ["list": listRef(listID)]
         if labels {
-            data["label"] = FakeTrello.label(id)
+            data["label"] = label(id, board: card["idBoard"]?.stringValue ?? "")
         } else {
             data["idMember"] = .string(id)
             data["member"] = .object(["id": .string(id), "name": .string("member \(id.suffix(4))")])
@@ -468,7 +517,12 @@ extension FakeTrello.State {
         guard let url = params["url"]?.stringValue, !url.isEmpty else { return .failure(.invalid("url")) }
         let name = params["name"]?.stringValue ?? url
         let id = makeID()
-        let attachment = JSONValue.object(["id": .string(id), "url": .string(url), "name": .string(name), "isUpload": .bool(false)])
+        // `isUpload` and `mimeType` only from `userAddAttachment` (a file a person uploaded in Trello's UI).
+        let upload = params["isUpload"] == .bool(true)
+        let attachment = JSONValue.object([
+            "id": .string(id), "url": .string(url), "name": .string(name), "isUpload": .bool(upload),
+            "mimeType": upload ? params["mimeType"] ?? .null : .null,
+        ])
         card["attachments"] = .array((card["attachments"]?.arrayValue ?? []) + [attachment])
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[cardID] = card
@@ -609,12 +663,17 @@ extension FakeTrello {
 }
 
 extension FakeTrello {
-    /// Gives a board a "Priority" dropdown with these options (option id → text), replacing any it had.
+    /// Gives a board a "Priority" dropdown with these options (option id, text) in this order, replacing any it had.
     public func setPriorityField(boardID: String, fieldID: String, options: [(id: String, text: String)]) {
         let field = JSONValue.object([
             "id": .string(fieldID), "idModel": .string(boardID), "modelType": "board", "name": "Priority", "type": "list",
             "options": .array(
-                options.map { .object(["id": .string($0.id), "idCustomField": .string(fieldID), "value": .object(["text": .string($0.text)])]) }),
+                options.enumerated().map { index, option in
+                    .object([
+                        "id": .string(option.id), "idCustomField": .string(fieldID), "value": .object(["text": .string(option.text)]),
+                        "color": "none", "pos": .number(Double(index + 1) * 16384),
+                    ])
+                }),
         ])
         state.withLockedValue { $0.customFields[boardID] = [field] }
     }

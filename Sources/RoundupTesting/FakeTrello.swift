@@ -62,6 +62,8 @@ public final class FakeTrello: Sendable {
         public var arrivals: [String: [ContinuousClock.Instant]] = [:]
         /// Cards created over REST (`POST /1/cards`).
         public var cardsCreated = 0
+        /// Board id → its labels (`{id, name, color}`), as `GET /1/boards/{id}/labels` returns them.
+        public var boardLabels: [String: [JSONValue]] = [:]
     }
 
     public struct Webhook: Sendable, Equatable {
@@ -283,6 +285,21 @@ public final class FakeTrello: Sendable {
         case (.GET, 4) where p[1] == "boards" && p[3] == "customFields":
             let fields = state.withLockedValue { $0.customFields[p[2]] } ?? []
             return .json(.ok, JSONValue.array(fields).canonicalJSON)
+        case (.GET, 4) where p[1] == "boards" && p[3] == "labels":
+            let labels = state.withLockedValue { $0.boardLabels[p[2]] } ?? []
+            return .json(.ok, JSONValue.array(labels).canonicalJSON)
+        case (.POST, 4) where p[1] == "cards" && p[3] == "checklists":
+            return Self.response(perform { $0.createChecklist(cardID: p[2], params, member: member) })
+        case (.PUT, 3) where p[1] == "checklists":
+            return Self.response(perform { $0.renameChecklist(id: p[2], params, member: member) })
+        case (.DELETE, 3) where p[1] == "checklists":
+            return Self.response(perform { $0.deleteChecklist(id: p[2], member: member) })
+        case (.POST, 4) where p[1] == "checklists" && p[3] == "checkItems":
+            return Self.response(perform { $0.addCheckItem(checklistID: p[2], params, member: member) })
+        case (.PUT, 5) where p[1] == "cards" && p[3] == "checkItem":
+            return Self.response(perform { $0.updateCheckItem(cardID: p[2], itemID: p[4], params, member: member) })
+        case (.DELETE, 5) where p[1] == "cards" && p[3] == "checkItem":
+            return Self.response(perform { $0.deleteCheckItem(cardID: p[2], itemID: p[4], member: member) })
         case (.GET, 3) where p[1] == "members" && p[2] == "me":
             return .json(.ok, member.json.canonicalJSON)
         case (.GET, 3) where p[1] == "cards":

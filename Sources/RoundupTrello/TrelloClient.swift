@@ -90,13 +90,13 @@ public struct TrelloClient: Sendable {
             guard field["name"]?.stringValue?.lowercased() == "priority", field["type"]?.stringValue == "list",
                 let id = field["id"]?.stringValue
             else { continue }
-            var options: [String: String] = [:]
-            for option in field["options"]?.arrayValue ?? [] {
-                if let optionID = option["id"]?.stringValue, let text = option["value"]?["text"]?.stringValue {
-                    options[optionID] = text
-                }
+            // In the board's order: by `pos`, then as listed.
+            let options = (field["options"]?.arrayValue ?? []).enumerated().compactMap { index, option -> (PriorityField.Option, Double, Int)? in
+                guard let optionID = option["id"]?.stringValue, let text = option["value"]?["text"]?.stringValue else { return nil }
+                let pos: Double = if case .number(let n)? = option["pos"] { n } else { Double(index) }
+                return (PriorityField.Option(id: optionID, text: text), pos, index)
             }
-            return PriorityField(fieldID: id, options: options)
+            return PriorityField(fieldID: id, ordered: options.sorted { ($0.1, $0.2) < ($1.1, $1.2) }.map(\.0))
         }
         return nil
     }
@@ -178,9 +178,13 @@ public struct TrelloClient: Sendable {
             body: .object(["idValue": .string(optionID ?? "")]), credentials: credentials)
     }
 
-    public func addURLAttachment(cardID: String, url: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
-        try await send(
-            .POST, "/cards/\(Self.escape(cardID))/attachments", body: .object(["url": .string(url)]), credentials: credentials, idempotent: false)?
+    /// Adds a link attachment (named `name`, else by Trello after the URL); returns it.
+    public func addURLAttachment(
+        cardID: String, url: String, name: String? = nil, credentials: TrelloCredentialsValue
+    ) async throws -> [String: JSONValue] {
+        var body: [String: JSONValue] = ["url": .string(url)]
+        if let name { body["name"] = .string(name) }
+        return try await send(.POST, "/cards/\(Self.escape(cardID))/attachments", body: .object(body), credentials: credentials, idempotent: false)?
             .objectValue ?? [:]
     }
 
@@ -188,6 +192,69 @@ public struct TrelloClient: Sendable {
         _ = try await send(
             .DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials,
             notFoundIsNil: true)
+    }
+
+    /// The board's labels, `{id, name, color}` each (`GET /boards/{id}/labels`).
+    public func boardLabels(boardID: String, credentials: TrelloCredentialsValue) async throws -> [[String: JSONValue]] {
+        guard
+            let value = try await get(
+                "/boards/\(Self.escape(boardID))/labels?fields=id,name,color&limit=1000", credentials: credentials, notFoundIsNil: true)
+        else { return [] }
+        return (value.arrayValue ?? []).compactMap(\.objectValue)
+    }
+
+    // MARK: Checklists
+
+    /// Adds a checklist at the bottom of the card; returns it (`{id, name, checkItems}`).
+    public func createChecklist(cardID: String, name: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
+        let reply = try await send(
+            .POST, "/cards/\(Self.escape(cardID))/checklists", body: .object(["name": .string(name), "pos": "bottom"]), credentials: credentials,
+            idempotent: false)
+        guard let checklist = reply?.objectValue, checklist["id"]?.stringValue != nil else {
+            throw TrelloError(status: 200, message: "checklist reply has no id", isTransient: false)
+        }
+        return checklist
+    }
+
+    public func renameChecklist(id: String, name: String, credentials: TrelloCredentialsValue) async throws {
+        _ = try await send(
+            .PUT, "/checklists/\(Self.escape(id))", body: .object(["name": .string(name)]), credentials: credentials, notFoundIsNil: true)
+    }
+
+    /// Deletes a checklist with its items; one already gone counts as deleted.
+    public func deleteChecklist(id: String, credentials: TrelloCredentialsValue) async throws {
+        _ = try await send(.DELETE, "/checklists/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
+    }
+
+    /// Adds an item at the bottom of a checklist; returns it (`{id, name, state, pos}`).
+    public func addCheckItem(
+        checklistID: String, name: String, checked: Bool, credentials: TrelloCredentialsValue
+    ) async throws -> [String: JSONValue] {
+        let reply = try await send(
+            .POST, "/checklists/\(Self.escape(checklistID))/checkItems",
+            body: .object(["name": .string(name), "checked": .bool(checked), "pos": "bottom"]), credentials: credentials, idempotent: false)
+        guard let item = reply?.objectValue, item["id"]?.stringValue != nil else {
+            throw TrelloError(status: 200, message: "check item reply has no id", isTransient: false)
+        }
+        return item
+    }
+
+    /// Renames an item, ticks or unticks it (`state`: complete or incomplete); false when it no longer exists.
+    public func updateCheckItem(
+        cardID: String, itemID: String, name: String?, completed: Bool?, credentials: TrelloCredentialsValue
+    ) async throws -> Bool {
+        var body: [String: JSONValue] = [:]
+        if let name { body["name"] = .string(name) }
+        if let completed { body["state"] = .string(completed ? "complete" : "incomplete") }
+        return try await send(
+            .PUT, "/cards/\(Self.escape(cardID))/checkItem/\(Self.escape(itemID))", body: .object(body), credentials: credentials,
+            notFoundIsNil: true) != nil
+    }
+
+    /// Deletes an item; one already gone counts as deleted.
+    public func deleteCheckItem(cardID: String, itemID: String, credentials: TrelloCredentialsValue) async throws {
+        _ = try await send(
+            .DELETE, "/cards/\(Self.escape(cardID))/checkItem/\(Self.escape(itemID))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
     // MARK: Requests

@@ -38,13 +38,37 @@ public struct ReconcileScheduler: Service {
         return now.timeIntervalSince(created) >= Self.offset(list.id, interval: interval)
     }
 
+    /// Reconciles the lists of the boards whose labels changed (`RedisKeys.reconcileRequests`): each request is taken by
+    /// one worker (`SPOP`); a list reconciled by another worker at the same moment is left to it.
+    func runRequested() async {
+        guard let reply = try? await reconciler.redis.send(RedisCommand("SPOP", [RedisArgument(reconciler.keys.reconcileRequests), "50"])),
+            let members = reply.array, !members.isEmpty
+        else { return }
+        for member in members {
+            guard let text = member.string else { continue }
+            let parts = text.split(separator: "\t", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let lists = try? await reconciler.store.syncLists(accountID: parts[0]) else { continue }
+            for list in lists where list.trelloBoardID == parts[1] {
+                if Task.isShuttingDownGracefully { return }
+                do {
+                    _ = try await reconciler.run(list)
+                } catch Reconciler.Failure.busy {
+                    continue
+                } catch {
+                    logger.warning("reconciliation after a label change failed", metadata: ["list": "\(list.id)", "error": "\(error)"])
+                }
+            }
+        }
+    }
+
     public func run() async throws {
-        guard interval > 0 else { return }
         var retryAfter: [String: Date] = [:]
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             // Woken at once by a graceful shutdown, so stopping the worker does not wait out the tick.
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: tick) }
             if Task.isShuttingDownGracefully || Task.isCancelled { break }
+            await runRequested()
+            guard interval > 0 else { continue }
             // Webhooks first: with a backlog on the stream, wait for the next tick.
             if let backlog = try? await reconciler.redis.send(RedisCommand("XLEN", [RedisArgument(reconciler.keys.webhookStream)])).int,
                 backlog > 1000

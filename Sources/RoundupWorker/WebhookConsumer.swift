@@ -5,6 +5,7 @@ public import NIOCore
 import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
+import RoundupStore
 import RoundupSync
 public import ServiceLifecycle
 
@@ -51,7 +52,7 @@ public struct WebhookConsumer: Service {
                 name: "webhooks", consumer: options.consumer, batchSize: options.batchSize, block: .nanoseconds(options.block.nanoseconds),
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), maxDeliveries: options.maxDeliveries),
             driver: driver,
-            handler: WebhookHandler(processor: processor, keys: options.keys, metrics: metrics, logger: logger),
+            handler: WebhookHandler(processor: processor, redis: redis, keys: options.keys, metrics: metrics, logger: logger),
             metrics: .init(
                 gauges: Set(StreamConsumer<RedisStreamDriver, WebhookHandler>.MetricSet.StreamGauge.allCases), reclaimed: metrics.reclaimed,
                 deadLettered: metrics.deadLettered, deadLettersTrimmed: metrics.deadLettersTrimmed, writesRefused: metrics.settleWritesRefused),
@@ -69,12 +70,23 @@ struct WebhookHandler: StreamHandler {
     typealias Failure = EventFailure
 
     let processor: WebhookProcessor
+    let redis: RedisClient
     let keys: RedisKeys
     let metrics: WorkerMetrics
     let logger: Logger
 
     func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<EventFailure> {
         let outcome = await processor.process(batch)
+        if !outcome.boardLabelChanges.isEmpty {
+            // The boards' lists are reconciled at a worker's next tick. Not done, no harm beyond a wait: the periodic
+            // reconciliation brings the labels too.
+            let members = outcome.boardLabelChanges.map { RedisArgument($0.accountID + "\t" + $0.id) }
+            do {
+                _ = try await redis.send(RedisCommand("SADD", [RedisArgument(keys.reconcileRequests)] + members), timeout: .seconds(2))
+            } catch {
+                logger.warning("board label change not queued for reconciliation", metadata: ["error": "\(error)"])
+            }
+        }
         var result = StreamBatchResult<EventFailure>(
             done: outcome.done, retry: outcome.retry.map { (id: $0.id, failure: Optional($0.error)) },
             deadLetter: outcome.poison.map { (id: $0.id, failure: $0.error) })

@@ -77,6 +77,8 @@ public struct BatchOutcome: Sendable {
     public var changesWritten = 0
     /// Accounts whose apps have new changes: each gets a background push.
     public var accountsWithChanges = Set<String>()
+    /// (account, board) whose labels changed: its synced lists are reconciled (`RedisKeys.reconcileRequests`).
+    public var boardLabelChanges = Set<AccountScoped>()
     /// Action type of each entry, for metrics by type.
     public var types: [String: String] = [:]
 
@@ -89,6 +91,7 @@ public struct BatchOutcome: Sendable {
         dropped += part.dropped
         changesWritten += part.changesWritten
         accountsWithChanges.formUnion(part.accountsWithChanges)
+        boardLabelChanges.formUnion(part.boardLabelChanges)
         types.merge(part.types) { current, _ in current }
     }
 }
@@ -134,6 +137,8 @@ public final class WebhookProcessor: Sendable {
         var date: Date
         var events: [CardEvent]
         var boardID: String?
+        /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
+        var labelsChangedOnBoard: String? = nil
     }
 
     private enum Plan {
@@ -291,11 +296,14 @@ public final class WebhookProcessor: Sendable {
             events = events.map { CardEvent(cardID: $0.cardID, listID: $0.listID, boardID: $0.boardID, kind: .fetch) }
             date = min(date, received)
         }
-        return .parsed(
-            Parsed(
-                entry: entry, account: event.account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
-                boardID: decoded.action.data?.board?.id),
-            type: event.type ?? decoded.action.type ?? "unknown")
+        let type = event.type ?? decoded.action.type ?? "unknown"
+        var parsed = Parsed(
+            entry: entry, account: event.account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
+            boardID: decoded.action.data?.board?.id)
+        if TrelloActionType.boardLabelChanges.contains(type), let board = parsed.boardID, IdentifierShape.isTrelloID(board) {
+            parsed.labelsChangedOnBoard = board
+        }
+        return .parsed(parsed, type: type)
     }
 
     /// The readings of these entries decoded ahead, removed from `decodedAhead`; an entry not among them is decoded now.
@@ -318,6 +326,7 @@ public final class WebhookProcessor: Sendable {
                 outcome.poison.append((entry.id, error))
             case .parsed(let p, let type):
                 outcome.types[entry.id] = type
+                if let board = p.labelsChangedOnBoard { outcome.boardLabelChanges.insert(AccountScoped(p.account, board)) }
                 parsed.append(p)
             }
         }

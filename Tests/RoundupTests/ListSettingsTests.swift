@@ -15,7 +15,7 @@ func j(_ text: String) -> JSONValue {
     @Test func theDefaultsSyncEveryFieldBothWaysAndRoundTrip() throws {
         let defaults = SyncSettings.default
         #expect(SyncField.all.allSatisfy { defaults.syncsToReminders($0) })
-        #expect(defaults.syncsToTrello(SyncField.title) && !defaults.syncsToTrello(SyncField.labels))
+        #expect(defaults.syncsToTrello(SyncField.title) && defaults.syncsToTrello(SyncField.labels) && !defaults.syncsToTrello(SyncField.trelloURL))
         #expect(try SyncSettings(json: defaults.json) == defaults)
         #expect(defaults.storedText == nil && SyncSettings(stored: nil) == defaults)
 
@@ -50,8 +50,8 @@ func j(_ text: String) -> JSONValue {
                 "settings.fields.notes.direction reminders_to_trello is outside the list's direction trello_to_reminders"
             ),
             (
-                #"{"fields":{"title":{},"labels":{"direction":"reminders_to_trello"}}}"#,
-                "settings.fields.labels can only flow from Trello to Reminders"
+                #"{"fields":{"title":{},"trello_url":{"direction":"reminders_to_trello"}}}"#,
+                "settings.fields.trello_url can only flow from Trello to Reminders"
             ),
             (#"{"fields":{"title":{"conflict_policy":"coin_toss"}}}"#, "settings.fields.title.conflict_policy must be one of"),
             (#"{"filter":{"labels":["not an id"]}}"#, "settings.filter.labels must hold Trello ids"),
@@ -250,7 +250,9 @@ func j(_ text: String) -> JSONValue {
         let made = try await s.sync([s.change("create", reminder: "A1", fields: ["title": "From the app"])])
         let appCard = try #require(made["results"]?[0]?["trello_card_id"]?.stringValue)
         #expect(stack.trello.cardValue(appCard)?["idLabels"] == j(#"["lab1"]"#))
-        #expect(try await pull(s).isEmpty)
+        let back = try await pull(s)
+        #expect(back.map(\.["change_type"]) == ["update"] && back.first?["changed_fields"] == .array(["labels", "trello_url"]), "\(back)")
+        #expect(back.first?["fields"]?["labels"]?[0]?["id"] == "lab1", "\(back)")
 
         // Filtering by "me": resolved to the token's member; the change takes effect at once, by a reconciliation.
         let me = FakeTrello.Member.api(token: "test-token").id

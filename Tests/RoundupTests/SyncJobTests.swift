@@ -163,10 +163,15 @@ extension Stack {
         let milk = try #require(stack.trello.cardValue(card1))
         #expect(milk["name"] == "Milk" && milk["desc"] == "2 litres" && milk["due"] == "2026-11-23T09:00:00.000Z" && milk["idList"] == "Lcrud")
 
-        // Trello sent a webhook back for each write; none of them is a change for the apps.
+        // Trello sent a webhook back for each write; none of them is a change for the apps. What they learn is each new
+        // card's Trello page (they sent everything else).
         try await stack.quiet()
         #expect(stack.trello.webhooksSent >= 2)
-        #expect(try await s.changes().isEmpty)
+        let told = try await s.changes()
+        #expect(told.count == 2 && told.allSatisfy { $0["change_type"] == "update" && $0["changed_fields"] == .array(["trello_url"]) }, "\(told)")
+        let pages = Set([card1, card2].compactMap { stack.trello.cardValue($0)?["shortUrl"]?.stringValue })
+        #expect(pages.count == 2 && Set(told.compactMap { $0["fields"]?["trello_url"]?.stringValue }) == pages, "\(told)")
+        try await s.ack(told)
 
         // Update by mapping (no card id given), complete, then archive and (after changing the setting) delete.
         let updated = try await s.sync([
@@ -257,6 +262,15 @@ extension Stack {
         let stored = try #require(stack.trello.cardValue(card))
         #expect(stored["customFieldItems"]?[0]?["idValue"] == "o-high", "\(stored)")
         #expect(stored["attachments"]?[0]?["url"] == "https://example.com/forms")
+        // The apps learn what they did not send: the card's page, the option's level (the first of two: highest), the link's
+        // attachment.
+        try await stack.quiet()
+        let told = try await s.changes()
+        #expect(told.count == 1, "\(told)")
+        #expect(told.first?["changed_fields"] == .array(["attachments", "priority_level", "trello_url"]), "\(told)")
+        #expect(told.first?["fields"]?["priority_level"] == .number(1))
+        #expect(told.first?["fields"]?["attachments"]?[0]?["url"] == "https://example.com/forms")
+        try await s.ack(told)
         // The board's field was edited in Trello: the option ids we kept are stale, Trello rejects them, we read again.
         stack.trello.setPriorityField(boardID: "Bprio", fieldID: "F1", options: [("o-low-2", "Low"), ("o-high-2", "High")])
         let updated = try await s.sync([
@@ -270,7 +284,11 @@ extension Stack {
         #expect(unknown["results"]?[0]?["status"] == "error")
         #expect(unknown["results"]?[0]?["error"]?.stringValue?.contains("medium") == true)
         try await stack.quiet()
-        #expect(try await s.changes().isEmpty, "our own priority and link writes came back as changes")
+        // Our own priority and link writes never come back as changes; the apps learn only what changed with them.
+        let after2 = try await s.changes()
+        #expect(after2.count == 1 && after2.first?["changed_fields"] == .array(["attachments", "priority_level"]), "\(after2)")
+        #expect(after2.first?["fields"]?["priority_level"] == .number(9), "low is the lowest of the board's two options")
+        #expect(after2.first?["fields"]?["attachments"]?.arrayValue?.compactMap { $0["url"]?.stringValue } == ["https://example.com/v2"])
         await stack.shutdown()
     }
 
@@ -393,6 +411,10 @@ extension Stack {
         let s = try await SyncSetup.make(stack, list: "Lecho", board: "Becho")
         let created = try await s.sync([s.change("create", reminder: "R1", fields: ["title": "Call the plumber"])])
         let card = try #require(created["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+        let page = try await s.changes()
+        #expect(page.count == 1 && page.first?["changed_fields"] == .array(["trello_url"]), "the new card's page, and nothing else: \(page)")
+        try await s.ack(page)
         let updated = try await s.sync([
             s.change("update", reminder: "R1", fields: ["title": "Call the plumber at 9", "completed": true], changed: ["title", "completed"])
         ])

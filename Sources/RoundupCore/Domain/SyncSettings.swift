@@ -113,9 +113,7 @@ public struct SyncSettings: Sendable, Hashable {
     public static let `default` = SyncSettings()
     public static let allFields = Dictionary(uniqueKeysWithValues: SyncField.all.map { ($0, FieldRule()) })
     /// Fields only Trello holds: the apps cannot write them, so they flow from Trello only.
-    public static let trelloOnlyFields: Set<String> = [
-        SyncField.labels, SyncField.checklists, SyncField.location, SyncField.attachments, SyncField.trelloURL, SyncField.dueReminderMinutes,
-    ]
+    public static let trelloOnlyFields: Set<String> = [SyncField.trelloURL]
 
     /// The way `field` flows: its own direction within the list's, or nil when it does not sync.
     public func direction(of field: String) -> SyncDirection? {
@@ -270,14 +268,20 @@ extension SyncSettings {
         return JSONValue.object(object).canonicalJSON
     }
 
-    /// The field list's version in stored settings: 2 since `fieldsAddedLater` exist (text without it is of version 1).
-    static let storedFieldsVersion = 2
+    /// The field list's version in stored settings (text without it is of version 1): the last `fieldsAdded` version.
+    static let storedFieldsVersion = 3
     static let fieldsVersionKey = "fields_version"
 
-    /// Fields added after settings were first stored (2026-11-26, version 2): a stored field map of version 1 was
-    /// written when they did not exist, so it does not name them; they flow from Trello as by default (only Trello holds
-    /// them). A map of version 2 that leaves one out means it.
-    public static let fieldsAddedLater: [String] = [SyncField.attachments, SyncField.trelloURL, SyncField.dueReminderMinutes]
+    /// Fields added after settings were first stored: a field map stored before `version` was written when the field
+    /// did not exist, so it does not name it; it gets the rule of `like` (the field it is another form of), else the
+    /// default rule (and a field whose `like` the map leaves out is left out too). A map of that version or later that leaves one out means it.
+    public static let fieldsAdded: [(version: Int, field: String, like: String?)] = [
+        (2, SyncField.attachments, nil), (2, SyncField.trelloURL, nil), (2, SyncField.dueReminderMinutes, nil),
+        (3, SyncField.priorityLevel, SyncField.priority),
+    ]
+
+    /// Every field of `fieldsAdded`.
+    public static var fieldsAddedLater: [String] { fieldsAdded.map(\.field) }
 
     /// Settings as stored: nil or damaged text is the defaults (the API checked them when it stored them).
     public init(stored text: String?) {
@@ -291,8 +295,15 @@ extension SyncSettings {
             self = .default
             return
         }
-        if version < 2, object["fields"] != nil {
-            for field in Self.fieldsAddedLater where settings.fields[field] == nil { settings.fields[field] = FieldRule() }
+        if object["fields"] != nil {
+            for added in Self.fieldsAdded where version < added.version && settings.fields[added.field] == nil {
+                // Another form of a field the map leaves out is left out with it.
+                if let like = added.like {
+                    if let rule = settings.fields[like] { settings.fields[added.field] = rule }
+                } else {
+                    settings.fields[added.field] = FieldRule()
+                }
+            }
         }
         self = settings
     }

@@ -18,9 +18,12 @@ public enum SyncField {
     public static let trelloURL = "trello_url"
     /// Trello's due reminder: minutes before the due date, null when none.
     public static let dueReminderMinutes = "due_reminder_minutes"
+    /// The priority on EventKit's scale: 0 none, 1 highest … 9 lowest (`PriorityField.level(of:)`).
+    public static let priorityLevel = "priority_level"
 
     public static let all: [String] = [
-        title, notes, dueDate, startDate, completed, priority, labels, checklists, url, location, attachments, trelloURL, dueReminderMinutes,
+        title, notes, dueDate, startDate, completed, priority, priorityLevel, labels, checklists, url, location, attachments, trelloURL,
+        dueReminderMinutes,
     ]
 
     /// Trello card attribute → field, for attributes an `updateCard` payload carries itself. Labels are not among them:
@@ -28,17 +31,6 @@ public enum SyncField {
     public static let fromCardAttribute: [String: String] = [
         "name": title, "desc": notes, "due": dueDate, "start": startDate, "dueComplete": completed, "dueReminder": dueReminderMinutes,
     ]
-}
-
-/// What the board's "Priority" dropdown custom field is: its id and option id → option text.
-public struct PriorityField: Sendable, Equatable {
-    public var fieldID: String
-    public var options: [String: String]
-
-    public init(fieldID: String, options: [String: String]) {
-        self.fieldID = fieldID
-        self.options = options
-    }
 }
 
 /// Maps a full Trello card (`GET /cards/{id}?fields=all&customFieldItems=true&checklists=all&attachments=true`)
@@ -58,7 +50,9 @@ public enum CardMapper {
         fields[SyncField.location] = location(card)
         fields[SyncField.trelloURL] = card["shortUrl"]?.stringValue.map(JSONValue.string) ?? .null
         fields[SyncField.dueReminderMinutes] = dueReminder(card["dueReminder"])
-        fields[SyncField.priority] = priorityValue(card["customFieldItems"]?.arrayValue ?? [], priority: priority)
+        let option = priority.flatMap { priorityOption(card["customFieldItems"]?.arrayValue ?? [], priority: $0) }
+        fields[SyncField.priority] = option.map { .string($0.text.lowercased()) } ?? .null
+        fields[SyncField.priorityLevel] = .number(Double(option.map { priority?.level(of: $0.id) ?? 0 } ?? 0))
         return fields
     }
 
@@ -144,9 +138,11 @@ public enum CardMapper {
     }
 
     private static func location(_ card: [String: JSONValue]) -> JSONValue {
-        let name = card["locationName"]?.stringValue
-        let address = card["address"]?.stringValue
-        let coordinates = card["coordinates"]
+        // Trello clears a location to empty strings or nulls.
+        let name = card["locationName"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        let address = card["address"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+        var coordinates = card["coordinates"]
+        if coordinates == .string("") { coordinates = nil }
         if name == nil && address == nil && (coordinates == nil || coordinates == .null) { return .null }
         var object: [String: JSONValue] = [:]
         object["name"] = name.map(JSONValue.string) ?? .null
@@ -164,14 +160,12 @@ public enum CardMapper {
         return .object(object)
     }
 
-    private static func priorityValue(_ items: [JSONValue], priority: PriorityField?) -> JSONValue {
-        guard let priority else { return .null }
+    /// The option of the board's Priority field the card holds (an option id the field no longer has: none).
+    private static func priorityOption(_ items: [JSONValue], priority: PriorityField) -> PriorityField.Option? {
         for item in items {
             guard let object = item.objectValue, object["idCustomField"]?.stringValue == priority.fieldID else { continue }
-            if let optionID = object["idValue"]?.stringValue, let text = priority.options[optionID] {
-                return .string(text.lowercased())
-            }
+            if let optionID = object["idValue"]?.stringValue { return priority.option(id: optionID) }
         }
-        return .null
+        return nil
     }
 }

@@ -9,7 +9,12 @@ public enum TrelloActionType {
         "deleteCheckItem", "addAttachmentToCard", "deleteAttachmentFromCard", "updateCustomFieldItem",
         // Only for lists that filter by member (`CardFilter.members`): the worker drops them for the others.
         "addMemberToCard", "removeMemberFromCard",
+        // A board label renamed, recoloured or deleted: no card is named; the board's synced lists are reconciled.
+        "updateLabel", "deleteLabel",
     ]
+
+    /// Actions on a board's labels: they change the cards carrying the label without naming any.
+    public static let boardLabelChanges: Set<String> = ["updateLabel", "deleteLabel"]
 }
 
 /// The little of a webhook body the ingress needs: the action's id and type, and the watched model.

@@ -142,8 +142,7 @@ extension PostgresStore: SyncStore {
     }
 
     static func priorityField(fieldID: String, options: String) -> PriorityField {
-        let parsed = ((try? JSONParser.parse(Array(options.utf8)))?.objectValue ?? [:]).compactMapValues(\.stringValue)
-        return PriorityField(fieldID: fieldID, options: parsed)
+        PriorityField(fieldID: fieldID, storedOptions: options)
     }
 
     static func priorityField(_ c: PostgresConnection, accountID: String, boardID: String, logger: Logger) async throws -> PriorityField? {
@@ -157,7 +156,7 @@ extension PostgresStore: SyncStore {
 
     public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
-        let options = JSONValue.object(field.options.mapValues(JSONValue.string)).canonicalJSON
+        let options = field.storedOptions
         let now = Timestamp.now()
         try await write { [self] c in
             try await c.run(

@@ -201,13 +201,12 @@ public final class SQLiteStore: SyncStore {
                     "SELECT trello_field_id, options FROM sync_custom_fields WHERE account_id = ? AND trello_board_id = ? AND lower(name) = 'priority'",
                 arguments: [accountID, boardID])
         else { return nil }
-        let options = ((try? JSONParser.parse(Array((row[1] as String).utf8)))?.objectValue ?? [:]).compactMapValues(\.stringValue)
-        return PriorityField(fieldID: row[0], options: options)
+        return PriorityField(fieldID: row[0], storedOptions: row[1])
     }
 
     public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
-        let options = JSONValue.object(field.options.mapValues(JSONValue.string)).canonicalJSON
+        let options = field.storedOptions
         let now = Timestamp.now()
         try await pool.write { db in
             try db.execute(

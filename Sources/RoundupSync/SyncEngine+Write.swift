@@ -1,0 +1,381 @@
+import Foundation
+import RoundupCore
+import RoundupStore
+import RoundupTrello
+
+/// What writing fields to a card did.
+struct WrittenFields {
+    /// The stamps to store: each written field's value as the card now holds it (and fields that changed with it).
+    var stamps: [String: FieldStamp] = [:]
+    /// The card's values of those fields after the writes. Where one differs from what the app sent (a label given by
+    /// name, a new check item, a level that picked the nearest option), the apps are sent it.
+    var values: [String: JSONValue] = [:]
+
+    mutating func set(_ field: String, _ value: JSONValue, time: Double) {
+        values[field] = value
+        stamps[field] = FieldStamp(hash: value.fieldHash, time: time)
+    }
+}
+
+/// The card attributes `PUT /cards/{id}` takes for the fields of that name.
+private let simpleAttributes: [String: String] = SyncFields.cardAttribute
+
+extension SyncEngine {
+    /// Sends field values to a card: plain attributes, location, due reminder and labels in one PUT, then the priority,
+    /// the checklists' edits and the links. Everything that can fail the item (an option or label the board lacks, an
+    /// upload to delete, a list filter left without its label) is checked before the first write. `marks` are set
+    /// first, so the webhook echo of each write is recognised even before the store has the stamps; marks for the states
+    /// the card passes through (an item ticked before the next is added) are appended, for the caller to clear once the
+    /// stamps are stored.
+    func writeFields(
+        _ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
+    ) async throws -> WrittenFields {
+        guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return WrittenFields() }
+        let account = list.accountID
+        func mark(_ field: String, _ value: JSONValue) -> String { echo.fieldKey(account: account, card: cardID, field: field, value: value) }
+        let priorityField = try await self.priorityField(list, state: &state)
+        let current = CardMapper.fields(fromCard: card, priority: priorityField)
+
+        // Checked before anything is written.
+        let priority = try await priorityChoice(write, list: list, state: &state)
+        var labels: (ids: [String], value: JSONValue)?
+        if let value = write[SyncField.labels] { labels = try await labelChoice(value, card: card, list: list, state: &state) }
+        let links = try write[SyncField.attachments].map { try linkEdits($0, card: card) }
+
+        var written = WrittenFields()
+        let now = Date().timeIntervalSince1970
+        var attributes: [String: JSONValue] = [:]
+        for (field, value) in write {
+            if let attribute = simpleAttributes[field] { attributes[attribute] = value }
+        }
+        if let value = write[SyncField.location] {
+            attributes["locationName"] = .string(value["name"]?.stringValue ?? "")
+            attributes["address"] = .string(value["address"]?.stringValue ?? "")
+            if case .number(let latitude)? = value["latitude"], case .number(let longitude)? = value["longitude"] {
+                attributes["coordinates"] = .string("\(latitude),\(longitude)")
+            } else {
+                attributes["coordinates"] = .string("")
+            }
+        }
+        if let value = write[SyncField.dueReminderMinutes] {
+            attributes["dueReminder"] = if case .number(let minutes) = value { .number(minutes) } else { .number(-1) }
+        }
+        if let labels, labels.ids != (card["idLabels"]?.arrayValue ?? []).compactMap(\.stringValue) {
+            attributes["idLabels"] = .string(labels.ids.joined(separator: ","))
+            marks.append(mark(SyncField.labels, labels.value))
+        }
+        if let chosen = priority {
+            let text: JSONValue = chosen.option.map { .string($0.text.lowercased()) } ?? .null
+            let level: JSONValue = .number(Double(chosen.option.map { chosen.field.level(of: $0.id) } ?? 0))
+            marks += [mark(SyncField.priority, text), mark(SyncField.priorityLevel, level)]
+        }
+        try await echo.mark(marks)
+
+        if !attributes.isEmpty {
+            guard let updated = try await trello.updateCard(id: cardID, attributes: attributes, credentials: state.credentials) else {
+                throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
+            }
+            // What Trello holds now, from its reply where it carries the attribute, else as asked.
+            let seen = CardMapper.fields(fromCard: updated.merging(card) { new, _ in new }, priority: priorityField)
+            for (field, value) in write {
+                guard let attribute = simpleAttributes[field] ?? (field == SyncField.dueReminderMinutes ? "dueReminder" : nil) else { continue }
+                let held = updated[attribute] == nil ? nil : CardMapper.partialFields(card: updated, changedAttributes: [attribute])[field]
+                written.set(field, held ?? value, time: now)
+            }
+            if let value = write[SyncField.location] {
+                let held = ["locationName", "address", "coordinates"].contains { updated[$0] != nil } ? seen[SyncField.location] ?? value : value
+                written.set(SyncField.location, held, time: now)
+            }
+            if let labels {
+                let held = updated["labels"] != nil || updated["idLabels"] != nil ? seen[SyncField.labels] ?? labels.value : labels.value
+                written.set(SyncField.labels, held, time: now)
+            }
+            for field in [SyncField.location, SyncField.labels] where written.values[field] != nil && written.values[field] != write[field] {
+                // Trello's form of it differs from the one asked for: its webhook's read of the card gives Trello's.
+                let extra = mark(field, written.values[field]!)
+                try await echo.mark([extra])
+                marks.append(extra)
+            }
+        } else if let labels {
+            written.set(SyncField.labels, labels.value, time: now)  // already the card's labels
+        }
+
+        if let chosen = priority {
+            try await setPriority(cardID: cardID, chosen: chosen, list: list, state: &state)
+            written.set(SyncField.priority, chosen.option.map { .string($0.text.lowercased()) } ?? .null, time: now)
+            written.set(SyncField.priorityLevel, .number(Double(chosen.option.map { chosen.field.level(of: $0.id) } ?? 0)), time: now)
+        }
+
+        if let wanted = write[SyncField.checklists] {
+            let value = try await editChecklists(
+                wanted, current: current[SyncField.checklists] ?? .array([]), cardID: cardID, list: list, marks: &marks, state: &state)
+            written.set(SyncField.checklists, value, time: now)
+        }
+
+        if links != nil || write[SyncField.url] != nil {
+            let attachments = try await editLinks(
+                links ?? [], url: write[SyncField.url], card: card, list: list, marks: &marks, state: &state)
+            written.set(SyncField.attachments, CardMapper.attachments(attachments), time: now)
+            written.set(SyncField.url, CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null, time: now)
+        }
+        return written
+    }
+
+    /// Checks what would fail a create's item, before its card is made: an option or label the board lacks, an upload
+    /// to delete. Returns the ids of the labels the new card gets: the app's, and on a list that syncs only cards with
+    /// some labels, the first of those when the app's have none of them (nil: no labels).
+    func checkBeforeCreate(_ fields: [String: JSONValue], list: SyncListRecord, state: inout JobState) async throws -> [String]? {
+        _ = try await priorityChoice(fields, list: list, state: &state)
+        if let value = fields[SyncField.attachments] { _ = try linkEdits(value, card: [:]) }
+        var ids: [String]?
+        if let value = fields[SyncField.labels] { ids = try await labelChoice(value, card: [:], list: list, state: &state, keepFilter: false).ids }
+        let filter = list.settings.filter.labels
+        if let first = filter.sorted().first, filter.isDisjoint(with: ids ?? []) { ids = (ids ?? []) + [first] }
+        return ids
+    }
+
+    // MARK: Priority
+
+    /// The option to write: by text (`priority`) or level (`priority_level`); nil when neither is written. Fails the
+    /// item when the board has no Priority field or no such option (after reading the field again once), or when both
+    /// are written and name different options.
+    private func priorityChoice(
+        _ write: [String: JSONValue], list: SyncListRecord, state: inout JobState
+    ) async throws -> (field: PriorityField, option: PriorityField.Option?)? {
+        let text = write[SyncField.priority]
+        let level = write[SyncField.priorityLevel]
+        guard text != nil || level != nil else { return nil }
+        for refresh in [false, true] {
+            guard let field = try await priorityField(list, state: &state, refresh: refresh) else {
+                // Nothing to clear on a board without the field.
+                if [nil, .null, .string("none")].contains(text), level.map({ $0 == .number(0) }) ?? true { return nil }
+                if refresh {
+                    let which = text != nil && text != .null ? "priority \(text!)" : "priority_level \(level!)"
+                    throw ItemFailure(
+                        description:
+                            "fields.\(text != nil ? SyncField.priority : SyncField.priorityLevel): the board has no Priority dropdown field for \(which)"
+                    )
+                }
+                continue
+            }
+            // Each given names an option, or none (nil clears the field).
+            var byText: PriorityField.Option? = text == .null ? field.option(level: 0) : nil
+            if case .string(let wanted)? = text {
+                byText = field.option(text: wanted)
+                if byText == nil, wanted != "none" {
+                    if !refresh { continue }
+                    let options = field.ordered.map { $0.text.lowercased() }.joined(separator: ", ")
+                    throw ItemFailure(description: "fields.priority: \"\(wanted)\" is not an option of the board's Priority field (\(options))")
+                }
+            }
+            var byLevel: PriorityField.Option?
+            if case .number(let wanted)? = level { byLevel = field.option(level: Int(wanted)) }
+            if text != nil, level != nil, byText?.id != byLevel?.id {
+                func name(_ option: PriorityField.Option?) -> String { option.map { "\"\($0.text.lowercased())\"" } ?? "none" }
+                throw ItemFailure(
+                    description:
+                        "fields.priority_level: \(level!.canonicalJSON) names \(name(byLevel)) but fields.priority names \(name(byText)): send one, or both naming the same option"
+                )
+            }
+            return (field, text != nil ? byText : byLevel)
+        }
+        return nil
+    }
+
+    private func setPriority(
+        cardID: String, chosen: (field: PriorityField, option: PriorityField.Option?), list: SyncListRecord, state: inout JobState
+    ) async throws {
+        do {
+            try await trello.setCustomFieldOption(
+                cardID: cardID, fieldID: chosen.field.fieldID, optionID: chosen.option?.id, credentials: state.credentials)
+        } catch let error as TrelloError where error.status == 400 {
+            // The option ids we keep are out of date (the board's field was edited): read them again once, same text.
+            guard let field = try await priorityField(list, state: &state, refresh: true) else { throw error }
+            let option = chosen.option.flatMap { field.option(text: $0.text) }
+            guard chosen.option == nil || option != nil else {
+                throw ItemFailure(description: "fields.priority: the board's Priority field no longer has \"\(chosen.option!.text.lowercased())\"")
+            }
+            try await trello.setCustomFieldOption(cardID: cardID, fieldID: field.fieldID, optionID: option?.id, credentials: state.credentials)
+        }
+    }
+
+    // MARK: Labels
+
+    /// The labels an app's value names, in its order: ids, and the value the apps see.
+    private func labelChoice(
+        _ value: JSONValue, card: [String: JSONValue], list: SyncListRecord, state: inout JobState, keepFilter: Bool = true
+    ) async throws -> (ids: [String], value: JSONValue) {
+        let entries = value.arrayValue ?? []
+        var known = (card["labels"]?.arrayValue ?? []).compactMap(\.objectValue)
+        func find(_ entry: JSONValue, in labels: [[String: JSONValue]]) -> [String: JSONValue]? {
+            let id = entry["id"]?.stringValue ?? entry.stringValue
+            if let id, let label = labels.first(where: { $0["id"]?.stringValue == id }) { return label }
+            guard let name = (entry["name"]?.stringValue ?? entry.stringValue)?.lowercased() else { return nil }
+            // By name; a label without one by its colour.
+            return labels.first { ($0["name"]?.stringValue ?? "").lowercased() == name }
+                ?? labels.first { ($0["name"]?.stringValue ?? "").isEmpty && $0["color"]?.stringValue?.lowercased() == name }
+        }
+        if entries.contains(where: { find($0, in: known) == nil }) {
+            // Not all on the card: the board's labels (read once a job).
+            known = try await boardLabels(list, state: &state)
+        }
+        var ids: [String] = []
+        var labels: [JSONValue] = []
+        for (index, entry) in entries.enumerated() {
+            guard let label = find(entry, in: known), let id = label["id"]?.stringValue else {
+                let names = known.compactMap { ($0["name"]?.stringValue).flatMap { $0.isEmpty ? nil : $0 } }.sorted().joined(separator: ", ")
+                throw ItemFailure(description: "fields.labels[\(index)]: the board has no label \(entry.canonicalJSON) (its labels: \(names))")
+            }
+            guard !ids.contains(id) else { continue }
+            ids.append(id)
+            labels.append(.object(["id": .string(id), "name": label["name"] ?? .null, "color": label["color"] ?? .null]))
+        }
+        let filter = list.settings.filter.labels
+        if keepFilter, !filter.isEmpty, filter.isDisjoint(with: ids) {
+            throw ItemFailure(
+                description:
+                    "fields.labels: the list syncs only cards with one of the labels \(filter.sorted().joined(separator: ", ")); without one the card would leave it"
+            )
+        }
+        return (ids, .array(labels))
+    }
+
+    /// The board's labels, read from Trello once a job.
+    private func boardLabels(_ list: SyncListRecord, state: inout JobState) async throws -> [[String: JSONValue]] {
+        if let known = state.labels[list.trelloBoardID] { return known }
+        let labels = try await trello.boardLabels(boardID: list.trelloBoardID, credentials: state.credentials)
+        state.labels[list.trelloBoardID] = labels
+        return labels
+    }
+
+    // MARK: Checklists
+
+    private func editChecklists(
+        _ wanted: JSONValue, current: JSONValue, cardID: String, list: SyncListRecord, marks: inout [String], state: inout JobState
+    ) async throws -> JSONValue {
+        var checklists = Checklists(current)
+        var created: [String] = []
+        for edit in checklists.edits(to: wanted) {
+            var newID: String?
+            switch edit {
+            case .create(let name):
+                let made = try await trello.createChecklist(cardID: cardID, name: name, credentials: state.credentials)
+                newID = made["id"]?.stringValue
+                if let newID { created.append(newID) }
+            case .addItem(let ref, let name, let completed):
+                let checklistID: String? =
+                    switch ref {
+                    case .id(let id): id
+                    case .created(let n): n < created.count ? created[n] : nil
+                    }
+                guard let checklistID else { continue }
+                let item = try await trello.addCheckItem(checklistID: checklistID, name: name, checked: completed, credentials: state.credentials)
+                newID = item["id"]?.stringValue
+            default:
+                // Known before it is made: fingerprinted first.
+                var after = checklists
+                after.apply(edit)
+                let before = mark(account: list.accountID, cardID: cardID, SyncField.checklists, after.value)
+                try await echo.mark([before])
+                marks.append(before)
+                switch edit {
+                case .rename(let id, let name): try await trello.renameChecklist(id: id, name: name, credentials: state.credentials)
+                case .delete(let id): try await trello.deleteChecklist(id: id, credentials: state.credentials)
+                case .updateItem(_, let itemID, let name, let completed):
+                    _ = try await trello.updateCheckItem(
+                        cardID: cardID, itemID: itemID, name: name, completed: completed, credentials: state.credentials)
+                case .deleteItem(_, let itemID): try await trello.deleteCheckItem(cardID: cardID, itemID: itemID, credentials: state.credentials)
+                case .create, .addItem: break
+                }
+            }
+            checklists.apply(edit, newID: newID, createdIDs: created)
+            if newID != nil {
+                // Made: fingerprinted as soon as Trello gives its id.
+                let after = mark(account: list.accountID, cardID: cardID, SyncField.checklists, checklists.value)
+                try await echo.mark([after])
+                marks.append(after)
+            }
+        }
+        return checklists.value
+    }
+
+    // MARK: Links
+
+    /// A link edit: add `url` (named `name`), or delete the attachment `id`.
+    enum LinkEdit {
+        case add(url: String, name: String?)
+        case delete(id: String)
+    }
+
+    /// The edits an app's `attachments` asks for; deleting an uploaded file fails the item.
+    private func linkEdits(_ value: JSONValue, card: [String: JSONValue]) throws -> [LinkEdit] {
+        let attachments = card["attachments"]?.arrayValue ?? []
+        var edits: [LinkEdit] = []
+        for (index, entry) in (value.arrayValue ?? []).enumerated() {
+            if entry["deleted"]?.boolValue == true, let id = entry["id"]?.stringValue {
+                guard let attachment = attachments.first(where: { $0["id"]?.stringValue == id }) else { continue }  // gone already
+                if attachment["isUpload"]?.boolValue == true {
+                    throw ItemFailure(description: "fields.attachments[\(index)]: \(id) is an uploaded file; the apps delete links only")
+                }
+                edits.append(.delete(id: id))
+            } else if entry["id"]?.stringValue == nil, let url = entry["url"]?.stringValue {
+                edits.append(.add(url: url, name: entry["name"]?.stringValue))
+            }
+        }
+        return edits
+    }
+
+    /// Applies link edits, then `url` (the first link replaced, added or, with null, removed); returns the card's
+    /// attachments after. Each state the attachments pass through is fingerprinted before it exists (or, for a new
+    /// attachment whose id Trello gives, as soon as it does), so their webhooks, and the card reads they cause, are
+    /// known for our own writes.
+    private func editLinks(
+        _ edits: [LinkEdit], url: JSONValue?, card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
+    ) async throws -> [JSONValue] {
+        guard let cardID = card["id"]?.stringValue else { return [] }
+        var attachments = card["attachments"]?.arrayValue ?? []
+        var steps = edits
+        if let url {
+            let link = CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url]?.stringValue
+            let changed = url.stringValue != link
+            if changed, let link, let first = attachments.first(where: { $0["isUpload"]?.boolValue != true && $0["url"]?.stringValue == link }),
+                let id = first["id"]?.stringValue
+            {
+                steps.append(.delete(id: id))
+            }
+            if changed, case .string(let text) = url { steps.append(.add(url: text, name: nil)) }
+            // The first link changes while the old one is gone and the new one not yet there: fingerprint that too.
+            if changed, link != nil {
+                let between = mark(account: list.accountID, cardID: cardID, SyncField.url, .null)
+                try await echo.mark([between])
+                marks.append(between)
+            }
+        }
+        for step in steps {
+            switch step {
+            case .delete(let id):
+                guard let index = attachments.firstIndex(where: { $0["id"]?.stringValue == id }) else { continue }
+                attachments.remove(at: index)
+                let before = mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments))
+                try await echo.mark([before])
+                marks.append(before)
+                try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
+            case .add(let url, let name):
+                let added = try await trello.addURLAttachment(cardID: cardID, url: url, name: name, credentials: state.credentials)
+                attachments.append(.object(added))
+                let after = mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments))
+                try await echo.mark([after])
+                marks.append(after)
+            }
+        }
+        let link = CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null
+        let last = mark(account: list.accountID, cardID: cardID, SyncField.url, link)
+        try await echo.mark([last])
+        marks.append(last)
+        return attachments
+    }
+
+    private func mark(account: String, cardID: String, _ field: String, _ value: JSONValue) -> String {
+        echo.fieldKey(account: account, card: cardID, field: field, value: value)
+    }
+}
