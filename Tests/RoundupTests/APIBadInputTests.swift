@@ -511,7 +511,37 @@ import Testing
                 name: "sync: changed_fields a number inside", path: syncPath, body: sync([change(["changed_fields": .array([.number(1)])])]),
                 expect: .badRequest),
             Case(
-                name: "sync: changed_fields not writable", path: syncPath, body: sync([change(["changed_fields": .array(["labels"])])]),
+                name: "sync: changed_fields not writable", path: syncPath,
+                body: sync([change(["changed_fields": .array(["trello_url"]), "fields": .object(["trello_url": "https://trello.com/c/x"])])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: labels a string", path: syncPath, body: sync([fields(["title": "x", "labels": "Home"])]), expect: .unprocessableEntity),
+            Case(
+                name: "sync: a label a number", path: syncPath, body: sync([fields(["title": "x", "labels": .array([.number(3)])])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: 51 labels", path: syncPath, body: sync([fields(["title": "x", "labels": .array(Array(repeating: "a", count: 51))])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: checklists an object", path: syncPath, body: sync([fields(["title": "x", "checklists": .object([:])])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: a check item's completed a string", path: syncPath,
+                body: sync([
+                    fields(["title": "x", "checklists": .array([.object(["name": "a", "items": .array([.object(["completed": "yes"])])])])])
+                ]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: location a string", path: syncPath, body: sync([fields(["title": "x", "location": "Paris"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: priority_level a string", path: syncPath, body: sync([fields(["title": "x", "priority_level": "high"])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: due_reminder_minutes a bool", path: syncPath, body: sync([fields(["title": "x", "due_reminder_minutes": true])]),
+                expect: .unprocessableEntity),
+            Case(
+                name: "sync: attachments a string", path: syncPath, body: sync([fields(["title": "x", "attachments": "https://example.com"])]),
                 expect: .unprocessableEntity),
             Case(
                 name: "sync: changed_fields not in fields", path: syncPath, body: sync([change(["changed_fields": .array(["notes"])])]),

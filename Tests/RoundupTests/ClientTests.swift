@@ -151,6 +151,68 @@ import Testing
         await stack.shutdown()
     }
 
+    /// A card holding everything, as RoundupClient hands it to an app: every field typed; and typed edits back.
+    @Test(arguments: StoreBackend.available) func everyFieldOfARealChangeDecodesTypedAndGoesBack(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let client = setup.client
+        stack.trello.setBoardLabels(boardID: "Bclient", [("lab-1", "Home", "green"), ("lab-2", "Work", "blue")])
+        stack.trello.setPriorityField(boardID: "Bclient", fieldID: "F1", options: [("o-high", "High"), ("o-low", "Low")])
+        let card = stack.trello.userCreateCard(listID: "Lclient", name: "Renew passport", desc: "Photos first", due: "2026-12-10T08:30:00.000Z")
+        stack.trello.userUpdateCard(id: card, ["start": "2026-12-01T08:00:00.000Z", "dueReminder": .number(60)])
+        stack.trello.userUpdateCard(id: card, ["locationName": "Town hall", "address": "5 Square", "coordinates": "45.5,-73.5"])
+        stack.trello.userSetLabel(cardID: card, labelID: "lab-1", on: true)
+        let (checklistID, itemIDs) = stack.trello.userAddChecklist(cardID: card, name: "Bring", items: ["Old passport", "Photos"])
+        let link = stack.trello.userAddAttachment(cardID: card, url: "https://example.com/form", name: "Form")
+        stack.trello.userSetPriority(cardID: card, fieldID: "F1", optionID: "o-low")
+        try await stack.quiet()
+        let changes = try await client.changes().collect()
+        #expect(changes.count == 1 && changes.first?.changeType.known == .create, "\(changes)")
+        let fields = try #require(changes.first?.fields)
+        #expect(fields.title == "Renew passport" && fields.notes == "Photos first" && fields.completed == false)
+        #expect(fields.dueDate == ISO8601DateFormatter().date(from: "2026-12-10T08:30:00Z"))
+        #expect(fields.startDate == ISO8601DateFormatter().date(from: "2026-12-01T08:00:00Z"))
+        #expect(fields.priority == "low" && fields.priorityLevel == 9)
+        #expect(fields.labels == [Label(id: "lab-1", name: "Home", color: "green")])
+        #expect(
+            fields.checklists
+                == [
+                    Checklist(
+                        id: checklistID, name: "Bring",
+                        items: [
+                            CheckItem(id: itemIDs[0], name: "Old passport", completed: false),
+                            CheckItem(id: itemIDs[1], name: "Photos", completed: false),
+                        ])
+                ])
+        #expect(fields.url == "https://example.com/form")
+        #expect(fields.attachments == [Attachment(id: link, name: "Form", url: "https://example.com/form", isUpload: false, mimeType: nil)])
+        #expect(fields.location == Location(name: "Town hall", address: "5 Square", latitude: 45.5, longitude: -73.5))
+        #expect(fields.trelloUrl == "https://trello.com/c/" + String(card.suffix(8)))
+        #expect(fields.dueReminderMinutes == 60)
+        #expect(changes.first?.value(of: .labels) as? [Label] == fields.labels && changes.first?.value(of: .priorityLevel) as? Int == 9)
+        _ = try await client.ack(changes.map { ChangeAck(id: $0.id, reminderID: "R1") })
+
+        // Typed edits back: a label by name, an item ticked, a level, the due reminder cleared by leaving it out.
+        let job = try await client.sync(
+            deviceID: "iphone",
+            changes: [
+                .init(
+                    op: .update, syncListId: setup.list.syncListId, reminderId: "R1",
+                    fields: .init(
+                        priorityLevel: 1, labels: [LabelInput(name: "Work")],
+                        checklists: [ChecklistInput(id: checklistID, items: [CheckItemInput(id: itemIDs[1], completed: true)])]),
+                    changedFields: [.priorityLevel, .labels, .checklists, .dueReminderMinutes], modifiedAt: Date())
+            ])
+        #expect(job.status == .completed && job.results.first?.status.known == .ok, "\(job)")
+        let after = try #require(stack.trello.cardValue(card))
+        #expect(after["idLabels"] == .array(["lab-2"]) && after["customFieldItems"]?[0]?["idValue"] == "o-high")
+        #expect(after["checklists"]?[0]?["checkItems"]?[1]?["state"] == "complete" && after["dueReminder"] == .number(-1))
+        try await stack.quiet()
+        let told = try await client.changes().collect()
+        #expect(told.count == 1 && told.first?.fields.labels?.first?.name == "Work" && told.first?.fields.priority == "high", "\(told)")
+        await stack.shutdown()
+    }
+
     /// What the real server cannot be made to say: values a newer server might send, and failures to retry.
     @Test func valuesFromANewerServerDecodeAndTransientFailuresAreRetried() async throws {
         let attempts = ReceivedChanges()

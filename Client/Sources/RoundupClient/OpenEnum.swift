@@ -33,7 +33,8 @@ where Known: RawRepresentable & CaseIterable & Hashable & Sendable, Known.RawVal
 public enum Roundup {
     public enum ChangeType: String, CaseIterable, Sendable { case create, update, complete, delete }
     public enum FieldName: String, CaseIterable, Sendable {
-        case title, notes, dueDate = "due_date", startDate = "start_date", completed, priority, labels, checklists, url, location
+        case title, notes, dueDate = "due_date", startDate = "start_date", completed, priority, priorityLevel = "priority_level", labels, checklists
+        case url, location
         case attachments, trelloURL = "trello_url", dueReminderMinutes = "due_reminder_minutes"
     }
     public enum JobItemOp: String, CaseIterable, Sendable { case create, update, complete, delete, reconcile }

@@ -7,6 +7,18 @@ public typealias Account = Components.Schemas.Account
 public typealias SyncList = Components.Schemas.SyncList
 public typealias SyncChange = Components.Schemas.SyncChange
 public typealias SyncFields = Components.Schemas.SyncFields
+/// A change's values, typed (`Change.fields`), and the values in them.
+public typealias ChangeFields = Components.Schemas.ChangeFields
+public typealias Label = Components.Schemas.Label
+public typealias Checklist = Components.Schemas.Checklist
+public typealias CheckItem = Components.Schemas.CheckItem
+public typealias Attachment = Components.Schemas.Attachment
+public typealias Location = Components.Schemas.Location
+/// What the apps send for labels, checklists and links (`SyncFields`).
+public typealias LabelInput = Components.Schemas.LabelInput
+public typealias ChecklistInput = Components.Schemas.ChecklistInput
+public typealias CheckItemInput = Components.Schemas.CheckItemInput
+public typealias AttachmentInput = Components.Schemas.AttachmentInput
 public typealias SyncJob = Components.Schemas.SyncJob
 public typealias JobStarted = Components.Schemas.JobStarted
 public typealias Device = Components.Schemas.Device

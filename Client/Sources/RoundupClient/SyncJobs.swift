@@ -65,6 +65,25 @@ extension Components.Schemas.SyncJob {
 }
 
 extension Components.Schemas.Change {
-    /// A field's value, when the change carries it (`fields`), as the JSON the server sent.
-    public func value(of field: Roundup.FieldName) -> (any Sendable)? { fields.value[field.rawValue] ?? nil }
+    /// A field's value, when the change carries it, typed: `String`, `Date`, `Bool`, `Int`, `[Label]`, `[Checklist]`,
+    /// `[Attachment]` or `Location` (the same values as `fields.title` and the others). A field this version of the
+    /// client does not know is in `fields.additionalProperties`.
+    public func value(of field: Roundup.FieldName) -> (any Sendable)? {
+        switch field {
+        case .title: fields.title
+        case .notes: fields.notes
+        case .dueDate: fields.dueDate
+        case .startDate: fields.startDate
+        case .completed: fields.completed
+        case .priority: fields.priority
+        case .priorityLevel: fields.priorityLevel
+        case .labels: fields.labels
+        case .checklists: fields.checklists
+        case .url: fields.url
+        case .location: fields.location
+        case .attachments: fields.attachments
+        case .trelloURL: fields.trelloUrl
+        case .dueReminderMinutes: fields.dueReminderMinutes
+        }
+    }
 }

@@ -98,8 +98,14 @@ public struct SyncChange: Codable, Sendable, Equatable {
                     throw APIError.unprocessable(
                         "\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writable.joined(separator: ", "))")
                 }
-                guard given[field] != nil else {
-                    throw APIError.unprocessable("\(path).changed_fields names \(field), which is not in fields")
+                if given[field] == nil {
+                    // A generated client leaves nil out: a field that can be null, named but absent, is null (cleared).
+                    guard SyncFields.nullable.contains(field) else {
+                        throw APIError.unprocessable(
+                            "\(path).changed_fields names \(field), which is not in fields (only a field that can be null may be left out, meaning null)"
+                        )
+                    }
+                    given[field] = .null
                 }
                 if !changed.contains(field) { changed.append(field) }
             }

@@ -10,6 +10,11 @@ public enum SyncFields {
         SyncField.url, SyncField.labels, SyncField.checklists, SyncField.location, SyncField.dueReminderMinutes, SyncField.attachments,
     ]
 
+    /// The fields whose value may be null (clearing them); named in `changed_fields` but left out of `fields`, null.
+    public static let nullable: Set<String> = [
+        SyncField.dueDate, SyncField.startDate, SyncField.priority, SyncField.url, SyncField.location, SyncField.dueReminderMinutes,
+    ]
+
     /// Most entries of the fields that are lists (a request's size is bounded before it is stored).
     static let maxLabels = 50
     static let maxChecklists = 50

@@ -706,16 +706,8 @@ extension Components {
             public var reminderId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/Change/changed_fields`.
             public var changedFields: [Components.Schemas.FieldName]
-            /// Field values keyed by field name: title, notes, due_date, start_date, completed, priority (the
-            /// option's text, lower-cased), labels (`[{id, name, color}]` in the card's order), checklists
-            /// (`[{id, name, items: [{id, name, completed}]}]`), url (the first link), location (`{name, address,
-            /// latitude, longitude}` or null), attachments (`[{id, name, url, is_upload, mime_type}]`), trello_url
-            /// (the card's page), due_reminder_minutes (minutes before the due date, or null). labels, checklists,
-            /// location, attachments, trello_url and due_reminder_minutes come from Trello only.
-            ///
-            ///
             /// - Remark: Generated from `#/components/schemas/Change/fields`.
-            public var fields: OpenAPIRuntime.OpenAPIObjectContainer
+            public var fields: Components.Schemas.ChangeFields
             /// - Remark: Generated from `#/components/schemas/Change/created_at`.
             public var createdAt: Foundation.Date
             /// Creates a new `Change`.
@@ -727,7 +719,7 @@ extension Components {
             ///   - trelloCardId:
             ///   - reminderId: The mapped reminder, or null if none is known yet (for example, for a create).
             ///   - changedFields:
-            ///   - fields: Field values keyed by field name: title, notes, due_date, start_date, completed, priority (the
+            ///   - fields:
             ///   - createdAt:
             public init(
                 id: Swift.Int,
@@ -736,7 +728,7 @@ extension Components {
                 trelloCardId: Swift.String,
                 reminderId: Swift.String? = nil,
                 changedFields: [Components.Schemas.FieldName],
-                fields: OpenAPIRuntime.OpenAPIObjectContainer,
+                fields: Components.Schemas.ChangeFields,
                 createdAt: Foundation.Date
             ) {
                 self.id = id
@@ -757,6 +749,612 @@ extension Components {
                 case changedFields = "changed_fields"
                 case fields
                 case createdAt = "created_at"
+            }
+        }
+        /// The card's values, as the apps receive them: every field for a `create`, the changed ones (`changed_fields`)
+        /// for an `update`. Each comes from one place of the card (README, "What a card becomes"); every field may come
+        /// back through `POST /dailyroundup/sync` but `trello_url`. A field this version does not know is kept in
+        /// `additionalProperties`.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/ChangeFields`.
+        public struct ChangeFields: Codable, Hashable, Sendable {
+            /// The card's `name`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/title`.
+            public var title: Swift.String?
+            /// The card's `desc`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/notes`.
+            public var notes: Swift.String?
+            /// The card's `due`, ISO 8601 in UTC with milliseconds.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/due_date`.
+            public var dueDate: Foundation.Date?
+            /// The card's `start`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/start_date`.
+            public var startDate: Foundation.Date?
+            /// The card's `dueComplete`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/completed`.
+            public var completed: Swift.Bool?
+            /// The option of the board's "Priority" dropdown custom field, its text lower-cased, for display; null when none.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/priority`.
+            public var priority: Swift.String?
+            /// The same option on EventKit's scale: 0 none, 1 highest, 9 lowest. The options are ranked by their words
+            /// when every one is a word the server knows (urgent, high, medium, low, lowest and their synonyms), else in
+            /// the board's order (first highest); n options spread over 1…9 (three: 1, 5, 9); an option named "none" is 0.
+            /// Sent back unchanged it never changes the card; another level picks the nearest option (ties: the higher).
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/priority_level`.
+            public var priorityLevel: Swift.Int?
+            /// The card's labels in its order, with the board's names and colours.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/labels`.
+            public var labels: [Components.Schemas.Label]?
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/checklists`.
+            public var checklists: [Components.Schemas.Checklist]?
+            /// The card's first link attachment (not an upload), for apps that show one link.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/url`.
+            public var url: Swift.String?
+            /// Every attachment of the card, links and uploaded files, in the card's order.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/attachments`.
+            public var attachments: [Components.Schemas.Attachment]?
+            /// The card's location, or null when it has none.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/location`.
+            public var location: Components.Schemas.Location?
+            /// The card's page in Trello (`shortUrl`). Read-only.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/trello_url`.
+            public var trelloUrl: Swift.String?
+            /// Trello's due reminder (`dueReminder`) in minutes before the due date; null when none.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ChangeFields/due_reminder_minutes`.
+            public var dueReminderMinutes: Swift.Int?
+            /// A container of undocumented properties.
+            public var additionalProperties: OpenAPIRuntime.OpenAPIObjectContainer
+            /// Creates a new `ChangeFields`.
+            ///
+            /// - Parameters:
+            ///   - title: The card's `name`.
+            ///   - notes: The card's `desc`.
+            ///   - dueDate: The card's `due`, ISO 8601 in UTC with milliseconds.
+            ///   - startDate: The card's `start`.
+            ///   - completed: The card's `dueComplete`.
+            ///   - priority: The option of the board's "Priority" dropdown custom field, its text lower-cased, for display; null when none.
+            ///   - priorityLevel: The same option on EventKit's scale: 0 none, 1 highest, 9 lowest. The options are ranked by their words
+            ///   - labels: The card's labels in its order, with the board's names and colours.
+            ///   - checklists:
+            ///   - url: The card's first link attachment (not an upload), for apps that show one link.
+            ///   - attachments: Every attachment of the card, links and uploaded files, in the card's order.
+            ///   - location: The card's location, or null when it has none.
+            ///   - trelloUrl: The card's page in Trello (`shortUrl`). Read-only.
+            ///   - dueReminderMinutes: Trello's due reminder (`dueReminder`) in minutes before the due date; null when none.
+            ///   - additionalProperties: A container of undocumented properties.
+            public init(
+                title: Swift.String? = nil,
+                notes: Swift.String? = nil,
+                dueDate: Foundation.Date? = nil,
+                startDate: Foundation.Date? = nil,
+                completed: Swift.Bool? = nil,
+                priority: Swift.String? = nil,
+                priorityLevel: Swift.Int? = nil,
+                labels: [Components.Schemas.Label]? = nil,
+                checklists: [Components.Schemas.Checklist]? = nil,
+                url: Swift.String? = nil,
+                attachments: [Components.Schemas.Attachment]? = nil,
+                location: Components.Schemas.Location? = nil,
+                trelloUrl: Swift.String? = nil,
+                dueReminderMinutes: Swift.Int? = nil,
+                additionalProperties: OpenAPIRuntime.OpenAPIObjectContainer = .init()
+            ) {
+                self.title = title
+                self.notes = notes
+                self.dueDate = dueDate
+                self.startDate = startDate
+                self.completed = completed
+                self.priority = priority
+                self.priorityLevel = priorityLevel
+                self.labels = labels
+                self.checklists = checklists
+                self.url = url
+                self.attachments = attachments
+                self.location = location
+                self.trelloUrl = trelloUrl
+                self.dueReminderMinutes = dueReminderMinutes
+                self.additionalProperties = additionalProperties
+            }
+            public enum CodingKeys: String, CodingKey {
+                case title
+                case notes
+                case dueDate = "due_date"
+                case startDate = "start_date"
+                case completed
+                case priority
+                case priorityLevel = "priority_level"
+                case labels
+                case checklists
+                case url
+                case attachments
+                case location
+                case trelloUrl = "trello_url"
+                case dueReminderMinutes = "due_reminder_minutes"
+            }
+            public init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.title = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .title
+                )
+                self.notes = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .notes
+                )
+                self.dueDate = try container.decodeIfPresent(
+                    Foundation.Date.self,
+                    forKey: .dueDate
+                )
+                self.startDate = try container.decodeIfPresent(
+                    Foundation.Date.self,
+                    forKey: .startDate
+                )
+                self.completed = try container.decodeIfPresent(
+                    Swift.Bool.self,
+                    forKey: .completed
+                )
+                self.priority = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .priority
+                )
+                self.priorityLevel = try container.decodeIfPresent(
+                    Swift.Int.self,
+                    forKey: .priorityLevel
+                )
+                self.labels = try container.decodeIfPresent(
+                    [Components.Schemas.Label].self,
+                    forKey: .labels
+                )
+                self.checklists = try container.decodeIfPresent(
+                    [Components.Schemas.Checklist].self,
+                    forKey: .checklists
+                )
+                self.url = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .url
+                )
+                self.attachments = try container.decodeIfPresent(
+                    [Components.Schemas.Attachment].self,
+                    forKey: .attachments
+                )
+                self.location = try container.decodeIfPresent(
+                    Components.Schemas.Location.self,
+                    forKey: .location
+                )
+                self.trelloUrl = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .trelloUrl
+                )
+                self.dueReminderMinutes = try container.decodeIfPresent(
+                    Swift.Int.self,
+                    forKey: .dueReminderMinutes
+                )
+                additionalProperties = try decoder.decodeAdditionalProperties(knownKeys: [
+                    "title",
+                    "notes",
+                    "due_date",
+                    "start_date",
+                    "completed",
+                    "priority",
+                    "priority_level",
+                    "labels",
+                    "checklists",
+                    "url",
+                    "attachments",
+                    "location",
+                    "trello_url",
+                    "due_reminder_minutes"
+                ])
+            }
+            public func encode(to encoder: any Swift.Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encodeIfPresent(
+                    self.title,
+                    forKey: .title
+                )
+                try container.encodeIfPresent(
+                    self.notes,
+                    forKey: .notes
+                )
+                try container.encodeIfPresent(
+                    self.dueDate,
+                    forKey: .dueDate
+                )
+                try container.encodeIfPresent(
+                    self.startDate,
+                    forKey: .startDate
+                )
+                try container.encodeIfPresent(
+                    self.completed,
+                    forKey: .completed
+                )
+                try container.encodeIfPresent(
+                    self.priority,
+                    forKey: .priority
+                )
+                try container.encodeIfPresent(
+                    self.priorityLevel,
+                    forKey: .priorityLevel
+                )
+                try container.encodeIfPresent(
+                    self.labels,
+                    forKey: .labels
+                )
+                try container.encodeIfPresent(
+                    self.checklists,
+                    forKey: .checklists
+                )
+                try container.encodeIfPresent(
+                    self.url,
+                    forKey: .url
+                )
+                try container.encodeIfPresent(
+                    self.attachments,
+                    forKey: .attachments
+                )
+                try container.encodeIfPresent(
+                    self.location,
+                    forKey: .location
+                )
+                try container.encodeIfPresent(
+                    self.trelloUrl,
+                    forKey: .trelloUrl
+                )
+                try container.encodeIfPresent(
+                    self.dueReminderMinutes,
+                    forKey: .dueReminderMinutes
+                )
+                try encoder.encodeAdditionalProperties(additionalProperties)
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/Label`.
+        public struct Label: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/Label/id`.
+            public var id: Swift.String
+            /// The board's name for it (may be empty; a label may have a colour only).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Label/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Label/color`.
+            public var color: Swift.String?
+            /// Creates a new `Label`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name: The board's name for it (may be empty; a label may have a colour only).
+            ///   - color:
+            public init(
+                id: Swift.String,
+                name: Swift.String? = nil,
+                color: Swift.String? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.color = color
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case color
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/Checklist`.
+        public struct Checklist: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/Checklist/id`.
+            public var id: Swift.String
+            /// - Remark: Generated from `#/components/schemas/Checklist/name`.
+            public var name: Swift.String
+            /// In the checklist's order.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Checklist/items`.
+            public var items: [Components.Schemas.CheckItem]
+            /// Creates a new `Checklist`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - items: In the checklist's order.
+            public init(
+                id: Swift.String,
+                name: Swift.String,
+                items: [Components.Schemas.CheckItem]
+            ) {
+                self.id = id
+                self.name = name
+                self.items = items
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case items
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/CheckItem`.
+        public struct CheckItem: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/CheckItem/id`.
+            public var id: Swift.String
+            /// - Remark: Generated from `#/components/schemas/CheckItem/name`.
+            public var name: Swift.String
+            /// - Remark: Generated from `#/components/schemas/CheckItem/completed`.
+            public var completed: Swift.Bool
+            /// Creates a new `CheckItem`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - completed:
+            public init(
+                id: Swift.String,
+                name: Swift.String,
+                completed: Swift.Bool
+            ) {
+                self.id = id
+                self.name = name
+                self.completed = completed
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case completed
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/Attachment`.
+        public struct Attachment: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/Attachment/id`.
+            public var id: Swift.String
+            /// - Remark: Generated from `#/components/schemas/Attachment/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Attachment/url`.
+            public var url: Swift.String?
+            /// A file uploaded to Trello (true) or a link (false).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Attachment/is_upload`.
+            public var isUpload: Swift.Bool
+            /// - Remark: Generated from `#/components/schemas/Attachment/mime_type`.
+            public var mimeType: Swift.String?
+            /// Creates a new `Attachment`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - url:
+            ///   - isUpload: A file uploaded to Trello (true) or a link (false).
+            ///   - mimeType:
+            public init(
+                id: Swift.String,
+                name: Swift.String? = nil,
+                url: Swift.String? = nil,
+                isUpload: Swift.Bool,
+                mimeType: Swift.String? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.url = url
+                self.isUpload = isUpload
+                self.mimeType = mimeType
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case url
+                case isUpload = "is_upload"
+                case mimeType = "mime_type"
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/Location`.
+        public struct Location: Codable, Hashable, Sendable {
+            /// Trello's `locationName`.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Location/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/Location/address`.
+            public var address: Swift.String?
+            /// With `longitude` when the card has coordinates.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Location/latitude`.
+            public var latitude: Swift.Double?
+            /// - Remark: Generated from `#/components/schemas/Location/longitude`.
+            public var longitude: Swift.Double?
+            /// Creates a new `Location`.
+            ///
+            /// - Parameters:
+            ///   - name: Trello's `locationName`.
+            ///   - address:
+            ///   - latitude: With `longitude` when the card has coordinates.
+            ///   - longitude:
+            public init(
+                name: Swift.String? = nil,
+                address: Swift.String? = nil,
+                latitude: Swift.Double? = nil,
+                longitude: Swift.Double? = nil
+            ) {
+                self.name = name
+                self.address = address
+                self.latitude = latitude
+                self.longitude = longitude
+            }
+            public enum CodingKeys: String, CodingKey {
+                case name
+                case address
+                case latitude
+                case longitude
+            }
+        }
+        /// A label of the board, by `id` or by `name` (any case; a label without a name, by its colour). The server also
+        /// takes a bare string (an id or a name) in its place.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/LabelInput`.
+        public struct LabelInput: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/LabelInput/id`.
+            public var id: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/LabelInput/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/LabelInput/color`.
+            public var color: Swift.String?
+            /// Creates a new `LabelInput`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - color:
+            public init(
+                id: Swift.String? = nil,
+                name: Swift.String? = nil,
+                color: Swift.String? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.color = color
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case color
+            }
+        }
+        /// A checklist to change: with `id`, one of the card's (renamed by `name`, deleted by `deleted: true`); without,
+        /// a new one (`name` required). An id the card no longer has was deleted in Trello and stays deleted.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/ChecklistInput`.
+        public struct ChecklistInput: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/ChecklistInput/id`.
+            public var id: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/ChecklistInput/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/ChecklistInput/deleted`.
+            public var deleted: Swift.Bool?
+            /// - Remark: Generated from `#/components/schemas/ChecklistInput/items`.
+            public var items: [Components.Schemas.CheckItemInput]?
+            /// Creates a new `ChecklistInput`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - deleted:
+            ///   - items:
+            public init(
+                id: Swift.String? = nil,
+                name: Swift.String? = nil,
+                deleted: Swift.Bool? = nil,
+                items: [Components.Schemas.CheckItemInput]? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.deleted = deleted
+                self.items = items
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case deleted
+                case items
+            }
+        }
+        /// With `id`, one of the checklist's items (renamed, ticked or unticked, or deleted by `deleted: true`; a key
+        /// left out is unchanged); without, a new item at the bottom (`name` required). Items left out are kept.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/CheckItemInput`.
+        public struct CheckItemInput: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/CheckItemInput/id`.
+            public var id: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/CheckItemInput/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/CheckItemInput/completed`.
+            public var completed: Swift.Bool?
+            /// - Remark: Generated from `#/components/schemas/CheckItemInput/deleted`.
+            public var deleted: Swift.Bool?
+            /// Creates a new `CheckItemInput`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - completed:
+            ///   - deleted:
+            public init(
+                id: Swift.String? = nil,
+                name: Swift.String? = nil,
+                completed: Swift.Bool? = nil,
+                deleted: Swift.Bool? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.completed = completed
+                self.deleted = deleted
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case completed
+                case deleted
+            }
+        }
+        /// Without `id`: a link to add (`url`, http or https; `name` optional). With `id` and `deleted: true`: a link to
+        /// remove (an uploaded file is never removed from the apps). Any other entry is kept as it is.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/AttachmentInput`.
+        public struct AttachmentInput: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/id`.
+            public var id: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/name`.
+            public var name: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/url`.
+            public var url: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/is_upload`.
+            public var isUpload: Swift.Bool?
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/mime_type`.
+            public var mimeType: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/AttachmentInput/deleted`.
+            public var deleted: Swift.Bool?
+            /// Creates a new `AttachmentInput`.
+            ///
+            /// - Parameters:
+            ///   - id:
+            ///   - name:
+            ///   - url:
+            ///   - isUpload:
+            ///   - mimeType:
+            ///   - deleted:
+            public init(
+                id: Swift.String? = nil,
+                name: Swift.String? = nil,
+                url: Swift.String? = nil,
+                isUpload: Swift.Bool? = nil,
+                mimeType: Swift.String? = nil,
+                deleted: Swift.Bool? = nil
+            ) {
+                self.id = id
+                self.name = name
+                self.url = url
+                self.isUpload = isUpload
+                self.mimeType = mimeType
+                self.deleted = deleted
+            }
+            public enum CodingKeys: String, CodingKey {
+                case id
+                case name
+                case url
+                case isUpload = "is_upload"
+                case mimeType = "mime_type"
+                case deleted
             }
         }
         /// - Remark: Generated from `#/components/schemas/AckBody`.
@@ -889,13 +1487,24 @@ extension Components {
             case startDate = "start_date"
             case completed = "completed"
             case priority = "priority"
+            case priorityLevel = "priority_level"
             case url = "url"
+            case labels = "labels"
+            case checklists = "checklists"
+            case location = "location"
+            case dueReminderMinutes = "due_reminder_minutes"
+            case attachments = "attachments"
         }
         /// The reminder's field values. Every field is optional. Only the fields `changed_fields` names are
         /// read (a create without it: these fields, as given), so an app may send back the whole change it
-        /// received: other members, read-only ones included, are ignored. A wrong JSON type refuses the request;
-        /// a value of the right type that cannot be written (an empty title, a date that is no date, a URL that
-        /// is not http(s), an option the board lacks) fails only its item.
+        /// received: other members, read-only `trello_url` included, are ignored. A field that can be null (a date,
+        /// priority, url, location, due_reminder_minutes) named in `changed_fields` but left out of `fields` is null:
+        /// it is cleared (a generated client leaves nil values out). A wrong JSON type refuses the
+        /// request; a value of the right type that cannot be written (an empty title, a date that is no date, a URL
+        /// that is not http(s), an option or label the board lacks, an uploaded file to delete) fails only its item,
+        /// with a message that starts with the field, and nothing of that item is written. What the card then holds
+        /// where it differs from what was sent (label ids and colours, new check items' ids, the option a level chose)
+        /// comes back to every app as an update.
         ///
         ///
         /// - Remark: Generated from `#/components/schemas/SyncFields`.
@@ -910,12 +1519,40 @@ extension Components {
             public var startDate: Foundation.Date?
             /// - Remark: Generated from `#/components/schemas/SyncFields/completed`.
             public var completed: Swift.Bool?
-            /// The text of an option of the board's Priority dropdown (any case; `none` or null clears it).
+            /// The text of an option of the board's Priority dropdown (any case); null, or `none` on a board without such an option, clears it.
             ///
             /// - Remark: Generated from `#/components/schemas/SyncFields/priority`.
             public var priority: Swift.String?
+            /// EventKit's 0 (none) to 9 (lowest); picks the option of that level or the nearest (`ChangeFields.priority_level`). Sent with `priority`, both must name the same option.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/priority_level`.
+            public var priorityLevel: Swift.Int?
+            /// The first link; replaces the card's first link attachment (null removes it).
+            ///
             /// - Remark: Generated from `#/components/schemas/SyncFields/url`.
             public var url: Swift.String?
+            /// The card's labels, in order (the card gets exactly these; on a list filtered by labels, one of the filter's must stay).
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/labels`.
+            public var labels: [Components.Schemas.LabelInput]?
+            /// Changes to the card's checklists; what is left out is kept (send only what changed, or the whole value received).
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/checklists`.
+            public var checklists: [Components.Schemas.ChecklistInput]?
+            /// Latitude and longitude together or neither; null (or left out while `changed_fields` names it) clears the location.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/location`.
+            public var location: Components.Schemas.Location?
+            /// Minutes before the due date (0 to 40320); null removes the reminder.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/due_reminder_minutes`.
+            public var dueReminderMinutes: Swift.Int?
+            /// - Remark: Generated from `#/components/schemas/SyncFields/attachments`.
+            public var attachments: [Components.Schemas.AttachmentInput]?
+            /// Read-only; ignored.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncFields/trello_url`.
+            public var trelloUrl: Swift.String?
             /// Creates a new `SyncFields`.
             ///
             /// - Parameters:
@@ -924,8 +1561,15 @@ extension Components {
             ///   - dueDate:
             ///   - startDate:
             ///   - completed:
-            ///   - priority: The text of an option of the board's Priority dropdown (any case; `none` or null clears it).
-            ///   - url:
+            ///   - priority: The text of an option of the board's Priority dropdown (any case); null, or `none` on a board without such an option, clears it.
+            ///   - priorityLevel: EventKit's 0 (none) to 9 (lowest); picks the option of that level or the nearest (`ChangeFields.priority_level`). Sent with `priority`, both must name the same option.
+            ///   - url: The first link; replaces the card's first link attachment (null removes it).
+            ///   - labels: The card's labels, in order (the card gets exactly these; on a list filtered by labels, one of the filter's must stay).
+            ///   - checklists: Changes to the card's checklists; what is left out is kept (send only what changed, or the whole value received).
+            ///   - location: Latitude and longitude together or neither; null (or left out while `changed_fields` names it) clears the location.
+            ///   - dueReminderMinutes: Minutes before the due date (0 to 40320); null removes the reminder.
+            ///   - attachments:
+            ///   - trelloUrl: Read-only; ignored.
             public init(
                 title: Swift.String? = nil,
                 notes: Swift.String? = nil,
@@ -933,7 +1577,14 @@ extension Components {
                 startDate: Foundation.Date? = nil,
                 completed: Swift.Bool? = nil,
                 priority: Swift.String? = nil,
-                url: Swift.String? = nil
+                priorityLevel: Swift.Int? = nil,
+                url: Swift.String? = nil,
+                labels: [Components.Schemas.LabelInput]? = nil,
+                checklists: [Components.Schemas.ChecklistInput]? = nil,
+                location: Components.Schemas.Location? = nil,
+                dueReminderMinutes: Swift.Int? = nil,
+                attachments: [Components.Schemas.AttachmentInput]? = nil,
+                trelloUrl: Swift.String? = nil
             ) {
                 self.title = title
                 self.notes = notes
@@ -941,7 +1592,14 @@ extension Components {
                 self.startDate = startDate
                 self.completed = completed
                 self.priority = priority
+                self.priorityLevel = priorityLevel
                 self.url = url
+                self.labels = labels
+                self.checklists = checklists
+                self.location = location
+                self.dueReminderMinutes = dueReminderMinutes
+                self.attachments = attachments
+                self.trelloUrl = trelloUrl
             }
             public enum CodingKeys: String, CodingKey {
                 case title
@@ -950,7 +1608,14 @@ extension Components {
                 case startDate = "start_date"
                 case completed
                 case priority
+                case priorityLevel = "priority_level"
                 case url
+                case labels
+                case checklists
+                case location
+                case dueReminderMinutes = "due_reminder_minutes"
+                case attachments
+                case trelloUrl = "trello_url"
             }
             public init(from decoder: any Swift.Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -978,9 +1643,37 @@ extension Components {
                     Swift.String.self,
                     forKey: .priority
                 )
+                self.priorityLevel = try container.decodeIfPresent(
+                    Swift.Int.self,
+                    forKey: .priorityLevel
+                )
                 self.url = try container.decodeIfPresent(
                     Swift.String.self,
                     forKey: .url
+                )
+                self.labels = try container.decodeIfPresent(
+                    [Components.Schemas.LabelInput].self,
+                    forKey: .labels
+                )
+                self.checklists = try container.decodeIfPresent(
+                    [Components.Schemas.ChecklistInput].self,
+                    forKey: .checklists
+                )
+                self.location = try container.decodeIfPresent(
+                    Components.Schemas.Location.self,
+                    forKey: .location
+                )
+                self.dueReminderMinutes = try container.decodeIfPresent(
+                    Swift.Int.self,
+                    forKey: .dueReminderMinutes
+                )
+                self.attachments = try container.decodeIfPresent(
+                    [Components.Schemas.AttachmentInput].self,
+                    forKey: .attachments
+                )
+                self.trelloUrl = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .trelloUrl
                 )
                 try decoder.ensureNoAdditionalProperties(knownKeys: [
                     "title",
@@ -989,7 +1682,14 @@ extension Components {
                     "start_date",
                     "completed",
                     "priority",
-                    "url"
+                    "priority_level",
+                    "url",
+                    "labels",
+                    "checklists",
+                    "location",
+                    "due_reminder_minutes",
+                    "attachments",
+                    "trello_url"
                 ])
             }
         }
