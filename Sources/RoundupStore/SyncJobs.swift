@@ -249,6 +249,19 @@ public struct SyncWrite: Sendable {
         self.cardID = cardID
         self.reminderID = reminderID
     }
+
+    /// The stamp that records the value of `field` a sync sent back to the apps after writing what they sent (`toApps`
+    /// of our own write: label ids, new check items' ids). An unacknowledged change holding exactly that value is the
+    /// apps' own edit, not Trello's: it makes no conflict with their next edit.
+    public static func toldStamp(_ field: String) -> String { "_told:" + field }
+
+    /// Sends `values` to the apps as what our own write left on the card (`toldStamp`).
+    public mutating func tell(_ values: [String: JSONValue], time: Double) {
+        for (field, value) in values {
+            toApps[field] = value
+            stamps[Self.toldStamp(field)] = FieldStamp(hash: value.fieldHash, time: time)
+        }
+    }
 }
 
 public struct NewDuplicate: Sendable, Equatable {

@@ -300,15 +300,24 @@ public struct SyncEngine: Sendable {
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
-            let pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }
+            var pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }
+            // What our own write sent back to the apps (`SyncWrite.tell`) is theirs, not a Trello edit they have not seen;
+            // once they change the field again, that value is rewritten with the new one, or it would undo it.
+            var told = false
+            if let value = pendingValue, task?.stamps[SyncWrite.toldStamp(field)]?.hash == value.fieldHash {
+                pendingValue = nil
+                told = value != (mine == theirs ? theirs : mine)
+            }
             if mine == theirs {
                 // Both sides agree (an earlier attempt wrote it, say): make the stamp say so too.
                 if pendingValue == nil, stamp?.hash != theirs.fieldHash { agreed[field] = theirs }
+                if told { winning[field] = theirs }
                 continue
             }
             let trelloChanged = (stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil
             if !trelloChanged {
                 write[field] = mine
+                if told { winning[field] = mine }
                 note(.change, field, old: theirs, new: mine)
                 continue
             }
@@ -358,13 +367,15 @@ public struct SyncEngine: Sendable {
         record.stamps.merge(written.stamps) { _, new in new }
         // What the card holds now where it is not what the app sent (a label named, a new check item's id, the option a
         // level picked, the first link's attachment): every app gets it, the sender included.
-        for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(field) { toApps[field] = value }
-        record.winning = winning.mapValues { $0 }.merging(written.values.filter { winning[$0.key] != nil }) { _, held in held }
+        var told: [String: JSONValue] = [:]
+        for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(field) { told[field] = value }
+        record.winning = winning.merging(written.values.filter { winning[$0.key] != nil }) { _, held in held }
         record.toApps = toApps
+        record.tell(told, time: Date().timeIntervalSince1970)
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
-        if !toApps.isEmpty { await announceChanges(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
+        if !record.toApps.isEmpty { await announceChanges(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         var result = SyncItemResult(
             reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID,
             conflictIDs: conflictIDs)
@@ -485,20 +496,20 @@ public struct SyncEngine: Sendable {
         }
         // What the apps did not send or sent in another form (the card's Trello link, label ids, new check items'
         // ids): every app gets it, the sender included, as an update of the new reminder.
-        var toApps: [String: JSONValue] = [:]
+        var told: [String: JSONValue] = [:]
         let made = CardMapper.fields(fromCard: card, priority: priority)
         for field in [SyncField.trelloURL, SyncField.labels] where list.settings.syncsToReminders(field) {
-            if let value = made[field], value != fields[field] ?? (field == SyncField.labels ? .array([]) : .null) { toApps[field] = value }
+            if let value = made[field], value != fields[field] ?? (field == SyncField.labels ? .array([]) : .null) { told[field] = value }
         }
         var more = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
         var marks = extra.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
         if !extra.isEmpty {
             let written = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
             more.stamps = written.stamps
-            for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(field) { toApps[field] = value }
+            for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(field) { told[field] = value }
         }
-        more.toApps = toApps
-        if !more.stamps.isEmpty || !toApps.isEmpty { _ = try await store.recordSyncWrite(more) }
+        more.tell(told, time: now)
+        if !more.stamps.isEmpty { _ = try await store.recordSyncWrite(more) }
         await echo.clear(marks)
         await echo.clear([createMark])
         return cardID

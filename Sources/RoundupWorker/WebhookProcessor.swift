@@ -13,6 +13,9 @@ public import RoundupTrello
 public protocol CardSource: Sendable {
     func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]?
     func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField?
+    /// One page of a list's open cards, each as `card(id:)` gives it, newest first (`before`: the last id of the page
+    /// before). A list that no longer exists throws.
+    func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]]
 }
 
 extension TrelloClient: CardSource {
@@ -22,6 +25,11 @@ extension TrelloClient: CardSource {
 
     public func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? {
         try await priorityField(boardID: boardID, credentials: TrelloCredentialsValue(apiKey: credentials.apiKey, token: credentials.token))
+    }
+
+    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
+        try await openCards(
+            listID: listID, before: before, limit: limit, credentials: TrelloCredentialsValue(apiKey: credentials.apiKey, token: credentials.token))
     }
 }
 
@@ -102,6 +110,10 @@ public final class WebhookProcessor: Sendable {
     let cards: any CardSource
     let logger: Logger
     let fetchConcurrency: Int
+    /// This many wanted cards of one list in a batch are read with the list (`fetchCards`).
+    let bulkReadThreshold: Int
+    /// The most pages (of 1,000 cards) one bulk read takes.
+    let bulkReadPages = 5
     /// A batch of several accounts is processed in up to this many lanes at once, each a group of whole accounts.
     let accountLanes: Int
     /// Fingerprints of our own writes to Trello; nil turns echo suppression by fingerprint off.
@@ -114,8 +126,9 @@ public final class WebhookProcessor: Sendable {
 
     public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
-        echo: EchoFingerprints? = nil
+        echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10
     ) {
+        self.bulkReadThreshold = max(2, bulkReadThreshold)
         self.echo = echo
         self.store = store
         self.cards = cards
@@ -144,8 +157,15 @@ public final class WebhookProcessor: Sendable {
     private enum Plan {
         case apply(CardObservation)
         /// Read the card from Trello. In no synced list (archived, gone, moved away), it left `knownLists`, the lists it
-        /// may be live in.
-        case fetch(account: String, cardID: String, boardID: String?, knownLists: [String])
+        /// may be live in. `trelloList`: the Trello list the payload names (many reads of one list become one read of
+        /// the list: `fetchCards`).
+        case fetch(account: String, cardID: String, boardID: String?, knownLists: [String], trelloList: String?)
+    }
+
+    /// What a card's read needs: its board (for the Priority field) and the list the payload named.
+    struct FetchWant: Sendable {
+        var board: String?
+        var list: String?
     }
 
     /// A card as processing the batch's earlier entries one at a time would leave it, as far as the planner can tell
@@ -204,16 +224,16 @@ public final class WebhookProcessor: Sendable {
                 }
                 // A card we have not seen yet (or not in this list): read it whole.
                 guard list != nil || liveTask != nil else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
             case .fetch:
                 let boardSynced = board.map { context.boards.contains(AccountScoped(p.account, $0)) } ?? false
                 guard list != nil || liveTask != nil || (event.listID == nil && boardSynced) else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
             case .membersChanged:
                 // Only a list that filters by member cares who is on the card.
                 let byMember = list.map { !$0.settings.filter.members.isEmpty } ?? (liveTask?.listFiltered ?? false)
                 guard byMember else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists)]
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
             }
         case .unsettled(let lists):
             switch event.kind {
@@ -222,7 +242,7 @@ public final class WebhookProcessor: Sendable {
                 guard event.listID == nil else { return [] }
                 return lists.sorted().map { observation($0, .removed) }  // the store removes it from the one it is live in
             case .fields, .fetch, .membersChanged:
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: lists.sorted())]
+                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: lists.sorted(), trelloList: event.listID)]
             }
         }
     }
@@ -347,7 +367,7 @@ public final class WebhookProcessor: Sendable {
         // Which cards to read from Trello. The batch is walked in order, as one-by-one processing would walk it: each
         // entry is planned against its cards as the entries before it left them (`CardView`). Up to a card's first read
         // its view is exact; from then on that one read serves every later event of the card.
-        var fetches: [AccountScoped: String?] = [:]
+        var fetches: [AccountScoped: FetchWant] = [:]
         var views: [AccountScoped: CardView] = [:]
         for p in parsed {
             var applies: [CardObservation] = []
@@ -357,7 +377,7 @@ public final class WebhookProcessor: Sendable {
                 for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
                     switch planned {
                     case .apply(let observation): applies.append(observation)
-                    case .fetch(_, _, let boardID, _): fetches.updateValue(boardID, forKey: key)
+                    case .fetch(_, _, let boardID, _, let list): fetches[key] = FetchWant(board: boardID, list: list)
                     }
                 }
             }
@@ -410,7 +430,7 @@ public final class WebhookProcessor: Sendable {
                     switch planned {
                     case .apply(let observation):
                         entryObservations.append(observation)
-                    case .fetch(let account, let cardID, _, let knownLists):
+                    case .fetch(let account, let cardID, _, let knownLists, _):
                         switch fetched[AccountScoped(account, cardID)] {
                         case .failure(let error):
                             failure = EntryError(error.failure, error.message)
@@ -528,17 +548,36 @@ public final class WebhookProcessor: Sendable {
         var facts: CardFacts
     }
 
-    /// Reads the `wanted` cards (card → its board) from Trello, but those already `known`.
+    /// Reads the `wanted` cards from Trello, but those already `known`. Where `bulkReadThreshold` or more are of one
+    /// synced list (a backlog of new cards, a list copied, an automation), the list's open cards are read instead, a
+    /// thousand a request (at most `bulkReadPages` pages); a wanted card the list does not show is read on its own.
     private func fetchCards(
-        _ wanted: [AccountScoped: String?], context: BatchContext, known: [AccountScoped: FetchedCard?]
+        _ wanted: [AccountScoped: FetchWant], context: BatchContext, known: [AccountScoped: FetchedCard?]
     ) async -> [AccountScoped: Result<FetchedCard?, TrelloFetchError>] {
         guard !wanted.isEmpty else { return [:] }
         var results: [AccountScoped: Result<FetchedCard?, TrelloFetchError>] = [:]
         var priorities: [AccountScoped: PriorityField] = context.priorityFields
-        var items: [(AccountScoped, String?)] = []
-        for (key, board) in wanted {
-            if let card = known[key] { results[key] = .success(card) } else { items.append((key, board)) }
+        var pending: [AccountScoped: FetchWant] = [:]
+        for (key, want) in wanted {
+            if let card = known[key] { results[key] = .success(card) } else { pending[key] = want }
         }
+        var byList: [AccountScoped: [AccountScoped]] = [:]
+        for (key, want) in pending {
+            guard let list = want.list, context.lists[AccountScoped(key.accountID, list)] != nil else { continue }
+            byList[AccountScoped(key.accountID, list), default: []].append(key)
+        }
+        for (list, keys) in byList where keys.count >= bulkReadThreshold {
+            guard let credentials = context.credentials[list.accountID] else { continue }
+            let found = await readList(
+                list, wanting: Set(keys.map(\.id)), board: pending[keys[0]]?.board, credentials: credentials, priorities: &priorities)
+            for (cardID, card) in found {
+                let key = AccountScoped(list.accountID, cardID)
+                results[key] = .success(card)
+                pending[key] = nil
+            }
+        }
+        var items: [(AccountScoped, String?)] = []
+        for (key, want) in pending { items.append((key, want.board)) }
         await withTaskGroup(of: (AccountScoped, Result<FetchedCard?, TrelloFetchError>, (AccountScoped, PriorityField)?).self) { group in
             var index = 0
             func addNext() {
@@ -592,6 +631,42 @@ public final class WebhookProcessor: Sendable {
             }
         }
         return results
+    }
+
+    /// Reads a list's open cards, page by page, until every `wanting` card is found (or the list ends, or
+    /// `bulkReadPages` pages were read). Returns the wanted cards found; a failed read returns what was found before it
+    /// (the others are read on their own).
+    private func readList(
+        _ list: AccountScoped, wanting: Set<String>, board: String?, credentials: TrelloCredentials, priorities: inout [AccountScoped: PriorityField]
+    ) async -> [String: FetchedCard] {
+        var found: [String: FetchedCard] = [:]
+        var before: String?
+        do {
+            for _ in 0..<bulkReadPages {
+                let page = try await cards.openCards(listID: list.id, before: before, limit: 1000, credentials: credentials)
+                for card in page {
+                    guard let id = card["id"]?.stringValue, wanting.contains(id) else { continue }
+                    let cardBoard = card["idBoard"]?.stringValue ?? board
+                    var priority = cardBoard.flatMap { priorities[AccountScoped(list.accountID, $0)] }
+                    if priority == nil, let cardBoard, shouldLookUpPriority(AccountScoped(list.accountID, cardBoard)) {
+                        priority = try await cards.priorityField(boardID: cardBoard, credentials: credentials)
+                        if let priority {
+                            priorities[AccountScoped(list.accountID, cardBoard)] = priority
+                            try? await store.savePriorityField(accountID: list.accountID, boardID: cardBoard, field: priority)
+                        }
+                    }
+                    found[id] = FetchedCard(
+                        fields: CardMapper.fields(fromCard: card, priority: priority), listID: card["idList"]?.stringValue,
+                        closed: card["closed"]?.boolValue ?? false, facts: CardFacts(card: card))
+                }
+                Counter(label: "roundup_worker_list_reads_total").increment()
+                guard found.count < wanting.count, page.count == 1000, let last = page.last?["id"]?.stringValue else { break }
+                before = last
+            }
+        } catch {
+            logger.info("list read failed; its cards are read one by one", metadata: ["list": "\(list.id)", "error": "\(error)"])
+        }
+        return found
     }
 
     /// Boards without a Priority field are asked again at most every ten minutes.

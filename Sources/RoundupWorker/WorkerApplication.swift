@@ -23,7 +23,8 @@ public enum WorkerApplication {
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
         let processor = WebhookProcessor(
-            store: store, cards: trello, logger: logger, accountLanes: configuration.workerAccountLanes, echo: echo)
+            store: store, cards: trello, logger: logger, accountLanes: configuration.workerAccountLanes, echo: echo,
+            bulkReadThreshold: configuration.workerListReadMin)
         let reconciler = Reconciler(
             store: store, trello: trello, redis: redis, keys: configuration.redisKeys, publicURL: configuration.publicURL, echo: echo, logger: logger)
         let engine = SyncEngine(

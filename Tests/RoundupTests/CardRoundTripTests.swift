@@ -1,5 +1,6 @@
 import Foundation
 import NIOConcurrencyHelpers
+import NIOHTTP1
 import RoundupCore
 import RoundupSync
 import RoundupTesting
@@ -213,6 +214,33 @@ import Testing
         }
         #expect(stack.trello.cardValue(card)?["name"] == "Move house")
         #expect(stack.trello.cardValue(card)?["attachments"]?.arrayValue?.count == 2)
+        await stack.shutdown()
+    }
+
+    /// What our write sent back to the apps (label ids for names) is their own value: editing the field again before
+    /// pulling it is no conflict, even under `manual`, and the value sent back never undoes the newer edit.
+    @Test(arguments: StoreBackend.available) func editingAgainBeforePullingWhatCameBackIsNoConflict(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
+        defer { Task { await stack.shutdown() } }
+        board(stack, "Bagain")
+        let s = try await SyncSetup.make(stack, list: "Lagain", board: "Bagain", policy: "manual")
+        let made = try await s.sync([s.change("create", reminder: "A1", fields: ["title": "Groceries", "labels": .array(["Home"])])])
+        #expect(made["results"]?[0]?["status"] == "ok", "\(made)")
+        let card = try #require(made["results"]?[0]?["trello_card_id"]?.stringValue)
+        try await stack.quiet()
+        // Not pulled: the label's id and colour wait in the feed. The app changes the labels and the priority level.
+        let again = try await s.sync([
+            s.change("update", reminder: "A1", fields: ["labels": .array(["urgent stuff"])], changed: ["labels"]),
+            s.change("update", reminder: "A1", fields: ["priority_level": .number(1)], changed: ["priority_level"]),
+            s.change("update", reminder: "A1", fields: ["priority": "low"], changed: ["priority"]),
+        ])
+        #expect(again["results"]?.arrayValue?.map { $0["status"] } == ["ok", "ok", "ok"], "\(again)")
+        #expect(try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: s.token).json["conflicts"]?.arrayValue?.isEmpty == true)
+        var view: [String: JSONValue] = [:]
+        _ = try await pull(s, into: &view)
+        #expect(stack.trello.cardValue(card)?["idLabels"] == .array(["lab-red"]))
+        #expect(view["labels"] == .array([.object(["id": "lab-red", "name": "Urgent stuff", "color": "red"])]), "\(view)")
+        #expect(view["priority"] == "low" && view["priority_level"] == .number(9), "the last edit stands in the apps: \(view)")
         await stack.shutdown()
     }
 

@@ -39,6 +39,29 @@ final class SimulatedApp: @unchecked Sendable {
     var trelloMade: Set<String> = []
 
     static let fields = [SyncField.title, SyncField.notes, SyncField.completed]
+    /// What else both sides edit: labels, a check item, the location, the due reminder, the priority.
+    static let rich = [SyncField.labels, SyncField.checklists, SyncField.location, SyncField.dueReminderMinutes, SyncField.priority]
+    /// Every board's labels and Priority options (`prepare`).
+    static let labels: [(id: String, name: String, color: String?)] = [
+        ("lab-a", "Alpha", "red"), ("lab-b", "Beta", "green"), ("lab-c", "Gamma", nil),
+    ]
+    static let options: [(id: String, text: String)] = [("o-high", "High"), ("o-med", "Medium"), ("o-low", "Low")]
+    static let priority = PriorityField(fieldID: "F-prio", ordered: options.map { PriorityField.Option(id: $0.id, text: $0.text) })
+
+    /// Gives the seed's board its labels and Priority field.
+    static func prepare(_ trello: FakeTrello, board: String) {
+        trello.setBoardLabels(boardID: board, labels)
+        trello.setPriorityField(boardID: board, fieldID: priority.fieldID, options: options)
+    }
+
+    static func labelValue(_ ids: [String]) -> JSONValue {
+        .array(
+            ids.compactMap { id in
+                labels.first { $0.id == id }.map {
+                    .object(["id": .string($0.id), "name": .string($0.name), "color": $0.color.map(JSONValue.string) ?? .null])
+                }
+            })
+    }
 
     init(_ setup: SyncSetup, seed: UInt64, settings: SyncSettings = .default) {
         s = setup
@@ -79,8 +102,13 @@ final class SimulatedApp: @unchecked Sendable {
     func createReminder(step: Int) async throws {
         next += 1
         let id = "r\(seed)-\(next)"
-        let fields: [String: JSONValue] = ["title": .string("Task \(seed)-\(next)"), "notes": "", "completed": false]
+        let fields: [String: JSONValue] = [
+            "title": .string("Task \(seed)-\(next)"), "notes": "", "completed": false, "labels": .array(["Alpha"]),
+            "checklists": .array([.object(["name": "Steps", "items": .array([.object(["name": "one"]), .object(["name": "two"])])])]),
+        ]
         reminders[id] = fields
+        reminders[id]?[SyncField.labels] = Self.labelValue(["lab-a"])
+        reminders[id]?[SyncField.checklists] = .array([])  // its ids come back with the next pull
         let job = try await s.sync([s.change("create", reminder: id, fields: fields)])
         log.append("step \(step): app create \(id) → \(job["results"]?[0] ?? .null)")
         if !settings.direction.toTrello {
@@ -93,13 +121,15 @@ final class SimulatedApp: @unchecked Sendable {
             return
         }
         cardOf[id] = card
-        for (field, value) in fields { lastApp[card, default: [:]][field] = value }
+        for field in Self.fields { lastApp[card, default: [:]][field] = fields[field] }
+        lastApp[card, default: [:]][SyncField.labels] = Self.labelValue(["lab-a"])
     }
 
     func appEdit(step: Int) async throws {
         let mapped = cardOf.keys.sorted()
         guard !mapped.isEmpty else { return }
         let id = mapped[Int.random(in: 0..<mapped.count, using: &rng)]
+        if Bool.random(using: &rng) { return try await appEditRich(id, step: step) }
         let field = Self.fields[Int.random(in: 0..<Self.fields.count, using: &rng)]
         let value = value(for: field, step: step, side: "a")
         reminders[id]?[field] = value
@@ -111,10 +141,110 @@ final class SimulatedApp: @unchecked Sendable {
         if !expected.contains(status ?? "") { Issue.record("seed \(seed): update of \(field) answered \(job)") }
     }
 
+    /// An edit of a rich field: what the app sends, and what it then holds (as the server will tell it back).
+    func appEditRich(_ id: String, step: Int) async throws {
+        guard let card = cardOf[id] else { return }
+        let field = Self.rich[Int.random(in: 0..<Self.rich.count, using: &rng)]
+        var sent: JSONValue
+        var held: [String: JSONValue] = [:]
+        switch field {
+        case SyncField.labels:
+            let ids = Self.labels.map(\.id).filter { _ in Bool.random(using: &rng) }
+            // By name, as a person picks them; the apps get ids and colours back.
+            sent = .array(ids.map { id in .string(Self.labels.first { $0.id == id }!.name) })
+            held[field] = Self.labelValue(ids)
+        case SyncField.checklists:
+            // Tick or untick an item the app knows (it learns the ids from the server).
+            let lists = reminders[id]?[SyncField.checklists]?.arrayValue ?? []
+            guard let list = lists.first, let listID = list["id"]?.stringValue, let items = list["items"]?.arrayValue, !items.isEmpty else { return }
+            let item = items[Int.random(in: 0..<items.count, using: &rng)]
+            let done = !(item["completed"]?.boolValue ?? false)
+            sent = .array([.object(["id": .string(listID), "items": .array([.object(["id": item["id"]!, "completed": .bool(done)])])])])
+            var checklists = Checklists(.array(lists))
+            checklists.apply(.updateItem(checklistID: listID, itemID: item["id"]!.stringValue!, name: nil, completed: done))
+            held[field] = checklists.value
+        case SyncField.location:
+            sent =
+                Bool.random(using: &rng)
+                ? .object([
+                    "name": .string("a\(seed)-\(step)-place"), "address": "1 App St", "latitude": .number(Double(step)),
+                    "longitude": .number(Double(seed % 90)),
+                ]) : .null
+            held[field] = sent
+        case SyncField.dueReminderMinutes:
+            sent = [JSONValue.null, .number(5), .number(15), .number(60)][Int.random(in: 0..<4, using: &rng)]
+            held[field] = sent
+        default:
+            // The priority, by text or by level: the board's three options are levels 1, 5, 9.
+            let pick = Int.random(in: 0..<4, using: &rng)
+            let text: JSONValue = pick == 3 ? .null : .string(Self.options[pick].text.lowercased())
+            if Bool.random(using: &rng) {
+                sent = text
+            } else {
+                sent = .number([1, 5, 9, 0][pick])
+            }
+            held[SyncField.priority] = text
+        }
+        let sentField = field == SyncField.priority && sent.stringValue == nil && sent != .null ? SyncField.priorityLevel : field
+        for (name, value) in held {
+            reminders[id]?[name] = value
+            lastApp[card, default: [:]][name] = value
+        }
+        let job = try await s.sync([s.change("update", reminder: id, fields: [sentField: sent], changed: [sentField])])
+        log.append("step \(step): app \(id).\(sentField) = \(sent.canonicalJSON) → \(job["results"]?[0]?["status"] ?? .null)")
+        let status = job["results"]?[0]?["status"]?.stringValue
+        let expected: Set<String> = settings.syncsToTrello(sentField) ? ["ok", "conflict"] : ["skipped"]
+        if !expected.contains(status ?? "") { Issue.record("seed \(seed): update of \(sentField) answered \(job)") }
+    }
+
+    /// A person's edit in Trello of a rich field.
+    func trelloEditRich(_ card: String, step: Int) {
+        let trello = s.stack.trello
+        let field = Self.rich[Int.random(in: 0..<Self.rich.count, using: &rng)]
+        switch field {
+        case SyncField.labels:
+            let label = Self.labels[Int.random(in: 0..<Self.labels.count, using: &rng)].id
+            let on = !((trello.cardValue(card)?["idLabels"]?.arrayValue ?? []).contains(.string(label)))
+            trello.userSetLabel(cardID: card, labelID: label, on: on)
+        case SyncField.checklists:
+            var lists = trello.cardValue(card)?["checklists"]?.arrayValue ?? []
+            if lists.isEmpty {
+                trello.userAddChecklist(cardID: card, name: "Trello steps", items: ["x", "y"])
+                lists = trello.cardValue(card)?["checklists"]?.arrayValue ?? []
+            }
+            let items = lists.first?["checkItems"]?.arrayValue ?? []
+            guard !items.isEmpty, let item = items[Int.random(in: 0..<items.count, using: &rng)]["id"]?.stringValue else { return }
+            let done = items.first { $0["id"]?.stringValue == item }?["state"] != "complete"
+            trello.userSetCheckItem(cardID: card, itemID: item, completed: done)
+        case SyncField.location:
+            if Bool.random(using: &rng) {
+                trello.userUpdateCard(
+                    id: card,
+                    [
+                        "locationName": .string("t\(seed)-\(step)-place"), "address": "2 Board Rd",
+                        "coordinates": .string("\(step % 80).5,\(seed % 170).25"),
+                    ])
+            } else {
+                trello.userUpdateCard(id: card, ["locationName": "", "address": "", "coordinates": ""])
+            }
+        case SyncField.dueReminderMinutes:
+            trello.userUpdateCard(
+                id: card, ["dueReminder": [JSONValue.number(-1), .number(10), .number(30), .number(1440)][Int.random(in: 0..<4, using: &rng)]])
+        default:
+            let pick = Int.random(in: 0..<4, using: &rng)
+            trello.userSetPriority(cardID: card, fieldID: Self.priority.fieldID, optionID: pick == 3 ? nil : Self.options[pick].id)
+        }
+        if let now = trello.cardValue(card) {
+            lastTrello[card, default: [:]][field] = CardMapper.fields(fromCard: now, priority: Self.priority)[field]
+        }
+        log.append("step \(step): trello \(card).\(field) = \(lastTrello[card]?[field]?.canonicalJSON ?? "?")")
+    }
+
     func trelloEdit(step: Int) {
         let cards = s.stack.trello.openCards(inList: s.trelloList).compactMap { $0["id"]?.stringValue }
         guard !cards.isEmpty else { return }
         let card = cards[Int.random(in: 0..<cards.count, using: &rng)]
+        if Bool.random(using: &rng) { return trelloEditRich(card, step: step) }
         let field = Self.fields[Int.random(in: 0..<Self.fields.count, using: &rng)]
         let value = value(for: field, step: step, side: "t")
         let attribute = SyncFields.cardAttribute[field]!
@@ -152,9 +282,7 @@ final class SimulatedApp: @unchecked Sendable {
                     cardOf[id!] = card
                     made[card] = id!
                 }
-                for field in Self.fields {
-                    if let value = change["fields"]?[field] { reminders[id!]?[field] = value }
-                }
+                for (field, value) in change["fields"]?.objectValue ?? [:] { reminders[id!]?[field] = value }
             }
             log.append(
                 "pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0] ?? .null)" }.joined(separator: " ") } ?? "")"
@@ -197,7 +325,18 @@ final class SimulatedApp: @unchecked Sendable {
         for card in cards {
             guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder]
             else { continue }
-            let trello = CardMapper.fields(fromCard: card)
+            let trello = CardMapper.fields(fromCard: card, priority: Self.priority)
+            for field in Self.rich where settings.direction(of: field) == .both {
+                // Labels, checklists, location, due reminder and priority: equal on both sides, and each the last
+                // value one side wrote (a check item's state is checked by the equality alone).
+                if trello[field] != fields[field] ?? .null {
+                    problems.append("\(id).\(field): Trello \(trello[field]?.canonicalJSON ?? "null"), app \(fields[field]?.canonicalJSON ?? "null")")
+                }
+                let candidates = [lastTrello[id]?[field], lastApp[id]?[field]].compactMap { $0 }
+                if field != SyncField.checklists, !candidates.isEmpty, let final = trello[field], !candidates.contains(final) {
+                    problems.append("\(id).\(field) = \(final.canonicalJSON), but the last edits were \(candidates.map(\.canonicalJSON))")
+                }
+            }
             for field in Self.fields {
                 let direction = settings.direction(of: field)
                 if direction == .both {
@@ -250,6 +389,7 @@ final class SimulatedApp: @unchecked Sendable {
                 group.addTask {
                     let policy = policies[Int(seed) % policies.count]
                     let listSettings = SimulatedApp.randomSettings(seed: seed)
+                    SimulatedApp.prepare(stack.trello, board: "B\(seed)x")
                     let setup = try await SyncSetup.make(stack, list: "L\(seed)x", board: "B\(seed)x", policy: policy, listSettings: listSettings)
                     let app = SimulatedApp(setup, seed: seed, settings: try listSettings.map { try SyncSettings(json: $0) } ?? .default)
                     try await app.play(steps: steps)
@@ -291,8 +431,12 @@ final class SimulatedApp: @unchecked Sendable {
         let trelloEdits = lines.filter { $0.contains(": trello ") && !$0.contains("create") }.count
         let appEdits = lines.filter { $0.contains(": app r") }.count
         let conflicts = lines.filter { $0.hasSuffix("conflict") }.count
+        let richEdits = lines.filter { line in (SimulatedApp.rich + [SyncField.priorityLevel]).contains { line.contains(".\($0) = ") } }.count
         #expect(trelloEdits > seeds && appEdits > seeds / 2, "trello edits \(trelloEdits), app edits \(appEdits)")
-        print("convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits, \(conflicts) manual conflicts")
+        #expect(richEdits > seeds / 2, "edits of labels, check items, location, due reminder and priority: \(richEdits)")
+        print(
+            "convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits (\(richEdits) of labels, check items, location, due reminder, priority), \(conflicts) manual conflicts"
+        )
         let twoWay = apps.sorted { $0.seed < $1.seed }.first { $0.settings.direction(of: SyncField.title) == .both && !$0.cardOf.isEmpty }
         #expect(twoWay != nil)
         if let app = twoWay, let reminder = app.cardOf.keys.sorted().first {

@@ -38,14 +38,14 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
 }
 
 @Suite struct StoreTests {
-    @Test(arguments: StoreBackend.available) func migrationsCreateTheSeventeenTables(backend: StoreBackend) async throws {
+    /// The seed's sixteen tables and `activity`, but the six that were never used (v12 drops them: README, "The store").
+    @Test(arguments: StoreBackend.available) func migrationsCreateTheElevenTables(backend: StoreBackend) async throws {
         let f = try await StoreFixture(backend)
         let tables = try await f.store.tableNames()
         #expect(
             Set(tables) == [
-                "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_attachments",
-                "sync_custom_fields", "sync_locations", "sync_lease", "trello_card_labels", "sync_checklists",
-                "sync_checklist_items", "trello_card_custom_field_values", "background_jobs", "potential_duplicates", "activity",
+                "accounts", "sync_lists", "sync_tasks", "pending_changes", "devices", "conflicts", "sync_custom_fields", "sync_lease",
+                "background_jobs", "potential_duplicates", "activity",
             ])
         if let sqlite = f.store as? SQLiteStore { #expect(try await sqlite.journalMode() == "wal") }
         if let postgres = f.store as? PostgresStore {
@@ -53,11 +53,11 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
                 try await postgres.appliedMigrations() == [
                     "v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims",
                     "v6-webhook-callback-tokens", "v7-list-settings", "v8-activity", "v9-device-apps",
-                    "v10-changes-by-card-and-id", "v11-changes-carry-reminder",
+                    "v10-changes-by-card-and-id", "v11-changes-carry-reminder", "v12-drop-unused-card-tables",
                 ])
         }
         try await f.store.migrate()  // a second run changes nothing and does not fail
-        #expect(try await f.store.tableNames().count == 17)
+        #expect(try await f.store.tableNames().count == 11)
     }
 
     @Test(arguments: StoreBackend.available) func createThenRedeliveryWritesOneChange(backend: StoreBackend) async throws {

@@ -17,6 +17,7 @@ import Testing
     struct NoCards: CardSource {
         func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]? { nil }
         func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? { nil }
+        func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] { [] }
     }
 
     static func entry(_ id: String, account: String, body: [UInt8]) -> StreamDelivery {

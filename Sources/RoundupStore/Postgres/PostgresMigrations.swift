@@ -1,7 +1,7 @@
 import Logging
 import PostgresNIO
 
-/// The PostgreSQL schema: the same seventeen tables and the same migration versions as `SQLiteMigrations`.
+/// The PostgreSQL schema: the same eleven tables and the same migration versions as `SQLiteMigrations`.
 /// Each version runs in its own transaction under an advisory lock, so processes starting together migrate once.
 enum PostgresMigrations {
     static let versions: [(String, [PostgresQuery])] = [
@@ -375,6 +375,15 @@ enum PostgresMigrations {
                 CREATE TRIGGER pending_changes_reminder_inserted BEFORE INSERT ON pending_changes
                 FOR EACH ROW WHEN (NEW.reminder_id = '') EXECUTE FUNCTION pending_changes_take_reminder()
                 """,
+            ]
+        ),
+        (
+            // Six tables of the seed schema were never read or written (SQLiteMigrations' v12 says why).
+            "v12-drop-unused-card-tables",
+            [
+                "DROP TABLE IF EXISTS sync_checklist_items", "DROP TABLE IF EXISTS sync_checklists", "DROP TABLE IF EXISTS sync_attachments",
+                "DROP TABLE IF EXISTS sync_locations", "DROP TABLE IF EXISTS trello_card_labels",
+                "DROP TABLE IF EXISTS trello_card_custom_field_values",
             ]
         ),
     ]

@@ -1,6 +1,7 @@
 import GRDB
 
-/// Versioned schema: the sixteen tables of the reference design and the activity history. Migrations only ever append.
+/// Versioned schema: the sixteen tables of the reference design and the activity history, less the six never used (v12).
+/// Migrations only ever append.
 enum SQLiteMigrations {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -317,6 +318,22 @@ enum SQLiteMigrations {
                             WHERE t.account_id = NEW.account_id AND t.trello_card_id = NEW.trello_card_id)
                         WHERE id = NEW.id;
                     END;
+                    """)
+        }
+        migrator.registerMigration("v12-drop-unused-card-tables") { db in
+            // Six tables of the seed schema were never read or written: a card's labels, checklists, attachments,
+            // location and custom field values live in its change's `fields` (what the apps are sent, and what the
+            // export includes) and their hashes in `sync_tasks.field_hashes` (what the worker compares); the board's
+            // Priority field in `sync_custom_fields`. Copies in rows of their own would cost every event writes that
+            // nothing reads. (README, "The store".)
+            try db.execute(
+                sql: """
+                    DROP TABLE IF EXISTS sync_checklist_items;
+                    DROP TABLE IF EXISTS sync_checklists;
+                    DROP TABLE IF EXISTS sync_attachments;
+                    DROP TABLE IF EXISTS sync_locations;
+                    DROP TABLE IF EXISTS trello_card_labels;
+                    DROP TABLE IF EXISTS trello_card_custom_field_values;
                     """)
         }
         return migrator
