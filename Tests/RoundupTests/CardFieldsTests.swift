@@ -124,4 +124,34 @@ import Testing
         let reminded = try Self.update(old: ["dueReminder": .number(1440)], card: ["dueReminder": .number(5)]).map { $0.kind }
         #expect(reminded == [CardEvent.Kind.fields([SyncField.dueReminderMinutes: .number(5)])])
     }
+
+    /// Bodies of our own, shaped as Trello sends them, for what ../shared/trello-fixtures lacks: every checklist and check
+    /// item action reads the card; a board label renamed, recoloured or deleted names no card, and is kept (not
+    /// filtered out at the ingress) so the worker can have the board's lists reconciled.
+    @Test func checklistActionsReadTheCardAndBoardLabelActionsNameNone() throws {
+        func body(_ type: String, _ data: [String: JSONValue]) throws -> TrelloWebhookBody {
+            try TrelloWebhookBody(json: .object(["action": .object(["id": "act1", "type": .string(type), "data": .object(data)])]))
+        }
+        let where_: [String: JSONValue] = ["list": .object(["id": "L1"]), "board": .object(["id": "B1"])]
+        for type in [
+            "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard", "deleteCheckItem", "updateChecklist", "addChecklistToCard",
+            "removeChecklistFromCard",
+        ] {
+            var data = where_
+            data["card"] = .object(["id": "c1", "name": "Card"])
+            data["checklist"] = .object(["id": "cl1", "name": "Steps"])
+            data["checkItem"] = .object(["id": "ci1", "name": "One", "state": "complete"])
+            let events = CardEventInterpreter.events(for: try body(type, data))
+            #expect(events.map(\.kind) == [CardEvent.Kind.fetch] && events.first?.cardID == "c1", "\(type)")
+            #expect(TrelloActionType.handled.contains(type), "\(type)")
+        }
+        for type in ["updateLabel", "deleteLabel"] {
+            let data: [String: JSONValue] = [
+                "label": .object(["id": "lab1", "name": "Home", "color": "green"]), "board": .object(["id": "B1"]),
+                "old": .object(["name": "House"]),
+            ]
+            #expect(CardEventInterpreter.events(for: try body(type, data)).isEmpty, "\(type)")
+            #expect(TrelloActionType.handled.contains(type) && TrelloActionType.boardLabelChanges.contains(type))
+        }
+    }
 }

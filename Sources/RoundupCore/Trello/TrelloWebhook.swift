@@ -5,7 +5,7 @@ public enum TrelloActionType {
     public static let handled: Set<String> = [
         "createCard", "updateCard", "deleteCard", "copyCard", "moveCardToBoard", "moveCardFromBoard",
         "convertToCardFromCheckItem", "addLabelToCard", "removeLabelFromCard", "addChecklistToCard",
-        "removeChecklistFromCard", "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard",
+        "removeChecklistFromCard", "updateChecklist", "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard",
         "deleteCheckItem", "addAttachmentToCard", "deleteAttachmentFromCard", "updateCustomFieldItem",
         // Only for lists that filter by member (`CardFilter.members`): the worker drops them for the others.
         "addMemberToCard", "removeMemberFromCard",
