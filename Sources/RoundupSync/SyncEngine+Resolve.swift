@@ -68,8 +68,10 @@ extension SyncEngine {
                 record.winning = [field: written.values[field] ?? chosen]
                 // The apps may have applied Trello's value meanwhile: send them the chosen one either way (as the card
                 // now holds it, with what changed with it).
-                record.toApps = written.values.filter { list.settings.syncsToReminders($0.key) }
-                record.toApps[field] = written.values[field] ?? chosen
+                // The card's form of what the app chose (label ids, new items' ids) is the app's own value: told, so its
+                // next edit of the field is no conflict.
+                record.tell(written.values.filter { list.settings.syncsToReminders($0.key) && $0.key != field }, time: now)
+                record.tell([field: written.values[field] ?? chosen], time: now)
             } else {
                 record.toApps = [field: current]
                 record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)

@@ -71,6 +71,14 @@ extension SyncEngine {
         }
         try await echo.mark(marks)
 
+        // The priority first: one request, and the one Trello may still refuse (the board's options edited since they
+        // were read), before anything else of the item is written.
+        if let chosen = priority {
+            try await setPriority(cardID: cardID, chosen: chosen, list: list, state: &state)
+            written.set(SyncField.priority, chosen.option.map { .string($0.text.lowercased()) } ?? .null, time: now)
+            written.set(SyncField.priorityLevel, .number(Double(chosen.option.map { chosen.field.level(of: $0.id) } ?? 0)), time: now)
+        }
+
         if !attributes.isEmpty {
             guard let updated = try await trello.updateCard(id: cardID, attributes: attributes, credentials: state.credentials) else {
                 throw ItemFailure(description: "the card \(cardID) no longer exists in Trello")
@@ -98,12 +106,6 @@ extension SyncEngine {
             }
         } else if let labels {
             written.set(SyncField.labels, labels.value, time: now)  // already the card's labels
-        }
-
-        if let chosen = priority {
-            try await setPriority(cardID: cardID, chosen: chosen, list: list, state: &state)
-            written.set(SyncField.priority, chosen.option.map { .string($0.text.lowercased()) } ?? .null, time: now)
-            written.set(SyncField.priorityLevel, .number(Double(chosen.option.map { chosen.field.level(of: $0.id) } ?? 0)), time: now)
         }
 
         if let wanted = write[SyncField.checklists] {
@@ -170,7 +172,11 @@ extension SyncEngine {
             }
             var byLevel: PriorityField.Option?
             if case .number(let wanted)? = level { byLevel = field.option(level: Int(wanted)) }
-            if text != nil, level != nil, byText?.id != byLevel?.id {
+            // Both sent as the server reported them name the same option, or (more than nine options share levels)
+            // one of the same level: the text decides.
+            var sameLevel = false
+            if case .number(let wanted)? = level { sameLevel = (byText.map { field.level(of: $0.id) } ?? 0) == Int(wanted) }
+            if text != nil, level != nil, byText?.id != byLevel?.id, !sameLevel {
                 func name(_ option: PriorityField.Option?) -> String { option.map { "\"\($0.text.lowercased())\"" } ?? "none" }
                 throw ItemFailure(
                     description:
@@ -222,6 +228,12 @@ extension SyncEngine {
         var ids: [String] = []
         var labels: [JSONValue] = []
         for (index, entry) in entries.enumerated() {
+            // A label given by id that the board no longer has was deleted in Trello: it stays deleted.
+            if find(entry, in: known) == nil, let id = entry["id"]?.stringValue ?? entry.stringValue, entry["name"]?.stringValue == nil,
+                id.utf8.count == 24, id.allSatisfy(\.isHexDigit)
+            {
+                continue
+            }
             guard let label = find(entry, in: known), let id = label["id"]?.stringValue else {
                 let names = known.compactMap { ($0["name"]?.stringValue).flatMap { $0.isEmpty ? nil : $0 } }.sorted().joined(separator: ", ")
                 throw ItemFailure(description: "fields.labels[\(index)]: the board has no label \(entry.canonicalJSON) (its labels: \(names))")
@@ -255,29 +267,47 @@ extension SyncEngine {
     ) async throws -> JSONValue {
         var checklists = Checklists(current)
         var created: [String] = []
+        state.begun.insert("\(state.item)|\(SyncField.checklists)")
+        var ordinal = 0
         for edit in checklists.edits(to: wanted) {
             var newID: String?
+            // What an earlier attempt of this item made is not made again (a retry after a timeout, say): the plan is the
+            // same (the app's value is), so the n-th thing made is the same thing.
+            let step = "\(state.item)|\(SyncField.checklists)|\(ordinal)"
             switch edit {
             case .create(let name):
-                let made = try await trello.createChecklist(cardID: cardID, name: name, credentials: state.credentials)
-                newID = made["id"]?.stringValue
+                ordinal += 1
+                if let known = state.made[step] {
+                    newID = known
+                } else {
+                    let made = try await trello.createChecklist(cardID: cardID, name: name, credentials: state.credentials)
+                    newID = made["id"]?.stringValue
+                    state.made[step] = newID
+                }
                 if let newID { created.append(newID) }
             case .addItem(let ref, let name, let completed):
+                ordinal += 1
                 let checklistID: String? =
                     switch ref {
                     case .id(let id): id
                     case .created(let n): n < created.count ? created[n] : nil
                     }
                 guard let checklistID else { continue }
-                let item = try await trello.addCheckItem(checklistID: checklistID, name: name, checked: completed, credentials: state.credentials)
-                newID = item["id"]?.stringValue
+                if let known = state.made[step] {
+                    newID = known
+                    if checklists.lists.contains(where: { $0.items.contains { $0.id == known } }) { continue }  // already in the card read
+                } else {
+                    let item = try await trello.addCheckItem(checklistID: checklistID, name: name, checked: completed, credentials: state.credentials)
+                    newID = item["id"]?.stringValue
+                    state.made[step] = newID
+                }
             default:
                 // Known before it is made: fingerprinted first.
                 var after = checklists
                 after.apply(edit)
-                let before = mark(account: list.accountID, cardID: cardID, SyncField.checklists, after.value)
-                try await echo.mark([before])
-                marks.append(before)
+                // Not cleared with the final values' marks: a read of the card taken mid-write may be checked after the
+                // write is stored, so the states it passes through expire on their own (`ROUNDUP_ECHO_TTL_SECONDS`).
+                try await echo.mark([mark(account: list.accountID, cardID: cardID, SyncField.checklists, after.value)])
                 switch edit {
                 case .rename(let id, let name): try await trello.renameChecklist(id: id, name: name, credentials: state.credentials)
                 case .delete(let id): try await trello.deleteChecklist(id: id, credentials: state.credentials)
@@ -288,14 +318,16 @@ extension SyncEngine {
                 case .create, .addItem: break
                 }
             }
+            if case .create = edit, let newID, checklists.lists.contains(where: { $0.id == newID }) { continue }  // already in the card read
             checklists.apply(edit, newID: newID, createdIDs: created)
             if newID != nil {
-                // Made: fingerprinted as soon as Trello gives its id.
-                let after = mark(account: list.accountID, cardID: cardID, SyncField.checklists, checklists.value)
-                try await echo.mark([after])
-                marks.append(after)
+                // Made: fingerprinted as soon as Trello gives its id (left to expire, as above).
+                try await echo.mark([mark(account: list.accountID, cardID: cardID, SyncField.checklists, checklists.value)])
             }
         }
+        let final = mark(account: list.accountID, cardID: cardID, SyncField.checklists, checklists.value)
+        try await echo.mark([final])
+        marks.append(final)
         return checklists.value
     }
 
@@ -344,34 +376,46 @@ extension SyncEngine {
                 steps.append(.delete(id: id))
             }
             if changed, case .string(let text) = url { steps.append(.add(url: text, name: nil)) }
-            // The first link changes while the old one is gone and the new one not yet there: fingerprint that too.
-            if changed, link != nil {
-                let between = mark(account: list.accountID, cardID: cardID, SyncField.url, .null)
-                try await echo.mark([between])
-                marks.append(between)
-            }
         }
+        /// The attachments and the first link they give, fingerprinted (each state a write passes through is left to
+        /// expire on its own: a card read taken mid-write may be checked after the write is stored).
+        func fingerprint(_ attachments: [JSONValue]) async throws {
+            try await echo.mark([
+                mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments)),
+                mark(
+                    account: list.accountID, cardID: cardID, SyncField.url,
+                    CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null),
+            ])
+        }
+        state.begun.insert("\(state.item)|\(SyncField.attachments)")
+        state.begun.insert("\(state.item)|\(SyncField.url)")
+        var ordinal = 0
         for step in steps {
             switch step {
             case .delete(let id):
                 guard let index = attachments.firstIndex(where: { $0["id"]?.stringValue == id }) else { continue }
                 attachments.remove(at: index)
-                let before = mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments))
-                try await echo.mark([before])
-                marks.append(before)
+                try await fingerprint(attachments)
                 try await trello.deleteAttachment(cardID: cardID, attachmentID: id, credentials: state.credentials)
             case .add(let url, let name):
+                // A link an earlier attempt of this item added is not added again.
+                let key = "\(state.item)|\(SyncField.attachments)|\(ordinal)"
+                ordinal += 1
+                if let known = state.made[key], attachments.contains(where: { $0["id"]?.stringValue == known }) { continue }
                 let added = try await trello.addURLAttachment(cardID: cardID, url: url, name: name, credentials: state.credentials)
+                state.made[key] = added["id"]?.stringValue
                 attachments.append(.object(added))
-                let after = mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments))
-                try await echo.mark([after])
-                marks.append(after)
+                try await fingerprint(attachments)
             }
         }
-        let link = CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null
-        let last = mark(account: list.accountID, cardID: cardID, SyncField.url, link)
-        try await echo.mark([last])
-        marks.append(last)
+        let finals = [
+            mark(account: list.accountID, cardID: cardID, SyncField.attachments, CardMapper.attachments(attachments)),
+            mark(
+                account: list.accountID, cardID: cardID, SyncField.url,
+                CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null),
+        ]
+        try await echo.mark(finals)
+        marks += finals
         return attachments
     }
 

@@ -73,6 +73,14 @@ public struct SyncEngine: Sendable {
         /// Board id → its labels, read when an app names a label its card does not carry.
         var labels: [String: [[String: JSONValue]]] = [:]
         var openCards: [String: [[String: JSONValue]]] = [:]
+        /// The item being processed (its index in the job), so what a failed attempt made survives its retry.
+        var item = -1
+        /// What the item's attempts made in Trello, by step (`item|field|ordinal` → the id Trello gave): a retry does not
+        /// make a checklist, check item or link twice.
+        var made: [String: String] = [:]
+        /// Fields an attempt of the item began writing (`item|field`): on its retry, the card's value is partly ours, not
+        /// a Trello edit to weigh against the app's.
+        var begun: Set<String> = []
     }
 
     public enum RunOutcome: Sendable, Equatable {
@@ -146,6 +154,9 @@ public struct SyncEngine: Sendable {
             if Task.isShuttingDownGracefully { return .interrupted }
             if lost.withLockedValue({ $0 }) { return .lost }
             let item = items[index]
+            running.item = index
+            running.made = [:]
+            running.begun = []
             guard let result = await processWithRetries(item, state: &running, lost: lost) else {
                 // Shutting down, or given up as stale, in the middle of retries: the item stays unprocessed.
                 return lost.withLockedValue({ $0 }) ? .lost : .interrupted
@@ -314,7 +325,9 @@ public struct SyncEngine: Sendable {
                 if told { winning[field] = theirs }
                 continue
             }
-            let trelloChanged = (stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil
+            // A field an earlier attempt of this item began writing holds part of our own write, not a Trello edit.
+            let ours = state.begun.contains("\(state.item)|\(field)")
+            let trelloChanged = !ours && ((stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil)
             if !trelloChanged {
                 write[field] = mine
                 if told { winning[field] = mine }

@@ -44,20 +44,30 @@ public struct ReconcileScheduler: Service {
         guard let reply = try? await reconciler.redis.send(RedisCommand("SPOP", [RedisArgument(reconciler.keys.reconcileRequests), "50"])),
             let members = reply.array, !members.isEmpty
         else { return }
+        var again: [String] = []
         for member in members {
             guard let text = member.string else { continue }
             let parts = text.split(separator: "\t", maxSplits: 1).map(String.init)
-            guard parts.count == 2, let lists = try? await reconciler.store.syncLists(accountID: parts[0]) else { continue }
+            guard parts.count == 2 else { continue }
+            guard !Task.isShuttingDownGracefully, let lists = try? await reconciler.store.syncLists(accountID: parts[0]) else {
+                again.append(text)
+                continue
+            }
             for list in lists where list.trelloBoardID == parts[1] {
-                if Task.isShuttingDownGracefully { return }
                 do {
-                    _ = try await reconciler.run(list)
+                    _ = try await reconciler.run(list, wait: .seconds(5))
                 } catch Reconciler.Failure.busy {
-                    continue
+                    // Another run holds the list, for long: asked again at a tick (this worker's or another's).
+                    if !again.contains(text) { again.append(text) }
                 } catch {
+                    // Failed (credentials, Trello): the scheduled reconciliation and the account's flag take it from here.
                     logger.warning("reconciliation after a label change failed", metadata: ["list": "\(list.id)", "error": "\(error)"])
                 }
             }
+        }
+        if !again.isEmpty {
+            _ = try? await reconciler.redis.send(
+                RedisCommand("SADD", [RedisArgument(reconciler.keys.reconcileRequests)] + again.map { RedisArgument($0) }))
         }
     }
 

@@ -599,7 +599,13 @@ public final class WebhookProcessor: Sendable {
                         var priority = board.flatMap { _ in knownPriority }
                         var learned: (AccountScoped, PriorityField)?
                         if priority == nil, let board, self.shouldLookUpPriority(AccountScoped(key.accountID, board)) {
-                            priority = try await self.cards.priorityField(boardID: board, credentials: credentials)
+                            do {
+                                priority = try await self.cards.priorityField(boardID: board, credentials: credentials)
+                            } catch {
+                                // Not known: the card is not mapped without it (the apps would read "no priority").
+                                self.forgetPriorityLookup(AccountScoped(key.accountID, board))
+                                throw error
+                            }
                             if let priority { learned = (AccountScoped(key.accountID, board), priority) }
                         }
                         let fields = CardMapper.fields(fromCard: card, priority: priority)
@@ -649,7 +655,12 @@ public final class WebhookProcessor: Sendable {
                     let cardBoard = card["idBoard"]?.stringValue ?? board
                     var priority = cardBoard.flatMap { priorities[AccountScoped(list.accountID, $0)] }
                     if priority == nil, let cardBoard, shouldLookUpPriority(AccountScoped(list.accountID, cardBoard)) {
-                        priority = try await cards.priorityField(boardID: cardBoard, credentials: credentials)
+                        do {
+                            priority = try await cards.priorityField(boardID: cardBoard, credentials: credentials)
+                        } catch {
+                            forgetPriorityLookup(AccountScoped(list.accountID, cardBoard))
+                            throw error
+                        }
                         if let priority {
                             priorities[AccountScoped(list.accountID, cardBoard)] = priority
                             try? await store.savePriorityField(accountID: list.accountID, boardID: cardBoard, field: priority)
@@ -667,6 +678,11 @@ public final class WebhookProcessor: Sendable {
             logger.info("list read failed; its cards are read one by one", metadata: ["list": "\(list.id)", "error": "\(error)"])
         }
         return found
+    }
+
+    /// A lookup that failed: the board is asked again at its next card.
+    private func forgetPriorityLookup(_ board: AccountScoped) {
+        _ = priorityChecked.withLockedValue { $0.removeValue(forKey: board) }
     }
 
     /// Boards without a Priority field are asked again at most every ten minutes.

@@ -9,13 +9,7 @@ import Testing
 /// Everything a card holds, both ways, through the real processes and the fake Trello: what a person does in Trello
 /// reaches the apps typed and complete, and what the apps edit reaches the card, with no echo of our own writes.
 @Suite(.serialized) struct CardRoundTripTests {
-    func startStack(_ backend: StoreBackend) async throws -> Stack {
-        let stack = try await Stack(store: backend)
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1")
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
-        return stack
-    }
+    func startStack(_ backend: StoreBackend) async throws -> Stack { try await SyncJobTests().startStack(backend) }
 
     /// A board with three labels (one without a name) and a Priority dropdown of three options.
     func board(_ stack: Stack, _ board: String) {
@@ -241,6 +235,42 @@ import Testing
         #expect(stack.trello.cardValue(card)?["idLabels"] == .array(["lab-red"]))
         #expect(view["labels"] == .array([.object(["id": "lab-red", "name": "Urgent stuff", "color": "red"])]), "\(view)")
         #expect(view["priority"] == "low" && view["priority_level"] == .number(9), "the last edit stands in the apps: \(view)")
+        await stack.shutdown()
+    }
+
+    /// Trello fails a request in the middle of an item's checklist and link writes (a 500 after the checklist was
+    /// made): the item is retried, and what the first attempt made is not made twice, nor taken for a Trello edit.
+    @Test(arguments: StoreBackend.available) func anItemRetriedMidWriteMakesNothingTwice(backend: StoreBackend) async throws {
+        let stack = try await startStack(backend)
+        defer { Task { await stack.shutdown() } }
+        board(stack, "Bretry")
+        let s = try await SyncSetup.make(stack, list: "Lretry", board: "Bretry", policy: "prefer_reminders")
+        let card = stack.trello.userCreateCard(listID: "Lretry", name: "Trip")
+        var view: [String: JSONValue] = [:]
+        _ = try await pull(s, into: &view)
+        // The checklist's create goes through; the first of its items' requests (POST /1/checklists/…) fails.
+        stack.trello.failNextRequests(status: 500, count: 1, pathPrefix: "/1/checklists/")
+        let job = try await s.sync([
+            s.change(
+                "update", reminder: "R-\(card)",
+                fields: [
+                    "checklists": .array([.object(["name": "Pack", "items": .array([.object(["name": "Passport"]), .object(["name": "Charger"])])])]),
+                    "attachments": .array([.object(["url": "https://example.com/tickets", "name": "Tickets"])]),
+                ], changed: ["checklists", "attachments"])
+        ])
+        #expect(job["results"]?[0]?["status"] == "ok", "\(job)")
+        let after = try #require(stack.trello.cardValue(card))
+        let lists = after["checklists"]?.arrayValue ?? []
+        #expect(
+            lists.count == 1 && lists.first?["checkItems"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == ["Passport", "Charger"], "\(lists)")
+        #expect(after["attachments"]?.arrayValue?.count == 1)
+        // The failure happened (three item requests: the refused one and the two made) and the checklist was made once.
+        let requests = stack.trello.state.withLockedValue { $0.requests }
+        #expect(requests.filter { $0.hasPrefix("POST /1/checklists/") }.count == 3, "\(requests)")
+        #expect(requests.filter { $0 == "POST /1/cards/\(card)/checklists" }.count == 1)
+        let told = try await pull(s, into: &view)
+        #expect(Checklists(view["checklists"] ?? .null).lists.map(\.items.count) == [2], "\(told)")
+        #expect(try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: s.token).json["conflicts"]?.arrayValue?.isEmpty == true)
         await stack.shutdown()
     }
 

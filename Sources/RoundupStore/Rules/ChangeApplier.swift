@@ -151,6 +151,8 @@ struct ChangeApplier<Rows: ChangeRows> {
                     }
                     stamps[name] = Stamp(hash: hash, time: time)
                     changed[name] = value
+                    // A Trello edit: what our own write once sent back for the field is no longer the apps' own value.
+                    if stamps.count > 1, !name.hasPrefix("_") { stamps.removeValue(forKey: SyncWrite.toldStamp(name)) }
                 }
                 guard !changed.isEmpty else {
                     // Nothing for the apps, but a value the store has may now be dated later: a value read from the

@@ -101,6 +101,10 @@ enum CardValues {
                 guard let url = object["url"]?.stringValue, SyncFields.isWebURL(url) else {
                     throw Invalid(description: "\(at).url must be an http or https URL of at most 2048 bytes (a new link)")
                 }
+                // Trello's limit for an attachment's name.
+                if let name = object["name"]?.stringValue, name.utf8.count > 256 {
+                    throw Invalid(description: "\(at).name is longer than 256 bytes")
+                }
                 result.append(.object(compact(object, keys: ["name", "url"])))
             } else {
                 result.append(entry)  // kept as it is (as sent, so an unchanged list compares equal to the card's)
