@@ -368,8 +368,10 @@ import Testing
         let slowest = probes.map { $0.took }.max() ?? .zero
         #expect(!probes.isEmpty && probes.allSatisfy { $0.status == 200 }, "\(probes.map { $0.status })")
         // On PostgreSQL the probe waits for one of the pool's 10 connections behind the readers' large queries (120
-        // replays and pages of 12 KB changes at once, on the same two cores): slower, but answered.
-        let bound: Duration = backend == .sqlite ? .seconds(1) : .seconds(2)
+        // replays and pages of 12 KB changes at once, on the same two cores): slower, but answered. This is a liveness
+        // bound (answered, not held until the readers are gone), not a speed target: on a loaded CI machine the queue
+        // behind 60 pages of ~6 MB took 3.1 s once. How fast is measured in scripts/bench.
+        let bound: Duration = backend == .sqlite ? .seconds(3) : .seconds(8)
         #expect(slowest < bound, "a page of one change took \(slowest) beside the stalled readers")
 
         // Past the deadline, the readers read at last: what the server sent arrives, then its close. A response the
@@ -408,11 +410,26 @@ import Testing
             #expect(notOK.isEmpty, "stalled \(what)s answered \(notOK)")
             #expect(complete == 0, "\(complete) of \(connections.count) stalled \(what)s were completed, not ended by the deadline")
         }
+        // An extra export is refused while its account's two run. One the server reached only after the write deadline
+        // had ended one of the first two (a loaded machine may take that long to read its request) takes the place given
+        // back: it is then one of at most two at once, so no account has more than two admitted extras, and it is ended
+        // by the deadline like the first ones.
         let refused = extras.filter { $0.1.receivedStatus == 429 && $0.1.received.contains("too_many_exports") }
+        let admitted = extras.filter { $0.1.receivedStatus != 429 }
         #expect(
-            refused.count == extras.count,
+            refused.count + admitted.count == extras.count && refused.count >= extras.count - exports.count,
             "\(refused.count) of \(extras.count) exports beyond 2 per account refused: \(extras.map { $0.1.receivedStatus ?? 0 })")
-        #expect(extras.allSatisfy { $0.1.received.lowercased().contains("\r\nretry-after:") }, "a refused export without Retry-After")
+        for n in owners.indices {
+            let places = admitted.filter { $0.0 == n }.count
+            #expect(places <= 2, "account \(n) had \(places) exports admitted beyond its first two while they were held")
+        }
+        _ = await TestSupport.eventually(timeout: .seconds(10)) { admitted.allSatisfy { $0.1.isClosed } }
+        #expect(
+            admitted.allSatisfy { $0.1.isClosed && ($0.1.receivedCount == 0 || ($0.1.receivedStatus == 200 && Self.cutShort($0.1))) },
+            "an export admitted in a place given back was not ended by the deadline: \(admitted.map { "\($0.1.receivedStatus ?? 0) \($0.1.receivedCount) B" })"
+        )
+        #expect(refused.allSatisfy { $0.1.received.lowercased().contains("\r\nretry-after:") }, "a refused export without Retry-After")
+        if !admitted.isEmpty { print("StreamHoldTests: \(admitted.count) extra exports took a place the deadline gave back") }
 
         let mb = { (kb: Int?) in kb.map { String($0 / 1024) } ?? "?" }
         print(
