@@ -28,9 +28,10 @@ extension SyncEngine {
     /// the card passes through (an item ticked before the next is added) are appended, for the caller to clear once the
     /// stamps are stored.
     func writeFields(
-        _ write: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
+        _ asked: [String: JSONValue], card: [String: JSONValue], list: SyncListRecord, marks: inout [String], state: inout JobState
     ) async throws -> WrittenFields {
-        guard !write.isEmpty, let cardID = card["id"]?.stringValue else { return WrittenFields() }
+        guard !asked.isEmpty, let cardID = card["id"]?.stringValue else { return WrittenFields() }
+        var write = asked
         let account = list.accountID
         func mark(_ field: String, _ value: JSONValue) -> String { echo.fieldKey(account: account, card: cardID, field: field, value: value) }
         let priorityField = try await self.priorityField(list, state: &state)
@@ -40,7 +41,11 @@ extension SyncEngine {
         let priority = try await priorityChoice(write, list: list, state: &state)
         var labels: (ids: [String], value: JSONValue)?
         if let value = write[SyncField.labels] { labels = try await labelChoice(value, card: card, list: list, state: &state) }
-        let links = try write[SyncField.attachments].map { try linkEdits($0, card: card) }
+        var links = try write[SyncField.attachments].map { try linkEdits($0, card: card) }
+        if list.settings.moveLinksToNotes {
+            moveLinksToNotes(&write, links: &links, current: current, card: card)
+            if let notes = write[SyncField.notes], notes != asked[SyncField.notes] { marks.append(mark(SyncField.notes, notes)) }
+        }
 
         var written = WrittenFields()
         let now = Date().timeIntervalSince1970
@@ -121,6 +126,35 @@ extension SyncEngine {
             written.set(SyncField.url, CardMapper.fields(fromCard: ["attachments": .array(attachments)])[SyncField.url] ?? .null, time: now)
         }
         return written
+    }
+
+    /// On a list whose links go into the description (`move_links_to_notes`): the links the app adds (new `attachments`,
+    /// a `url` other than the card's first link) are appended to `notes` (the app's, or the card's) instead of becoming
+    /// attachments; a `url` that replaces the first link still removes it. The apps are then told the card's notes and
+    /// links as they are (the reminder's URL is in its notes now).
+    private func moveLinksToNotes(
+        _ write: inout [String: JSONValue], links: inout [LinkEdit]?, current: [String: JSONValue], card: [String: JSONValue]
+    ) {
+        var moved: [LinkNotes.Link] = []
+        var kept: [LinkEdit] = []
+        for edit in links ?? [] {
+            if case .add(let url, let name) = edit { moved.append(LinkNotes.Link(url: url, name: name)) } else { kept.append(edit) }
+        }
+        if case .string(let url)? = write[SyncField.url] {
+            let first = current[SyncField.url]?.stringValue
+            if url != first {
+                moved.append(LinkNotes.Link(url: url))
+                if let first, let attachment = LinkNotes.links(ofCard: card).first(where: { $0.link.url == first }) {
+                    kept.append(.delete(id: attachment.id))
+                }
+            }
+            write[SyncField.url] = nil
+        }
+        if links != nil || !kept.isEmpty { links = kept }
+        guard !moved.isEmpty else { return }
+        let notes = write[SyncField.notes]?.stringValue ?? current[SyncField.notes]?.stringValue ?? ""
+        let appended = LinkNotes.appending(moved, to: notes)
+        if appended != notes || write[SyncField.notes] != nil { write[SyncField.notes] = .string(appended) }
     }
 
     /// Checks what would fail a create's item, before its card is made: an option or label the board lacks, an upload

@@ -148,6 +148,7 @@ public struct SyncEngine: Sendable {
         }
         var running = state
         if job.kind == .import { return await runImport(job, holder: holder, state: &running, lost: lost) }
+        if job.kind == .migrateLinks { return await runMigrateLinks(job, holder: holder, state: &running, lost: lost) }
         let items = job.items
         // A stored count past the items (a payload edited by hand, say) is the end, not a trap.
         for index in min(max(job.processed, 0), items.count)..<items.count {

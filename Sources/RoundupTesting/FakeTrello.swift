@@ -134,6 +134,8 @@ public final class FakeTrello: Sendable {
 
     public func failNextCardRequests(status: Int, count: Int) { failNextRequests(status: status, count: count, pathPrefix: "/1/cards/") }
 
+    /// Requests that change something (every method but GET), as `METHOD /1/path`.
+    public var writeRequests: [String] { state.withLockedValue { $0.requests.filter { !$0.hasPrefix("GET ") } } }
     public var cardRequests: Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/cards/") }.count } }
 
     /// Accepts another token (with the same API key).

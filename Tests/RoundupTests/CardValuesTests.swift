@@ -178,3 +178,35 @@ import Testing
         }
     }
 }
+
+/// Links moved into a card's description (`move_links_to_notes`, the `migrate_links` job): each once, after the notes.
+@Suite struct LinkNotesTests {
+    @Test func linksGoAfterTheNotesOncePerURL() {
+        let spec = LinkNotes.Link(url: "https://example.com/spec", name: "Spec")
+        let bare = LinkNotes.Link(url: "https://example.com/a", name: "https://example.com/a")
+        #expect(LinkNotes.appending([spec, bare], to: "") == "Spec: https://example.com/spec\nhttps://example.com/a")
+        #expect(LinkNotes.appending([spec], to: "Call first\n\n") == "Call first\n\nSpec: https://example.com/spec")
+        // A URL the notes hold already, or named twice, goes in once: a second run, or a resumed one, adds nothing.
+        let once = LinkNotes.appending([spec, spec, bare], to: "Before the 15th")
+        #expect(once == "Before the 15th\n\nSpec: https://example.com/spec\nhttps://example.com/a")
+        #expect(LinkNotes.appending([spec, bare], to: once) == once)
+        #expect(LinkNotes.appending([LinkNotes.Link(url: "https://example.com/a")], to: "see https://example.com/a") == "see https://example.com/a")
+        #expect(LinkNotes.appending([], to: "kept\n") == "kept\n", "no link: the notes are not rewritten")
+        #expect(LinkNotes.appending([LinkNotes.Link(url: "x", name: "  ")], to: "") == "x", "a blank name is no name")
+    }
+
+    @Test func aCardsLinksAreItsAttachmentsThatAreNotUploads() {
+        let card: [String: JSONValue] = [
+            "attachments": .array([
+                .object(["id": "a1", "url": "https://example.com/1", "name": "One", "isUpload": false]),
+                .object(["id": "a2", "url": "https://trello.com/x/scan.png", "name": "scan.png", "isUpload": true]),
+                .object(["id": "a3", "url": "https://example.com/3", "name": .null]),
+                .object(["id": "a4", "url": "", "name": "empty"]),
+            ])
+        ]
+        let links = LinkNotes.links(ofCard: card)
+        #expect(links.map(\.id) == ["a1", "a3"])
+        #expect(links.map(\.link) == [LinkNotes.Link(url: "https://example.com/1", name: "One"), LinkNotes.Link(url: "https://example.com/3")])
+        #expect(LinkNotes.links(ofCard: [:]).isEmpty)
+    }
+}

@@ -30,6 +30,19 @@ func j(_ text: String) -> JSONValue {
         #expect(custom.conflictPolicy(of: SyncField.title, account: .lww) == .lww)
     }
 
+    @Test func movingLinksToNotesIsASettingOffByDefaultThatIsStoredAndChecked() throws {
+        #expect(SyncSettings.default.moveLinksToNotes == false && SyncSettings.default.json["move_links_to_notes"] == false)
+        let moving = try SyncSettings(json: j(#"{"move_links_to_notes":true}"#))
+        #expect(moving.moveLinksToNotes && moving.fields == SyncSettings.allFields)
+        #expect(SyncSettings(stored: moving.storedText) == moving)
+        // Text stored before the setting existed reads as off; a partial document keeps it.
+        #expect(SyncSettings(stored: #"{"direction":"both","initial":"new_cards"}"#).moveLinksToNotes == false)
+        #expect(try SyncSettings(json: j(#"{"initial":"new_cards"}"#), over: moving).moveLinksToNotes)
+        #expect(throws: SyncSettings.Invalid("settings.move_links_to_notes must be true or false")) {
+            try SyncSettings(json: j(#"{"move_links_to_notes":"yes"}"#))
+        }
+    }
+
     @Test func aPartialDocumentKeepsWhatItLeavesOut() throws {
         let base = try SyncSettings(json: j(#"{"direction":"trello_to_reminders","filter":{"labels":["a1"]}}"#))
         let next = try SyncSettings(json: j(#"{"filter":{"open_only":true}}"#), over: base)

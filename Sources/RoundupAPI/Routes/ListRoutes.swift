@@ -19,6 +19,7 @@ struct ListRoutes {
         routes.delete("{id}") { _, context in try await delete(context.requireAccount(), context.parameters.require("id")) }
         routes.post("{id}/import") { _, context in try await importCards(context.requireAccount(), context.parameters.require("id")) }
         routes.post("{id}/reconcile") { _, context in try await reconcile(context.requireAccount(), context.parameters.require("id")) }
+        routes.post("{id}/migrate-links") { _, context in try await migrateLinks(context.requireAccount(), context.parameters.require("id")) }
         return routes
     }
 
@@ -178,6 +179,12 @@ struct ListRoutes {
     /// `POST /dailyroundup/lists/{id}/reconcile`: a job that compares the list with Trello now (and repairs its webhooks).
     func reconcile(_ account: String, _ id: String) async throws -> EditedResponse<JobStarted> {
         try await submitListJob(account, id, kind: .reconcile, total: 1)
+    }
+
+    /// `POST /dailyroundup/lists/{id}/migrate-links`: a job that appends every card's link attachments to its description,
+    /// then deletes them (uploads stay); a second run writes nothing.
+    func migrateLinks(_ account: String, _ id: String) async throws -> EditedResponse<JobStarted> {
+        try await submitListJob(account, id, kind: .migrateLinks, total: 0)
     }
 
     /// A job about one of the account's lists, queued for the workers.

@@ -42,6 +42,8 @@ public enum JobKind: String, Sendable, Hashable, CaseIterable, Codable {
     case `import`
     /// A list compared with Trello, drift repaired.
     case reconcile
+    /// A list's cards' link attachments appended to their descriptions, then deleted (uploads stay).
+    case migrateLinks = "migrate_links"
 }
 
 /// A job's state as stored (`background_jobs.status`).

@@ -99,15 +99,19 @@ public struct SyncSettings: Sendable, Hashable {
     public var fields: [String: FieldRule]
     public var filter: CardFilter
     public var initial: InitialMode
+    /// Links the apps send (`url`, new `attachments`) are appended to the card's description instead of becoming link
+    /// attachments (`POST /dailyroundup/lists/{id}/migrate-links` moves the links a list's cards hold already).
+    public var moveLinksToNotes: Bool
 
     public init(
         direction: SyncDirection = .both, fields: [String: FieldRule] = SyncSettings.allFields, filter: CardFilter = CardFilter(),
-        initial: InitialMode = .openCards
+        initial: InitialMode = .openCards, moveLinksToNotes: Bool = false
     ) {
         self.direction = direction
         self.fields = fields
         self.filter = filter
         self.initial = initial
+        self.moveLinksToNotes = moveLinksToNotes
     }
 
     public static let `default` = SyncSettings()
@@ -181,6 +185,7 @@ extension SyncSettings {
                 "open_only": .bool(filter.openOnly),
             ]),
             "initial": .string(initial.rawValue),
+            "move_links_to_notes": .bool(moveLinksToNotes),
         ])
     }
 
@@ -194,13 +199,17 @@ extension SyncSettings {
     /// refused with what is wrong; `me` among the filter's members is kept for the caller to resolve.
     public init(json: JSONValue, over base: SyncSettings = .default) throws(Invalid) {
         guard case .object(let object) = json else { throw Invalid("settings must be an object") }
-        let known: Set<String> = ["direction", "fields", "filter", "initial"]
+        let known: Set<String> = ["direction", "fields", "filter", "initial", "move_links_to_notes"]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
-            throw Invalid("settings.\(unknown) is not a setting; allowed: direction, fields, filter, initial")
+            throw Invalid("settings.\(unknown) is not a setting; allowed: direction, fields, filter, initial, move_links_to_notes")
         }
         self = base
         if let value = object["direction"] { direction = try Self.enumValue(value, path: "settings.direction") }
         if let value = object["initial"] { initial = try Self.enumValue(value, path: "settings.initial") }
+        if let value = object["move_links_to_notes"] {
+            guard case .bool(let flag) = value else { throw Invalid("settings.move_links_to_notes must be true or false") }
+            moveLinksToNotes = flag
+        }
         if let value = object["fields"] {
             guard case .object(let entries) = value else {
                 throw Invalid("settings.fields must be an object of field name → {direction, conflict_policy}")

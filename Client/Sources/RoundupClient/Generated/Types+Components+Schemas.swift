@@ -483,6 +483,15 @@ extension Components {
         public struct SyncSettings: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/SyncSettings/direction`.
             public var direction: Components.Schemas.SyncDirection
+            /// Links the apps send (a `url` other than the card's first link, new `attachments`) are appended to the card's
+            /// description, one per line (`name: url`, or the URL alone), instead of becoming link attachments; a `url` that
+            /// replaces the card's first link still deletes that link. The apps are then sent the card's `notes`, `url` and
+            /// `attachments` as they are (a reminder's URL is in its notes now). `POST /dailyroundup/lists/{id}/migrate-links`
+            /// moves the links the list's cards hold already. Default false.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncSettings/move_links_to_notes`.
+            public var moveLinksToNotes: Swift.Bool
             /// The fields that sync, each with its rule; a field left out is never sent either way. `title` must sync every way the list does.
             ///
             /// - Remark: Generated from `#/components/schemas/SyncSettings/fields`.
@@ -515,22 +524,26 @@ extension Components {
             ///
             /// - Parameters:
             ///   - direction:
+            ///   - moveLinksToNotes: Links the apps send (a `url` other than the card's first link, new `attachments`) are appended to the card's
             ///   - fields: The fields that sync, each with its rule; a field left out is never sent either way. `title` must sync every way the list does.
             ///   - filter:
             ///   - initial:
             public init(
                 direction: Components.Schemas.SyncDirection,
+                moveLinksToNotes: Swift.Bool,
                 fields: Components.Schemas.SyncSettings.FieldsPayload,
                 filter: Components.Schemas.CardFilter,
                 initial: Components.Schemas.InitialMode
             ) {
                 self.direction = direction
+                self.moveLinksToNotes = moveLinksToNotes
                 self.fields = fields
                 self.filter = filter
                 self.initial = initial
             }
             public enum CodingKeys: String, CodingKey {
                 case direction
+                case moveLinksToNotes = "move_links_to_notes"
                 case fields
                 case filter
                 case initial
@@ -640,6 +653,8 @@ extension Components {
             public var filter: Components.Schemas.SyncSettingsInput.FilterPayload?
             /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/initial`.
             public var initial: Components.Schemas.InitialMode?
+            /// - Remark: Generated from `#/components/schemas/SyncSettingsInput/move_links_to_notes`.
+            public var moveLinksToNotes: Swift.Bool?
             /// Creates a new `SyncSettingsInput`.
             ///
             /// - Parameters:
@@ -647,22 +662,26 @@ extension Components {
             ///   - fields:
             ///   - filter:
             ///   - initial:
+            ///   - moveLinksToNotes:
             public init(
                 direction: Components.Schemas.SyncDirection? = nil,
                 fields: Components.Schemas.SyncSettingsInput.FieldsPayload? = nil,
                 filter: Components.Schemas.SyncSettingsInput.FilterPayload? = nil,
-                initial: Components.Schemas.InitialMode? = nil
+                initial: Components.Schemas.InitialMode? = nil,
+                moveLinksToNotes: Swift.Bool? = nil
             ) {
                 self.direction = direction
                 self.fields = fields
                 self.filter = filter
                 self.initial = initial
+                self.moveLinksToNotes = moveLinksToNotes
             }
             public enum CodingKeys: String, CodingKey {
                 case direction
                 case fields
                 case filter
                 case initial
+                case moveLinksToNotes = "move_links_to_notes"
             }
             public init(from decoder: any Swift.Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -682,11 +701,16 @@ extension Components {
                     Components.Schemas.InitialMode.self,
                     forKey: .initial
                 )
+                self.moveLinksToNotes = try container.decodeIfPresent(
+                    Swift.Bool.self,
+                    forKey: .moveLinksToNotes
+                )
                 try decoder.ensureNoAdditionalProperties(knownKeys: [
                     "direction",
                     "fields",
                     "filter",
-                    "initial"
+                    "initial",
+                    "move_links_to_notes"
                 ])
             }
         }
@@ -1849,7 +1873,7 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/duplicate_id`.
             public var duplicateId: Swift.Int?
-            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`).
+            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/summary`.
             public struct SummaryPayload: Codable, Hashable, Sendable {
@@ -1869,7 +1893,7 @@ extension Components {
                     try encoder.encodeAdditionalProperties(additionalProperties)
                 }
             }
-            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`).
+            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/summary`.
             public var summary: Components.Schemas.SyncJobResult.SummaryPayload?
@@ -1891,7 +1915,7 @@ extension Components {
             ///   - error: What went wrong, for `status` `error`; otherwise null.
             ///   - conflictIds: The conflicts recorded for this change. Present when `status` is `conflict`.
             ///   - duplicateId: The suspected duplicate recorded for this change. Present when `status` is `duplicate`.
-            ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`).
+            ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
             ///   - skippedFields: Fields of the edit the list's settings keep from Trello; the others were written.
             ///   - reason: Why the item was `skipped`.
             public init(

@@ -4280,6 +4280,323 @@ public enum Operations {
             }
         }
     }
+    /// Move a list's link attachments into its cards' descriptions
+    ///
+    /// Starts a background job (`kind` `migrate_links`) and returns its id at once.
+    /// No request body is sent. The job pages through the list's open cards that
+    /// the list syncs; for each card holding link attachments it appends them to
+    /// the description, one per line (`name: url`, or the URL alone; a URL the
+    /// description holds already is not appended again), then deletes those
+    /// attachments. Uploaded files stay. Each card it changed is one result
+    /// (`op` `update`, its `trello_card_id`, a `summary` with `links_moved` and
+    /// `notes_written`); the apps receive the cards' new `notes`, `url` and
+    /// `attachments` as ordinary `update` changes. Running it again writes
+    /// nothing; a job taken over from a worker that died goes on where it
+    /// stopped (cards already done are passed over). Like an import it holds
+    /// the account's job lease while it runs, so `POST /dailyroundup/sync` answers
+    /// `409 job_running` meanwhile; its Trello requests share the account's rate
+    /// windows. Pair it with the list setting `move_links_to_notes`, so links the
+    /// apps add later go to the description too.
+    ///
+    /// Returns `409 job_running` if another job of this account is still
+    /// running. The error holds that job's `job_id`; poll it and try again
+    /// after it ends.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/lists/{id}/migrate-links`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)`.
+    public enum MigrateListLinks {
+        public static let id: Swift.String = "migrateListLinks"
+        public struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/path`.
+            public struct Path: Sendable, Hashable {
+                /// The `sync_list_id`.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/path/id`.
+                public var id: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - id: The `sync_list_id`.
+                public init(id: Swift.String) {
+                    self.id = id
+                }
+            }
+            public var path: Operations.MigrateListLinks.Input.Path
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/header`.
+            public struct Headers: Sendable, Hashable {
+                public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.MigrateListLinks.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                public init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.MigrateListLinks.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            public var headers: Operations.MigrateListLinks.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            public init(
+                path: Operations.MigrateListLinks.Input.Path,
+                headers: Operations.MigrateListLinks.Input.Headers = .init()
+            ) {
+                self.path = path
+                self.headers = headers
+            }
+        }
+        @frozen public enum Output: Sendable, Hashable {
+            public struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/responses/202/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/responses/202/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.MigrateListLinks.Output.Accepted.Headers
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/responses/202/content`.
+                @frozen public enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/migrate-links/POST/responses/202/content/application\/json`.
+                    case json(Components.Schemas.JobStarted)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    public var json: Components.Schemas.JobStarted {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                public var body: Operations.MigrateListLinks.Output.Accepted.Body
+                /// Creates a new `Accepted`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                public init(
+                    headers: Operations.MigrateListLinks.Output.Accepted.Headers = .init(),
+                    body: Operations.MigrateListLinks.Output.Accepted.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// The migration job was started.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/202`.
+            ///
+            /// HTTP response code: `202 accepted`.
+            case accepted(Operations.MigrateListLinks.Output.Accepted)
+            /// The associated value of the enum case if `self` is `.accepted`.
+            ///
+            /// - Throws: An error if `self` is not `.accepted`.
+            /// - SeeAlso: `.accepted`.
+            public var accepted: Operations.MigrateListLinks.Output.Accepted {
+                get throws {
+                    switch self {
+                    case let .accepted(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "accepted",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The bearer token is missing or wrong (`unauthorized`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            public var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The resource does not exist or belongs to another account (`not_found`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Components.Responses.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            public var notFound: Components.Responses.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The path does not support this method (`method_not_allowed`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/405`.
+            ///
+            /// HTTP response code: `405 methodNotAllowed`.
+            case methodNotAllowed(Components.Responses.MethodNotAllowed)
+            /// The associated value of the enum case if `self` is `.methodNotAllowed`.
+            ///
+            /// - Throws: An error if `self` is not `.methodNotAllowed`.
+            /// - SeeAlso: `.methodNotAllowed`.
+            public var methodNotAllowed: Components.Responses.MethodNotAllowed {
+                get throws {
+                    switch self {
+                    case let .methodNotAllowed(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "methodNotAllowed",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Another job of this account is still running (`job_running`). The error
+            /// holds that job's `job_id`. Poll it with
+            /// `GET /dailyroundup/sync/jobs/{job_id}` and try again after it ends.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/409`.
+            ///
+            /// HTTP response code: `409 conflict`.
+            case conflict(Components.Responses.JobRunning)
+            /// The associated value of the enum case if `self` is `.conflict`.
+            ///
+            /// - Throws: An error if `self` is not `.conflict`.
+            /// - SeeAlso: `.conflict`.
+            public var conflict: Components.Responses.JobRunning {
+                get throws {
+                    switch self {
+                    case let .conflict(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "conflict",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The account's request rate was exceeded (`rate_limited`), or this client
+            /// address sent too many bad tokens (account or bootstrap) in the last minute
+            /// (`too_many_failures`, before the request's own token is even looked at).
+            /// Retry after `Retry-After` seconds.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            public var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The store or Redis cannot be reached (`unavailable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            public var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        @frozen public enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            public init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            public var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            public static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
     /// Fetch pending changes
     ///
     /// Returns pending changes in ascending `id` order. Pass the `id` of the

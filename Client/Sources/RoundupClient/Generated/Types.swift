@@ -198,6 +198,32 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `POST /dailyroundup/lists/{id}/reconcile`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/reconcile/post(reconcileList)`.
     func reconcileList(_ input: Operations.ReconcileList.Input) async throws -> Operations.ReconcileList.Output
+    /// Move a list's link attachments into its cards' descriptions
+    ///
+    /// Starts a background job (`kind` `migrate_links`) and returns its id at once.
+    /// No request body is sent. The job pages through the list's open cards that
+    /// the list syncs; for each card holding link attachments it appends them to
+    /// the description, one per line (`name: url`, or the URL alone; a URL the
+    /// description holds already is not appended again), then deletes those
+    /// attachments. Uploaded files stay. Each card it changed is one result
+    /// (`op` `update`, its `trello_card_id`, a `summary` with `links_moved` and
+    /// `notes_written`); the apps receive the cards' new `notes`, `url` and
+    /// `attachments` as ordinary `update` changes. Running it again writes
+    /// nothing; a job taken over from a worker that died goes on where it
+    /// stopped (cards already done are passed over). Like an import it holds
+    /// the account's job lease while it runs, so `POST /dailyroundup/sync` answers
+    /// `409 job_running` meanwhile; its Trello requests share the account's rate
+    /// windows. Pair it with the list setting `move_links_to_notes`, so links the
+    /// apps add later go to the description too.
+    ///
+    /// Returns `409 job_running` if another job of this account is still
+    /// running. The error holds that job's `job_id`; poll it and try again
+    /// after it ends.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/lists/{id}/migrate-links`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)`.
+    func migrateListLinks(_ input: Operations.MigrateListLinks.Input) async throws -> Operations.MigrateListLinks.Output
     /// Fetch pending changes
     ///
     /// Returns pending changes in ascending `id` order. Pass the `id` of the
@@ -657,6 +683,40 @@ extension APIProtocol {
         headers: Operations.ReconcileList.Input.Headers = .init()
     ) async throws -> Operations.ReconcileList.Output {
         try await reconcileList(Operations.ReconcileList.Input(
+            path: path,
+            headers: headers
+        ))
+    }
+    /// Move a list's link attachments into its cards' descriptions
+    ///
+    /// Starts a background job (`kind` `migrate_links`) and returns its id at once.
+    /// No request body is sent. The job pages through the list's open cards that
+    /// the list syncs; for each card holding link attachments it appends them to
+    /// the description, one per line (`name: url`, or the URL alone; a URL the
+    /// description holds already is not appended again), then deletes those
+    /// attachments. Uploaded files stay. Each card it changed is one result
+    /// (`op` `update`, its `trello_card_id`, a `summary` with `links_moved` and
+    /// `notes_written`); the apps receive the cards' new `notes`, `url` and
+    /// `attachments` as ordinary `update` changes. Running it again writes
+    /// nothing; a job taken over from a worker that died goes on where it
+    /// stopped (cards already done are passed over). Like an import it holds
+    /// the account's job lease while it runs, so `POST /dailyroundup/sync` answers
+    /// `409 job_running` meanwhile; its Trello requests share the account's rate
+    /// windows. Pair it with the list setting `move_links_to_notes`, so links the
+    /// apps add later go to the description too.
+    ///
+    /// Returns `409 job_running` if another job of this account is still
+    /// running. The error holds that job's `job_id`; poll it and try again
+    /// after it ends.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/lists/{id}/migrate-links`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/migrate-links/post(migrateListLinks)`.
+    public func migrateListLinks(
+        path: Operations.MigrateListLinks.Input.Path,
+        headers: Operations.MigrateListLinks.Input.Headers = .init()
+    ) async throws -> Operations.MigrateListLinks.Output {
+        try await migrateListLinks(Operations.MigrateListLinks.Input(
             path: path,
             headers: headers
         ))

@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+import Metrics
+import NIOConcurrencyHelpers
+import RoundupCore
+import RoundupStore
+import RoundupTrello
+import ServiceLifecycle
+
+extension SyncEngine {
+    /// A `migrate_links` job (`POST /dailyroundup/lists/{id}/migrate-links`): every open card of the list that the list
+    /// syncs gets its link attachments appended to its description (`LinkNotes`), then those attachments are deleted;
+    /// uploads stay. One result per card that held links. It runs under the account's job lease (no sync job writes a
+    /// description it is rewriting), through the same Trello client and shared rate windows as every other job.
+    ///
+    /// Resuming is by content, not by position: a card whose links are gone is passed over, and a link its description
+    /// holds already is not appended again. So a worker that took the job over from a killed one, a second run, or a
+    /// card half done (its description written, its attachments not yet deleted) writes nothing twice; a second run
+    /// over migrated cards writes nothing at all.
+    ///
+    /// The apps get each card's new notes and attachments as an ordinary update, dated when the card was read (a
+    /// person's edit in Trello after that read still wins); the webhooks of these writes then find nothing new.
+    func runMigrateLinks(_ job: SyncJob, holder: String, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+        guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
+            return .failed("the list is no longer synced")
+        }
+        var processed = job.processed
+        var before: String?
+        do {
+            let priority = try await priorityField(list, state: &state)
+            while true {
+                if Task.isShuttingDownGracefully { return .interrupted }
+                if lost.withLockedValue({ $0 }) { return .lost }
+                let readAt = Date()
+                let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
+                for card in page {
+                    guard let cardID = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { continue }
+                    let links = LinkNotes.links(ofCard: card)
+                    guard !links.isEmpty else { continue }
+                    if Task.isShuttingDownGracefully { return .interrupted }
+                    if lost.withLockedValue({ $0 }) { return .lost }
+                    guard
+                        let result = await moveLinksWithRetries(
+                            card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state, lost: lost)
+                    else { return lost.withLockedValue({ $0 }) ? .lost : .interrupted }
+                    Counter(label: "roundup_sync_items_total", dimensions: [("op", "migrate_links"), ("status", result.status.rawValue)]).increment()
+                    guard
+                        try await store.recordResult(
+                            jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter)
+                    else { return .lost }
+                    processed += 1
+                }
+                guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { break }
+                before = last
+            }
+        } catch {
+            return .failed("moving the links failed: \(error)")
+        }
+        return .completed
+    }
+
+    /// One card's links moved, retried on transient failures like a sync item; an error of this card (Trello refusing
+    /// it) is its result and the job goes on. Nil: shutting down or given up as stale meanwhile.
+    private func moveLinksWithRetries(
+        _ card: [String: JSONValue], cardID: String, links: [(id: String, link: LinkNotes.Link)], readAt: Date, list: SyncListRecord,
+        priority: PriorityField?, state: inout JobState, lost: NIOLockedValueBox<Bool>
+    ) async -> SyncItemResult? {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await moveLinks(card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state)
+            } catch let error as TrelloError where !error.isTransient {
+                return SyncItemResult(reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: error.description)
+            } catch {
+                if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
+                guard attempt < options.itemAttempts else {
+                    return SyncItemResult(
+                        reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: "gave up after \(attempt) attempts: \(error)")
+                }
+                let delay = min(8_000, 250 * (1 << (attempt - 1)))
+                logger.info("moving a card's links will be retried", metadata: ["card": "\(cardID)", "attempt": "\(attempt)", "error": "\(error)"])
+                try? await Task.sleep(for: .milliseconds(delay + Int.random(in: 0...(delay / 4))))
+            }
+        }
+    }
+
+    private func moveLinks(
+        _ card: [String: JSONValue], cardID: String, links: [(id: String, link: LinkNotes.Link)], readAt: Date, list: SyncListRecord,
+        priority: PriorityField?, state: inout JobState
+    ) async throws -> SyncItemResult {
+        var now = card
+        let notes = card["desc"]?.stringValue ?? ""
+        let appended = LinkNotes.appending(links.map(\.link), to: notes)
+        if appended != notes {
+            guard try await trello.updateCard(id: cardID, attributes: ["desc": .string(appended)], credentials: state.credentials) != nil else {
+                var gone = SyncItemResult(reminderID: nil, op: .update, status: .skipped, trelloCardID: cardID)
+                gone.reason = "the card \(cardID) no longer exists in Trello"
+                return gone
+            }
+            now["desc"] = .string(appended)
+        }
+        for link in links {
+            try await trello.deleteAttachment(cardID: cardID, attachmentID: link.id, credentials: state.credentials)
+        }
+        let deleted = Set(links.map(\.id))
+        now["attachments"] = .array((card["attachments"]?.arrayValue ?? []).filter { !deleted.contains($0["id"]?.stringValue ?? "") })
+        let observation = CardObservation(
+            accountID: list.accountID, syncListID: list.id, cardID: cardID, actionID: nil, actionDate: readAt,
+            kind: .fields(CardMapper.fields(fromCard: now, priority: priority), full: true))
+        if try await store.apply([observation]).written > 0 {
+            await announceChanges(account: list.accountID, excludeDevice: nil, reason: .sync)
+        }
+        var result = SyncItemResult(reminderID: nil, op: .update, status: .ok, trelloCardID: cardID)
+        result.summary = ["links_moved": .number(Double(links.count)), "notes_written": .bool(appended != notes)]
+        return result
+    }
+}
