@@ -113,7 +113,13 @@ public final class WebhookProcessor: Sendable {
     /// This many wanted cards of one list in a batch are read with the list (`fetchCards`).
     let bulkReadThreshold: Int
     /// The most pages (of 1,000 cards) one bulk read takes.
-    let bulkReadPages = 5
+    let bulkReadPages = 20
+    /// How long a list read in bulk serves the next batches of a backlog (`ListSnapshot`).
+    let snapshotLifetime: TimeInterval = 60
+    /// The most cards the lists read in bulk keep, all lists together (the oldest reads are dropped first).
+    let snapshotCardLimit = 20_000
+    /// The lists read in bulk lately, by account and Trello list.
+    private let snapshots = NIOLockedValueBox([AccountScoped: ListSnapshot]())
     /// A batch of several accounts is processed in up to this many lanes at once, each a group of whole accounts.
     let accountLanes: Int
     /// Fingerprints of our own writes to Trello; nil turns echo suppression by fingerprint off.
@@ -166,6 +172,8 @@ public final class WebhookProcessor: Sendable {
     struct FetchWant: Sendable {
         var board: String?
         var list: String?
+        /// The latest date of the card's events in the batch: a read must hold all of them.
+        var latest: Date = .distantPast
     }
 
     /// A card as processing the batch's earlier entries one at a time would leave it, as far as the planner can tell
@@ -369,10 +377,12 @@ public final class WebhookProcessor: Sendable {
         // its view is exact; from then on that one read serves every later event of the card.
         var fetches: [AccountScoped: FetchWant] = [:]
         var views: [AccountScoped: CardView] = [:]
+        var latest: [AccountScoped: Date] = [:]
         for p in parsed {
             var applies: [CardObservation] = []
             for event in p.events {
                 let key = AccountScoped(p.account, event.cardID)
+                latest[key] = max(latest[key] ?? .distantPast, p.date)
                 guard fetches[key] == nil else { continue }
                 for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
                     switch planned {
@@ -387,6 +397,7 @@ public final class WebhookProcessor: Sendable {
             }
         }
 
+        for key in Array(fetches.keys) { fetches[key]?.latest = latest[key] ?? .distantPast }
         let fetched = await fetchCards(fetches, context: context, known: fetchedBefore)
         var fetchedCards = fetchedBefore
         for (key, result) in fetched {
@@ -548,6 +559,23 @@ public final class WebhookProcessor: Sendable {
         var facts: CardFacts
     }
 
+    /// A list's open cards as one bulk read found them (`readList`), kept for the next batches of a backlog: the first
+    /// batch of thousands of new cards reads the list once, and the batches after it take their cards from here instead
+    /// of reading the list again (or each card alone).
+    ///
+    /// A card serves an event only if the read surely came after the event, so it holds what the event did (and maybe
+    /// later edits, as a card read now would): the event (Trello's clock) is more than `clockMargin` older than the
+    /// read began (ours). A card's `dateLastActivity` cannot tell: Trello sets it some milliseconds before the date of
+    /// the action that moved it (53.305 against 53.359 in a real `updateCard` body). A later event, or one of the last
+    /// seconds before the read, is read anew, as before: a backlog (minutes of outage, a full Redis) is what this serves.
+    struct ListSnapshot: Sendable {
+        var readAt: Date
+        var cards: [String: FetchedCard]
+        static let clockMargin: TimeInterval = 5
+
+        func serves(eventDate: Date) -> Bool { eventDate <= readAt.addingTimeInterval(-Self.clockMargin) }
+    }
+
     /// Reads the `wanted` cards from Trello, but those already `known`. Where `bulkReadThreshold` or more are of one
     /// synced list (a backlog of new cards, a list copied, an automation), the list's open cards are read instead, a
     /// thousand a request (at most `bulkReadPages` pages); a wanted card the list does not show is read on its own.
@@ -560,6 +588,20 @@ public final class WebhookProcessor: Sendable {
         var pending: [AccountScoped: FetchWant] = [:]
         for (key, want) in wanted {
             if let card = known[key] { results[key] = .success(card) } else { pending[key] = want }
+        }
+        let kept = snapshots.withLockedValue { $0 }
+        if !kept.isEmpty {
+            var served = 0
+            for (key, want) in pending {
+                guard let list = want.list, let snapshot = kept[AccountScoped(key.accountID, list)],
+                    -snapshot.readAt.timeIntervalSinceNow < snapshotLifetime, let card = snapshot.cards[key.id],
+                    snapshot.serves(eventDate: want.latest)
+                else { continue }
+                results[key] = .success(card)
+                pending[key] = nil
+                served += 1
+            }
+            if served > 0 { Counter(label: "roundup_worker_list_snapshot_cards_total").increment(by: served) }
         }
         var byList: [AccountScoped: [AccountScoped]] = [:]
         for (key, want) in pending {
@@ -645,13 +687,15 @@ public final class WebhookProcessor: Sendable {
     private func readList(
         _ list: AccountScoped, wanting: Set<String>, board: String?, credentials: TrelloCredentials, priorities: inout [AccountScoped: PriorityField]
     ) async -> [String: FetchedCard] {
-        var found: [String: FetchedCard] = [:]
+        var read: [String: FetchedCard] = [:]
+        var foundCount = 0
         var before: String?
+        let readAt = Date()
         do {
             for _ in 0..<bulkReadPages {
                 let page = try await cards.openCards(listID: list.id, before: before, limit: 1000, credentials: credentials)
                 for card in page {
-                    guard let id = card["id"]?.stringValue, wanting.contains(id) else { continue }
+                    guard let id = card["id"]?.stringValue else { continue }
                     let cardBoard = card["idBoard"]?.stringValue ?? board
                     var priority = cardBoard.flatMap { priorities[AccountScoped(list.accountID, $0)] }
                     if priority == nil, let cardBoard, shouldLookUpPriority(AccountScoped(list.accountID, cardBoard)) {
@@ -666,18 +710,35 @@ public final class WebhookProcessor: Sendable {
                             try? await store.savePriorityField(accountID: list.accountID, boardID: cardBoard, field: priority)
                         }
                     }
-                    found[id] = FetchedCard(
+                    if wanting.contains(id) { foundCount += 1 }
+                    read[id] = FetchedCard(
                         fields: CardMapper.fields(fromCard: card, priority: priority), listID: card["idList"]?.stringValue,
                         closed: card["closed"]?.boolValue ?? false, facts: CardFacts(card: card))
                 }
                 Counter(label: "roundup_worker_list_reads_total").increment()
-                guard found.count < wanting.count, page.count == 1000, let last = page.last?["id"]?.stringValue else { break }
+                guard foundCount < wanting.count, page.count == 1000, let last = page.last?["id"]?.stringValue else { break }
                 before = last
             }
         } catch {
             logger.info("list read failed; its cards are read one by one", metadata: ["list": "\(list.id)", "error": "\(error)"])
         }
-        return found
+        keep(ListSnapshot(readAt: readAt, cards: read), of: list)
+        return read.filter { wanting.contains($0.key) }
+    }
+
+    /// Keeps a list's bulk read for the next batches, within `snapshotCardLimit` cards for every list together (expired
+    /// reads go first, then the oldest).
+    private func keep(_ snapshot: ListSnapshot, of list: AccountScoped) {
+        guard !snapshot.cards.isEmpty, snapshot.cards.count <= snapshotCardLimit else { return }
+        snapshots.withLockedValue { kept in
+            kept[list] = snapshot
+            kept = kept.filter { -$0.value.readAt.timeIntervalSinceNow < snapshotLifetime }
+            var total = kept.values.reduce(0) { $0 + $1.cards.count }
+            for (key, old) in kept.sorted(by: { $0.value.readAt < $1.value.readAt }) where total > snapshotCardLimit && key != list {
+                kept[key] = nil
+                total -= old.cards.count
+            }
+        }
     }
 
     /// A lookup that failed: the board is asked again at its next card.

@@ -2,6 +2,8 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
+import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 import RoundupTesting
 
@@ -157,5 +159,59 @@ enum ReconcileBench {
         }
         await stack.shutdown()
         for line in lines { print(line) }
+    }
+}
+
+/// `roundup-bench backlog CARDS [WORKERS]`: a backlog of CARDS new cards in one list, their webhooks waiting in the stream
+/// (a list copied while the worker was down, an outage, a full Redis), drained under Trello's limit of 100 requests per
+/// 10 s per token, which the fake Trello enforces (429 past it) and the server's shared rate windows respect. Times the
+/// drain from the worker's start, and counts what it asked Trello.
+enum BacklogBench {
+    static func run(cards: Int, workers: Int) async throws {
+        let stack = try await Stack(privateRedis: true)
+        try await stack.startIngress(extra: ["LOG_LEVEL": "warning"])
+        try await stack.startAPI(bootstrapToken: BenchStack.bootstrap, extra: ["LOG_LEVEL": "warning", "ROUNDUP_API_RATE_LIMIT": "1000000"])
+        let (token, _) = try await BenchStack.account(stack, list: "Lbacklog", board: "Bbacklog")
+        stack.trello.setTokenLimit(100)
+        let made = ContinuousClock.now
+        for n in 0..<cards { _ = stack.trello.userCreateCard(listID: "Lbacklog", name: "Card \(n)", desc: "Copied card \(n)") }
+        await stack.trello.waitForWebhookDeliveries()
+        let queued = try await stack.streamLength()
+        let delivered = ContinuousClock.now - made
+        // The worker was down: what waits is older than the read that will serve it.
+        try await Task.sleep(for: .seconds(6))
+        let requestsBefore = stack.trello.state.withLockedValue { $0.requests.count }
+        let cardReadsBefore = stack.trello.cardRequests
+        let started = ContinuousClock.now
+        for n in 0..<workers { try await stack.startWorker(name: "backlog\(n)", extra: ["LOG_LEVEL": "warning"]) }
+        while true {
+            let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
+            if try await stack.streamLength() == 0, pending.array?.first?.int ?? 0 == 0 { break }
+            if ContinuousClock.now - started > .seconds(3_600) { benchFail("backlog not drained in an hour") }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let drained = ContinuousClock.now - started
+        var changes = 0
+        var after = 0
+        while true {
+            let page = try BenchStack.json(try await stack.callAPI(.GET, "/dailyroundup/changes?after_id=\(after)&limit=500", token: token))
+            let items = page["changes"]?.arrayValue ?? []
+            changes += items.count
+            guard case .number(let last)? = items.last?["id"], items.count == 500 else { break }
+            after = Int(last)
+        }
+        let requests = stack.trello.state.withLockedValue { $0.requests.count } - requestsBefore
+        let cardReads = stack.trello.cardRequests - cardReadsBefore
+        let listReads = stack.trello.listReads("Lbacklog")
+        let peak = stack.trello.maxRequestsInAnyWindow(token: "test-token")
+        await stack.shutdown()
+        func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+        print(
+            String(
+                format:
+                    "backlog: %d new cards of one list (%d webhooks queued in %.1f s), %d worker(s): drained in %.1f s; %d changes; "
+                    + "%d Trello requests (%d list reads, %d card reads), at most %d in any 10 s",
+                cards, queued, seconds(delivered), workers, seconds(drained), changes, requests, listReads, cardReads, peak))
+        guard changes == cards else { benchFail("\(changes) changes for \(cards) cards") }
     }
 }

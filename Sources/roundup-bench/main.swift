@@ -67,6 +67,12 @@ if args.count == 5, args[1] == "apns", let pushes = Int(args[2]) {
     exit(0)
 }
 
+// usage: roundup-bench backlog CARDS [WORKERS] — a backlog of new cards drained under Trello's rate limit (BacklogBench).
+if (3...4).contains(args.count), args[1] == "backlog", let cards = Int(args[2]) {
+    try await BacklogBench.run(cards: cards, workers: args.count == 4 ? Int(args[3]) ?? 1 : 1)
+    exit(0)
+}
+
 if args.count == 3, args[1] == "reconcile", let cards = Int(args[2]) {
     try await ReconcileBench.run(cards: cards)
     exit(0)
