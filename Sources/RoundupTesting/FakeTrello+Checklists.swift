@@ -56,6 +56,11 @@ extension FakeTrello {
         perform { $0.updateCheckItem(cardID: cardID, itemID: itemID, ["state": .string(completed ? "complete" : "incomplete")], member: .user) }
     }
 
+    /// A person renames a checklist (`updateChecklist`).
+    public func userRenameChecklist(checklistID: String, name: String) {
+        perform { $0.renameChecklist(id: checklistID, ["name": .string(name)], member: .user) }
+    }
+
     /// A person renames a check item (`updateCheckItem`).
     public func userRenameCheckItem(cardID: String, itemID: String, name: String) {
         perform { $0.updateCheckItem(cardID: cardID, itemID: itemID, ["name": .string(name)], member: .user) }

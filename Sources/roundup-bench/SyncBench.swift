@@ -176,10 +176,10 @@ enum BacklogBench {
         let made = ContinuousClock.now
         for n in 0..<cards { _ = stack.trello.userCreateCard(listID: "Lbacklog", name: "Card \(n)", desc: "Copied card \(n)") }
         await stack.trello.waitForWebhookDeliveries()
-        let queued = try await stack.streamLength()
         let delivered = ContinuousClock.now - made
         // The worker was down: what waits is older than the read that will serve it.
         try await Task.sleep(for: .seconds(6))
+        let queued = try await stack.streamLength()
         let requestsBefore = stack.trello.state.withLockedValue { $0.requests.count }
         let cardReadsBefore = stack.trello.cardRequests
         let started = ContinuousClock.now

@@ -82,6 +82,12 @@ import Testing
         #expect(view["location"] == .object(["name": "Tax office", "address": "1 Main St", "latitude": .number(48.85), "longitude": .number(2.35)]))
         #expect(view["priority"] == "urgent" && view["priority_level"] == .number(1), "\(view)")
 
+        // A checklist renamed in Trello reaches the apps through its webhook (`updateChecklist`).
+        stack.trello.userRenameChecklist(checklistID: checklist, name: "Tax papers")
+        let renamedList = try await pull(s, into: &view)
+        #expect(renamedList.count == 1 && renamedList.first?["changed_fields"] == .array(["checklists"]), "\(renamedList)")
+        #expect(view["checklists"]?[0]?["name"] == "Tax papers" && view["checklists"]?[0]?["items"]?.arrayValue?.count == 2)
+
         // A label renamed on the board reaches the cards that carry it.
         stack.trello.userUpdateLabel(boardID: "Bfull", labelID: "lab-green", name: "Household", color: "lime")
         var renamed: [JSONValue] = []
