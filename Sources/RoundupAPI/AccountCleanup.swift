@@ -16,6 +16,18 @@ extension API {
         return TrelloCredentialsValue(apiKey: key, token: token)
     }
 
+    /// Why webhooks may remain at Trello (`roundup_webhooks_orphaned_total{reason}`).
+    enum OrphanedWebhooks: String {
+        /// The account has no key and token to delete them with.
+        case noCredentials = "no_credentials"
+        /// Trello refused the key or the token.
+        case revoked
+        /// Trello did not answer, or failed.
+        case unreachable
+        /// Trello refused the deletion otherwise.
+        case refused
+    }
+
     /// Deletes webhooks at Trello and never fails the caller: a deletion must not depend on Trello. Already gone (404)
     /// counts as deleted. At the first refusal (401/403: the user revoked the token; another 4xx) or failure (Trello
     /// unreachable or failing after a retry) the rest is not tried: every id not deleted may remain at Trello, and is
@@ -24,7 +36,7 @@ extension API {
     func deleteWebhooks(_ ids: Set<String>, credentials: TrelloCredentialsValue?, account: String, syncList: String? = nil) async {
         var remaining = ids.sorted()
         guard !remaining.isEmpty else { return }
-        var reason = "no_credentials"
+        var reason = OrphanedWebhooks.noCredentials
         var detail = "the account has no trello_api_key or trello_token"
         if let credentials {
             let client = trello.with(maxAttempts: 2)
@@ -33,20 +45,20 @@ extension API {
                     try await client.deleteWebhook(id: id, credentials: credentials)
                     remaining.removeFirst()
                 } catch let error as TrelloError {
-                    reason = error.status == 401 || error.status == 403 ? "revoked" : error.isTransient ? "unreachable" : "refused"
+                    reason = error.isCredentialFailure ? .revoked : error.isTransient ? .unreachable : .refused
                     detail = error.description
                     break
                 } catch {
-                    reason = "unreachable"
+                    reason = .unreachable
                     detail = TrelloClient.describe(error)
                     break
                 }
             }
         }
         guard !remaining.isEmpty else { return }
-        Counter(label: "roundup_webhooks_orphaned_total", dimensions: [("reason", reason)]).increment(by: remaining.count)
+        Counter(label: "roundup_webhooks_orphaned_total", dimensions: [("reason", reason.rawValue)]).increment(by: remaining.count)
         var metadata: Logger.Metadata = [
-            "account": "\(account)", "webhooks": "\(remaining.joined(separator: ","))", "reason": "\(reason)", "error": "\(detail)",
+            "account": "\(account)", "webhooks": "\(remaining.joined(separator: ","))", "reason": "\(reason.rawValue)", "error": "\(detail)",
         ]
         if let syncList { metadata["sync_list"] = "\(syncList)" }
         logger.warning("webhooks may remain at trello", metadata: metadata)
@@ -110,8 +122,8 @@ extension API {
                 commands.append(RedisCommand("DEL", devices.map { RedisArgument(keys.recentPush(account: account, device: $0)) }))
             }
             let replies = try await redis.pipeline(commands, timeout: .seconds(2))
-            if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
-                throw RedisClientError(.server, "purging the account: \(failure)")
+            if let failure = replies.lazy.compactMap(\.errorReply).first {
+                throw RedisClientError.reply(failure, answering: "purging the account")
             }
             // Keys named after the account, wherever they are; a bounded number of rounds (they expire anyway).
             let pattern = Self.globEscaped(keys.prefix) + "*:" + Self.globEscaped(account) + ":*"

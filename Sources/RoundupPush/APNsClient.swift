@@ -47,7 +47,33 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
     /// APNs did not process the request (refused by GOAWAY, or the stream could not be opened): safe to send again.
     case notProcessed(String)
     /// No answer in time, or the connection broke mid-request: APNs may or may not have it.
-    case noResponse(String)
+    case noResponse(NoResponse)
+
+    /// Why a request sent got no answer.
+    public enum NoResponse: Sendable, Equatable, CustomStringConvertible {
+        /// Nothing within the request's timeout: the connection has stopped answering.
+        case timedOut(milliseconds: Int64)
+        /// APNs reset the stream (its HTTP/2 error code).
+        case streamReset(String)
+        /// The stream closed before the response.
+        case closedEarly
+        /// The stream failed (its error).
+        case streamFailed(String)
+
+        public var isTimeout: Bool {
+            if case .timedOut = self { return true }
+            return false
+        }
+
+        public var description: String {
+            switch self {
+            case .timedOut(let ms): return "no answer within \(ms) ms"
+            case .streamReset(let code): return "stream reset: \(code)"
+            case .closedEarly: return "stream closed before the response"
+            case .streamFailed(let error): return error
+            }
+        }
+    }
 
     public var description: String {
         switch self {
@@ -149,7 +175,7 @@ final class APNsConnection: Sendable {
         }
         do {
             return try await promise.futureResult.get()
-        } catch APNsError.noResponse(let why) where why.hasPrefix("no answer within") {
+        } catch APNsError.noResponse(let why) where why.isTimeout {
             // A connection that stops answering is replaced (PINGs alone would take minutes to tell).
             markGoingAway()
             throw APNsError.noResponse(why)
@@ -322,7 +348,7 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
             }
             if block.endStream { finish(frame.streamID) }
         case .rstStream(let code):
-            fail(frame.streamID, code == .refusedStream ? .notProcessed("stream refused") : .noResponse("stream reset: \(code)"))
+            fail(frame.streamID, code == .refusedStream ? .notProcessed("stream refused") : .noResponse(.streamReset("\(code)")))
         case .goAway(let last, _, _):
             goAway.mark(lastStreamID: Int(last))
             for id in streams.keys where id > last {
@@ -344,7 +370,7 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
     func channelInactive(context: ChannelHandlerContext) {
         goAway.mark(lastStreamID: nil)
         failAll { stream in
-            stream.sent ? .noResponse("stream closed before the response") : .notProcessed("stream closed before the stream opened")
+            stream.sent ? .noResponse(.closedEarly) : .notProcessed("stream closed before the stream opened")
         }
         context.fireChannelInactive()
     }
@@ -352,7 +378,7 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         // A stream's own error (NIOHTTP2 names the stream): that stream fails; the connection carries on.
         if let streamError = error as? NIOHTTP2Errors.StreamError {
-            fail(streamError.streamID, .noResponse("\(streamError.baseError)"))
+            fail(streamError.streamID, .noResponse(.streamFailed("\(streamError.baseError)")))
             return
         }
         context.close(promise: nil)
@@ -398,7 +424,7 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
         var next: NIODeadline?
         for (id, stream) in streams {
             if stream.deadline <= now {
-                fail(id, .noResponse("no answer within \(stream.timeout.nanoseconds / 1_000_000) ms"))
+                fail(id, .noResponse(.timedOut(milliseconds: stream.timeout.nanoseconds / 1_000_000)))
                 context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.cancel))), promise: nil)
             } else {
                 next = min(next ?? stream.deadline, stream.deadline)

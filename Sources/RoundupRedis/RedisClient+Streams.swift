@@ -13,7 +13,7 @@ extension RedisClient {
         }
         do {
             _ = try await send(RedisCommand("XGROUP", ["CREATE", RedisArgument(stream), RedisArgument(group), "0", "MKSTREAM"]))
-        } catch let error as RedisClientError where error.message.contains("BUSYGROUP") {
+        } catch let error as RedisClientError where error.replyCode == .busyGroup {
             // Already there.
         }
     }

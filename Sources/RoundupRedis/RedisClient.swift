@@ -168,13 +168,13 @@ public final class RedisClient: Sendable {
                     answer(.failure(error))
                 case .success(let replies):
                     switch replies[0] {
-                    case .error(let message) where message.hasPrefix("NOSCRIPT"):
+                    case .error(let message) where RedisErrorCode(reply: message) == .noScript:
                         var eval = evalSHA
                         eval[0] = "EVAL"
                         eval[1] = RedisArgument(script.source)
                         connection.send(RedisCommand(nameAndArguments: eval), timeout: timeout).whenComplete(answer)
                     case .error(let message):
-                        answer(.failure(RedisClientError(.server, "script \(script.name): \(message)")))
+                        answer(.failure(RedisClientError.reply(message, answering: "script \(script.name)")))
                     case let reply:
                         answer(.success(reply))
                     }

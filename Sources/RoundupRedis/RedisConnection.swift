@@ -105,7 +105,7 @@ public final class RedisConnection: Sendable {
     public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) -> EventLoopFuture<RedisValue> {
         pipeline([command], timeout: timeout).flatMapThrowing { replies in
             let reply = replies[0]
-            if case .error(let message) = reply { throw RedisClientError(.server, "\(command.name): \(message)") }
+            if case .error(let message) = reply { throw RedisClientError.reply(message, answering: command.name) }
             return reply
         }
     }

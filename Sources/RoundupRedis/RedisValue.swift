@@ -39,6 +39,12 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// An error reply's text (without its `-`), else nil.
+    public var errorReply: String? {
+        if case .error(let text) = self { return text }
+        return nil
+    }
+
     public var isNull: Bool {
         if case .null = self { return true }
         return false

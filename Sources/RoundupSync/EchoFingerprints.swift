@@ -35,8 +35,8 @@ public struct EchoFingerprints: Sendable {
         guard !names.isEmpty else { return }
         let replies = try await redis.pipeline(
             names.map { RedisCommand("SET", [RedisArgument($0), "1", "EX", RedisArgument(ttlSeconds)]) }, timeout: .seconds(2))
-        if let failure = replies.first(where: { if case .error = $0 { return true } else { return false } }) {
-            throw RedisClientError(.server, "setting echo fingerprints: \(failure)")
+        if let failure = replies.lazy.compactMap(\.errorReply).first {
+            throw RedisClientError.reply(failure, answering: "setting echo fingerprints")
         }
     }
 

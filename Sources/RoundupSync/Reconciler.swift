@@ -126,7 +126,7 @@ public struct Reconciler: Sendable {
                     "webhooks_registered": "\(outcome.webhooksRegistered)",
                 ])
             return outcome
-        } catch let error as TrelloError where error.status == 401 && error.message.lowercased().contains("token") {
+        } catch let error as TrelloError where error.kind == .tokenRejected {
             // Only if the token Trello refused is still the stored one (the user may have just sent a new one).
             let flagged = (try? await store.setNeedsAttention(accountID: list.accountID, reason: .trelloTokenRevoked, whileToken: token)) ?? false
             try? await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.tokenRevoked.description)

@@ -7,11 +7,65 @@ public import NIOHTTP1
 public import RoundupCore
 
 public struct TrelloError: Error, Sendable, CustomStringConvertible {
+    /// What failed, read once from Trello's status and answer where they arrive (`TrelloClient`); callers switch over
+    /// it and never read the message's text.
+    public enum Kind: Sendable, Hashable {
+        /// 401 about the token (`invalid token`, `expired token`): the user revoked it or it expired.
+        case tokenRejected
+        /// 401 or 403 otherwise: the API key, or a permission the token lacks.
+        case credentialsRejected
+        case notFound
+        /// 400 to a webhook: Trello's check of the callback URL (a HEAD request) did not get a 200 from us.
+        case callbackUnreachable
+        /// Any other 4xx: Trello refuses the request as sent.
+        case refused
+        case rateLimited
+        case serverError
+        /// No answer: a timeout, a connection refused or lost.
+        case unreachable
+        /// An answer we cannot use (not JSON, no id).
+        case badReply
+
+        /// The kind an answer with `status` is, `body` telling the 401s and 400s apart.
+        public static func answer(status: Int, body: String) -> Kind {
+            let text = body.lowercased()
+            switch status {
+            case 401 where text.contains("token"): return .tokenRejected
+            case 400 where text.contains("did not return 200"): return .callbackUnreachable
+            default: return Kind(status: status, isTransient: status == 429 || status >= 500)
+            }
+        }
+
+        init(status: Int?, isTransient: Bool) {
+            switch status {
+            case nil: self = isTransient ? .unreachable : .badReply
+            case 401?, 403?: self = .credentialsRejected
+            case 404?: self = .notFound
+            case 429?: self = .rateLimited
+            case let code? where code >= 500: self = .serverError
+            case let code? where code >= 400: self = .refused
+            default: self = .badReply
+            }
+        }
+    }
+
     public var status: Int?
     public var message: String
+    public var kind: Kind
     /// 429, 5xx, timeouts and lost connections: worth trying again later.
     public var isTransient: Bool
     public var retryAfter: TimeAmount?
+
+    public init(status: Int?, message: String, isTransient: Bool, retryAfter: TimeAmount? = nil, kind: Kind? = nil) {
+        self.status = status
+        self.message = message
+        self.isTransient = isTransient
+        self.retryAfter = retryAfter
+        self.kind = kind ?? Kind(status: status, isTransient: isTransient)
+    }
+
+    /// The token or the key was refused: the account's credentials, not the request, are at fault.
+    public var isCredentialFailure: Bool { kind == .tokenRejected || kind == .credentialsRejected }
 
     public var description: String {
         if let status { return "trello \(status): \(message)" }
@@ -321,7 +375,9 @@ public struct TrelloClient: Sendable {
             let retryAfter = Self.retryAfterSeconds(response.headers.first(name: "retry-after")).map { TimeAmount.seconds(Int64($0)) }
             throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: true, retryAfter: retryAfter)
         default:
-            throw TrelloError(status: status, message: String(buffer: text).prefix(200).description, isTransient: false)
+            let answer = String(buffer: text)
+            throw TrelloError(
+                status: status, message: answer.prefix(200).description, isTransient: false, kind: .answer(status: status, body: answer))
         }
     }
 

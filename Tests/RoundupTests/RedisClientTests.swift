@@ -31,6 +31,41 @@ import Testing
         await server.stop()
     }
 
+    /// Redis's refusals are typed by the code their reply starts with, where the reply arrives: the callers switch over
+    /// `replyCode` (a missing group, a group already there, a script not cached, Redis busy or loading) and never read the text.
+    @Test func errorRepliesAreTypedByTheirCode() async throws {
+        #expect(RedisErrorCode(reply: "NOGROUP No such key 'x' or consumer group 'g'") == .noGroup)
+        #expect(RedisErrorCode(reply: "MOVED 3999 127.0.0.1:6381") == .moved && RedisErrorCode(reply: "ASK 3999 127.0.0.1:6381") == .ask)
+        #expect(RedisErrorCode(reply: "NEWCODE something") == .other("NEWCODE") && RedisErrorCode(reply: "") == .other(""))
+        for (reply, transient) in [
+            ("BUSY Redis is busy running a script", true), ("LOADING Redis is loading the dataset in memory", true),
+            ("TRYAGAIN Multiple keys request during rehashing of slot", true), ("BUSYGROUP Consumer Group name already exists", false),
+            ("OOM command not allowed when used memory > 'maxmemory'.", false), ("ERR unknown command", false),
+        ] {
+            #expect(RedisClientError.reply(reply, answering: "XADD").isTransient == transient, "\(reply)")
+        }
+
+        let server = try await RedisServer()
+        let client = RedisClient(configuration: try RedisConfiguration(url: server.url))
+        _ = try await client.send("SET", "text", "v")
+        await #expect {
+            try await client.send("LPUSH", "text", "x")
+        } throws: { ($0 as? RedisClientError)?.replyCode == .wrongType }
+        await #expect {
+            try await client.send("XREADGROUP", "GROUP", "nogroup", "c", "COUNT", 1, "STREAMS", "nostream", ">")
+        } throws: { ($0 as? RedisClientError)?.isNoGroup == true }
+        _ = try await client.send("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+        await #expect {
+            try await client.send("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+        } throws: { ($0 as? RedisClientError)?.replyCode == .busyGroup && ($0 as? RedisClientError)?.isTransient == false }
+        // A script Redis no longer has (SCRIPT FLUSH) is sent again whole: NOSCRIPT is recognised by its code.
+        let script = RedisScript(name: "answer", source: "return 42")
+        #expect(try await client.evaluate(script, keys: [], arguments: []) == .integer(42))
+        _ = try await client.send("SCRIPT", "FLUSH")
+        #expect(try await client.evaluate(script, keys: [], arguments: []) == .integer(42))
+        await client.shutdown()
+    }
+
     @Test func pipelineKeepsOrder() async throws {
         let server = try await RedisServer()
         let client = RedisClient(configuration: RedisConfiguration(port: server.port, poolSize: 2))

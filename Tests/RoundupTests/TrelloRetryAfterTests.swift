@@ -19,3 +19,26 @@ import Testing
         }
     }
 }
+
+/// Trello's failures are classified once, where the answer arrives, by status and what the answer says; the callers
+/// (a revoked token flagging the account, a pairing answered 422 or 502, webhooks left behind) switch over the kind.
+@Suite struct TrelloFailureKindTests {
+    @Test func answersAreClassifiedByStatusAndBody() {
+        typealias Kind = TrelloError.Kind
+        #expect(Kind.answer(status: 401, body: "invalid token") == .tokenRejected)
+        #expect(Kind.answer(status: 401, body: "expired token") == .tokenRejected)
+        #expect(Kind.answer(status: 401, body: "invalid key") == .credentialsRejected)
+        #expect(Kind.answer(status: 403, body: "unauthorized permission requested") == .credentialsRejected)
+        #expect(
+            Kind.answer(status: 400, body: "URL (https://r.example/webhooks/trello/a) did not return 200 status code, got 404")
+                == .callbackUnreachable)
+        #expect(Kind.answer(status: 400, body: "invalid value for idModel") == .refused)
+        #expect(Kind.answer(status: 404, body: "The requested resource was not found.") == .notFound)
+        #expect(Kind.answer(status: 429, body: "API_TOKEN_LIMIT_EXCEEDED") == .rateLimited)
+        #expect(Kind.answer(status: 503, body: "") == .serverError)
+        #expect(TrelloError(status: nil, message: "request failed: timeout", isTransient: true).kind == .unreachable)
+        #expect(TrelloError(status: 200, message: "card reply has no id", isTransient: false).kind == .badReply)
+        #expect(TrelloError(status: 401, message: "x", isTransient: false, kind: .tokenRejected).isCredentialFailure)
+        #expect(!TrelloError(status: 400, message: "x", isTransient: false).isCredentialFailure)
+    }
+}

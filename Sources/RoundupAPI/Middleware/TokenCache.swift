@@ -88,7 +88,7 @@ struct TokenCache: Sendable {
         let reply = try await redis.evaluate(
             Self.advanceEpoch, keys: [RedisArgument(keys.authEpoch(account: account))], arguments: [RedisArgument(Self.epochSeconds)],
             timeout: .seconds(2))
-        if case .error(let message) = reply { throw RedisClientError(.server, "advancing the token epoch: \(message)") }
+        if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "advancing the token epoch") }
     }
 
     /// KEYS: the account's epoch; ARGV: its lifetime in seconds. The epoch, made from the clock (seconds and

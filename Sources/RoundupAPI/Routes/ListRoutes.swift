@@ -82,10 +82,11 @@ struct ListRoutes {
             if let trelloError = error as? TrelloError {
                 // The app's ids or the account's credentials are wrong: the request's fault (422). Trello unreachable,
                 // failing, or unable to reach our ingress (its HEAD check): not the app's (502), try again later.
-                switch trelloError.status {
-                case 401?, 403?:
+                switch trelloError.kind {
+                case .tokenRejected, .credentialsRejected:
                     throw APIError.unprocessable("Trello refused the account's trello_api_key or trello_token: \(trelloError.message)")
-                case 400? where !trelloError.message.contains("did not return 200"), 404? where !trelloError.message.contains("did not return 200"):
+                case .notFound,
+                    .refused where trelloError.status == 400:
                     throw APIError.unprocessable("Trello refused the webhook for these ids: \(trelloError.message)")
                 default:
                     throw APIError.badGateway("Trello refused the webhook: \(trelloError.message)")
@@ -143,8 +144,9 @@ struct ListRoutes {
             resolved.filter.members.remove("me")
             resolved.filter.members.insert(me)
         } catch let error as TrelloError {
-            switch error.status {
-            case 401?, 403?: throw APIError.unprocessable("Trello refused the account's trello_token, so \"me\" cannot be known: \(error.message)")
+            switch error.kind {
+            case .tokenRejected, .credentialsRejected:
+                throw APIError.unprocessable("Trello refused the account's trello_token, so \"me\" cannot be known: \(error.message)")
             default: throw APIError.badGateway("Trello could not say who \"me\" is: \(error.message)")
             }
         }

@@ -128,7 +128,7 @@ public final class RedisStreamDriver: StreamDriver {
         guard !commands.isEmpty else { return 0 }
         let replies = try await redis.pipeline(commands)
         if let failure = replies.prefix(essential).first(where: \.isError) {
-            throw RedisClientError(.server, "settling batch: \(failure)")
+            throw RedisClientError.reply(failure.errorReply ?? "\(failure)", answering: "settling batch")
         }
         return replies.dropFirst(essential).filter(\.isError).count
     }
@@ -203,8 +203,5 @@ public final class RedisStreamDriver: StreamDriver {
 }
 
 extension RedisValue {
-    var isError: Bool {
-        if case .error = self { return true }
-        return false
-    }
+    var isError: Bool { errorReply != nil }
 }
