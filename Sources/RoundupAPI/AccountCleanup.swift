@@ -11,9 +11,9 @@ import RoundupTrello
 
 // What deleting an account or a list leaves to clean: its webhooks at Trello, and what Redis still holds of it.
 extension API {
-    static func credentials(_ details: AccountDetails) -> TrelloCredentialsValue? {
+    static func credentials(_ details: AccountDetails) -> TrelloCredentials? {
         guard let key = details.trelloAPIKey, let token = details.trelloToken else { return nil }
-        return TrelloCredentialsValue(apiKey: key, token: token)
+        return TrelloCredentials(apiKey: key, token: token)
     }
 
     /// Why webhooks may remain at Trello (`roundup_webhooks_orphaned_total{reason}`).
@@ -33,7 +33,7 @@ extension API {
     /// unreachable or failing after a retry) the rest is not tried: every id not deleted may remain at Trello, and is
     /// logged (`webhooks may remain at trello`, ids in metadata) and counted (`roundup_webhooks_orphaned_total{reason}`).
     /// Such a webhook keeps calling a URL that no longer routes anywhere; Trello deactivates it after its failures.
-    func deleteWebhooks(_ ids: Set<String>, credentials: TrelloCredentialsValue?, account: String, syncList: String? = nil) async {
+    func deleteWebhooks(_ ids: Set<String>, credentials: TrelloCredentials?, account: String, syncList: String? = nil) async {
         var remaining = ids.sorted()
         guard !remaining.isEmpty else { return }
         var reason = OrphanedWebhooks.noCredentials

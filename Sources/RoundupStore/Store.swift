@@ -2,14 +2,6 @@ public import Foundation
 public import RoundupCore
 
 /// An account's Trello credentials, as the worker needs them to read cards.
-public struct TrelloCredentials: Sendable, Equatable {
-    public var apiKey: String
-    public var token: String
-    public init(apiKey: String, token: String) {
-        self.apiKey = apiKey
-        self.token = token
-    }
-}
 
 public struct AccountRecord: Sendable, Equatable {
     public var id: String

@@ -109,7 +109,7 @@ public struct Reconciler: Sendable {
             try await store.markReconciled(syncListID: list.id, succeeded: false, error: Failure.noCredentials.description)
             throw Failure.noCredentials
         }
-        let credentials = TrelloCredentialsValue(apiKey: key, token: token)
+        let credentials = TrelloCredentials(apiKey: key, token: token)
         do {
             var outcome = Outcome()
             outcome.webhooksRegistered = try await checkWebhooks(list, callbackToken: account.webhookToken, credentials: credentials)
@@ -149,7 +149,7 @@ public struct Reconciler: Sendable {
 
     /// Registers the list's and board's webhooks again where Trello lost, deactivated or misdirects them.
     /// A webhook still pointing at an older callback URL (without the account's token) is moved to the account's own.
-    func checkWebhooks(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentialsValue) async throws -> Int {
+    func checkWebhooks(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentials) async throws -> Int {
         guard let publicURL, let callbackToken else { return 0 }
         // The ingress checks deliveries against the published token: publish it before Trello can use the URL.
         try await RoutePublisher.publishToken(account: list.accountID, token: callbackToken, redis: redis, keys: keys)
@@ -174,7 +174,7 @@ public struct Reconciler: Sendable {
         return registered
     }
 
-    func reconcileCards(_ list: SyncListRecord, credentials: TrelloCredentialsValue, outcome: inout Outcome) async throws {
+    func reconcileCards(_ list: SyncListRecord, credentials: TrelloCredentials, outcome: inout Outcome) async throws {
         // Every observation is dated when the reading began: a webhook for a later edit still wins, and a card
         // created after the reading began is not taken for gone.
         let started = Date()

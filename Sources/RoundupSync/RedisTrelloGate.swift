@@ -5,7 +5,7 @@ public import Logging
 import Metrics
 import NIOCore
 public import NIOHTTP1
-import RoundupCore
+public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
@@ -66,7 +66,7 @@ public struct RedisTrelloGate: TrelloRequestGate {
             return 0
             """)
 
-    public func acquire(_ credentials: TrelloCredentialsValue) async throws {
+    public func acquire(_ credentials: TrelloCredentials) async throws {
         let token = "t:" + Self.digest(credentials.token)
         let key = "k:" + Self.digest(credentials.apiKey)
         let redisKeys = [RedisArgument(keys.trelloWindow(token)), RedisArgument(keys.trelloWindow(key)), RedisArgument(keys.trelloPause(token))]
@@ -98,7 +98,7 @@ public struct RedisTrelloGate: TrelloRequestGate {
         }
     }
 
-    public func observe(_ credentials: TrelloCredentialsValue, status: Int, headers: HTTPHeaders) async {
+    public func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async {
         var pauseMilliseconds = 0
         if status == 429 {
             Counter(label: "roundup_trello_429_total").increment()

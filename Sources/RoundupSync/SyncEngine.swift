@@ -65,7 +65,7 @@ public struct SyncEngine: Sendable {
         var jobID: String?
         /// The device whose sync this is: it already has its own values and gets no push for them.
         var deviceID: String? = nil
-        var credentials: TrelloCredentialsValue
+        var credentials: TrelloCredentials
         var policy: ConflictPolicy
         var deleteMode: DeleteMode
         var lists: [String: SyncListRecord]
@@ -183,7 +183,7 @@ public struct SyncEngine: Sendable {
         let settings = try await store.conflictPolicy(accountID: accountID)
         let lists = try await store.syncLists(accountID: accountID)
         return JobState(
-            jobID: jobID, credentials: TrelloCredentialsValue(apiKey: key, token: token), policy: settings.policy, deleteMode: settings.deleteMode,
+            jobID: jobID, credentials: TrelloCredentials(apiKey: key, token: token), policy: settings.policy, deleteMode: settings.deleteMode,
             lists: Dictionary(lists.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
     }
 

@@ -76,8 +76,8 @@ public struct TrelloError: Error, Sendable, CustomStringConvertible {
 /// Where every process agrees how fast it may call Trello: a request waits in `acquire` until it fits the
 /// shared limits, and each answer's status and `x-rate-limit-*` headers are reported back.
 public protocol TrelloRequestGate: Sendable {
-    func acquire(_ credentials: TrelloCredentialsValue) async throws
-    func observe(_ credentials: TrelloCredentialsValue, status: Int, headers: HTTPHeaders) async
+    func acquire(_ credentials: TrelloCredentials) async throws
+    func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async
 }
 
 /// Trello's REST API, with key+token auth in a header (never in the URL, so never in a log line),
@@ -118,7 +118,7 @@ public struct TrelloClient: Sendable {
     static let cardQuery = "fields=all&customFieldItems=true&checklists=all&attachments=true"
 
     /// The full card, or nil when Trello says it no longer exists.
-    public func card(id: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue]? {
+    public func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
         guard let value = try await get("/cards/\(Self.escape(id))?\(Self.cardQuery)", credentials: credentials, notFoundIsNil: true) else {
             return nil
         }
@@ -127,7 +127,7 @@ public struct TrelloClient: Sendable {
     }
 
     /// The id of the member the token belongs to (`GET /members/me`).
-    public func memberID(credentials: TrelloCredentialsValue) async throws -> String {
+    public func memberID(credentials: TrelloCredentials) async throws -> String {
         guard let id = try await get("/members/me?fields=id", credentials: credentials, notFoundIsNil: false)?["id"]?.stringValue else {
             throw TrelloError(status: 200, message: "the member reply has no id", isTransient: false)
         }
@@ -135,7 +135,7 @@ public struct TrelloClient: Sendable {
     }
 
     /// The board's Priority dropdown custom field, if it has one.
-    public func priorityField(boardID: String, credentials: TrelloCredentialsValue) async throws -> PriorityField? {
+    public func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? {
         guard let fields = try await get("/boards/\(Self.escape(boardID))/customFields", credentials: credentials, notFoundIsNil: true)?.arrayValue
         else {
             return nil
@@ -157,7 +157,7 @@ public struct TrelloClient: Sendable {
 
     /// Registers a webhook. Trello first checks the callback URL with a HEAD request and refuses unless it answers 200.
     /// Returns the webhook's id.
-    public func createWebhook(callbackURL: String, modelID: String, description: String, credentials: TrelloCredentialsValue) async throws -> String {
+    public func createWebhook(callbackURL: String, modelID: String, description: String, credentials: TrelloCredentials) async throws -> String {
         let body = JSONValue.object([
             "callbackURL": .string(callbackURL), "idModel": .string(modelID), "description": .string(description),
         ])
@@ -169,7 +169,7 @@ public struct TrelloClient: Sendable {
     }
 
     /// Deletes a webhook; one already gone counts as deleted.
-    public func deleteWebhook(id: String, credentials: TrelloCredentialsValue) async throws {
+    public func deleteWebhook(id: String, credentials: TrelloCredentials) async throws {
         _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
@@ -181,7 +181,7 @@ public struct TrelloClient: Sendable {
     }
 
     /// A webhook as Trello has it; nil when it no longer exists.
-    public func webhook(id: String, credentials: TrelloCredentialsValue) async throws -> WebhookInfo? {
+    public func webhook(id: String, credentials: TrelloCredentials) async throws -> WebhookInfo? {
         guard let value = try await get("/webhooks/\(Self.escape(id))", credentials: credentials, notFoundIsNil: true) else { return nil }
         guard let hookID = value["id"]?.stringValue, let model = value["idModel"]?.stringValue, let callback = value["callbackURL"]?.stringValue
         else {
@@ -194,7 +194,7 @@ public struct TrelloClient: Sendable {
 
     /// Creates a card (`attributes`: name, desc, due, start, dueComplete). Not retried after a timeout or a 5xx:
     /// Trello may have made the card, and the caller checks the list before trying again.
-    public func createCard(listID: String, attributes: [String: JSONValue], credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
+    public func createCard(listID: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue] {
         var body = attributes
         body["idList"] = .string(listID)
         body["pos"] = .string("bottom")
@@ -205,18 +205,18 @@ public struct TrelloClient: Sendable {
     }
 
     /// Updates a card's attributes; nil when the card no longer exists.
-    public func updateCard(id: String, attributes: [String: JSONValue], credentials: TrelloCredentialsValue) async throws -> [String: JSONValue]? {
+    public func updateCard(id: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
         try await send(.PUT, "/cards/\(Self.escape(id))", body: .object(attributes), credentials: credentials, notFoundIsNil: true)?.objectValue
     }
 
     /// Deletes a card for good; false when it was already gone.
-    public func deleteCard(id: String, credentials: TrelloCredentialsValue) async throws -> Bool {
+    public func deleteCard(id: String, credentials: TrelloCredentials) async throws -> Bool {
         try await send(.DELETE, "/cards/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true) != nil
     }
 
     /// One page of a list's open cards, newest first; pass the last card's id as `before` for the next page.
     /// A list Trello no longer has answers 404: an error, never an empty list (which would read as every card gone).
-    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentialsValue) async throws -> [[String: JSONValue]] {
+    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
         var path = "/lists/\(Self.escape(listID))/cards?filter=open&\(Self.cardQuery)&limit=\(limit)"
         if let before { path += "&before=\(Self.escape(before))" }
         guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else {
@@ -226,7 +226,7 @@ public struct TrelloClient: Sendable {
     }
 
     /// Sets (or, with nil, clears) a dropdown custom field of a card. Trello answers 400 for an unknown option id.
-    public func setCustomFieldOption(cardID: String, fieldID: String, optionID: String?, credentials: TrelloCredentialsValue) async throws {
+    public func setCustomFieldOption(cardID: String, fieldID: String, optionID: String?, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .PUT, "/cards/\(Self.escape(cardID))/customField/\(Self.escape(fieldID))/item",
             body: .object(["idValue": .string(optionID ?? "")]), credentials: credentials)
@@ -234,7 +234,7 @@ public struct TrelloClient: Sendable {
 
     /// Adds a link attachment (named `name`, else by Trello after the URL); returns it.
     public func addURLAttachment(
-        cardID: String, url: String, name: String? = nil, credentials: TrelloCredentialsValue
+        cardID: String, url: String, name: String? = nil, credentials: TrelloCredentials
     ) async throws -> [String: JSONValue] {
         var body: [String: JSONValue] = ["url": .string(url)]
         if let name { body["name"] = .string(name) }
@@ -242,14 +242,14 @@ public struct TrelloClient: Sendable {
             .objectValue ?? [:]
     }
 
-    public func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentialsValue) async throws {
+    public func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials,
             notFoundIsNil: true)
     }
 
     /// The board's labels, `{id, name, color}` each (`GET /boards/{id}/labels`).
-    public func boardLabels(boardID: String, credentials: TrelloCredentialsValue) async throws -> [[String: JSONValue]] {
+    public func boardLabels(boardID: String, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
         guard
             let value = try await get(
                 "/boards/\(Self.escape(boardID))/labels?fields=id,name,color&limit=1000", credentials: credentials, notFoundIsNil: true)
@@ -260,7 +260,7 @@ public struct TrelloClient: Sendable {
     // MARK: Checklists
 
     /// Adds a checklist at the bottom of the card; returns it (`{id, name, checkItems}`).
-    public func createChecklist(cardID: String, name: String, credentials: TrelloCredentialsValue) async throws -> [String: JSONValue] {
+    public func createChecklist(cardID: String, name: String, credentials: TrelloCredentials) async throws -> [String: JSONValue] {
         let reply = try await send(
             .POST, "/cards/\(Self.escape(cardID))/checklists", body: .object(["name": .string(name), "pos": "bottom"]), credentials: credentials,
             idempotent: false)
@@ -270,19 +270,19 @@ public struct TrelloClient: Sendable {
         return checklist
     }
 
-    public func renameChecklist(id: String, name: String, credentials: TrelloCredentialsValue) async throws {
+    public func renameChecklist(id: String, name: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .PUT, "/checklists/\(Self.escape(id))", body: .object(["name": .string(name)]), credentials: credentials, notFoundIsNil: true)
     }
 
     /// Deletes a checklist with its items; one already gone counts as deleted.
-    public func deleteChecklist(id: String, credentials: TrelloCredentialsValue) async throws {
+    public func deleteChecklist(id: String, credentials: TrelloCredentials) async throws {
         _ = try await send(.DELETE, "/checklists/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
     /// Adds an item at the bottom of a checklist; returns it (`{id, name, state, pos}`).
     public func addCheckItem(
-        checklistID: String, name: String, checked: Bool, credentials: TrelloCredentialsValue
+        checklistID: String, name: String, checked: Bool, credentials: TrelloCredentials
     ) async throws -> [String: JSONValue] {
         let reply = try await send(
             .POST, "/checklists/\(Self.escape(checklistID))/checkItems",
@@ -295,7 +295,7 @@ public struct TrelloClient: Sendable {
 
     /// Renames an item, ticks or unticks it (`state`: complete or incomplete); false when it no longer exists.
     public func updateCheckItem(
-        cardID: String, itemID: String, name: String?, completed: Bool?, credentials: TrelloCredentialsValue
+        cardID: String, itemID: String, name: String?, completed: Bool?, credentials: TrelloCredentials
     ) async throws -> Bool {
         var body: [String: JSONValue] = [:]
         if let name { body["name"] = .string(name) }
@@ -306,21 +306,21 @@ public struct TrelloClient: Sendable {
     }
 
     /// Deletes an item; one already gone counts as deleted.
-    public func deleteCheckItem(cardID: String, itemID: String, credentials: TrelloCredentialsValue) async throws {
+    public func deleteCheckItem(cardID: String, itemID: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .DELETE, "/cards/\(Self.escape(cardID))/checkItem/\(Self.escape(itemID))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
     // MARK: Requests
 
-    func get(_ path: String, credentials: TrelloCredentialsValue, notFoundIsNil: Bool) async throws -> JSONValue? {
+    func get(_ path: String, credentials: TrelloCredentials, notFoundIsNil: Bool) async throws -> JSONValue? {
         try await send(.GET, path, body: nil, credentials: credentials, notFoundIsNil: notFoundIsNil)
     }
 
     /// One request with retries. `idempotent: false` retries only answers that say Trello did nothing (429);
     /// a timeout or a 5xx may have been applied.
     func send(
-        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool = false,
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentials, notFoundIsNil: Bool = false,
         idempotent: Bool = true
     ) async throws -> JSONValue? {
         var attempt = 0
@@ -340,7 +340,7 @@ public struct TrelloClient: Sendable {
     }
 
     private func sendOnce(
-        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentialsValue, notFoundIsNil: Bool
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentials, notFoundIsNil: Bool
     ) async throws -> JSONValue? {
         try await gate?.acquire(credentials)
         var request = HTTPClientRequest(url: baseURL + path)
@@ -415,12 +415,7 @@ public struct TrelloClient: Sendable {
 }
 
 /// Key and token, sent as Trello's OAuth-style Authorization header.
-public struct TrelloCredentialsValue: Sendable {
-    public var apiKey: String
-    public var token: String
-    public init(apiKey: String, token: String) {
-        self.apiKey = apiKey
-        self.token = token
-    }
+extension TrelloCredentials {
+    /// Trello's OAuth header: the key and token travel in it, never in a URL (so never in a log line).
     public var authorizationHeader: String { "OAuth oauth_consumer_key=\"\(apiKey)\", oauth_token=\"\(token)\"" }
 }

@@ -18,20 +18,7 @@ public protocol CardSource: Sendable {
     func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]]
 }
 
-extension TrelloClient: CardSource {
-    public func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
-        try await card(id: id, credentials: TrelloCredentialsValue(apiKey: credentials.apiKey, token: credentials.token))
-    }
-
-    public func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? {
-        try await priorityField(boardID: boardID, credentials: TrelloCredentialsValue(apiKey: credentials.apiKey, token: credentials.token))
-    }
-
-    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
-        try await openCards(
-            listID: listID, before: before, limit: limit, credentials: TrelloCredentialsValue(apiKey: credentials.apiKey, token: credentials.token))
-    }
-}
+extension TrelloClient: CardSource {}
 
 /// Why an entry failed, as a value: it decides whether the entry waits for the store, is isolated from its batch, or
 /// counts towards the dead letters. Derived from the thrown error's type and code, never from its text.

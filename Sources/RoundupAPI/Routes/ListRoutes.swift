@@ -136,7 +136,7 @@ struct ListRoutes {
     }
 
     /// Puts the token's member in place of `me` among the filter's members.
-    private func resolveMe(_ settings: SyncSettings, credentials: TrelloCredentialsValue) async throws -> SyncSettings {
+    private func resolveMe(_ settings: SyncSettings, credentials: TrelloCredentials) async throws -> SyncSettings {
         guard settings.filter.members.contains("me") else { return settings }
         var resolved = settings
         do {
