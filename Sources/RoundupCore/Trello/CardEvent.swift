@@ -45,12 +45,13 @@ public enum CardEventInterpreter {
         let modelList = body.model?.idBoard != nil ? body.model?.id : nil
         let list = data.list?.id ?? data.listAfter?.id ?? (data.card?["idList"]?.stringValue) ?? modelList
 
+        guard let type = TrelloActionType(rawValue: type) else { return [] }
         switch type {
-        case "createCard", "copyCard", "convertToCardFromCheckItem", "moveCardToBoard":
+        case .createCard, .copyCard, .convertToCardFromCheckItem, .moveCardToBoard:
             return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)]
-        case "deleteCard", "moveCardFromBoard":
+        case .deleteCard, .moveCardFromBoard:
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .removed)]
-        case "updateCard":
+        case .updateCard:
             let old = data.old ?? [:]
             let card = data.card ?? [:]
             if old["idList"] != nil, let before = data.listBefore?.id, let after = data.listAfter?.id ?? card["idList"]?.stringValue {
@@ -82,13 +83,16 @@ public enum CardEventInterpreter {
             }
             if members { events.append(CardEvent(cardID: cardID, listID: list, boardID: board, kind: .membersChanged)) }
             return events  // `pos` alone: nothing the apps see
-        case "addMemberToCard", "removeMemberFromCard":
+        case .addMemberToCard, .removeMemberFromCard:
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .membersChanged)]
-        case _ where TrelloActionType.handled.contains(type):
+        case .addLabelToCard, .removeLabelFromCard, .addChecklistToCard, .removeChecklistFromCard, .updateChecklist, .createCheckItem,
+            .updateCheckItem, .updateCheckItemStateOnCard, .deleteCheckItem, .addAttachmentToCard, .deleteAttachmentFromCard,
+            .updateCustomFieldItem:
             // Labels, checklists, check items, attachments, custom fields: the payload names what changed
             // but not the card's resulting value, so read the card.
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .fetch)]
-        default:
+        case .updateLabel, .deleteLabel:
+            // A board's label: no card of its own (`WebhookHandler` queues the board's lists for reconciliation).
             return []
         }
     }

@@ -1,20 +1,24 @@
 import Foundation
 
-/// The card action types the server acts on. Anything else is answered 200 and not enqueued.
-public enum TrelloActionType {
-    public static let handled: Set<String> = [
-        "createCard", "updateCard", "deleteCard", "copyCard", "moveCardToBoard", "moveCardFromBoard",
-        "convertToCardFromCheckItem", "addLabelToCard", "removeLabelFromCard", "addChecklistToCard",
-        "removeChecklistFromCard", "updateChecklist", "createCheckItem", "updateCheckItem", "updateCheckItemStateOnCard",
-        "deleteCheckItem", "addAttachmentToCard", "deleteAttachmentFromCard", "updateCustomFieldItem",
-        // Only for lists that filter by member (`CardFilter.members`): the worker drops them for the others.
-        "addMemberToCard", "removeMemberFromCard",
-        // A board label renamed, recoloured or deleted: no card is named; the board's synced lists are reconciled.
-        "updateLabel", "deleteLabel",
-    ]
+/// The action types the server acts on (Trello's names). Anything else is answered 200 and not enqueued; the
+/// interpreter (`CardEventInterpreter`) switches over every case.
+public enum TrelloActionType: String, Sendable, CaseIterable {
+    case createCard, updateCard, deleteCard, copyCard, moveCardToBoard, moveCardFromBoard, convertToCardFromCheckItem
+    case addLabelToCard, removeLabelFromCard
+    case addChecklistToCard, removeChecklistFromCard, updateChecklist
+    case createCheckItem, updateCheckItem, updateCheckItemStateOnCard, deleteCheckItem
+    case addAttachmentToCard, deleteAttachmentFromCard, updateCustomFieldItem
+    /// Only for lists that filter by member (`CardFilter.members`): the worker drops them for the others.
+    case addMemberToCard, removeMemberFromCard
+    /// A board label renamed, recoloured or deleted: no card is named; the board's synced lists are reconciled.
+    case updateLabel, deleteLabel
+
+    /// Every case's name (the ingress's filter, one set lookup).
+    public static let handled: Set<String> = Set(allCases.map(\.rawValue))
 
     /// Actions on a board's labels: they change the cards carrying the label without naming any.
-    public static let boardLabelChanges: Set<String> = ["updateLabel", "deleteLabel"]
+    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel }
+    public static let boardLabelChanges: Set<String> = Set(allCases.filter(\.changesBoardLabels).map(\.rawValue))
 }
 
 /// The little of a webhook body the ingress needs: the action's id and type, and the watched model.
