@@ -183,7 +183,30 @@ public enum JobSubmission: Sendable, Equatable {
 public enum JobStart: Sendable, Equatable {
     case run(SyncJob)
     /// Finished already, or given up as stale: acknowledge the stream entry and move on.
-    case skip(reason: String)
+    case skip(JobSkip)
+}
+
+/// Why a worker does not run a job it picked up.
+public enum JobSkip: Sendable, Equatable, CustomStringConvertible {
+    case noSuchJob
+    /// Completed or failed already.
+    case ended(JobStatus)
+    /// Its heartbeat stopped too long ago: given up now (the app has been told; it never resumes).
+    case stale
+    /// Another job of the account holds the lease (this one is ended as `lease lost`).
+    case leaseHeldByAnother
+    /// Its entry looked idle, but the worker running it still beats.
+    case runningOn(holder: String)
+
+    public var description: String {
+        switch self {
+        case .noSuchJob: "no such job"
+        case .ended(let status): "already \(status.rawValue)"
+        case .stale: JobOutcome.stale.rawValue
+        case .leaseHeldByAnother: "another job holds the account's lease"
+        case .runningOn(let holder): "running on \(holder)"
+        }
+    }
 }
 
 /// The per-field stamp of a card: the hash of the value last seen on Trello's side and when it was set.

@@ -82,8 +82,11 @@ struct JobHandler: StreamHandler {
         }
         switch start {
         case .skip(let reason):
-            if reason == "stale" {
-                Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", (message.kind ?? .sync).rawValue), ("status", "stale")]).increment()
+            if reason == .stale {
+                Counter(
+                    label: "roundup_sync_jobs_total", dimensions: [("kind", (message.kind ?? .sync).rawValue), ("status", JobOutcome.stale.rawValue)]
+                )
+                .increment()
             }
             logger.info("job skipped", metadata: ["job": "\(message.jobID)", "reason": "\(reason)"])
             return true

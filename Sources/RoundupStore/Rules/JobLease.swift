@@ -71,24 +71,24 @@ struct JobLease {
 
     /// A worker (`holder`) picks up a job from the stream.
     func start<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> JobStart {
-        guard var job = try rows.job(id: jobID) else { return .skip(reason: "no such job") }
-        guard job.status == .running else { return .skip(reason: "already \(job.status.rawValue)") }
+        guard var job = try rows.job(id: jobID) else { return .skip(.noSuchJob) }
+        guard job.status == .running else { return .skip(.ended(job.status)) }
         if job.isStale(now: now, staleAfter: staleAfter) {
             // The app has been told: it stopped polling and may have resubmitted. Never resume it.
             try giveUpStale(job, rows: &rows)
-            return .skip(reason: JobOutcome.stale.rawValue)
+            return .skip(.stale)
         }
         if job.kind != .reconcile {
             let lease = try rows.lease(accountID: job.accountID)
             if let lease, lease.jobID != jobID {
                 try rows.endJob(id: jobID, status: .error, error: "lease lost", at: nowText)
-                return .skip(reason: "another job holds the account's lease")
+                return .skip(.leaseHeldByAnother)
             }
             // Its stream entry looked idle, but the worker running it still beats: leave it to that worker.
             if let lease, lease.holder != holder, lease.holder != JobLeaseRow.unclaimed,
                 let beat = Timestamp.date(lease.updatedAt), now.timeIntervalSince(beat) < staleAfter / 4
             {
-                return .skip(reason: "running on \(lease.holder)")
+                return .skip(.runningOn(holder: lease.holder))
             }
             try rows.putLease(JobLeaseRow(accountID: job.accountID, jobID: jobID, holder: holder, expiresAt: expires, updatedAt: nowText))
         }
