@@ -61,6 +61,8 @@ public struct API: Sendable {
     let authentication: AuthenticationMiddleware
     /// The open change streams; a service the process runs (`APIApplication`).
     public let streams: ChangeStreams
+    /// Where jobs are submitted and queued for the workers.
+    let jobs: JobQueue
     /// What accounts hold open across API processes (streams, exports); a service the process runs.
     public let leases: AccountLeases
 
@@ -75,6 +77,7 @@ public struct API: Sendable {
         self.trello = trello
         self.logger = logger
         self.metricsText = metricsText
+        self.jobs = JobQueue(store: store, redis: redis, keys: options.keys, staleAfter: options.staleAfter)
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
         let leases = AccountLeases(redis: redis, keys: options.keys, logger: logger, lifetime: max(.seconds(3), options.streams.heartbeat * 3))

@@ -496,17 +496,12 @@ struct Reconcile: AsyncParsableCommand {
             let lists = try await store.allSyncLists().map(\.list).filter { list == nil || $0.id == list }
             guard !lists.isEmpty else { throw ValidationError(list.map { "no list \($0)" } ?? "no lists") }
             var queued: [String] = []
+            let queue = JobQueue(store: store, redis: context.redis, keys: context.configuration.redisKeys, staleAfter: staleAfter)
             for item in lists {
                 guard
-                    case .created(let job) = try await store.submitJob(
-                        accountID: item.accountID, kind: .reconcile, deviceID: nil, idempotencyKey: nil,
-                        payload: .object(["sync_list_id": .string(item.id)]),
-                        total: 1, staleAfter: staleAfter)
+                    case .created(let job) = try await queue.submit(
+                        accountID: item.accountID, kind: .reconcile, payload: .object(["sync_list_id": .string(item.id)]), total: 1)
                 else { continue }
-                _ = try await context.redis.send(
-                    .streamAppend(
-                        context.configuration.redisKeys.jobStream,
-                        fields: SyncJobMessage(jobID: job.id, account: item.accountID, kind: .reconcile).fields))
                 queued.append(job.id)
                 if !json { print("queued \(job.id) for list \(item.id) (\(shown(item.name))); roundupctl jobs show \(job.id)") }
             }

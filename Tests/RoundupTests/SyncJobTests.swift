@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupSync
 import RoundupTesting
 import Testing
 
@@ -687,5 +688,41 @@ extension Stack {
         #expect(peak >= limit / 2, "the test did not come near the limit (\(peak))")
         #expect(stack.trello.openCards(inList: "La").count == 12 && stack.trello.openCards(inList: "Lb").count == 12)
         await stack.shutdown()
+    }
+}
+
+/// One place submits and queues jobs (the API, `roundupctl reconcile`): a job Redis refuses to queue is ended at once,
+/// so its account is not blocked behind a job no worker will run, and the next submission goes through.
+@Suite struct JobQueueTests {
+    @Test(arguments: StoreBackend.available) func aJobRedisDoesNotTakeIsEndedAndDoesNotBlockTheAccount(backend: StoreBackend) async throws {
+        let directory = try TestSupport.temporaryDirectory("jobqueue")
+        let store = try await TestStore.open(url: try await TestStore.makeURL(backend, in: directory))
+        let server = try await RedisServer()
+        let redis = RedisClient(configuration: try RedisConfiguration(url: server.url))
+        let keys = RedisKeys(prefix: "jq:")
+        let queue = JobQueue(store: store, redis: redis, keys: keys, staleAfter: 60)
+        let account = try await store.createAccount(authTokenHash: UUID().uuidString)
+
+        // The job stream's key holds a string: Redis refuses the XADD (WRONGTYPE).
+        _ = try await redis.send("SET", RedisArgument(keys.jobStream), "not a stream")
+        var refused: String?
+        do {
+            _ = try await queue.submit(accountID: account, kind: .sync, payload: .array([]), total: 0)
+        } catch let error as JobQueue.NotQueued {
+            refused = error.jobID
+        }
+        let id = try #require(refused, "the submission was not refused")
+        let ended = try #require(try await store.job(accountID: account, id: id))
+        #expect(ended.status == .error && ended.error == "could not be queued", "\(ended)")
+
+        // Redis takes entries again: the account's next job is created (no lease left behind) and queued.
+        _ = try await redis.send("DEL", RedisArgument(keys.jobStream))
+        guard case .created(let job) = try await queue.submit(accountID: account, kind: .sync, payload: .array([]), total: 0) else {
+            Issue.record("the next job was not created")
+            return
+        }
+        let entries = try await redis.send("XRANGE", RedisArgument(keys.jobStream), "-", "+")
+        #expect(entries.array?.count == 1 && entries.description.contains(job.id), "\(entries)")
+        await redis.shutdown()
     }
 }

@@ -192,9 +192,8 @@ struct ListRoutes {
     /// A job about one of the account's lists, queued for the workers.
     private func submitListJob(_ account: String, _ id: String, kind: JobKind, total: Int) async throws -> EditedResponse<JobStarted> {
         guard try await api.store.syncList(accountID: account, id: id) != nil else { throw APIError.notFound("no list \(id)") }
-        let submission = try await api.store.submitJob(
-            accountID: account, kind: kind, deviceID: nil, idempotencyKey: nil, payload: .object(["sync_list_id": .string(id)]),
-            total: total, staleAfter: api.options.staleAfter)
-        return try await api.queue(submission, account: account)
+        return try await api.queue {
+            try await api.jobs.submit(accountID: account, kind: kind, payload: .object(["sync_list_id": .string(id)]), total: total)
+        }
     }
 }

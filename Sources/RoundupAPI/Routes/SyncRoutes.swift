@@ -6,6 +6,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupSync
 
 /// `/dailyroundup/sync`: the apps' edits as a job, and the jobs' progress.
 struct SyncRoutes {
@@ -40,10 +41,11 @@ struct SyncRoutes {
             }
             items.append(change.item(received: received))
         }
-        let submission = try await api.store.submitJob(
-            accountID: account, kind: .sync, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: .array(items.map(\.json)),
-            total: items.count, staleAfter: api.options.staleAfter)
-        return try await api.queue(submission, account: account)
+        return try await api.queue {
+            try await api.jobs.submit(
+                accountID: account, kind: .sync, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: .array(items.map(\.json)),
+                total: items.count)
+        }
     }
 
     func job(_ account: String, _ id: String) async throws -> Job {
@@ -64,7 +66,13 @@ struct SyncRoutes {
 extension API {
     /// A job submission's answer: 202 for a job queued now or replayed by its Idempotency-Key, 409 with the running
     /// job's id while another job of the account runs.
-    func queue(_ submission: JobSubmission, account: String) async throws -> EditedResponse<JobStarted> {
+    func queue(_ submit: () async throws -> JobSubmission) async throws -> EditedResponse<JobStarted> {
+        let submission: JobSubmission
+        do {
+            submission = try await submit()
+        } catch is JobQueue.NotQueued {
+            throw APIError.unavailable("the job could not be queued (Redis unreachable); nothing was changed, post again")
+        }
         switch submission {
         case .busy(let running):
             throw APIError(
@@ -73,15 +81,6 @@ extension API {
         case .replayed(let job):
             return EditedResponse(status: .accepted, response: JobStarted(job, staleAfter: options.staleAfter))
         case .created(let job):
-            do {
-                _ = try await redis.send(
-                    .streamAppend(options.keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: account, kind: job.kind).fields),
-                    timeout: .seconds(2))
-            } catch {
-                // Not queued: end it now, so the account is not blocked behind a job nobody will run.
-                try? await store.finishJob(jobID: job.id, status: .error, error: "could not be queued")
-                throw APIError.unavailable("the job could not be queued (Redis unreachable); nothing was changed, post again")
-            }
             logger.info("job queued", metadata: ["job": "\(job.id)", "kind": "\(job.kind.rawValue)", "items": "\(job.total)"])
             return EditedResponse(status: .accepted, response: JobStarted(job, staleAfter: options.staleAfter))
         }
