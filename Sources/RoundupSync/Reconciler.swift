@@ -164,7 +164,8 @@ public struct Reconciler: Sendable {
             let sameTarget = info.map { $0.callbackURL == callback && $0.idModel == model } ?? false
             if let info, sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
             let newID = try await trello.createWebhook(
-                callbackURL: callback, modelID: model, description: "roundup \(board ? "board" : "list") \(list.name)", credentials: credentials)
+                callbackURL: callback, modelID: model, description: board ? WebhookDescription.board : WebhookDescription.list(list.name),
+                credentials: credentials)
             if let info, !sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
             try await store.replaceWebhook(accountID: list.accountID, old: id, new: newID, board: board, syncListID: list.id)
             Counter(label: "roundup_webhooks_reregistered_total", dimensions: [("reason", reason)]).increment()

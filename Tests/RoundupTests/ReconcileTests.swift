@@ -93,6 +93,9 @@ import Testing
         let ownPath = try await stack.webhookPath(account: s.account)
         #expect(after.allSatisfy { $0.callbackURL == stack.publicURL + ownPath })
         #expect(!after.contains { $0.id == listHook.id || $0.id == boardHook.id })
+        // Named as the pairing names them, whoever registered them.
+        #expect(before.map(\.description).sorted() == [WebhookDescription.board, WebhookDescription.list("Errands")], "\(before)")
+        #expect(after.map(\.description).sorted() == before.map(\.description).sorted(), "\(after)")
         // Registered again means Trello checked the callback with HEAD (the fake does, against the real ingress), and
         // deliveries flow again.
         let card = stack.trello.userCreateCard(listID: "Lhook", name: "Echo")

@@ -61,7 +61,7 @@ struct ListRoutes {
         var made: [String] = []
         do {
             let listHook = try await api.trello.createWebhook(
-                callbackURL: callback, modelID: listID, description: "DailyRoundup list \(name)", credentials: credentials)
+                callbackURL: callback, modelID: listID, description: WebhookDescription.list(name), credentials: credentials)
             made.append(listHook)
             // One board webhook per account and board: lists on the same board share it.
             let siblings = try await store.syncLists(accountID: account).filter { $0.trelloBoardID == boardID && $0.id != list.id }
@@ -70,7 +70,7 @@ struct ListRoutes {
                 boardHook = shared
             } else {
                 boardHook = try await api.trello.createWebhook(
-                    callbackURL: callback, modelID: boardID, description: "DailyRoundup board", credentials: credentials)
+                    callbackURL: callback, modelID: boardID, description: WebhookDescription.board, credentials: credentials)
                 made.append(boardHook)
             }
             try await store.setWebhooks(syncListID: list.id, listWebhookID: listHook, boardWebhookID: boardHook)

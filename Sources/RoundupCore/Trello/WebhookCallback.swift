@@ -28,3 +28,12 @@ public enum WebhookCallback {
         return utf8.count == 64 && utf8.allSatisfy(IdentifierShape.isLowerHex)
     }
 }
+
+/// What our webhooks are called in Trello (its webhook list, `GET /1/tokens/{token}/webhooks`): one wording whoever
+/// registers them, the pairing or a reconciliation repairing one.
+public enum WebhookDescription {
+    /// A synced list's webhook.
+    public static func list(_ name: String) -> String { "DailyRoundup list \(name)" }
+    /// The board webhook an account's lists on one board share (label changes and cards moved in from other lists).
+    public static let board = "DailyRoundup board"
+}
