@@ -25,24 +25,25 @@ extension SyncEngine {
             return .failed("the list is no longer synced")
         }
         var processed = job.processed
-        var before: String?
         do {
             let priority = try await priorityField(list, state: &state)
-            while true {
-                if Task.isShuttingDownGracefully { return .interrupted }
-                if lost.withLockedValue({ $0 }) { return .lost }
-                let readAt = Date()
-                let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
+            return try await walkOpenCards(list, credentials: state.credentials, lost: lost) { page, readAt in
                 for card in page {
                     guard let cardID = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { continue }
                     let links = LinkNotes.links(ofCard: card)
                     guard !links.isEmpty else { continue }
                     if Task.isShuttingDownGracefully { return .interrupted }
                     if lost.withLockedValue({ $0 }) { return .lost }
-                    guard
-                        let result = await moveLinksWithRetries(
-                            card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state, lost: lost)
-                    else { return lost.withLockedValue({ $0 }) ? .lost : .interrupted }
+                    let retried = await withRetries(lost: lost, log: "moving a card's links will be retried", ["card": "\(cardID)"]) {
+                        try await moveLinks(card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state)
+                    }
+                    let result: SyncItemResult
+                    switch retried {
+                    case .done(let moved): result = moved
+                    case .failed(let message):
+                        result = SyncItemResult(reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: message)
+                    case .stopped: return lost.withLockedValue({ $0 }) ? .lost : .interrupted
+                    }
                     Counter(label: "roundup_sync_items_total", dimensions: [("op", "migrate_links"), ("status", result.status.rawValue)]).increment()
                     guard
                         try await store.recordResult(
@@ -50,38 +51,10 @@ extension SyncEngine {
                     else { return .lost }
                     processed += 1
                 }
-                guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { break }
-                before = last
+                return nil
             }
         } catch {
             return .failed("moving the links failed: \(error)")
-        }
-        return .completed
-    }
-
-    /// One card's links moved, retried on transient failures like a sync item; an error of this card (Trello refusing
-    /// it) is its result and the job goes on. Nil: shutting down or given up as stale meanwhile.
-    private func moveLinksWithRetries(
-        _ card: [String: JSONValue], cardID: String, links: [(id: String, link: LinkNotes.Link)], readAt: Date, list: SyncListRecord,
-        priority: PriorityField?, state: inout JobState, lost: NIOLockedValueBox<Bool>
-    ) async -> SyncItemResult? {
-        var attempt = 0
-        while true {
-            attempt += 1
-            do {
-                return try await moveLinks(card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state)
-            } catch let error as TrelloError where !error.isTransient {
-                return SyncItemResult(reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: error.description)
-            } catch {
-                if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
-                guard attempt < options.itemAttempts else {
-                    return SyncItemResult(
-                        reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: "gave up after \(attempt) attempts: \(error)")
-                }
-                let delay = min(8_000, 250 * (1 << (attempt - 1)))
-                logger.info("moving a card's links will be retried", metadata: ["card": "\(cardID)", "attempt": "\(attempt)", "error": "\(error)"])
-                try? await Task.sleep(for: .milliseconds(delay + Int.random(in: 0...(delay / 4))))
-            }
         }
     }
 

@@ -188,29 +188,72 @@ public struct SyncEngine: Sendable {
     }
 
     private func processWithRetries(_ item: SyncItem, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> SyncItemResult? {
+        let retried = await withRetries(lost: lost, log: "sync item will be retried", ["reminder": "\(item.reminderID)"]) {
+            try await process(item, state: &state)
+        }
+        switch retried {
+        case .done(let result):
+            return result
+        case .failed(let message):
+            return SyncItemResult(
+                reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: message)
+        case .stopped:
+            return nil
+        }
+    }
+
+    /// What retrying one item's work came to.
+    enum Retried<T> {
+        case done(T)
+        /// It cannot succeed as it is (an `ItemFailure`, Trello refusing it), or failed every attempt: why.
+        case failed(String)
+        /// Shutting down, or the job given up as stale, in the middle of retries.
+        case stopped
+    }
+
+    /// Runs one item's work (a sync item, a card's links), retrying transient failures (Trello 429/5xx/timeouts, Redis
+    /// or the store briefly away) with exponential backoff and jitter, up to `options.itemAttempts`; the job's heartbeat
+    /// keeps going meanwhile. Each retry is logged with `message`, `metadata` and the attempt.
+    func withRetries<T>(
+        lost: NIOLockedValueBox<Bool>, log message: Logger.Message, _ metadata: Logger.Metadata, _ work: () async throws -> T
+    ) async -> Retried<T> {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await process(item, state: &state)
+                return .done(try await work())
             } catch let failure as ItemFailure {
-                return SyncItemResult(
-                    reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: failure.description)
+                return .failed(failure.description)
             } catch let error as TrelloError where !error.isTransient {
-                return SyncItemResult(
-                    reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID, error: error.description)
+                return .failed(error.description)
             } catch {
-                // Transient: Trello 429/5xx/timeouts, Redis or the store briefly away. The heartbeat keeps going.
-                if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return nil }
-                guard attempt < options.itemAttempts else {
-                    return SyncItemResult(
-                        reminderID: item.reminderID, op: JobItemOp(item.op), status: .error, trelloCardID: item.trelloCardID,
-                        error: "gave up after \(attempt) attempts: \(error)")
-                }
+                if Task.isShuttingDownGracefully || lost.withLockedValue({ $0 }) { return .stopped }
+                guard attempt < options.itemAttempts else { return .failed("gave up after \(attempt) attempts: \(error)") }
                 let delay = min(8_000, 250 * (1 << (attempt - 1)))
-                logger.info("sync item will be retried", metadata: ["reminder": "\(item.reminderID)", "attempt": "\(attempt)", "error": "\(error)"])
+                var metadata = metadata
+                metadata["attempt"] = "\(attempt)"
+                metadata["error"] = "\(error)"
+                logger.info(message, metadata: metadata)
                 try? await Task.sleep(for: .milliseconds(delay + Int.random(in: 0...(delay / 4))))
             }
+        }
+    }
+
+    /// Pages through a list's open cards, newest first, 100 a request; `body` gets each page and the moment its read
+    /// began, and ends the walk early by returning an outcome. A shutdown or a job given up as stale ends it between pages.
+    func walkOpenCards(
+        _ list: SyncListRecord, credentials: TrelloCredentials, lost: NIOLockedValueBox<Bool>,
+        _ body: ([[String: JSONValue]], Date) async throws -> RunOutcome?
+    ) async throws -> RunOutcome {
+        var before: String?
+        while true {
+            if Task.isShuttingDownGracefully { return .interrupted }
+            if lost.withLockedValue({ $0 }) { return .lost }
+            let readAt = Date()
+            let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: credentials)
+            if let outcome = try await body(page, readAt) { return outcome }
+            guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { return .completed }
+            before = last
         }
     }
 
@@ -579,13 +622,9 @@ public struct SyncEngine: Sendable {
             return .failed("the list is no longer synced")
         }
         var processed = job.processed
-        var before: String?
         do {
             let priority = try await priorityField(list, state: &state)
-            while true {
-                if Task.isShuttingDownGracefully { return .interrupted }
-                if lost.withLockedValue({ $0 }) { return .lost }
-                let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
+            return try await walkOpenCards(list, credentials: state.credentials, lost: lost) { page, _ in
                 let cards = page.compactMap { card -> (cardID: String, fields: [String: JSONValue])? in
                     guard let id = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { return nil }
                     return (id, CardMapper.fields(fromCard: card, priority: priority))
@@ -601,13 +640,11 @@ public struct SyncEngine: Sendable {
                     else { return .lost }
                     processed += 1
                 }
-                guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { break }
-                before = last
+                return nil
             }
         } catch {
             return .failed("import failed: \(error)")
         }
-        return .completed
     }
 
     // MARK: Reconcile
