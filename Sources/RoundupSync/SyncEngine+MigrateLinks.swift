@@ -45,11 +45,7 @@ extension SyncEngine {
                     case .stopped: return lost.withLockedValue({ $0 }) ? .lost : .interrupted
                     }
                     Counter(label: "roundup_sync_items_total", dimensions: [("op", "migrate_links"), ("status", result.status.rawValue)]).increment()
-                    guard
-                        try await store.recordResult(
-                            jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter)
-                    else { return .lost }
-                    processed += 1
+                    guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
                 }
                 return nil
             }

@@ -239,6 +239,17 @@ public struct SyncEngine: Sendable {
         }
     }
 
+    /// Records the next result of a job whose total grows as it goes (an import, a links migration); false when the job
+    /// is no longer this worker's (given up as stale, taken over).
+    func appendResult(_ result: SyncItemResult, job: SyncJob, holder: String, processed: inout Int) async throws -> Bool {
+        guard
+            try await store.recordResult(
+                jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter)
+        else { return false }
+        processed += 1
+        return true
+    }
+
     /// Pages through a list's open cards, newest first, 100 a request; `body` gets each page and the moment its read
     /// began, and ends the walk early by returning an outcome. A shutdown or a job given up as stale ends it between pages.
     func walkOpenCards(
@@ -634,11 +645,7 @@ public struct SyncEngine: Sendable {
                 }
                 for card in cards {
                     let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
-                    guard
-                        try await store.recordResult(
-                            jobID: job.id, holder: holder, index: processed, result: result, total: processed + 1, staleAfter: options.staleAfter)
-                    else { return .lost }
-                    processed += 1
+                    guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
                 }
                 return nil
             }
