@@ -379,7 +379,6 @@ extension PendingChangeCells {
     }
 }
 
-extension SQLiteStore: OperatorStore {}
 extension PostgresStore: OperatorStore {}
 
 /// A PostgreSQL failure as operators need it in logs: `PSQLError`'s own description is deliberately generic. Only the
