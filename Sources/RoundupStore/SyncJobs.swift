@@ -164,11 +164,37 @@ public struct SyncJob: Sendable, Equatable {
 
     /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone.
     public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
-        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
-        return now.timeIntervalSince(beat) > staleAfter
+        JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: staleAfter)
     }
 
     public var items: [SyncItem] { (payload.arrayValue ?? []).compactMap(SyncItem.init(json:)) }
+}
+
+/// A background job as operators see it.
+public struct JobRecord: Sendable, Equatable {
+    public var id: String
+    public var accountID: String
+    public var kind: JobKind
+    public var status: JobStatus
+    public var processed: Int
+    public var total: Int
+    public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
+
+    /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
+    public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
+        JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: after)
+    }
+}
+
+/// The staleness rule, once for the worker (`SyncJob`), the store's lease (`JobLease`) and the operators (`JobRecord`):
+/// a running job whose heartbeat (`updated_at`) has not moved for longer than `after` seconds has lost its worker.
+public enum JobHeartbeat {
+    public static func isStale(status: JobStatus, updatedAt: String, now: Date, after: TimeInterval) -> Bool {
+        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
+        return now.timeIntervalSince(beat) > after
+    }
 }
 
 public enum JobSubmission: Sendable, Equatable {

@@ -212,25 +212,6 @@ extension SQLiteStore {
     }
 }
 
-/// A background job as operators see it.
-public struct JobRecord: Sendable, Equatable {
-    public var id: String
-    public var accountID: String
-    public var kind: JobKind
-    public var status: JobStatus
-    public var processed: Int
-    public var total: Int
-    public var error: String?
-    public var createdAt: String
-    public var updatedAt: String
-
-    /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
-    public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
-        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
-        return now.timeIntervalSince(beat) > after
-    }
-}
-
 extension SQLiteStore {
     public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
         try await pool.read { db in
