@@ -1,0 +1,131 @@
+import Foundation
+import GRDB
+import RoundupCore
+
+/// The SQLite rows: one prepared statement per call, in the caller's write transaction.
+struct SQLiteChangeRows: ChangeRows {
+    let db: Database
+
+    func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
+        try Row.fetchOne(
+            db.cachedStatement(
+                sql: "SELECT sync_list_id, field_hashes, deleted, reminder_id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+            arguments: [accountID, cardID]
+        ).map { row in
+            .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2], reminderID: row[3])
+        }
+    }
+
+    func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) throws {
+        if let deleted {
+            try db.cachedStatement(
+                sql:
+                    "UPDATE sync_tasks SET deleted = ?, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
+            )
+            .execute(arguments: [deleted, FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+        } else {
+            try db.cachedStatement(
+                sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
+            )
+            .execute(arguments: [FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+        }
+    }
+
+    func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) throws
+    {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
+                VALUES (?, ?, ?, ?, 0, ?, ?, ?)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                    field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
+                    updated_at = excluded.updated_at
+                """
+        ).execute(arguments: [accountID, syncListID, cardID, FieldStamps.encode(stamps), actionID, now, now])
+    }
+
+    func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
+        try Row.fetchOne(
+            db.cachedStatement(
+                sql:
+                    "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"
+            ),
+            arguments: [accountID, cardID]
+        ).map { row in
+            .init(id: row[0], type: row[1], changedFields: PendingChangeCoding.changedFields(row[2]), fields: PendingChangeCoding.fields(row[3]))
+        }
+    }
+
+    func supersede(changeID: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [changeID])
+    }
+
+    func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT created_at, settings FROM sync_lists WHERE id = ?"), arguments: [syncListID]).map { row in
+            .init(settings: SyncSettings(stored: row[1]), pairedAt: (row[0] as String?).flatMap(Timestamp.date))
+        }
+    }
+
+    func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws {
+        try SQLiteStore.insertActivity(db, accountID: accountID, activity, now: now)
+    }
+
+    func insertChange(_ c: ChangeApplier<Self>.NewChange, now: String) throws {
+        // The change carries its task's reminder as the task is now (v11-changes-carry-reminder).
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO pending_changes
+                    (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, reminder_id)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT reminder_id FROM sync_tasks WHERE account_id = ?1 AND trello_card_id = ?6))
+                """
+        ).execute(arguments: [c.accountID, c.syncListID, c.type, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now])
+    }
+}
+
+extension SQLiteChangeRows: OutboundRows {
+    func putTask(_ t: OutboundTask) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
+                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
+                    last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
+                """
+        ).execute(arguments: [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps), t.deleted, t.syncedAt, t.now, t.now])
+    }
+
+    func deleteTask(accountID: String, cardID: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?").execute(arguments: [accountID, cardID])
+    }
+
+    func dropChanges(accountID: String, cardID: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM pending_changes WHERE account_id = ? AND trello_card_id = ?").execute(arguments: [accountID, cardID])
+    }
+
+    func openConflictID(accountID: String, cardID: String, field: String) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT id FROM conflicts WHERE account_id = ? AND trello_card_id = ? AND field = ? AND status = 'open'"),
+            arguments: [accountID, cardID, field])
+    }
+
+    func updateConflict(id: Int64, _ c: StoredConflict) throws {
+        try db.cachedStatement(
+            sql: "UPDATE conflicts SET trello_value = ?, reminders_value = ?, reminder_id = COALESCE(?, reminder_id), job_id = ? WHERE id = ?"
+        )
+        .execute(arguments: [c.trelloValueJSON, c.remindersValueJSON, c.reminderID, c.jobID, id])
+    }
+
+    func insertConflict(_ c: StoredConflict) throws -> Int64? {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
+                VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, 'open', ?, ?)
+                """
+        ).execute(arguments: [
+            c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON, c.now,
+            c.jobID,
+        ])
+        return db.lastInsertedRowID
+    }
+}
