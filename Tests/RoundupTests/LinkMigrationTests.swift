@@ -56,6 +56,15 @@ import Testing
         #expect((view["attachments"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue } == [scan])
         // The webhooks of those writes are our echo: nothing more reaches the apps.
         #expect(try await CardRoundTripTests().pull(s, into: &view).isEmpty)
+
+        // Notes cleared ("") with a link added in the same edit: the link alone, not appended to the notes cleared.
+        let cleared = try await s.sync([
+            s.change(
+                "update", reminder: "R-\(card)", fields: ["notes": "", "attachments": .array([.object(["url": "https://example.com/map"])])],
+                changed: ["notes", "attachments"])
+        ])
+        #expect(cleared["results"]?[0]?["status"] == "ok", "\(cleared)")
+        #expect(stack.trello.cardValue(card)?["desc"] == "https://example.com/map", "\(String(describing: stack.trello.cardValue(card)?["desc"]))")
         await stack.shutdown()
     }
 
