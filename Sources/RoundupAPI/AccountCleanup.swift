@@ -142,7 +142,7 @@ extension API {
             } while cursor != "0" && rounds < 2_000
             if cursor != "0" { logger.notice("account keys left to expire", metadata: ["account": "\(account)"]) }
             // Its dead letters, and the announcements that name it (the last one woke its streams to end them).
-            for stream in [keys.deadLetterStream, keys.changeAnnouncements] {
+            for stream in [keys.deadLetterStream, keys.jobDeadLetters, keys.pushDeadLetters, keys.changeAnnouncements] {
                 var start = "-"
                 rounds = 0
                 while rounds < 1_000 {

@@ -35,22 +35,19 @@ extension Optional where Wrapped == String {
     var json: JSONValue { map(JSONValue.string) ?? .null }
 }
 
-/// The dead-letter stream: list, show, replay into the webhook stream, purge.
+/// A stream's dead letters (the webhook stream's unless told): list, show, replay into the stream, purge.
 public struct DeadLetterQueue: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
+    public let stream: RoundupStream
+    /// Where its dead letters are.
+    let deadLetters: String
 
-    public init(redis: RedisClient, keys: RedisKeys) {
+    public init(redis: RedisClient, keys: RedisKeys, stream: RoundupStream = .webhooks) {
         self.redis = redis
         self.keys = keys
-    }
-
-    /// The fields an event carries on the webhook stream (what the ingress wrote); the rest is dead-letter bookkeeping.
-    static let eventFields = WebhookEvent.fieldNames
-
-    public func list(limit: Int) async throws -> [DeadLetter] {
-        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(keys.deadLetterStream), "-", "+", "COUNT", RedisArgument(limit)]))
-        return Self.parse(reply)
+        self.stream = stream
+        deadLetters = stream.deadLetters(keys)
     }
 
     /// Which dead letters a page shows: all of those given must match.
@@ -82,7 +79,7 @@ public struct DeadLetterQueue: Sendable {
         while letters.count < limit {
             let reply = try await redis.send(
                 RedisCommand(
-                    "XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)])
+                    "XRANGE", [RedisArgument(deadLetters), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)])
             )
             let batch = Self.parse(reply)
             for letter in batch {
@@ -102,20 +99,22 @@ public struct DeadLetterQueue: Sendable {
     /// Deletes these dead letters for good; returns how many existed.
     public func delete(ids: [String]) async throws -> Int {
         guard !ids.isEmpty else { return 0 }
-        return try await redis.send(RedisCommand("XDEL", [RedisArgument(keys.deadLetterStream)] + ids.map { RedisArgument($0) })).int ?? 0
+        return try await redis.send(RedisCommand("XDEL", [RedisArgument(deadLetters)] + ids.map { RedisArgument($0) })).int ?? 0
     }
 
     public func show(id: String) async throws -> DeadLetter? {
-        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(keys.deadLetterStream), RedisArgument(id), RedisArgument(id)]))
+        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(deadLetters), RedisArgument(id), RedisArgument(id)]))
         return Self.parse(reply).first
     }
 
     public func count() async throws -> Int {
-        try await redis.send(RedisCommand("XLEN", [RedisArgument(keys.deadLetterStream)])).int ?? 0
+        try await redis.send(RedisCommand("XLEN", [RedisArgument(deadLetters)])).int ?? 0
     }
 
-    /// Puts dead letters back on the webhook stream, each in one atomic step (XADD then XDEL), and returns how many.
-    /// `ids` nil means all of them. `progress` is told after each batch.
+    /// Puts dead letters back on their stream, each in one atomic step (XADD then XDEL), and returns how many.
+    /// `ids` nil means all of those there are when it begins: an entry replayed and dead-lettered again meanwhile (one
+    /// that still does not decode) is left for the next replay, not replayed in a loop. `progress` is told after each
+    /// batch.
     public func replay(ids: [String]?, progress: (Int) -> Void = { _ in }) async throws -> Int {
         var done = 0
         if let ids {
@@ -123,26 +122,32 @@ public struct DeadLetterQueue: Sendable {
             progress(done)
             return done
         }
+        let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(deadLetters), "+", "-", "COUNT", "1"])).streamEntries
+        guard let last = newest.first?.id else { return 0 }
+        var cursor = "-"
         while true {
-            let batch = try await list(limit: 100)
+            let reply = try await redis.send(
+                RedisCommand("XRANGE", [RedisArgument(deadLetters), RedisArgument(cursor), RedisArgument(last), "COUNT", RedisArgument(100)]))
+            let batch = Self.parse(reply)
             if batch.isEmpty { break }
             for letter in batch where try await replayOne(id: letter.id) { done += 1 }
             progress(done)
+            cursor = "(" + batch[batch.count - 1].id
         }
         return done
     }
 
     private func replayOne(id: String) async throws -> Bool {
         let reply = try await redis.evaluate(
-            Self.replayScript, keys: [RedisArgument(keys.deadLetterStream), RedisArgument(keys.webhookStream)],
-            arguments: [RedisArgument(id)] + Self.eventFields.map { RedisArgument($0) })
+            Self.replayScript, keys: [RedisArgument(deadLetters), RedisArgument(stream.key(keys))],
+            arguments: [RedisArgument(id)] + stream.messageFields.map { RedisArgument($0) })
         return reply.int == 1
     }
 
     static let replayScript = RedisScript(
         name: "dlq-replay",
         source: """
-            -- KEYS[1]: dead-letter stream, KEYS[2]: webhook stream; ARGV[1]: entry id, ARGV[2..]: the event's field names
+            -- KEYS[1]: dead-letter stream, KEYS[2]: its stream; ARGV[1]: entry id, ARGV[2..]: the message's field names
             local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
             if not entry[1] then return 0 end
             local flat = entry[1][2]
@@ -161,7 +166,7 @@ public struct DeadLetterQueue: Sendable {
     /// Deletes every dead letter; returns how many there were.
     public func purge() async throws -> Int {
         let count = try await count()
-        _ = try await redis.send(RedisCommand("DEL", [RedisArgument(keys.deadLetterStream)]))
+        _ = try await redis.send(RedisCommand("DEL", [RedisArgument(deadLetters)]))
         return count
     }
 

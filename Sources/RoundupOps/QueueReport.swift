@@ -61,8 +61,8 @@ public enum QueueInspector {
     }
 
     /// One stream's figures: XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count, oldest), XINFO CONSUMERS, the
-    /// oldest waiting entry, dead letters. Jobs and pushes are not dead-lettered (a failing job ends with its error in
-    /// the store).
+    /// oldest waiting entry, dead letters (of jobs and pushes: entries that did not decode; a failing job ends with its
+    /// error in the store).
     public static func report(_ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
         let stream = name.key(keys)
         let group = name.group(keys)
@@ -72,7 +72,7 @@ public enum QueueInspector {
             RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
             RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
             RedisCommand("XINFO", ["CONSUMERS", RedisArgument(stream), RedisArgument(group)]),
-            deadLetterStream.map { RedisCommand("XLEN", [RedisArgument($0)]) } ?? RedisCommand("PING"),
+            RedisCommand("XLEN", [RedisArgument(deadLetterStream)]),
         ])
         var report = StreamReport(
             name: name, stream: stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,

@@ -176,7 +176,9 @@ public struct PushConsumer: Service {
     var consumer: StreamConsumer<RedisStreamDriver, PushHandler> {
         StreamConsumer(
             options: .init(name: "push", consumer: options.consumer, batchSize: 256, claimIdle: .seconds(120), reclaimEvery: .seconds(5)),
-            driver: RedisStreamDriver(redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer),
+            driver: RedisStreamDriver(
+                redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer,
+                deadLetters: .init(stream: options.keys.pushDeadLetters, maxCount: 10_000, maxAge: .seconds(30 * 86_400))),
             handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
     }
@@ -198,9 +200,9 @@ public struct PushConsumer: Service {
     }
 
     /// Sends one push request to the account's devices; false when the devices could not be read (the entry stays
-    /// pending). An entry that is no push request is done with.
-    func handle(_ entry: StreamDelivery) async -> Bool {
-        guard let request = PushRequest(fields: entry.fields) else { return true }
+    /// pending).
+    func handle(_ entry: Delivered<PushRequest>) async -> Bool {
+        let request = entry.message
         let account = request.account
         let devices: [DeviceRecord]
         do {
@@ -365,11 +367,13 @@ public struct PushConsumer: Service {
     }
 }
 
-/// A batch of push requests, each handled at once beside the others.
+/// A batch of push requests, each handled at once beside the others. An entry that is no push request is
+/// dead-lettered by the consumer (`RedisKeys.pushDeadLetters`).
 struct PushHandler: StreamHandler {
+    typealias Message = PushRequest
     let pusher: PushConsumer
 
-    func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<UnclassifiedFailure> {
+    func handle(_ batch: [Delivered<PushRequest>]) async -> StreamBatchResult<UnclassifiedFailure> {
         await withTaskGroup(of: (String, Bool).self) { group in
             for entry in batch { group.addTask { (entry.id, await pusher.handle(entry)) } }
             var result = StreamBatchResult<UnclassifiedFailure>()

@@ -33,6 +33,9 @@ public struct RedisKeys: Sendable {
 
     /// Sync and import jobs for the workers (consumer group `workerGroup`).
     public var jobStream: String { prefix + "stream:jobs" }
+    /// Job entries that are no job message (`SyncJobMessage`): dead-lettered as they are read, kept for an operator. A
+    /// job that fails ends with its error in the store, not here.
+    public var jobDeadLetters: String { prefix + "stream:jobs:dead" }
     /// A set of `account<TAB>board` whose synced lists a worker reconciles at its next tick (a board label renamed,
     /// recoloured or deleted changes every card carrying it, and its action names no card).
     public var reconcileRequests: String { prefix + "reconcile:requested" }
@@ -66,6 +69,8 @@ public struct RedisKeys: Sendable {
     /// Hash: the streams an operator paused (`roundupctl pause`) → since when (ms since 1970). Workers and pushers read
     /// nothing new from a paused stream (`PauseWatcher`).
     public var pausedStreams: String { prefix + "paused" }
+    /// Push entries that are no push request (`PushRequest`): dead-lettered as they are read, kept for an operator.
+    public var pushDeadLetters: String { prefix + "stream:push:dead" }
     /// The consumer group of roundup-pusher on the push stream.
     public var pusherGroup: String { "pushers" }
     /// Set while a device had a background push within the window.

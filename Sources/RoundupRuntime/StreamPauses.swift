@@ -3,6 +3,7 @@ public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
+import RoundupCore
 public import RoundupRedis
 public import ServiceLifecycle
 
@@ -30,8 +31,24 @@ public enum RoundupStream: String, Sendable, CaseIterable, Codable {
     /// The hash of its entries' last errors; only the webhook stream records them.
     public func errors(_ keys: RedisKeys) -> String? { self == .webhooks ? keys.webhookErrors : nil }
 
-    /// Its dead letters; only webhook events are dead-lettered (a failing job ends with its error in the store).
-    public func deadLetters(_ keys: RedisKeys) -> String? { self == .webhooks ? keys.deadLetterStream : nil }
+    /// Its dead letters: webhook events that failed too often or do not decode; job and push entries that do not
+    /// decode (a job that fails ends with its error in the store).
+    public func deadLetters(_ keys: RedisKeys) -> String {
+        switch self {
+        case .webhooks: keys.deadLetterStream
+        case .jobs: keys.jobDeadLetters
+        case .push: keys.pushDeadLetters
+        }
+    }
+
+    /// The fields its messages carry (what a dead letter's replay puts back on the stream).
+    public var messageFields: [String] {
+        switch self {
+        case .webhooks: WebhookEvent.fieldNames
+        case .jobs: SyncJobMessage.Field.allCases.map(\.rawValue)
+        case .push: PushRequest.Field.allCases.map(\.rawValue)
+        }
+    }
 }
 
 /// Operators' pauses, kept in Redis (`RedisKeys.pausedStreams`: stream name → when, ms since 1970) so that every worker

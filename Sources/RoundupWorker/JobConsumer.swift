@@ -41,7 +41,9 @@ public struct JobConsumer: Service {
             options: .init(
                 name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2)),
-            driver: RedisStreamDriver(redis: redis, stream: options.keys.jobStream, group: options.keys.workerGroup, consumer: options.consumer),
+            driver: RedisStreamDriver(
+                redis: redis, stream: options.keys.jobStream, group: options.keys.workerGroup, consumer: options.consumer,
+                deadLetters: .init(stream: options.keys.jobDeadLetters, maxCount: 10_000, maxAge: .seconds(180 * 86_400))),
             handler: JobHandler(holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, logger: logger),
             metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
@@ -54,25 +56,27 @@ public struct JobConsumer: Service {
 }
 
 /// One job entry (`SyncJobMessage`): starts the job in the store and runs it; the entry is acked when the job ended or
-/// is skipped, and left pending when it could not start or was interrupted by a shutdown.
+/// is skipped, and left pending when it could not start or was interrupted by a shutdown. An entry that is no job
+/// message is dead-lettered by the consumer (`RedisKeys.jobDeadLetters`).
 struct JobHandler: StreamHandler {
+    typealias Message = SyncJobMessage
+
     let holder: String
     let staleAfter: TimeInterval
     let store: any JobRepository
     let engine: SyncEngine
     let logger: Logger
 
-    func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<UnclassifiedFailure> {
+    func handle(_ batch: [Delivered<SyncJobMessage>]) async -> StreamBatchResult<UnclassifiedFailure> {
         var result = StreamBatchResult<UnclassifiedFailure>()
         for entry in batch {
-            if await run(entry) { result.done.append(entry.id) } else { result.retry.append((entry.id, nil)) }
+            if await run(entry.message) { result.done.append(entry.id) } else { result.retry.append((entry.id, nil)) }
         }
         return result
     }
 
     /// Whether the entry is finished with.
-    private func run(_ entry: StreamDelivery) async -> Bool {
-        guard let message = SyncJobMessage(fields: entry.fields) else { return true }
+    private func run(_ message: SyncJobMessage) async -> Bool {
         let start: JobStart
         do {
             start = try await store.startJob(id: message.jobID, holder: holder, staleAfter: staleAfter)

@@ -65,7 +65,8 @@ public struct WebhookConsumer: Service {
 }
 
 /// A batch of webhook entries through `WebhookProcessor`: done entries are acked (a background push asked for each
-/// account with new changes), failed ones recorded with their typed failure, undecodable ones dead-lettered at once.
+/// account with new changes), failed ones recorded with their typed failure. Entries that do not decode
+/// (`WebhookProcessor.decode`) never reach it: the consumer dead-letters them.
 struct WebhookHandler: StreamHandler {
     typealias Failure = EventFailure
 
@@ -75,7 +76,9 @@ struct WebhookHandler: StreamHandler {
     let metrics: WorkerMetrics
     let logger: Logger
 
-    func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<EventFailure> {
+    func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading { try WebhookProcessor.decode(entry) }
+
+    func handle(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
         let outcome = await processor.process(batch)
         if !outcome.boardLabelChanges.isEmpty {
             // The boards' lists are reconciled at a worker's next tick. Not done, no harm beyond a wait: the periodic
@@ -87,9 +90,7 @@ struct WebhookHandler: StreamHandler {
                 logger.warning("board label change not queued for reconciliation", metadata: ["error": "\(error)"])
             }
         }
-        var result = StreamBatchResult<EventFailure>(
-            done: outcome.done, retry: outcome.retry.map { (id: $0.id, failure: Optional($0.error)) },
-            deadLetter: outcome.poison.map { (id: $0.id, failure: $0.error) })
+        var result = StreamBatchResult<EventFailure>(done: outcome.done, retry: outcome.retry.map { (id: $0.id, failure: Optional($0.error)) })
         // New changes: a background push to the account's devices, and a wake-up for its open change streams.
         result.appends = outcome.accountsWithChanges.sorted().flatMap { account in NewChanges.appends(account: account, reason: .changes, keys: keys)
         }
@@ -97,11 +98,7 @@ struct WebhookHandler: StreamHandler {
         return result
     }
 
-    func readAhead(_ batch: [StreamDelivery]) async {
-        processor.readAhead(batch)
-    }
-
-    func settled(_ result: StreamBatchResult<EventFailure>, batch: [StreamDelivery], refusedWrites: Int, duration: Duration) async {
+    func settled(_ result: StreamBatchResult<EventFailure>, batch: [Delivered<WebhookReading>], refusedWrites: Int, duration: Duration) async {
         guard let outcome = result.detail as? BatchOutcome else { return }
         if !outcome.retry.isEmpty {
             logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count)", "first_error": "\(outcome.retry[0].error)"])

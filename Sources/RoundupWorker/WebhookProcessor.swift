@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import Logging
 import Metrics
 import NIOConcurrencyHelpers
@@ -35,8 +35,6 @@ public enum EventFailure: String, Sendable, CaseIterable {
     case trelloTransient = "trello_transient"
     /// Trello refused the request (4xx) or answered something that is not JSON, or the account has no credentials. Counts.
     case trelloRejected = "trello_rejected"
-    /// The entry has no account or its body does not decode: it never will. Dead-lettered at once.
-    case undecodable
 
     init(store error: any Error) {
         switch StoreFailure(error) {
@@ -66,8 +64,6 @@ public struct BatchOutcome: Sendable {
     /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries (unless the store was
     /// unavailable: `EventFailure.waitsForStore`).
     public var retry: [(id: String, error: EntryError)] = []
-    /// Will never succeed as it is (`EventFailure.undecodable`): dead-letter now.
-    public var poison: [(id: String, error: EntryError)] = []
     public var dropped = 0
     public var changesWritten = 0
     /// Accounts whose apps have new changes: each gets a background push.
@@ -82,13 +78,35 @@ public struct BatchOutcome: Sendable {
         done += part.done
         applied += part.applied
         retry += part.retry
-        poison += part.poison
         dropped += part.dropped
         changesWritten += part.changesWritten
         accountsWithChanges.formUnion(part.accountsWithChanges)
         boardLabelChanges.formUnion(part.boardLabelChanges)
         types.merge(part.types) { current, _ in current }
     }
+}
+
+/// A webhook stream entry as the worker reads it (`WebhookProcessor.decode`): the webhook stream's message.
+public struct WebhookReading: Sendable {
+    public var account: String
+    /// The Trello action's type (for the metrics by type).
+    public var type: String
+    public var actionID: String?
+    public var date: Date
+    public var events: [CardEvent]
+    public var boardID: String?
+    /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
+    public var labelsChangedOnBoard: String? = nil
+}
+
+extension Delivered where Message == WebhookReading {
+    var account: String { message.account }
+    var type: String { message.type }
+    var actionID: String? { message.actionID }
+    var date: Date { message.date }
+    var events: [CardEvent] { message.events }
+    var boardID: String? { message.boardID }
+    var labelsChangedOnBoard: String? { message.labelsChangedOnBoard }
 }
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
@@ -113,10 +131,6 @@ public final class WebhookProcessor: Sendable {
     let echo: EchoFingerprints?
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
-    /// Entries decoded ahead (`readAhead`), by entry id: the last two batches read ahead, so a batch read ahead before
-    /// the one in hand took its own does not push that one's out. Taken (and removed) by `process`.
-    private let decodedAhead = NIOLockedValueBox((current: [String: Reading](), previous: [String: Reading]()))
-
     public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
         echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10
@@ -130,22 +144,8 @@ public final class WebhookProcessor: Sendable {
         self.accountLanes = max(1, accountLanes)
     }
 
-    /// An entry decoded: what the batch needs of it, or why it never will be processed.
-    private enum Reading: Sendable {
-        case parsed(Parsed, type: String)
-        case undecodable(EntryError)
-    }
-
-    private struct Parsed: Sendable {
-        var entry: StreamEntry
-        var account: String
-        var actionID: String?
-        var date: Date
-        var events: [CardEvent]
-        var boardID: String?
-        /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
-        var labelsChangedOnBoard: String? = nil
-    }
+    /// An entry as the batch reads it: its id on the stream and what it says.
+    private typealias Parsed = Delivered<WebhookReading>
 
     private enum Plan {
         case apply(CardObservation)
@@ -246,9 +246,9 @@ public final class WebhookProcessor: Sendable {
     /// locks), so a batch of several accounts runs in lanes of whole accounts at once (`accountLanes`): one lane's
     /// writes are in the database while another's entries are planned (#19: with one batch at a time, the worker's and
     /// PostgreSQL's time added up). An account's entries stay in one lane, in their order.
-    public func process(_ entries: [StreamEntry]) async -> BatchOutcome {
-        let lanes = Self.lanes(entries, count: accountLanes)
-        guard lanes.count > 1 else { return await process(entries, fetchedBefore: [:]) }
+    public func process(_ batch: [Delivered<WebhookReading>]) async -> BatchOutcome {
+        let lanes = Self.lanes(batch, count: accountLanes) { $0.message.account }
+        guard lanes.count > 1 else { return await process(batch, fetchedBefore: [:]) }
         return await withTaskGroup(of: BatchOutcome.self) { group in
             for lane in lanes {
                 group.addTask { await self.process(lane, fetchedBefore: [:]) }
@@ -259,46 +259,38 @@ public final class WebhookProcessor: Sendable {
         }
     }
 
-    /// `entries` in at most `count` groups of whole accounts (by the entry's `account` field; entries without one are a
-    /// group of their own), each in the batch's order, the accounts spread so the groups' sizes are close.
-    static func lanes(_ entries: [StreamEntry], count: Int) -> [[StreamEntry]] {
-        guard count > 1, entries.count > 1 else { return [entries] }
-        var sizes: [[UInt8]: Int] = [:]
-        for entry in entries { sizes[entry.fields[WebhookEvent.Field.account.rawValue] ?? [], default: 0] += 1 }
-        guard sizes.count > 1 else { return [entries] }
+    /// `items` in at most `count` groups of whole accounts, each in the batch's order, the accounts spread so the
+    /// groups' sizes are close.
+    static func lanes<Item>(_ items: [Item], count: Int, account: (Item) -> String) -> [[Item]] {
+        guard count > 1, items.count > 1 else { return [items] }
+        var sizes: [String: Int] = [:]
+        for item in items { sizes[account(item), default: 0] += 1 }
+        guard sizes.count > 1 else { return [items] }
         // Largest accounts first, each to the lane holding the fewest entries so far (ties: the lower lane; accounts
         // of equal size in byte order, so the split does not depend on hashing).
         var load = [Int](repeating: 0, count: min(count, sizes.count))
-        var laneOf: [[UInt8]: Int] = [:]
-        for (account, size) in sizes.sorted(by: { $0.value != $1.value ? $0.value > $1.value : $0.key.lexicographicallyPrecedes($1.key) }) {
+        var laneOf: [String: Int] = [:]
+        for (account, size) in sizes.sorted(by: { $0.value != $1.value ? $0.value > $1.value : $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
             let lane = load.indices.min { load[$0] < load[$1] }!
             laneOf[account] = lane
             load[lane] += size
         }
-        var lanes = [[StreamEntry]](repeating: [], count: load.count)
-        for entry in entries { lanes[laneOf[entry.fields[WebhookEvent.Field.account.rawValue] ?? []]!].append(entry) }
+        var lanes = [[Item]](repeating: [], count: load.count)
+        for item in items { lanes[laneOf[account(item)]!].append(item) }
         return lanes
     }
 
-    /// Decodes the entries of a batch the consumer read ahead, while the batch before it is in the store: decoding
-    /// depends on the entry alone, so `process` takes these readings instead of decoding again (#19: the JSON parse is
-    /// about a sixth of the worker's instructions per event, and here it runs beside the store's round trips).
-    public func readAhead(_ entries: [StreamEntry]) {
-        var readings = [String: Reading](minimumCapacity: entries.count)
-        for entry in entries { readings[entry.id] = Self.read(entry) }
-        decodedAhead.withLockedValue { $0 = (current: readings, previous: $0.current) }
-    }
-
-    /// What one entry says: its account, action, date and card events.
-    private static func read(_ entry: StreamEntry) -> Reading {
-        guard let event = WebhookEvent(fields: entry.fields) else {
-            return .undecodable(EntryError(.undecodable, "entry has no account or body"))
-        }
+    /// What one entry says: its account, action, date and card events; an entry with no account or body, or a body
+    /// that is not a Trello action, does not decode (the consumer dead-letters it). Depends on the entry alone: the
+    /// consumer decodes a batch it read ahead while the batch before it is in the store (#19: the JSON parse is about a
+    /// sixth of the worker's instructions per event, and there it runs beside the store's round trips).
+    public static func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading {
+        guard let event = WebhookEvent(fields: entry.fields) else { throw StreamUndecodable("entry has no account or body") }
         let decoded: TrelloWebhookBody
         do {
             decoded = try TrelloWebhookBody.decode(event.body)
         } catch {
-            return .undecodable(EntryError(.undecodable, "body does not decode: \(error)"))
+            throw StreamUndecodable("body does not decode: \(error)")
         }
         let received = event.receivedMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
         var date = decoded.action.date.flatMap(Timestamp.date) ?? received
@@ -312,38 +304,22 @@ public final class WebhookProcessor: Sendable {
             date = min(date, received)
         }
         let type = event.type ?? decoded.action.type ?? "unknown"
-        var parsed = Parsed(
-            entry: entry, account: event.account, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
+        var reading = WebhookReading(
+            account: event.account, type: type, actionID: event.actionID ?? decoded.action.id, date: date, events: events,
             boardID: decoded.action.data?.board?.id)
-        if TrelloActionType.boardLabelChanges.contains(type), let board = parsed.boardID, IdentifierShape.isTrelloID(board) {
-            parsed.labelsChangedOnBoard = board
+        if TrelloActionType.boardLabelChanges.contains(type), let board = reading.boardID, IdentifierShape.isTrelloID(board) {
+            reading.labelsChangedOnBoard = board
         }
-        return .parsed(parsed, type: type)
-    }
-
-    /// The readings of these entries decoded ahead, removed from `decodedAhead`; an entry not among them is decoded now.
-    private func readings(_ entries: [StreamEntry]) -> [Reading] {
-        let ahead: [Reading?] = decodedAhead.withLockedValue { box in
-            guard !box.current.isEmpty || !box.previous.isEmpty else { return [] }
-            return entries.map { box.current.removeValue(forKey: $0.id) ?? box.previous.removeValue(forKey: $0.id) }
-        }
-        return entries.indices.map { i in (i < ahead.count ? ahead[i] : nil) ?? Self.read(entries[i]) }
+        return reading
     }
 
     /// `fetchedBefore`: cards this batch has already read from Trello (a part of a batch processed again after the store
     /// refused the whole), not read again.
-    private func process(_ entries: [StreamEntry], fetchedBefore: [AccountScoped: FetchedCard?]) async -> BatchOutcome {
+    private func process(_ parsed: [Parsed], fetchedBefore: [AccountScoped: FetchedCard?]) async -> BatchOutcome {
         var outcome = BatchOutcome()
-        var parsed: [Parsed] = []
-        for (entry, reading) in zip(entries, readings(entries)) {
-            switch reading {
-            case .undecodable(let error):
-                outcome.poison.append((entry.id, error))
-            case .parsed(let p, let type):
-                outcome.types[entry.id] = type
-                if let board = p.labelsChangedOnBoard { outcome.boardLabelChanges.insert(AccountScoped(p.account, board)) }
-                parsed.append(p)
-            }
+        for p in parsed {
+            outcome.types[p.id] = p.type
+            if let board = p.labelsChangedOnBoard { outcome.boardLabelChanges.insert(AccountScoped(p.account, board)) }
         }
 
         let lookups = parsed.flatMap { p in
@@ -355,7 +331,7 @@ public final class WebhookProcessor: Sendable {
         do {
             firstContext = try await store.lookup(lookups)
         } catch {
-            return await storeFailed(parsed.map(\.entry), outcome: outcome, error: error, stage: "lookup", fetched: fetchedBefore)
+            return await storeFailed(parsed, outcome: outcome, error: error, stage: "lookup", fetched: fetchedBefore)
         }
 
         var context = firstContext
@@ -403,21 +379,21 @@ public final class WebhookProcessor: Sendable {
                 let more = try await store.lookup(unknownLists)
                 context.lists.merge(more.lists) { current, _ in current }
             } catch {
-                return await storeFailed(parsed.map(\.entry), outcome: outcome, error: error, stage: "lookup", fetched: fetchedCards)
+                return await storeFailed(parsed, outcome: outcome, error: error, stage: "lookup", fetched: fetchedCards)
             }
         }
 
         // Build the observations of every entry that has all it needs, walking the batch in order again, now with what
         // Trello said. The events of a card that come after one of its events failed wait with it (in the stream).
         var observations: [CardObservation] = []
-        var applied: [StreamEntry] = []
-        var dropped: [StreamEntry] = []
+        var applied: [String] = []
+        var dropped: [String] = []
         var failedCards: [AccountScoped: EntryError] = [:]
         views = [:]
         for p in parsed {
             let keys = Set(p.events.map { AccountScoped(p.account, $0.cardID) })
             if let earlier = keys.lazy.compactMap({ failedCards[$0] }).first {
-                outcome.retry.append((p.entry.id, EntryError(earlier.failure, "an earlier event of the card failed: \(earlier.message)")))
+                outcome.retry.append((p.id, EntryError(earlier.failure, "an earlier event of the card failed: \(earlier.message)")))
                 continue
             }
             var entryObservations: [CardObservation] = []
@@ -456,7 +432,7 @@ public final class WebhookProcessor: Sendable {
                 }
             }
             if let failure {
-                outcome.retry.append((p.entry.id, failure))
+                outcome.retry.append((p.id, failure))
                 for key in keys { failedCards[key] = failure }
                 continue
             }
@@ -465,10 +441,10 @@ public final class WebhookProcessor: Sendable {
                 views[key] = (views[key] ?? .known(context.tasks[key])).after(o)
             }
             if entryObservations.isEmpty {
-                dropped.append(p.entry)
+                dropped.append(p.id)
             } else {
                 observations.append(contentsOf: entryObservations)
-                applied.append(p.entry)
+                applied.append(p.id)
             }
         }
 
@@ -484,21 +460,21 @@ public final class WebhookProcessor: Sendable {
                 outcome.changesWritten = result.written
                 outcome.accountsWithChanges = result.accounts
                 outcome.dropped += dropped.count
-                outcome.done.append(contentsOf: (applied + dropped).map(\.id))
-                outcome.applied.append(contentsOf: applied.map(\.id))
+                outcome.done.append(contentsOf: applied + dropped)
+                outcome.applied.append(contentsOf: applied)
                 return outcome
             } catch {
                 if EventFailure(store: error) == .eventData {
                     // The entries dropped here are processed again too: they were planned as if the others applied.
-                    let again = Set((applied + dropped).map(\.id))
+                    let again = Set(applied + dropped)
                     return await storeFailed(
-                        parsed.map(\.entry).filter { again.contains($0.id) }, outcome: outcome, error: error, stage: "write", fetched: fetchedCards)
+                        parsed.filter { again.contains($0.id) }, outcome: outcome, error: error, stage: "write", fetched: fetchedCards)
                 }
                 if attempt >= 3 {
                     logger.error("store write failed", metadata: ["error": "\(error)", "entries": "\(applied.count)"])
                     outcome.dropped += dropped.count
-                    outcome.done.append(contentsOf: dropped.map(\.id))
-                    for entry in applied { outcome.retry.append((entry.id, EntryError(EventFailure(store: error), "store write failed: \(error)"))) }
+                    outcome.done.append(contentsOf: dropped)
+                    for id in applied { outcome.retry.append((id, EntryError(EventFailure(store: error), "store write failed: \(error)"))) }
                     return outcome
                 }
                 try? await Task.sleep(for: .milliseconds(100 * attempt))
@@ -511,7 +487,7 @@ public final class WebhookProcessor: Sendable {
     /// entries it refuses fail alone: only they count towards the dead letters, the others are applied once. Any other
     /// failure retries them all.
     private func storeFailed(
-        _ entries: [StreamEntry], outcome: BatchOutcome, error: any Error, stage: String, fetched: [AccountScoped: FetchedCard?]
+        _ entries: [Parsed], outcome: BatchOutcome, error: any Error, stage: String, fetched: [AccountScoped: FetchedCard?]
     ) async -> BatchOutcome {
         var outcome = outcome
         let failure = EventFailure(store: error)

@@ -99,12 +99,14 @@ struct Queues: AsyncParsableCommand {
 
 struct DLQ: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "dlq", abstract: "Dead letters: events that failed too often, with their last error.",
+        commandName: "dlq",
+        abstract: "Dead letters: webhook events that failed too often, and entries of any stream that do not decode, with their last error.",
         subcommands: [List.self, Show.self, Replay.self, Delete.self, Purge.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Dead letters, oldest first, a page at a time; the last line (or `next`) says how to go on.")
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
         @Option(help: "At most this many.") var limit = 50
         @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
         @Option(help: "Only this account's.") var account: String?
@@ -116,7 +118,7 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let (letters, next) = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).page(
+            let (letters, next) = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).page(
                 after: after, limit: limit, filter: .init(account: account, type: type, error: error))
             await context.redis.shutdown()
             if json {
@@ -129,12 +131,13 @@ struct DLQ: AsyncParsableCommand {
                     "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
                 )
             }
-            if let next { print("more: roundupctl dlq list --after \(next)") }
+            if let next { print("more: roundupctl dlq list --stream \(stream.rawValue) --after \(next)") }
         }
     }
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete dead letters for good, by id.")
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
         @Argument(help: "The dead letters' ids.") var ids: [String]
         @Flag var json = false
         func validate() throws {
@@ -142,17 +145,19 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let deleted = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).delete(ids: ids)
+            let deleted = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).delete(ids: ids)
             await context.redis.shutdown()
             report("deleted", deleted, json: json, text: "deleted \(deleted) of \(ids.count)")
         }
     }
 
     struct Show: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
         @Argument(help: "The dead letter's id.") var id: String
         func run() async throws {
             let context = try Context.make()
-            guard let letter = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).show(id: id) else {
+            guard let letter = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).show(id: id)
+            else {
                 await context.redis.shutdown()
                 throw ValidationError("no dead letter \(id)")
             }
@@ -164,15 +169,16 @@ struct DLQ: AsyncParsableCommand {
     }
 
     struct Replay: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
         @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
         @Flag(help: "Do not ask.") var yes = false
         @Flag(help: "One JSON object; implies --yes.") var json = false
         func run() async throws {
             let context = try Context.make()
-            let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys)
+            let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream)
             let total = ids.isEmpty ? try await queue.count() : ids.count
             if !yes && !json {
-                print("Replay \(total) dead letter(s) into \(context.configuration.redisKeys.webhookStream)? [y/N] ", terminator: "")
+                print("Replay \(total) dead letter(s) into \(stream.key(context.configuration.redisKeys))? [y/N] ", terminator: "")
                 guard readLine()?.lowercased().hasPrefix("y") == true else {
                     print("nothing replayed")
                     await context.redis.shutdown()
@@ -188,6 +194,7 @@ struct DLQ: AsyncParsableCommand {
     }
 
     struct Purge: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
         @Flag(help: "Required: purging cannot be undone.") var yes = false
         @Flag var json = false
         func validate() throws {
@@ -195,7 +202,7 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys).purge()
+            let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).purge()
             await context.redis.shutdown()
             report("purged", purged, json: json, text: "purged \(purged)")
         }

@@ -110,7 +110,7 @@ import Testing
                     "account": Array(f.account.utf8), "action": Array((body.action.id ?? "a").utf8),
                     "type": Array((body.action.type ?? "").utf8), "body": Array(raw),
                 ])
-            let outcome = await processor.process([entry])
+            let outcome = try await processor.process(entries: [entry])
             #expect(outcome.done == ["1-0"], "\(file): \(outcome.retry)")
             let changes = try await f.changes()
             if let (type, fields) = expectation {

@@ -55,7 +55,6 @@ extension HostileTrafficTests {
     ) async throws {
         let h = try await BatchOrderHarness(backend)
         for seed in UInt64(1)...60 {
-            h.readAhead = seed.isMultiple(of: 2)
             var rng = SplitMix64(seed: seed)
             var cards: [String: (CardStart, [CardAction])] = [:]
             for c in 0..<2 {
@@ -255,9 +254,6 @@ final class BatchOrderHarness: @unchecked Sendable {
     let singleProcessor: WebhookProcessor
     var nextEntry = 0
     var clock = 1_800_000_000.0
-    /// The batch side's entries are first read ahead (`WebhookProcessor.readAhead`), as the consumer does with the
-    /// batch it fetched ahead.
-    var readAhead = false
 
     init(_ backend: StoreBackend) async throws {
         trello = try await FakeTrello.start()
@@ -405,12 +401,11 @@ final class BatchOrderHarness: @unchecked Sendable {
                     ])
             }
         }
-        if readAhead { batchProcessor.readAhead(entries(batch)) }
-        let whole = await batchProcessor.process(entries(batch))
-        #expect(whole.retry.isEmpty && whole.poison.isEmpty, "\(whole.retry) \(whole.poison)")
+        let whole = try await batchProcessor.process(entries: entries(batch))
+        #expect(whole.retry.isEmpty, "\(whole.retry)")
         for entry in entries(single) {
-            let one = await singleProcessor.process([entry])
-            #expect(one.retry.isEmpty && one.poison.isEmpty, "\(one.retry) \(one.poison)")
+            let one = try await singleProcessor.process(entries: [entry])
+            #expect(one.retry.isEmpty, "\(one.retry)")
         }
         return (try await seen(batch, cards: Array(cards.keys)), try await seen(single, cards: Array(cards.keys)))
     }

@@ -101,6 +101,65 @@ extension RoundupCtlTests {
         await stack.shutdown()
     }
 
+    /// Entries of the job and push streams that are no message of their stream: the worker and the pusher, real
+    /// processes, dead-letter them at once (both used to acknowledge them silently), `queues` counts them, `dlq list
+    /// --stream` shows why, `dlq replay --stream` puts one back on its stream (where it is dead-lettered again) and
+    /// `dlq purge --stream` empties them.
+    @Test func jobAndPushEntriesThatDoNotDecodeAreDeadLetteredAndShown() async throws {
+        let stack = try await Stack(store: .sqlite)
+        let apns = try await FakeAPNs.start()
+        defer { Task { await apns.stop() } }
+        _ = try await stack.startWorker(name: "w1")
+        try await stack.startPusher(apns: apns)
+        func groupsReady() async throws -> Bool {
+            let jobs = try await stack.redis.send("XINFO", "GROUPS", RedisArgument(stack.keys.jobStream))
+            let push = try await stack.redis.send("XINFO", "GROUPS", RedisArgument(stack.keys.pushStream))
+            return jobs.array?.isEmpty == false && push.array?.isEmpty == false
+        }
+        #expect(await TestSupport.eventually { (try? await groupsReady()) == true })
+        // A job without its id, a push without its account.
+        let badJob = try #require(
+            try await stack.redis.send("XADD", RedisArgument(stack.keys.jobStream), "*", "account", "acct-1", "kind", "sync").string)
+        let badPush = try #require(
+            try await stack.redis.send("XADD", RedisArgument(stack.keys.pushStream), "*", "kind", "background", "reason", "changes").string)
+        let deadJobs = RedisArgument(stack.keys.jobDeadLetters)
+        let deadPushes = RedisArgument(stack.keys.pushDeadLetters)
+        #expect(try await TestSupport.eventually { try await stack.redis.send("XLEN", deadJobs).int == 1 })
+        #expect(try await TestSupport.eventually { try await stack.redis.send("XLEN", deadPushes).int == 1 })
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.jobStream)).int == 0)
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.pushStream)).int == 0)
+
+        let jobs = try #require(try json(try await run(stack, ["dlq", "list", "--stream", "jobs", "--json"]))["dead_letters"]?.arrayValue)
+        #expect(jobs.count == 1)
+        #expect(jobs.first?["original_id"]?.stringValue == badJob && jobs.first?["account"] == "acct-1")
+        #expect(jobs.first?["deliveries"] == "1")
+        #expect(jobs.first?["error"]?.stringValue?.hasPrefix("undecodable: entry is not a SyncJobMessage") == true, "\(jobs)")
+        let pushes = try #require(try json(try await run(stack, ["dlq", "list", "--stream", "push", "--json"]))["dead_letters"]?.arrayValue)
+        #expect(pushes.first?["original_id"]?.stringValue == badPush && pushes.first?["account"] == .null)
+        #expect(pushes.first?["error"]?.stringValue?.hasPrefix("undecodable: entry is not a PushRequest") == true, "\(pushes)")
+        // The webhook stream's dead letters are not these.
+        #expect(try json(try await run(stack, ["dlq", "list", "--json"]))["dead_letters"]?.arrayValue?.isEmpty == true)
+        let queues = try json(try await run(stack, ["queues", "--json"]))
+        let byName = Dictionary(
+            uniqueKeysWithValues: (queues["streams"]?.arrayValue ?? []).compactMap { s in s["name"]?.stringValue.map { ($0, s) } })
+        #expect(byName["jobs"]?["dead_letters"] == .number(1) && byName["push"]?["dead_letters"] == .number(1), "\(queues)")
+
+        // Replayed onto the job stream with its own fields, it does not decode there either: dead again, not lost (and
+        // replayed once: a replay of all takes the dead letters there were when it began, not those it causes).
+        let replayed = try json(try await run(stack, ["dlq", "replay", "--stream", "jobs", "--json"]))
+        #expect(replayed["replayed"] == .number(1))
+        #expect(
+            try await TestSupport.eventually {
+                let letters = try await stack.redis.send("XRANGE", deadJobs, "-", "+").streamEntries
+                return letters.count == 1 && letters.first?.fields["original_id"].map { String(decoding: $0, as: UTF8.self) } != badJob
+            })
+        let purged = try json(try await run(stack, ["dlq", "purge", "--stream", "push", "--yes", "--json"]))
+        #expect(purged["purged"] == .number(1))
+        #expect(try await stack.redis.send("XLEN", deadPushes).int == 0)
+        #expect(try await stack.redis.send("XLEN", deadJobs).int == 1)
+        await stack.shutdown()
+    }
+
     @Test func pauseAndResumeAreRecordedForEveryProcessAndShownInQueues() async throws {
         let stack = try await Stack(store: .sqlite)
         let paused = try json(try await run(stack, ["pause", "push", "--json"]))

@@ -31,18 +31,24 @@ import Testing
         }
 
         var handled: [String] { seen.withLock { $0 } }
-        /// The batches given to `readAhead`, in order.
-        let readAheadBatches = Mutex<[[String]]>([])
+        /// The entries decoded, in order, each with how many batches had been handled to the end by then.
+        let decodes = Mutex<[(id: String, handledBefore: Int)]>([])
+        let batchesHandled = Mutex(0)
 
-        func readAhead(_ batch: [StreamDelivery]) async {
-            readAheadBatches.withLock { $0.append(batch.map(\.id)) }
+        /// The entry itself; an entry with an `undecodable` field does not decode.
+        func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> StreamDelivery {
+            let handledBefore = batchesHandled.withLock { $0 }
+            decodes.withLock { $0.append((entry.id, handledBefore)) }
+            if entry.fields["undecodable"] != nil { throw StreamUndecodable("entry \(entry.id) is not a test message") }
+            return entry
         }
 
-        func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<TestFailure> {
+        func handle(_ batch: [Delivered<StreamDelivery>]) async -> StreamBatchResult<TestFailure> {
             seen.withLock { $0 += batch.map(\.id) }
             if delay > .zero { try? await Task.sleep(for: delay) }
+            defer { batchesHandled.withLock { $0 += 1 } }
             var result = StreamBatchResult<TestFailure>()
-            for entry in batch {
+            for entry in batch.map(\.message) {
                 switch decide(entry) {
                 case .done: result.done.append(entry.id)
                 case .retry(let failure): result.retry.append((entry.id, failure.map { StreamFailure($0, "entry \(entry.id) failed") }))
@@ -106,7 +112,8 @@ import Testing
         let stream = MemoryStream()
         for n in 0..<25 { stream.add(Self.event(n)) }
         struct Appending: StreamHandler {
-            func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<UnclassifiedFailure> {
+            func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> StreamDelivery { entry }
+            func handle(_ batch: [Delivered<StreamDelivery>]) async -> StreamBatchResult<UnclassifiedFailure> {
                 StreamBatchResult(
                     done: batch.map(\.id), appends: [StreamAppend(stream: "push", maxLength: 100, fields: [("account", Array("a".utf8))])])
             }
@@ -155,6 +162,27 @@ import Testing
         #expect(handler.handled == [poison])
         #expect(stream.deadLetters.first?.error == "broken: entry \(poison) is poison")
         #expect(stream.deadLetters.first?.deliveries == 1)
+    }
+
+    /// The typed contract: what does not decode as the stream's message is dead-lettered by the consumer, at once and
+    /// with its reason, and never reaches the handler; its neighbours are handled as ever. Reading ahead (one batch at a
+    /// time) and concurrent batches alike.
+    @Test(arguments: [1, 3]) func anEntryThatDoesNotDecodeIsDeadLetteredAtOnceAndNeverHandled(concurrency: Int) async throws {
+        let stream = MemoryStream()
+        let first = stream.add(Self.event(0))
+        let bad = stream.add(["undecodable": Array("yes".utf8)])
+        let last = stream.add(Self.event(2))
+        let handler = Recorder()
+        await Self.running(stream, handler, options: Self.options(batchSize: 2, concurrency: concurrency, maxDeliveries: 5)) {
+            #expect(await Self.until { stream.ids.isEmpty })
+        }
+        #expect(handler.handled.sorted() == [first, last].sorted())
+        let letter = try #require(stream.deadLetters.first)
+        #expect(stream.deadLetters.count == 1)
+        #expect(letter.originalID == bad && letter.deliveries == 1)
+        #expect(letter.error == "undecodable: entry \(bad) is not a test message")
+        #expect(letter.original == ["undecodable": Array("yes".utf8)])
+        #expect(stream.pending.isEmpty)
     }
 
     @Test func anEntryWaitingForADependencyIsNeverDeadLettered() async throws {
@@ -234,8 +262,8 @@ import Testing
         stop()
         await task.value
         #expect(handler.handled == Array(ids[..<4]))
-        // The second batch was given to the handler to read ahead while the first was handled.
-        #expect(handler.readAheadBatches.withLock { $0.first } == Array(ids[2..<4]))
+        // The second batch was read ahead and decoded while the first was handled.
+        #expect(handler.decodes.withLock { $0.filter { $0.handledBefore == 0 }.map(\.id) } == Array(ids[..<4]))
         #expect(stream.ids == Array(ids[4...]))  // never delivered: left for the other consumers
         #expect(stream.pending.isEmpty)
     }

@@ -101,84 +101,140 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
     /// finish, and entries already delivered to it but not begun (a batch read ahead, or read as the pause came) stay
     /// pending with it, their lease renewed, and are handled first on resume. The gauges are still recorded.
     public func run(isStopping: @escaping @Sendable () -> Bool = { false }, isPaused: @escaping @Sendable () -> Bool = { false }) async {
+        if options.concurrency == 1 {
+            await runReadingAhead(isStopping: isStopping, isPaused: isPaused)
+        } else {
+            await runConcurrently(isStopping: isStopping, isPaused: isPaused)
+        }
+        await driver.reset()
+        logger.notice("consumer stopped", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
+    }
+
+    /// An entry as the consumer holds it once read: its stream's message, or why it can never be one.
+    enum Reading: Sendable {
+        case message(Delivered<Handler.Message>)
+        case undecodable(id: String, StreamUndecodable)
+
+        var id: String {
+            switch self {
+            case .message(let delivered): delivered.id
+            case .undecodable(let id, _): id
+            }
+        }
+    }
+
+    /// What the loop of either kind keeps between rounds.
+    struct LoopState {
+        var lastReclaim = ContinuousClock.now - .seconds(3600)
+        var backoff: Duration
+        var dependencyBackoff: Duration
+        var prepared = false
+        /// Delivered to this consumer while paused: pending with it, handled on resume (or reclaimed by another consumer
+        /// if this one stops first).
+        var held: [Reading] = []
+        var lastLease = ContinuousClock.now
+    }
+
+    /// One batch at a time, in the loop; the next batch is read (and decoded) ahead, while the current one is handled.
+    private func runReadingAhead(isStopping: @escaping @Sendable () -> Bool, isPaused: @escaping @Sendable () -> Bool) async {
+        var state = LoopState(backoff: options.errorBackoff.lowerBound, dependencyBackoff: options.dependencyBackoff.lowerBound)
+        let running = InFlight()
+        // The next batch is asked for before the current one is processed, so it arrives while we work.
+        var prefetched: Task<[Reading], any Error>?
+        while !Task.isCancelled {
+            if isPaused() && !isStopping() {
+                if let ahead = prefetched {
+                    prefetched = nil
+                    // A failed read leaves whatever it delivered pending: the reclaim finds it after the pause.
+                    state.held += (try? await ahead.value) ?? []
+                }
+                await pausedRound(&state, inFlight: 0)
+                continue
+            }
+            // Paused and stopping: what is held stays pending, for another consumer once the stream runs again.
+            if !state.held.isEmpty, !isPaused() {
+                let batch = state.held
+                state.held = []
+                await processLogging(batch)
+                continue
+            }
+            if isStopping() {
+                // Stop reading; entries already delivered to this consumer are still processed and settled.
+                if !isPaused(), let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty { await processLogging(batch) }
+                break
+            }
+            do {
+                try await prepare(&state)
+                if ContinuousClock.now - state.lastReclaim >= options.reclaimEvery {
+                    state.lastReclaim = .now
+                    for _ in 0..<options.maxReclaimPages {
+                        let (seen, claimed) = try await reclaimPage(limit: options.batchSize, running: running)
+                        // The store still failing: stop here, the next round tries again.
+                        if !claimed.isEmpty, try await process(claimed) { break }
+                        guard seen == options.batchSize else { break }
+                    }
+                    await recordGauges(inFlight: 0)
+                }
+                let count = options.batchSize
+                let entries: [Reading]
+                if let ahead = prefetched {
+                    prefetched = nil
+                    entries = try await ahead.value
+                } else {
+                    entries = decoded(try await driver.read(count: count, block: options.block))
+                }
+                if !entries.isEmpty && isPaused() {
+                    // The pause came while the read waited: begin none of them.
+                    state.held = entries
+                    state.lastLease = .now
+                } else if !entries.isEmpty {
+                    // A full batch suggests more is waiting: ask for it now, without blocking, and decode it meanwhile.
+                    if entries.count == count {
+                        prefetched = Task { [driver] in self.decoded(try await driver.read(count: count, block: nil)) }
+                    }
+                    if try await process(entries) {
+                        // A dependency is unreachable: stop taking new entries for a while; they wait in the stream.
+                        try? await Task.sleep(for: state.dependencyBackoff)
+                        state.dependencyBackoff = min(state.dependencyBackoff * 2, options.dependencyBackoff.upperBound)
+                    } else {
+                        state.dependencyBackoff = options.dependencyBackoff.lowerBound
+                    }
+                }
+                state.backoff = options.errorBackoff.lowerBound
+            } catch {
+                if isStopping() && prefetched == nil { break }
+                prefetched?.cancel()
+                prefetched = nil
+                await failedRound(&state, error: error)
+            }
+        }
+        prefetched?.cancel()
+    }
+
+    /// Up to `concurrency` batches at once, each in a task of its own; the loop reads as many as there is room for.
+    private func runConcurrently(isStopping: @escaping @Sendable () -> Bool, isPaused: @escaping @Sendable () -> Bool) async {
         let running = InFlight()
         await withDiscardingTaskGroup { tasks in
-            var lastReclaim = ContinuousClock.now - .seconds(3600)
-            var backoff = options.errorBackoff.lowerBound
-            var dependencyBackoff = options.dependencyBackoff.lowerBound
-            var prepared = false
-            // The next batch is asked for before the current one is processed, so it arrives while we work.
-            var prefetched: Task<[StreamDelivery], any Error>?
-            // Delivered to this consumer while paused: pending with it, handled on resume (or reclaimed by another
-            // consumer if this one stops first).
-            var held: [StreamDelivery] = []
-            var lastLease = ContinuousClock.now
+            var state = LoopState(backoff: options.errorBackoff.lowerBound, dependencyBackoff: options.dependencyBackoff.lowerBound)
             while !Task.isCancelled {
                 if isPaused() && !isStopping() {
-                    if let ahead = prefetched {
-                        prefetched = nil
-                        // A failed read leaves whatever it delivered pending: the reclaim finds it after the pause.
-                        held += (try? await ahead.value) ?? []
-                    }
-                    if !held.isEmpty, ContinuousClock.now - lastLease >= options.leaseEvery {
-                        lastLease = .now
-                        try? await driver.extendLease(held.map(\.id))
-                    }
-                    if ContinuousClock.now - lastReclaim >= options.reclaimEvery {
-                        lastReclaim = .now
-                        await recordGauges(inFlight: running.entries + held.count)
-                    }
-                    try? await Task.sleep(for: .milliseconds(50))
+                    await pausedRound(&state, inFlight: running.entries)
                     continue
                 }
-                // Paused and stopping: what is held stays pending, for another consumer once the stream runs again.
-                if !held.isEmpty, !isPaused() {
-                    let batch = held
-                    held = []
-                    if options.concurrency == 1 {
-                        do {
-                            _ = try await process(batch)
-                        } catch {
-                            // Not settled: the entries stay pending and are reclaimed.
-                            logger.warning("settling failed", metadata: ["stream": "\(options.name)", "error": "\(error)"])
-                        }
-                    } else {
-                        dispatch(batch, running: running, into: &tasks)
-                    }
+                if !state.held.isEmpty, !isPaused() {
+                    dispatch(state.held, running: running, into: &tasks)
+                    state.held = []
                     continue
                 }
-                if isStopping() {
-                    // Stop reading; entries already delivered to this consumer are still processed and settled.
-                    if !isPaused(), let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty {
-                        do {
-                            _ = try await process(batch)
-                        } catch {
-                            logger.warning("consumer loop error", metadata: ["stream": "\(options.name)", "error": "\(error)"])
-                        }
-                    }
-                    break
-                }
+                if isStopping() { break }
                 do {
-                    try await driver.prepare()
-                    if !prepared {
-                        prepared = true
-                        logger.info("consuming", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
-                    }
-                    if ContinuousClock.now - lastReclaim >= options.reclaimEvery {
-                        lastReclaim = .now
-                        if options.concurrency == 1 {
-                            for _ in 0..<options.maxReclaimPages {
-                                let (seen, claimed) = try await reclaimPage(limit: options.batchSize, running: running)
-                                // The store still failing: stop here, the next round tries again.
-                                if !claimed.isEmpty, try await process(claimed) { break }
-                                guard seen == options.batchSize else { break }
-                            }
-                        } else {
-                            let free = options.concurrency - running.batches
-                            if free > 0 {
-                                let (_, claimed) = try await reclaimPage(limit: free * options.batchSize, running: running)
-                                dispatch(claimed, running: running, into: &tasks)
-                            }
+                    try await prepare(&state)
+                    if ContinuousClock.now - state.lastReclaim >= options.reclaimEvery {
+                        state.lastReclaim = .now
+                        let free = options.concurrency - running.batches
+                        if free > 0 {
+                            let (_, claimed) = try await reclaimPage(limit: free * options.batchSize, running: running)
+                            dispatch(claimed, running: running, into: &tasks)
                         }
                         await recordGauges(inFlight: running.entries)
                     }
@@ -187,99 +243,128 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                         try await Task.sleep(for: .milliseconds(100))
                         continue
                     }
-                    let count = options.batchSize * free
-                    let entries: [StreamDelivery]
-                    if let ahead = prefetched {
-                        prefetched = nil
-                        entries = try await ahead.value
-                    } else {
-                        entries = try await driver.read(count: count, block: options.block)
-                    }
+                    let entries = decoded(try await driver.read(count: options.batchSize * free, block: options.block))
                     if !entries.isEmpty && isPaused() {
-                        // The pause came while the read waited: begin none of them.
-                        held = entries
-                        lastLease = .now
-                    } else if !entries.isEmpty {
-                        if options.concurrency == 1 {
-                            // A full batch suggests more is waiting: ask for it now, without blocking.
-                            if entries.count == options.batchSize {
-                                prefetched = Task { [driver, handler] in
-                                    let batch = try await driver.read(count: count, block: nil)
-                                    if !batch.isEmpty { await handler.readAhead(batch) }
-                                    return batch
-                                }
-                            }
-                            if try await process(entries) {
-                                // A dependency is unreachable: stop taking new entries for a while; they wait in the stream.
-                                try? await Task.sleep(for: dependencyBackoff)
-                                dependencyBackoff = min(dependencyBackoff * 2, options.dependencyBackoff.upperBound)
-                            } else {
-                                dependencyBackoff = options.dependencyBackoff.lowerBound
-                            }
-                        } else {
-                            dispatch(entries, running: running, into: &tasks)
-                        }
+                        state.held = entries
+                        state.lastLease = .now
+                    } else {
+                        dispatch(entries, running: running, into: &tasks)
                     }
-                    backoff = options.errorBackoff.lowerBound
+                    state.backoff = options.errorBackoff.lowerBound
                 } catch {
-                    if isStopping() && prefetched == nil { break }
-                    logger.warning("consumer loop error", metadata: ["stream": "\(options.name)", "error": "\(error)"])
-                    prefetched?.cancel()
-                    prefetched = nil
-                    await driver.reset()
-                    prepared = false
-                    try? await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, options.errorBackoff.upperBound)
+                    if isStopping() { break }
+                    await failedRound(&state, error: error)
                 }
             }
-            prefetched?.cancel()
             // Batches in flight finish (the task group waits for them); a handler that sees the shutdown may leave its
             // entries pending for another consumer.
         }
+    }
+
+    /// A round while paused: the held entries' lease renewed, the gauges recorded, a short wait.
+    private func pausedRound(_ state: inout LoopState, inFlight: Int) async {
+        if !state.held.isEmpty, ContinuousClock.now - state.lastLease >= options.leaseEvery {
+            state.lastLease = .now
+            try? await driver.extendLease(state.held.map(\.id))
+        }
+        if ContinuousClock.now - state.lastReclaim >= options.reclaimEvery {
+            state.lastReclaim = .now
+            await recordGauges(inFlight: inFlight + state.held.count)
+        }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+
+    private func prepare(_ state: inout LoopState) async throws {
+        try await driver.prepare()
+        if !state.prepared {
+            state.prepared = true
+            logger.info("consuming", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
+        }
+    }
+
+    /// After a driver error: the reading connection dropped, a wait that doubles each time.
+    private func failedRound(_ state: inout LoopState, error: any Error) async {
+        logger.warning("consumer loop error", metadata: ["stream": "\(options.name)", "error": "\(error)"])
         await driver.reset()
-        logger.notice("consumer stopped", metadata: ["stream": "\(options.name)", "consumer": "\(options.consumer)"])
+        state.prepared = false
+        try? await Task.sleep(for: state.backoff)
+        state.backoff = min(state.backoff * 2, options.errorBackoff.upperBound)
+    }
+
+    /// Entries read as the stream's messages (`StreamHandler.decode`).
+    func decoded(_ entries: [StreamDelivery]) -> [Reading] {
+        entries.map { entry in
+            do throws(StreamUndecodable) {
+                return .message(Delivered(id: entry.id, message: try handler.decode(entry)))
+            } catch {
+                return .undecodable(id: entry.id, error)
+            }
+        }
     }
 
     /// Hands entries to tasks of their own, a batch each (concurrency above one).
-    private func dispatch(_ entries: [StreamDelivery], running: InFlight, into tasks: inout DiscardingTaskGroup) {
+    private func dispatch(_ entries: [Reading], running: InFlight, into tasks: inout DiscardingTaskGroup) {
         let fresh = entries.filter { !running.contains($0.id) }
         for start in stride(from: 0, to: fresh.count, by: options.batchSize) {
             let batch = Array(fresh[start..<min(fresh.count, start + options.batchSize)])
             running.add(batch.map(\.id))
             tasks.addTask {
-                do {
-                    _ = try await self.process(batch)
-                } catch {
-                    // Not settled: the entries stay pending and are reclaimed.
-                    self.logger.warning("settling failed", metadata: ["stream": "\(self.options.name)", "error": "\(error)"])
-                }
+                await self.processLogging(batch)
                 running.remove(batch.map(\.id))
             }
         }
     }
 
-    /// Handles a batch under its lease and settles it. Returns whether a failure keeps entries waiting for a dependency.
+    /// `process`, its failure logged: the entries were not settled, they stay pending and are reclaimed.
+    private func processLogging(_ batch: [Reading]) async {
+        do {
+            _ = try await process(batch)
+        } catch {
+            logger.warning("settling failed", metadata: ["stream": "\(options.name)", "error": "\(error)"])
+        }
+    }
+
+    /// Handles a batch's messages under their lease and settles them; dead-letters the entries that did not decode.
+    /// Returns whether a failure keeps entries waiting for a dependency.
     @discardableResult
-    func process(_ batch: [StreamDelivery]) async throws -> Bool {
-        let started = ContinuousClock.now
-        let result = await whileLeased(batch.map(\.id)) { await self.handler.handle(batch) }
-        let failed = result.retry.compactMap { entry in entry.failure.map { (id: entry.id, recorded: $0.recorded) } }
-        let refused = try await driver.settle(done: result.done, failed: failed, appends: result.appends)
-        if refused > 0 {
-            metrics.writesRefused?.increment(by: refused)
-            logger.warning("redis refused bookkeeping writes", metadata: ["stream": "\(options.name)", "count": "\(refused)"])
+    func process(_ batch: [Reading]) async throws -> Bool {
+        var messages: [Delivered<Handler.Message>] = []
+        var undecodable: [(id: String, error: StreamUndecodable)] = []
+        messages.reserveCapacity(batch.count)
+        for reading in batch {
+            switch reading {
+            case .message(let delivered): messages.append(delivered)
+            case .undecodable(let id, let error): undecodable.append((id, error))
+            }
         }
-        for (id, failure) in result.deadLetter {
-            try await deadLetter(id, deliveries: 1, error: failure.description)
+        var waits = false
+        if !messages.isEmpty {
+            let started = ContinuousClock.now
+            let messages = messages
+            let result = await whileLeased(messages.map(\.id)) { await self.handler.handle(messages) }
+            let failed = result.retry.compactMap { entry in entry.failure.map { (id: entry.id, recorded: $0.recorded) } }
+            let refused = try await driver.settle(done: result.done, failed: failed, appends: result.appends)
+            if refused > 0 {
+                metrics.writesRefused?.increment(by: refused)
+                logger.warning("redis refused bookkeeping writes", metadata: ["stream": "\(options.name)", "count": "\(refused)"])
+            }
+            for (id, failure) in result.deadLetter {
+                try await deadLetter(id, deliveries: 1, error: failure.description)
+            }
+            await handler.settled(result, batch: messages, refusedWrites: refused, duration: ContinuousClock.now - started)
+            waits = result.waitsForDependency
         }
-        await handler.settled(result, batch: batch, refusedWrites: refused, duration: ContinuousClock.now - started)
-        return result.waitsForDependency
+        // What does not decode never will: its dead letter keeps it for an operator (`roundupctl dlq`).
+        for (id, error) in undecodable {
+            try await deadLetter(id, deliveries: 1, error: error.description)
+        }
+        return waits
     }
 
     /// Takes over entries that sat pending with any consumer longer than the claim timeout (a consumer that died, or
     /// an entry whose processing failed), or dead-letters them after too many deliveries. Returns how many pending
     /// entries it looked at, and those it took over.
-    func reclaimPage(limit: Int, running: InFlight) async throws -> (seen: Int, claimed: [StreamDelivery]) {
+    func reclaimPage(limit: Int, running: InFlight) async throws -> (seen: Int, claimed: [Reading]) {
         let pending = try await driver.pending(idle: options.claimIdle, count: limit)
         var claim: [String] = []
         var exhausted: [StreamPendingEntry] = []
@@ -314,7 +399,7 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
             metrics.reclaimed?.increment(by: claimed.count)
             logger.info("reclaimed pending entries", metadata: ["stream": "\(options.name)", "count": "\(claimed.count)"])
         }
-        return (pending.count, claimed)
+        return (pending.count, decoded(claimed))
     }
 
     func deadLetter(_ id: String, deliveries: Int, error: String) async throws {

@@ -1,28 +1,57 @@
 /// What a stream's consumer does with its entries: the one piece each stream (webhooks, jobs, pushes) writes itself.
+///
+/// The contract is typed, as swift-jobs' job types are: a handler names its `Message` and how an entry reads as one
+/// (`decode`); the consumer decodes every entry it reads or takes over, dead-letters the ones that do not decode (at
+/// once: they never will), and hands the handler only messages. No handler acknowledges an entry it could not read.
 public protocol StreamHandler: Sendable {
+    /// What an entry of the stream says, once read.
+    associatedtype Message: Sendable
     associatedtype Failure: StreamFailureClass = UnclassifiedFailure
 
-    /// Processes a batch (as many entries as the consumer's batch size, at most) and says what became of each entry.
-    /// Runs under the entries' lease: no other consumer takes them over meanwhile, however long it takes.
-    func handle(_ batch: [StreamDelivery]) async -> StreamBatchResult<Failure>
+    /// Reads one entry. It depends on the entry alone: the consumer calls it for a batch it read ahead, on another task
+    /// while the batch before is handled, so work done here (parsing a webhook's JSON) runs beside the store's round
+    /// trips. An entry it refuses is dead-lettered with the refusal as its error.
+    func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> Message
+
+    /// Processes a batch (as many entries as the consumer's batch size, at most, the undecodable ones left out) and says
+    /// what became of each entry. Runs under the entries' lease: no other consumer takes them over meanwhile, however
+    /// long it takes.
+    func handle(_ batch: [Delivered<Message>]) async -> StreamBatchResult<Failure>
 
     /// After a batch was settled: its metrics and logs. `refusedWrites` counts the bookkeeping writes (appends,
     /// recorded errors) Redis refused; `duration` runs from the start of `handle` to the end of the settling.
-    func settled(_ result: StreamBatchResult<Failure>, batch: [StreamDelivery], refusedWrites: Int, duration: Duration) async
+    func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async
 
     /// With the consumer's stream gauges (every reclaim round): the handler's own gauges.
     func recordGauges(inFlight: Int) async
-
-    /// A batch the consumer read ahead, while the batch before it is still being handled: work that depends on the
-    /// entries alone (decoding them) can be done now, on another thread, for `handle` to take up. It may never be
-    /// handled by this consumer (a pause, a shutdown, an error), so nothing may depend on it having run.
-    func readAhead(_ batch: [StreamDelivery]) async
 }
 
 extension StreamHandler {
-    public func readAhead(_ batch: [StreamDelivery]) async {}
-    public func settled(_ result: StreamBatchResult<Failure>, batch: [StreamDelivery], refusedWrites: Int, duration: Duration) async {}
+    public func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
     public func recordGauges(inFlight: Int) async {}
+}
+
+/// An entry read as its stream's message.
+public struct Delivered<Message: Sendable>: Sendable {
+    /// Its id on the stream.
+    public var id: String
+    public var message: Message
+
+    public init(id: String, message: Message) {
+        self.id = id
+        self.message = message
+    }
+}
+
+extension Delivered: Equatable where Message: Equatable {}
+
+/// Why an entry can never be read as its stream's message. Recorded in its dead letter as `undecodable: <reason>`.
+public struct StreamUndecodable: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: String
+
+    public init(_ reason: String) { self.reason = reason }
+
+    public var description: String { "undecodable: \(reason)" }
 }
 
 /// What became of the entries of a batch.
