@@ -65,6 +65,10 @@ public struct API: Sendable {
     let jobs: JobQueue
     /// What accounts hold open across API processes (streams, exports); a service the process runs.
     public let leases: AccountLeases
+    /// Webhooks at Trello: made with a list, removed with it or its account.
+    let webhooks: WebhookRegistrar
+    /// A list paired whole or not at all.
+    let pairing: ListPairing
 
     public init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
@@ -78,6 +82,9 @@ public struct API: Sendable {
         self.logger = logger
         self.metricsText = metricsText
         self.jobs = JobQueue(store: store, redis: redis, keys: options.keys, staleAfter: options.staleAfter)
+        let webhooks = WebhookRegistrar(store: store, trello: trello, redis: redis, keys: options.keys, publicURL: options.publicURL, logger: logger)
+        self.webhooks = webhooks
+        self.pairing = ListPairing(store: store, registrar: webhooks, redis: redis, keys: options.keys, logger: logger)
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
         let leases = AccountLeases(redis: redis, keys: options.keys, logger: logger, lifetime: max(.seconds(3), options.streams.heartbeat * 3))
@@ -101,16 +108,36 @@ public struct API: Sendable {
         return router
     }
 
+    /// Every route collection, each given what it uses (and no more): the server's composition root.
     func addRoutes(to router: Router<APIRequestContext>) {
-        router.addRoutes(HealthRoutes(api: self).collection)
-        router.addRoutes(AccountRoutes(api: self).collection, atPath: "/dailyroundup/account")
-        router.addRoutes(ListRoutes(api: self).collection, atPath: "/dailyroundup/lists")
-        router.addRoutes(ChangeRoutes(api: self).collection, atPath: "/dailyroundup/changes")
-        router.addRoutes(DeviceRoutes(api: self).collection, atPath: "/dailyroundup/devices")
-        router.addRoutes(ConflictRoutes(api: self).collection, atPath: "/dailyroundup/conflicts")
-        router.addRoutes(DuplicateRoutes(api: self).collection, atPath: "/dailyroundup/duplicates")
-        router.addRoutes(SyncRoutes(api: self).collection, atPath: "/dailyroundup/sync")
-        router.addRoutes(ActivityRoutes(api: self).collection, atPath: "/dailyroundup/activity")
+        let keys = options.keys
+        let jobAnswers = JobAnswers(queue: jobs, staleAfter: options.staleAfter, logger: logger)
+        let account = AccountRoutes(
+            store: store, bootstrapToken: options.bootstrapToken, exportsPerAccount: options.exportsPerAccount, leases: leases,
+            throttle: throttle, tokens: authentication.tokens, streams: streams, webhooks: webhooks,
+            purge: AccountPurge(redis: redis, keys: keys, logger: logger), redis: redis, keys: keys, logger: logger)
+        router.addRoutes(HealthRoutes(store: store, redis: redis, metricsText: metricsText).collection)
+        router.addRoutes(account.bootstrap, atPath: "/dailyroundup/account")
+        let app = authenticatedRoutes(router, at: "/dailyroundup")
+        app.addRoutes(account.collection, atPath: "account")
+        app.addRoutes(
+            ListRoutes(store: store, pairing: pairing, trello: trello, jobs: jobAnswers, logger: logger).collection, atPath: "lists")
+        app.addRoutes(
+            ChangeRoutes(store: store, streams: streams, redis: redis, keys: keys, tokens: authentication.tokens, logger: logger).collection,
+            atPath: "changes")
+        app.addRoutes(
+            DeviceRoutes(devices: store, bundleIDs: options.bundleIDs, devicesPerAccount: options.devicesPerAccount).collection,
+            atPath: "devices")
+        app.addRoutes(ConflictRoutes(store: store, engine: engine).collection, atPath: "conflicts")
+        app.addRoutes(DuplicateRoutes(store: store, engine: engine).collection, atPath: "duplicates")
+        app.addRoutes(SyncRoutes(store: store, jobs: jobAnswers).collection, atPath: "sync")
+        app.addRoutes(ActivityRoutes(activity: store).collection, atPath: "activity")
+    }
+
+    /// The one place a group of `AuthenticatedContext` routes is made: behind `AuthenticationMiddleware`, whose
+    /// account the context carries (not optional).
+    func authenticatedRoutes(_ router: Router<APIRequestContext>, at path: RouterPath) -> RouterGroup<AuthenticatedContext> {
+        router.group(path).add(middleware: authentication).group(context: AuthenticatedContext.self)
     }
 
     /// Every route as Hummingbird registers it (path templates with `{parameter}`).

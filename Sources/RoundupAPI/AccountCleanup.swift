@@ -9,60 +9,19 @@ import RoundupStore
 import RoundupSync
 import RoundupTrello
 
-// What deleting an account or a list leaves to clean: its webhooks at Trello, and what Redis still holds of it.
 extension API {
+    /// The account's Trello key and token, when it has both.
     static func credentials(_ details: AccountDetails) -> TrelloCredentials? {
         guard let key = details.trelloAPIKey, let token = details.trelloToken else { return nil }
         return TrelloCredentials(apiKey: key, token: token)
     }
+}
 
-    /// Why webhooks may remain at Trello (`roundup_webhooks_orphaned_total{reason}`).
-    enum OrphanedWebhooks: String {
-        /// The account has no key and token to delete them with.
-        case noCredentials = "no_credentials"
-        /// Trello refused the key or the token.
-        case revoked
-        /// Trello did not answer, or failed.
-        case unreachable
-        /// Trello refused the deletion otherwise.
-        case refused
-    }
-
-    /// Deletes webhooks at Trello and never fails the caller: a deletion must not depend on Trello. Already gone (404)
-    /// counts as deleted. At the first refusal (401/403: the user revoked the token; another 4xx) or failure (Trello
-    /// unreachable or failing after a retry) the rest is not tried: every id not deleted may remain at Trello, and is
-    /// logged (`webhooks may remain at trello`, ids in metadata) and counted (`roundup_webhooks_orphaned_total{reason}`).
-    /// Such a webhook keeps calling a URL that no longer routes anywhere; Trello deactivates it after its failures.
-    func deleteWebhooks(_ ids: Set<String>, credentials: TrelloCredentials?, account: String, syncList: String? = nil) async {
-        var remaining = ids.sorted()
-        guard !remaining.isEmpty else { return }
-        var reason = OrphanedWebhooks.noCredentials
-        var detail = "the account has no trello_api_key or trello_token"
-        if let credentials {
-            let client = trello.with(maxAttempts: 2)
-            while let id = remaining.first {
-                do {
-                    try await client.deleteWebhook(id: id, credentials: credentials)
-                    remaining.removeFirst()
-                } catch let error as TrelloError {
-                    reason = error.isCredentialFailure ? .revoked : error.isTransient ? .unreachable : .refused
-                    detail = error.description
-                    break
-                } catch {
-                    reason = .unreachable
-                    detail = TrelloClient.describe(error)
-                    break
-                }
-            }
-        }
-        guard !remaining.isEmpty else { return }
-        Counter(label: "roundup_webhooks_orphaned_total", dimensions: [("reason", reason.rawValue)]).increment(by: remaining.count)
-        var metadata: Logger.Metadata = [
-            "account": "\(account)", "webhooks": "\(remaining.joined(separator: ","))", "reason": "\(reason.rawValue)", "error": "\(detail)",
-        ]
-        if let syncList { metadata["sync_list"] = "\(syncList)" }
-        logger.warning("webhooks may remain at trello", metadata: metadata)
-    }
+/// What deleting an account leaves to clean in Redis (its webhooks at Trello are `WebhookRegistrar.unregister`'s).
+struct AccountPurge: Sendable {
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
 
     /// `text` as a glob pattern (SCAN MATCH) that matches it literally.
     static func globEscaped(_ text: String) -> String {
@@ -105,7 +64,6 @@ extension API {
     /// Best effort: what is left expires by itself (dedupe marks within ROUNDUP_DEDUPE_TTL_SECONDS, the rest within
     /// minutes) except dead letters, which age out with the dead-letter retention; a failure is logged.
     func purgeRedis(account: String, models: Set<String>, devices: [String], tokenHash: String?) async {
-        let keys = options.keys
         do {
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
             var commands: [RedisCommand] = []

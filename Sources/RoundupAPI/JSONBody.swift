@@ -18,7 +18,7 @@ struct JSONBody {
         }
     }
 
-    static func read(_ request: Request, context: APIRequestContext, optional: Bool = false) async throws -> JSONBody {
+    static func read(_ request: Request, context: some RequestContext, optional: Bool = false) async throws -> JSONBody {
         let buffer: ByteBuffer
         do {
             buffer = try await request.body.collect(upTo: context.maxUploadSize)

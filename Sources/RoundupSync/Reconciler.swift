@@ -49,7 +49,8 @@ public struct Reconciler: Sendable {
     let trello: TrelloClient
     public let redis: RedisClient
     public let keys: RedisKeys
-    let publicURL: String?
+    /// Mends the lists' webhooks at Trello.
+    let webhooks: WebhookRegistrar
     let pageSize: Int
     /// Our own writes in flight (a sync job between its Trello write and its bookkeeping) are not drift.
     let echo: EchoFingerprints?
@@ -65,7 +66,7 @@ public struct Reconciler: Sendable {
         self.trello = trello
         self.redis = redis
         self.keys = keys
-        self.publicURL = publicURL
+        self.webhooks = WebhookRegistrar(store: store, trello: trello, redis: redis, keys: keys, publicURL: publicURL, logger: logger)
         self.pageSize = pageSize
         self.logger = logger
     }
@@ -112,7 +113,7 @@ public struct Reconciler: Sendable {
         let credentials = TrelloCredentials(apiKey: key, token: token)
         do {
             var outcome = Outcome()
-            outcome.webhooksRegistered = try await checkWebhooks(list, callbackToken: account.webhookToken, credentials: credentials)
+            outcome.webhooksRegistered = try await webhooks.repair(list, callbackToken: account.webhookToken, credentials: credentials)
             try await reconcileCards(list, credentials: credentials, outcome: &outcome)
             try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "ok")]).increment()
@@ -145,34 +146,6 @@ public struct Reconciler: Sendable {
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "error")]).increment()
             throw error
         }
-    }
-
-    /// Registers the list's and board's webhooks again where Trello lost, deactivated or misdirects them.
-    /// A webhook still pointing at an older callback URL (without the account's token) is moved to the account's own.
-    func checkWebhooks(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentials) async throws -> Int {
-        guard let publicURL, let callbackToken else { return 0 }
-        // The ingress checks deliveries against the published token: publish it before Trello can use the URL.
-        try await RoutePublisher.publishToken(account: list.accountID, token: callbackToken, redis: redis, keys: keys)
-        let callback = WebhookCallback.url(publicURL: publicURL, account: list.accountID, token: callbackToken)
-        var registered = 0
-        for (board, id, model) in [(false, list.listWebhookID, list.trelloListID), (true, list.boardWebhookID, list.trelloBoardID)] {
-            let info = try await id.asyncMap { try await trello.webhook(id: $0, credentials: credentials) } ?? nil
-            if let info, info.active, info.callbackURL == callback, info.idModel == model { continue }
-            let reason = info == nil ? (id == nil ? "none" : "missing") : (!info!.active ? "inactive" : "callback_changed")
-            // Same callback and model: Trello refuses a second one, so the old goes first. A new callback URL: the new
-            // webhook first (its HEAD check may fail), the old one after, so the list is never left without.
-            let sameTarget = info.map { $0.callbackURL == callback && $0.idModel == model } ?? false
-            if let info, sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
-            let newID = try await trello.createWebhook(
-                callbackURL: callback, modelID: model, description: board ? WebhookDescription.board : WebhookDescription.list(list.name),
-                credentials: credentials)
-            if let info, !sameTarget { try await trello.deleteWebhook(id: info.id, credentials: credentials) }
-            try await store.replaceWebhook(accountID: list.accountID, old: id, new: newID, board: board, syncListID: list.id)
-            Counter(label: "roundup_webhooks_reregistered_total", dimensions: [("reason", reason)]).increment()
-            logger.notice("webhook registered again", metadata: ["list": "\(list.id)", "model": "\(model)", "reason": "\(reason)"])
-            registered += 1
-        }
-        return registered
     }
 
     func reconcileCards(_ list: SyncListRecord, credentials: TrelloCredentials, outcome: inout Outcome) async throws {

@@ -10,8 +10,8 @@ import RoundupRuntime
 import RoundupStore
 import RoundupSync
 
-/// Finds the account whose bearer token the request carries and puts it on the context (`context.account`) for the
-/// routes after it; tokens are looked up by their SHA-256 only, and kept for a while once found (`TokenCache`: a
+/// Finds the account whose bearer token the request carries and puts it on the context for the routes after it (which
+/// read it from their `AuthenticatedContext`); tokens are looked up by their SHA-256 only, and kept for a while once found (`TokenCache`: a
 /// revocation anywhere makes every process look again). An address over its budget of failed tokens is answered 429
 /// before its token costs a store query (`AuthThrottle`); an account over its request rate, 429 (`RateLimit`).
 struct AuthenticationMiddleware: RouterMiddleware {
@@ -24,8 +24,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         let (account, credential) = try await authenticate(request, context)
-        context.account = account
-        context.credential = credential
+        context.authenticated = (account, credential)
         return try await next(request, context)
     }
 
@@ -90,14 +89,6 @@ struct AuthenticationMiddleware: RouterMiddleware {
         let base64 = Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
         return "rt_" + base64
-    }
-}
-
-extension APIRequestContext {
-    /// The authenticated account; only the routes behind `AuthenticationMiddleware` ask for it.
-    func requireAccount() throws -> String {
-        guard let account else { throw APIError(.internalServerError, "internal", "the server failed; it is logged") }
-        return account
     }
 }
 

@@ -7,19 +7,40 @@ import RoundupRuntime
 import RoundupStore
 import RoundupSync
 
-/// `/dailyroundup/account`: creation with the bootstrap token, then the account's own routes behind its token.
+/// `/dailyroundup/account`: creation with the bootstrap token (`bootstrap`), then the account's own routes behind its
+/// token (`collection`).
 struct AccountRoutes {
-    let api: API
+    let store: any AccountExport.Store
+    /// `ROUNDUP_BOOTSTRAP_TOKEN`: account creation is off without it.
+    let bootstrapToken: String?
+    /// `ROUNDUP_EXPORTS_PER_ACCOUNT`, held in `leases` across the API processes.
+    let exportsPerAccount: Int
+    let leases: AccountLeases
+    /// Failed bootstrap tokens count against the address like bad account tokens.
+    let throttle: AuthThrottle
+    /// Revocations reach every API process through the tokens' epochs.
+    let tokens: TokenCache
+    /// The account's open change streams end with its token.
+    let streams: ChangeStreams
+    let webhooks: WebhookRegistrar
+    let purge: AccountPurge
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
 
-    var collection: RouteCollection<APIRequestContext> {
+    var bootstrap: RouteCollection<APIRequestContext> {
         let routes = RouteCollection(context: APIRequestContext.self)
         routes.post { request, context in try await create(request, context) }
-        routes.add(middleware: api.authentication)
-        routes.get { _, context in try await get(context.requireAccount()) }
-        routes.put { request, context in try await update(context.requireAccount(), request, context) }
-        routes.delete { _, context in try await delete(context.requireAccount(), tokenHash: context.credential?.tokenHash) }
-        routes.post("token") { _, context in try await rotateToken(context.requireAccount(), oldTokenHash: context.credential?.tokenHash) }
-        routes.get("export") { _, context in try await export(context.requireAccount(), context) }
+        return routes
+    }
+
+    var collection: RouteCollection<AuthenticatedContext> {
+        let routes = RouteCollection(context: AuthenticatedContext.self)
+        routes.get { _, context in try await get(context.account) }
+        routes.put { request, context in try await update(context.account, request, context) }
+        routes.delete { _, context in try await delete(context.account, tokenHash: context.credential.tokenHash) }
+        routes.post("token") { _, context in try await rotateToken(context.account, oldTokenHash: context.credential.tokenHash) }
+        routes.get("export") { _, context in try await export(context.account, context) }
         return routes
     }
 
@@ -27,21 +48,21 @@ struct AccountRoutes {
     /// pieces of at most `exportChunk` bytes (each written only once the client took the one before: a client that stops
     /// reading is closed by the write deadline, `ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS`). At most
     /// `ROUNDUP_EXPORTS_PER_ACCOUNT` run at once for an account on every process together: 429 beyond.
-    func export(_ account: String, _ context: APIRequestContext) async throws -> Response {
-        guard try await api.store.accountDetails(id: account) != nil else { throw APIError.notFound("no account \(account)") }
-        let leases = api.leases
-        guard let lease = await leases.acquire(.exports, account: account, limit: api.options.exportsPerAccount) else {
+    func export(_ account: String, _ context: AuthenticatedContext) async throws -> Response {
+        guard try await store.accountDetails(id: account) != nil else { throw APIError.notFound("no account \(account)") }
+        let leases = self.leases
+        guard let lease = await leases.acquire(.exports, account: account, limit: exportsPerAccount) else {
             throw APIError(
                 .tooManyRequests, "too_many_exports",
-                "the account runs \(api.options.exportsPerAccount) exports already; retry when one has finished", headers: [.retryAfter: "30"])
+                "the account runs \(exportsPerAccount) exports already; retry when one has finished", headers: [.retryAfter: "30"])
         }
         // However the connection ends, before the body runs or during it, the place is given back.
         context.connectionClosed?.whenComplete { _ in leases.releaseSoon(lease) }
-        let exporter = AccountExport(store: api.store, pageSize: 100)
-        let logger = api.logger
+        let exporter = AccountExport(store: store, pageSize: 100)
+        let logger = self.logger
         let token = StreamToken(
-            account: account, credential: context.credential, redis: api.redis, tokens: api.authentication.tokens, store: api.store)
-        api.logger.info("account exported", metadata: ["account": "\(account)"])
+            account: account, credential: context.credential, redis: redis, tokens: tokens, store: store)
+        logger.info("account exported", metadata: ["account": "\(account)"])
         return Response(
             status: .ok,
             headers: [
@@ -81,7 +102,7 @@ struct AccountRoutes {
 
     /// `POST /dailyroundup/account`: a new account, for the bootstrap token only.
     func create(_ request: Request, _ context: APIRequestContext) async throws -> EditedResponse<AccountToken> {
-        guard let bootstrap = api.options.bootstrapToken else {
+        guard let bootstrap = bootstrapToken else {
             throw APIError.forbidden("account creation is off: the server has no ROUNDUP_BOOTSTRAP_TOKEN")
         }
         guard let given = AuthenticationMiddleware.bearerToken(request) else {
@@ -92,36 +113,36 @@ struct AccountRoutes {
         let givenHash = AuthenticationMiddleware.hash(given)
         let attempt = AuthThrottle.Attempt(.bootstrap, request: request, context: context, tokenHash: givenHash)
         let refused = APIError.unauthorized("account creation needs the bootstrap token as Bearer")
-        try await api.throttle.check(attempt, unauthorized: refused)
+        try await throttle.check(attempt, unauthorized: refused)
         guard constantTimeEquals(Array(givenHash.utf8), Array(AuthenticationMiddleware.hash(bootstrap).utf8)) else {
-            await api.throttle.record(.bootstrap, attempt)
+            await throttle.record(.bootstrap, attempt)
             throw refused
         }
         let token = AuthenticationMiddleware.newToken()
         let tokenHash = AuthenticationMiddleware.hash(token)
-        let account = try await api.store.createAccount(authTokenHash: tokenHash)
-        await api.throttle.accepted(tokenHash)
-        api.logger.info("account created", metadata: ["account": "\(account)"])
+        let account = try await store.createAccount(authTokenHash: tokenHash)
+        await throttle.accepted(tokenHash)
+        logger.info("account created", metadata: ["account": "\(account)"])
         return EditedResponse(status: .created, response: AccountToken(accountID: account, authToken: token))
     }
 
     func get(_ account: String) async throws -> Account {
-        guard let details = try await api.store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
+        guard let details = try await store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
         return Account(details)
     }
 
-    func update(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Account {
+    func update(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> Account {
         let changes = try AccountChanges(try await JSONBody.read(request, context: context))
         let update = changes.update
         guard update != AccountUpdate() else {
             throw APIError.unprocessable(
                 "nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
         }
-        guard let details = try await api.store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
+        guard let details = try await store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
         if update.trelloWebhookSecret != nil {
             do {
                 // The secret as the store has it now: a concurrent update's publication cannot be overwritten by ours.
-                try await RoutePublisher.publishSecret(account: account, store: api.store, redis: api.redis, keys: api.options.keys)
+                try await RoutePublisher.publishSecret(account: account, store: store, redis: redis, keys: keys)
             } catch {
                 // Saved, but the ingress does not know yet; repeating the request is safe.
                 throw APIError.unavailable("saved, but the webhook receiver could not be told (Redis unreachable); repeat the request")
@@ -136,11 +157,11 @@ struct AccountRoutes {
         let token = AuthenticationMiddleware.newToken()
         let tokenHash = AuthenticationMiddleware.hash(token)
         try await revokingTokens(account) {
-            try await api.store.rotateToken(accountID: account, newTokenHash: tokenHash)
+            try await store.rotateToken(accountID: account, newTokenHash: tokenHash)
         }
-        await api.throttle.accepted(tokenHash)
-        if let oldTokenHash { await api.throttle.forgetAccepted(oldTokenHash) }
-        api.logger.info("token rotated", metadata: ["account": "\(account)"])
+        await throttle.accepted(tokenHash)
+        if let oldTokenHash { await throttle.forgetAccepted(oldTokenHash) }
+        logger.info("token rotated", metadata: ["account": "\(account)"])
         return AccountToken(accountID: account, authToken: token)
     }
 
@@ -150,9 +171,9 @@ struct AccountRoutes {
     /// while the store still had the token.
     func revokingTokens<T>(_ account: String, _ change: () async throws -> T) async throws -> T {
         do {
-            try await api.authentication.tokens.revoke(account: account)
+            try await tokens.revoke(account: account)
         } catch {
-            api.logger.warning("token revocation postponed: redis unavailable", metadata: ["account": "\(account)", "error": "\(error)"])
+            logger.warning("token revocation postponed: redis unavailable", metadata: ["account": "\(account)", "error": "\(error)"])
             throw APIError.unavailable(
                 "the token could not be revoked now (Redis unreachable or refusing writes); nothing was changed, repeat the request")
         }
@@ -166,9 +187,9 @@ struct AccountRoutes {
         let result: Result<T, any Error>
         do { result = .success(try await change()) } catch { result = .failure(error) }
         do {
-            try await api.authentication.tokens.revoke(account: account)
+            try await tokens.revoke(account: account)
         } catch {
-            api.logger.warning("token epoch not advanced after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
+            logger.warning("token epoch not advanced after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
         }
         await endStreams(account)
         return try result.get()
@@ -177,11 +198,11 @@ struct AccountRoutes {
     /// Wakes the account's open change streams on every API process, so each checks its token at once and ends
     /// (`ChangeRoutes.stream`); without Redis, the heartbeat's check ends them.
     func endStreams(_ account: String) async {
-        api.streams.wake(account: account)
+        streams.wake(account: account)
         let append = StreamAppend(
-            stream: api.options.keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength,
+            stream: keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength,
             fields: ChangeAnnouncement(account: account).fields)
-        _ = try? await api.redis.send(append.command, timeout: .seconds(2))
+        _ = try? await redis.send(append.command, timeout: .seconds(2))
     }
 
     /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
@@ -189,7 +210,6 @@ struct AccountRoutes {
     /// logged and counted, never a reason to keep the account), then its rows, then whatever Redis still names it.
     /// Only Redis being unreachable at the start stops it (503: nothing was deleted, repeat the request).
     func delete(_ account: String, tokenHash: String?) async throws -> HTTPResponse.Status {
-        let store = api.store
         let lists = try await store.syncLists(accountID: account)
         let devices = try await store.devices(accountID: account).map(\.deviceID)
         let credentials = try await store.accountDetails(id: account).flatMap(API.credentials)
@@ -197,20 +217,20 @@ struct AccountRoutes {
         // The ingress stops accepting the account's webhooks first, and every API process will look the token up
         // again (`TokenCache`); if Redis cannot be told, the account stays whole.
         do {
-            try await api.authentication.tokens.revoke(account: account)
-            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: api.redis, keys: api.options.keys)
+            try await tokens.revoke(account: account)
+            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
         } catch {
-            api.logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
+            logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
             throw APIError.unavailable("the account could not be deleted now (Redis unreachable); nothing was deleted, repeat the request")
         }
-        await api.deleteWebhooks(
+        await webhooks.unregister(
             Set(lists.flatMap { [$0.listWebhookID, $0.boardWebhookID].compactMap { $0 } }), credentials: credentials, account: account)
         // Its token's epoch advances again after the rows are gone, and the purge below then removes it.
         let removed = try await revoking(account) { try await store.deleteAccount(id: account) }
-        await api.purgeRedis(
+        await purge.purgeRedis(
             account: account, models: models.union(removed.flatMap { [$0.trelloListID, $0.trelloBoardID] }), devices: devices,
             tokenHash: tokenHash)
-        api.logger.info("account deleted", metadata: ["account": "\(account)"])
+        logger.info("account deleted", metadata: ["account": "\(account)"])
         return .noContent
     }
 }

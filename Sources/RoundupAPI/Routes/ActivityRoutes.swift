@@ -5,12 +5,11 @@ import RoundupStore
 
 /// `/dailyroundup/activity`: the history of every decision about the account's items, newest first.
 struct ActivityRoutes {
-    let api: API
+    let activity: any ActivityRepository
 
-    var collection: RouteCollection<APIRequestContext> {
-        let routes = RouteCollection(context: APIRequestContext.self)
-        routes.add(middleware: api.authentication)
-        routes.get { request, context in try await page(context.requireAccount(), request) }
+    var collection: RouteCollection<AuthenticatedContext> {
+        let routes = RouteCollection(context: AuthenticatedContext.self)
+        routes.get { request, context in try await page(context.account, request) }
         return routes
     }
 
@@ -36,7 +35,7 @@ struct ActivityRoutes {
             limit = value
         }
         query.limit = limit + 1
-        let rows = try await api.store.activity(accountID: account, query)
+        let rows = try await activity.activity(accountID: account, query)
         let page = rows.prefix(limit)
         let more = rows.count > limit
         let body: JSONValue = .object([

@@ -1,19 +1,28 @@
 import Hummingbird
+import Logging
 import NIOCore
 import RoundupCore
+import RoundupRedis
+import RoundupRuntime
 import RoundupStore
 
 /// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
 struct ChangeRoutes {
-    let api: API
+    let store: any ChangeFeed & DeviceRepository & AccountRepository
+    /// The open change streams, woken by new changes and revocations.
+    let streams: ChangeStreams
+    let redis: RedisClient
+    let keys: RedisKeys
+    /// A stream checks its token again while it runs.
+    let tokens: TokenCache
+    let logger: Logger
 
-    var collection: RouteCollection<APIRequestContext> {
-        let routes = RouteCollection(context: APIRequestContext.self)
-        routes.add(middleware: api.authentication)
-        routes.get { request, context in try await page(context.requireAccount(), request) }
-        routes.get("stream") { request, context in try await stream(context.requireAccount(), request, context) }
-        routes.post("{id}/ack") { request, context in try await ackOne(context.requireAccount(), context.parameters.require("id"), request, context) }
-        routes.post("ack") { request, context in try await ackMany(context.requireAccount(), request, context) }
+    var collection: RouteCollection<AuthenticatedContext> {
+        let routes = RouteCollection(context: AuthenticatedContext.self)
+        routes.get { request, context in try await page(context.account, request) }
+        routes.get("stream") { request, context in try await stream(context.account, request, context) }
+        routes.post("{id}/ack") { request, context in try await ackOne(context.account, context.parameters.require("id"), request, context) }
+        routes.post("ack") { request, context in try await ackMany(context.account, request, context) }
         return routes
     }
 
@@ -29,7 +38,7 @@ struct ChangeRoutes {
             limit = value
         }
         // One change more than the page holds tells whether there are more.
-        var page = try await api.store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
+        var page = try await store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
         let body = page.finish()
         return Response(
             status: .ok, headers: [.contentType: "application/json"],
@@ -122,19 +131,19 @@ struct ChangeRoutes {
             + W.rawBound(change.fieldsJSON) + W.jsonStringBound(change.createdAt)
     }
 
-    func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {
+    func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: AuthenticatedContext) async throws -> AckedChanges {
         guard let id = Int64(idText) else { throw APIError.badRequest("the change id must be an integer") }
         let body = try ChangeAckBody(try await JSONBody.read(request, context: context, optional: true))
         return try await acknowledge(account, [ChangeAck(id: id, reminderID: body.reminderID)])
     }
 
-    func ackMany(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> AckedChanges {
+    func ackMany(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> AckedChanges {
         let batch = try ChangeAckBatch(try await JSONBody.read(request, context: context))
         return try await acknowledge(account, batch.acknowledgements)
     }
 
     private func acknowledge(_ account: String, _ acks: [ChangeAck]) async throws -> AckedChanges {
-        switch try await api.store.acknowledge(accountID: account, acks: acks) {
+        switch try await store.acknowledge(accountID: account, acks: acks) {
         case .acked(let ids): return AckedChanges(acked: ids)
         case .notFound(let id): throw APIError.notFound("no change \(id) (nothing was acked)")
         }

@@ -22,14 +22,14 @@ extension ChangeRoutes {
     /// The most bytes of events one write holds (past it, the rest is read again after the write).
     static let streamBatchBytes = 256 * 1024
 
-    func stream(_ account: String, _ request: Request, _ context: APIRequestContext) async throws -> Response {
+    func stream(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let after = try Self.streamPosition(request)
         let device = try await streamingDevice(account, request)
-        let store = api.store
-        let streams = api.streams
-        let logger = api.logger
-        let redis = api.redis
-        let keys = api.options.keys
+        let store = self.store
+        let streams = self.streams
+        let logger = self.logger
+        let redis = self.redis
+        let keys = self.keys
         // The device got no background pushes while it streamed, and the last events written may never have reached it
         // (a connection that died quietly takes them into its buffer): if changes still wait to be acknowledged once it
         // stops streaming, wake the account's devices once.
@@ -41,7 +41,7 @@ extension ChangeRoutes {
         // place and its device's mark are given back: the body below may never run.
         context.connectionClosed?.whenComplete { _ in streams.close(subscription) }
         let token = StreamToken(
-            account: account, credential: context.credential, redis: redis, tokens: api.authentication.tokens, store: store)
+            account: account, credential: context.credential, redis: redis, tokens: tokens, store: store)
         let maxLifetime = streams.limits.maxLifetime
         Counter(label: "roundup_api_streams_opened_total").increment()
         let headers: HTTPFields = [
@@ -155,7 +155,7 @@ extension ChangeRoutes {
     /// background pushes.
     func streamingDevice(_ account: String, _ request: Request) async throws -> String? {
         guard let text = request.uri.queryParameters["device_id"].map(String.init) else { return nil }
-        guard try await api.store.devices(accountID: account).contains(where: { $0.deviceID == text }) else {
+        guard try await store.devices(accountID: account).contains(where: { $0.deviceID == text }) else {
             throw APIError.unprocessable("device_id is not a device of this account (register it with POST /dailyroundup/devices)")
         }
         return text
@@ -173,12 +173,12 @@ struct StreamToken: Sendable {
     var credential: Credential?
     let redis: RedisClient
     let tokens: TokenCache
-    let store: any OutboundStore
+    let store: any AccountRepository
     /// When the store last said the token holds: the epoch is trusted for `TokenCache.lifetime` after it at most, as
     /// a kept token is (the bound for a revocation whose second advance Redis lost).
     var confirmed = ContinuousClock.now
 
-    init(account: String, credential: Credential?, redis: RedisClient, tokens: TokenCache, store: any OutboundStore) {
+    init(account: String, credential: Credential?, redis: RedisClient, tokens: TokenCache, store: any AccountRepository) {
         self.account = account
         self.credential = credential
         self.redis = redis

@@ -5,7 +5,9 @@ import RoundupStore
 
 /// `/healthz`, `/readyz` and `/metrics`: for the orchestrator and Prometheus, without a token.
 struct HealthRoutes {
-    let api: API
+    let store: any StoreMaintenance
+    let redis: RedisClient
+    let metricsText: @Sendable () -> String
 
     var collection: RouteCollection<APIRequestContext> {
         let routes = RouteCollection(context: APIRequestContext.self)
@@ -14,7 +16,7 @@ struct HealthRoutes {
         routes.get("metrics") { _, _ in
             Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
-                body: ResponseBody(byteBuffer: ByteBuffer(string: api.metricsText())))
+                body: ResponseBody(byteBuffer: ByteBuffer(string: metricsText())))
         }
         return routes
     }
@@ -22,12 +24,12 @@ struct HealthRoutes {
     /// Ready when the store and Redis answer.
     func ready() async throws -> ServiceStatus {
         do {
-            try await api.store.ping()
+            try await store.ping()
         } catch {
             throw APIError.unavailable("the store is not reachable")
         }
         do {
-            _ = try await api.redis.send(RedisCommand("PING"), timeout: .milliseconds(1000))
+            _ = try await redis.send(RedisCommand("PING"), timeout: .milliseconds(1000))
         } catch {
             throw APIError.unavailable("Redis is not reachable")
         }

@@ -4,17 +4,18 @@ import RoundupSync
 
 /// `/dailyroundup/conflicts`: fields both sides changed, and the user's choice for each.
 struct ConflictRoutes: ReviewRoutes {
-    let api: API
+    let store: any ResolutionRepository
+    let engine: SyncEngine
 
     func list(_ account: String) async throws -> ConflictPage {
-        ConflictPage(conflicts: try await api.store.conflicts(accountID: account).map { Conflict($0) })
+        ConflictPage(conflicts: try await store.conflicts(accountID: account).map { Conflict($0) })
     }
 
-    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Conflict {
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: AuthenticatedContext) async throws -> Conflict {
         guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no conflict \(idText)") }
         let resolution = try ConflictResolution(try await JSONBody.read(request, context: context))
         do {
-            let detail = try await api.engine.resolveConflict(accountID: account, id: id, choice: resolution.choice, value: resolution.value)
+            let detail = try await engine.resolveConflict(accountID: account, id: id, choice: resolution.choice, value: resolution.value)
             return Conflict(detail.record, resolution: detail.resolution, resolvedAt: detail.resolvedAt)
         } catch let error as ResolveError {
             throw APIError(error, what: "conflict \(id)")
@@ -24,17 +25,18 @@ struct ConflictRoutes: ReviewRoutes {
 
 /// `/dailyroundup/duplicates`: cards that may be reminders the app already has, and the user's answer for each.
 struct DuplicateRoutes: ReviewRoutes {
-    let api: API
+    let store: any ResolutionRepository
+    let engine: SyncEngine
 
     func list(_ account: String) async throws -> DuplicatePage {
-        DuplicatePage(duplicates: try await api.store.duplicates(accountID: account).map(Duplicate.init))
+        DuplicatePage(duplicates: try await store.duplicates(accountID: account).map(Duplicate.init))
     }
 
-    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Duplicate {
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: AuthenticatedContext) async throws -> Duplicate {
         guard let id = Int64(idText), id > 0 else { throw APIError.notFound("no duplicate \(idText)") }
         let resolution = try DuplicateResolution(try await JSONBody.read(request, context: context))
         do {
-            let detail = try await api.engine.resolveDuplicate(accountID: account, id: id, action: resolution.action)
+            let detail = try await engine.resolveDuplicate(accountID: account, id: id, action: resolution.action)
             return Duplicate(detail.record)
         } catch let error as ResolveError {
             throw APIError(error, what: "duplicate \(id)")
@@ -46,18 +48,16 @@ struct DuplicateRoutes: ReviewRoutes {
 protocol ReviewRoutes: Sendable {
     associatedtype Page: ResponseGenerator
     associatedtype Item: ResponseGenerator
-    var api: API { get }
     func list(_ account: String) async throws -> Page
-    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: APIRequestContext) async throws -> Item
+    func resolve(_ account: String, _ idText: String, _ request: Request, _ context: AuthenticatedContext) async throws -> Item
 }
 
 extension ReviewRoutes {
-    var collection: RouteCollection<APIRequestContext> {
-        let routes = RouteCollection(context: APIRequestContext.self)
-        routes.add(middleware: api.authentication)
-        routes.get { _, context in try await list(context.requireAccount()) }
+    var collection: RouteCollection<AuthenticatedContext> {
+        let routes = RouteCollection(context: AuthenticatedContext.self)
+        routes.get { _, context in try await list(context.account) }
         routes.post("{id}/resolve") { request, context in
-            try await resolve(context.requireAccount(), context.parameters.require("id"), request, context)
+            try await resolve(context.account, context.parameters.require("id"), request, context)
         }
         return routes
     }

@@ -1,0 +1,98 @@
+public import Logging
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStore
+public import RoundupTrello
+
+/// Pairs a Trello list with a reminders list, whole or not at all: stores it, registers its webhooks
+/// (`WebhookRegistrar`), then publishes its routes for the ingress. Any failure removes what was made (webhooks at
+/// Trello, the stored list). The apps' `POST /dailyroundup/lists` is a thin wrapper around it.
+public struct ListPairing: Sendable {
+    let store: any ListRepository & AccountRepository & ReconcileStore
+    let registrar: WebhookRegistrar
+    let redis: RedisClient
+    let keys: RedisKeys
+    let logger: Logger
+
+    public init(
+        store: any ListRepository & AccountRepository & ReconcileStore, registrar: WebhookRegistrar, redis: RedisClient, keys: RedisKeys,
+        logger: Logger
+    ) {
+        self.store = store
+        self.registrar = registrar
+        self.redis = redis
+        self.keys = keys
+        self.logger = logger
+    }
+
+    /// Why a pairing made nothing.
+    public enum Failure: Error, Sendable {
+        /// The account was deleted meanwhile.
+        case accountGone
+        /// The account already syncs this Trello list.
+        case alreadyPaired(trelloListID: String)
+        /// Trello refused or failed (its kind says whose fault: `TrelloError.Kind`).
+        case trello(TrelloError)
+        /// The store or Redis failed part way (what was made is removed): try again.
+        case unavailable(String)
+    }
+
+    /// The pairing: the list as stored, with its webhooks.
+    public func pair(
+        account: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings, credentials: TrelloCredentials
+    ) async throws(Failure) -> SyncListRecord {
+        let list: SyncListRecord
+        do {
+            list = try await store.createSyncList(
+                accountID: account, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
+        } catch StoreError.duplicateList {
+            throw .alreadyPaired(trelloListID: trelloListID)
+        } catch {
+            throw .unavailable("the list could not be stored (\(type(of: error)))")
+        }
+        var made: [String] = []
+        do {
+            guard let callbackToken = try await store.account(id: account)?.webhookToken else { throw Failure.accountGone }
+            guard let callback = try await registrar.callback(account: account, token: callbackToken) else {
+                throw Failure.unavailable("the server has no public URL for Trello to call")
+            }
+            do {
+                made = try await registrar.registerNew(list, callback: callback, credentials: credentials).made
+            } catch let failed as WebhookRegistrar.RegistrationFailed {
+                made = failed.made
+                throw failed.underlying
+            }
+            try await RoutePublisher.publishRoutes(
+                account: account, models: [trelloListID, trelloBoardID], store: store, redis: redis, keys: keys)
+            guard let stored = try await store.syncList(accountID: account, id: list.id) else { throw Failure.accountGone }
+            logger.info("list paired", metadata: ["account": "\(account)", "sync_list": "\(list.id)"])
+            return stored
+        } catch {
+            await registrar.unregister(Set(made), credentials: credentials, account: account, syncList: list.id)
+            _ = try? await store.deleteSyncList(accountID: account, id: list.id)
+            switch error {
+            case let failure as Failure: throw failure
+            case let trello as TrelloError: throw .trello(trello)
+            default: throw .unavailable("the list could not be set up (\(type(of: error))); nothing was kept, try again")
+            }
+        }
+    }
+
+    /// Unpairs a list: its webhooks removed at Trello (its board's only when no other list of the account shares it;
+    /// Trello refusing or unreachable never keeps the list: what may remain is logged and counted), the list deleted
+    /// with its tasks and pending changes, then the routes published as the store has them now (the board stays routed
+    /// while another list of the account is on it).
+    public func unpair(_ list: SyncListRecord, credentials: TrelloCredentials?) async throws {
+        let account = list.accountID
+        let hooks = WebhookRegistrar.webhooks(of: list, others: try await store.syncLists(accountID: account))
+        await registrar.unregister(hooks, credentials: credentials, account: account, syncList: list.id)
+        _ = try await store.deleteSyncList(accountID: account, id: list.id)
+        do {
+            try await RoutePublisher.publishRoutes(
+                account: account, models: [list.trelloListID, list.trelloBoardID], store: store, redis: redis, keys: keys)
+        } catch {
+            logger.warning("removing routes failed", metadata: ["account": "\(account)", "error": "\(error)"])
+        }
+    }
+}
