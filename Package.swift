@@ -194,7 +194,8 @@ let package = Package(
         .target(
             name: "RoundupOps",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupSync", "RoundupPush",
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -73,6 +73,38 @@ import Testing
         await stack.shutdown()
     }
 
+    /// One rule for board webhooks (`WebhookRegistrar`): an account's lists on one board share its board webhook, from
+    /// the pairing on; when Trello loses it, the first list reconciled registers one again for both, and the other's
+    /// reconciliation finds it healthy. Deleting one list keeps the board webhook the other still uses.
+    @Test func listsOnOneBoardShareOneBoardWebhookThroughPairingRepairAndDeletion() async throws {
+        let stack = try await startStack(.sqlite)
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lone", board: "Bshared")
+        stack.trello.addList(id: "Ltwo", boardID: "Bshared")
+        let paired = try await stack.callAPI(
+            .POST, "/dailyroundup/lists", token: s.token,
+            body: JSONValue.object(["name": "Chores", "trello_board_id": "Bshared", "trello_list_id": "Ltwo"]).canonicalJSON)
+        #expect(paired.status == .created, "\(paired.body)")
+        let second = SyncSetup(
+            stack: stack, account: s.account, token: s.token, listID: try #require(paired.json["sync_list_id"]?.stringValue), trelloList: "Ltwo",
+            board: "Bshared")
+        #expect(stack.trello.webhooks.map(\.idModel).sorted() == ["Bshared", "Lone", "Ltwo"], "\(stack.trello.webhooks)")
+        let boardHook = try #require(stack.trello.webhooks.first { $0.idModel == "Bshared" })
+        stack.trello.removeWebhook(id: boardHook.id)
+
+        let first = try await reconcile(s)
+        #expect(first["results"]?[0]?["summary"]?["webhooks_registered"] == .number(1), "\(first)")
+        let other = try await reconcile(second)
+        #expect(other["results"]?[0]?["summary"]?["webhooks_registered"] == .number(0), "\(other)")
+        let boards = stack.trello.webhooks.filter { $0.idModel == "Bshared" }
+        #expect(boards.count == 1 && boards.first?.id != boardHook.id, "\(stack.trello.webhooks)")
+
+        // The first list goes: its own webhook with it, the board's stays for the second.
+        let deleted = try await stack.callAPI(.DELETE, "/dailyroundup/lists/\(s.listID)", token: s.token)
+        #expect(deleted.status == .noContent, "\(deleted.body)")
+        #expect(stack.trello.webhooks.map(\.idModel).sorted() == ["Bshared", "Ltwo"], "\(stack.trello.webhooks)")
+    }
+
     @Test(arguments: StoreBackend.available) func lostAndDeactivatedWebhooksAreRegisteredAgainAndARevokedTokenFlagsTheAccount(
         backend: StoreBackend
     ) async throws {

@@ -1,0 +1,276 @@
+/// Commands about the streams: queues, pending entries, dead letters, pauses, consumers.
+import ArgumentParser
+import Foundation
+import Logging
+import RoundupCore
+import RoundupOps
+import RoundupRedis
+import RoundupRuntime
+import RoundupStore
+import RoundupSync
+
+struct Queues: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Length, lag, pending, oldest pending age, consumers and dead letters of the webhook, job and push streams.")
+
+    @Flag(help: "One JSON object, for tools.") var json = false
+    @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
+
+    func run() async throws {
+        let context = try Context.make()
+        defer { Task { await context.redis.shutdown() } }
+        repeat {
+            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys)
+            if json {
+                printJSON(.object(["streams": .array(reports.map(\.json))]))
+            } else {
+                if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
+                print(reports.map(QueueInspector.table).joined(separator: "\n\n"))
+            }
+            if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
+        } while watch != nil
+    }
+}
+
+struct DLQ: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dlq",
+        abstract: "Dead letters: webhook events that failed too often, and entries of any stream that do not decode, with their last error.",
+        subcommands: [List.self, Show.self, Replay.self, Delete.self, Purge.self])
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Dead letters, oldest first, a page at a time; the last line (or `next`) says how to go on.")
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @Option(help: "At most this many.") var limit = 50
+        @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
+        @Option(help: "Only this account's.") var account: String?
+        @Option(help: "Only this Trello action type (e.g. updateCard).") var type: String?
+        @Option(help: "Only those whose error contains this text (any case).") var error: String?
+        @Flag var json = false
+        func validate() throws {
+            guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be 1 to 10000") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            let (letters, next) = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).page(
+                after: after, limit: limit, filter: .init(account: account, type: type, error: error))
+            await context.redis.shutdown()
+            if json {
+                printJSON(.object(["dead_letters": .array(letters.map(\.summary)), "next": next.map(JSONValue.string) ?? .null]))
+                return
+            }
+            if letters.isEmpty { print("no dead letters") }
+            for letter in letters {
+                print(
+                    "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
+                )
+            }
+            if let next { print("more: roundupctl dlq list --stream \(stream.rawValue) --after \(next)") }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete dead letters for good, by id.")
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @Argument(help: "The dead letters' ids.") var ids: [String]
+        @Flag var json = false
+        func validate() throws {
+            guard !ids.isEmpty else { throw ValidationError("name at least one dead letter id (roundupctl dlq list)") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            let deleted = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).delete(ids: ids)
+            await context.redis.shutdown()
+            report("deleted", deleted, json: json, text: "deleted \(deleted) of \(ids.count)")
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @Argument(help: "The dead letter's id.") var id: String
+        func run() async throws {
+            let context = try Context.make()
+            guard let letter = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).show(id: id)
+            else {
+                await context.redis.shutdown()
+                throw ValidationError("no dead letter \(id)")
+            }
+            var object = letter.summary.objectValue ?? [:]
+            object["body"] = letter.body.map { (try? JSONParser.parse(Array($0.utf8))) ?? .string($0) } ?? .null
+            printJSON(.object(object))
+            await context.redis.shutdown()
+        }
+    }
+
+    struct Replay: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
+        @Flag(help: "Do not ask.") var yes = false
+        @Flag(help: "One JSON object; implies --yes.") var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream)
+            let total = ids.isEmpty ? try await queue.count() : ids.count
+            if !yes && !json {
+                print("Replay \(total) dead letter(s) into \(stream.key(context.configuration.redisKeys))? [y/N] ", terminator: "")
+                guard readLine()?.lowercased().hasPrefix("y") == true else {
+                    print("nothing replayed")
+                    await context.redis.shutdown()
+                    return
+                }
+            }
+            let replayed = try await queue.replay(ids: ids.isEmpty ? nil : ids) { done in
+                if total > 100 { FileHandle.standardError.write(Data("replayed \(done)/\(total)\n".utf8)) }
+            }
+            await context.redis.shutdown()
+            report("replayed", replayed, json: json, text: "replayed \(replayed)")
+        }
+    }
+
+    struct Purge: AsyncParsableCommand {
+        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @Flag(help: "Required: purging cannot be undone.") var yes = false
+        @Flag var json = false
+        func validate() throws {
+            guard yes else { throw ValidationError("purge deletes every dead letter for good; add --yes") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).purge()
+            await context.redis.shutdown()
+            report("purged", purged, json: json, text: "purged \(purged)")
+        }
+    }
+}
+
+struct Pending: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Entries delivered and not yet acknowledged, oldest first: with whom, idle how long, delivered how often, last error.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream = .webhooks
+    @Option(help: "At most this many.") var limit = 50
+    @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
+    @Option(help: "Only entries delivered at least this often (2: failing ones).") var minDeliveries = 1
+    @Flag var json = false
+    func validate() throws {
+        guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be 1 to 10000") }
+    }
+    func run() async throws {
+        let context = try Context.make()
+        let (entries, next) = try await PendingInspector.page(
+            stream, redis: context.redis, keys: context.configuration.redisKeys, after: after, limit: limit, minDeliveries: minDeliveries)
+        await context.redis.shutdown()
+        if json {
+            printJSON(
+                .object(["stream": .string(stream.rawValue), "pending": .array(entries.map(\.json)), "next": next.map(JSONValue.string) ?? .null]))
+            return
+        }
+        if entries.isEmpty { print("nothing pending on \(stream.rawValue)") }
+        for entry in entries {
+            print(
+                "\(entry.id)  \(shown(entry.type ?? "?"))  account \(shown(entry.account ?? "?"))  consumer \(shown(entry.consumer))  idle \(String(format: "%.1f s", Double(entry.idleMilliseconds) / 1000))  deliveries \(entry.deliveries)\(entry.lastError.map { "  \(shown($0))" } ?? "")"
+            )
+        }
+        if let next { print("more: roundupctl pending \(stream.rawValue) --after \(next)") }
+    }
+}
+
+/// `pause` and `resume`: set or clear a stream's flag and say whether that changed anything.
+func switchPause(_ stream: RoundupStream, paused: Bool, json: Bool) async throws {
+    let context = try Context.make()
+    let pauses = StreamPauses(redis: context.redis, keys: context.configuration.redisKeys)
+    let changed = paused ? try await pauses.pause(stream) : try await pauses.resume(stream)
+    await context.redis.shutdown()
+    if json {
+        printJSON(.object(["stream": .string(stream.rawValue), "paused": .bool(paused), "changed": .bool(changed)]))
+    } else if paused {
+        print(changed ? "paused \(stream.rawValue); roundupctl resume \(stream.rawValue) to go on" : "\(stream.rawValue) was already paused")
+    } else {
+        print(changed ? "resumed \(stream.rawValue)" : "\(stream.rawValue) was not paused")
+    }
+}
+
+struct Pause: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Hold a stream: workers (or pushers) read nothing new within a second and keep what they hold pending; the ingress keeps accepting.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+    @Flag var json = false
+    func run() async throws { try await switchPause(stream, paused: true, json: json) }
+}
+
+struct Resume: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Let a paused stream run again: what waited is processed, each entry once.")
+    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+    @Flag var json = false
+    func run() async throws { try await switchPause(stream, paused: false, json: json) }
+}
+
+struct Consumers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The consumers of each stream's group; prune those of processes that are gone.", subcommands: [List.self, Prune.self])
+
+    static func json(_ consumer: StreamReport.Consumer, stream: RoundupStream) -> JSONValue {
+        .object([
+            "stream": .string(stream.rawValue), "consumer": .string(consumer.name), "pending": .number(Double(consumer.pending)),
+            "idle_ms": .number(Double(consumer.idleMilliseconds)),
+        ])
+    }
+
+    struct List: AsyncParsableCommand {
+        @Flag var json = false
+        func run() async throws {
+            let context = try Context.make()
+            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys)
+            await context.redis.shutdown()
+            if json {
+                printJSON(.array(reports.flatMap { report in report.consumers.map { Consumers.json($0, stream: report.name) } }))
+                return
+            }
+            for report in reports {
+                for consumer in report.consumers {
+                    print(
+                        "\(report.name.rawValue)  \(shown(consumer.name))  pending \(consumer.pending)  idle \(String(format: "%.0f s", Double(consumer.idleMilliseconds) / 1000))"
+                    )
+                }
+            }
+        }
+    }
+
+    struct Prune: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove consumers idle this long that hold no pending entry (a consumer holding entries is never removed).")
+        @Option(help: "Idle at least this many seconds (a live consumer reads every second; a paused one does not).") var idle = 3600
+        @Argument(help: "webhooks, jobs or push; all three when omitted.") var streams: [RoundupStream] = []
+        @Flag(help: "Only say which.") var dryRun = false
+        @Flag var json = false
+        func validate() throws {
+            guard idle >= 60 else { throw ValidationError("--idle must be at least 60 seconds: a busy consumer may be idle for a while") }
+        }
+        func run() async throws {
+            let context = try Context.make()
+            var pruned: [ConsumerPruner.Pruned] = []
+            for stream in streams.isEmpty ? RoundupStream.allCases : streams {
+                pruned += try await ConsumerPruner.prune(
+                    stream, redis: context.redis, keys: context.configuration.redisKeys, idleAtLeast: idle * 1000, dryRun: dryRun)
+            }
+            await context.redis.shutdown()
+            if json {
+                printJSON(
+                    .object([
+                        "dry_run": .bool(dryRun),
+                        "pruned": .array(
+                            pruned.map {
+                                .object([
+                                    "stream": .string($0.stream.rawValue), "consumer": .string($0.consumer),
+                                    "idle_ms": .number(Double($0.idleMilliseconds)),
+                                ])
+                            }),
+                    ]))
+                return
+            }
+            for item in pruned { print("\(dryRun ? "would prune" : "pruned")  \(item.stream.rawValue)  \(shown(item.consumer))") }
+            print("\(pruned.count) consumer(s) \(dryRun ? "to prune" : "pruned")")
+        }
+    }
+}
