@@ -82,9 +82,10 @@ public struct API: Sendable {
         self.logger = logger
         self.metricsText = metricsText
         self.jobs = JobQueue(store: store, redis: redis, keys: options.keys, staleAfter: options.staleAfter)
-        let webhooks = WebhookRegistrar(store: store, trello: trello, redis: redis, keys: options.keys, publicURL: options.publicURL, logger: logger)
+        let webhooks = WebhookRegistrar(
+            store: store, trello: trello, callbacks: WebhookCallbacks(publicURL: options.publicURL, redis: redis, keys: options.keys), logger: logger)
         self.webhooks = webhooks
-        self.pairing = ListPairing(store: store, registrar: webhooks, redis: redis, keys: options.keys, logger: logger)
+        self.pairing = ListPairing(webhooks: webhooks)
         let throttle = AuthThrottle(limit: options.authFailureLimit, redis: redis, keys: options.keys, logger: logger)
         self.throttle = throttle
         let leases = AccountLeases(redis: redis, keys: options.keys, logger: logger, lifetime: max(.seconds(3), options.streams.heartbeat * 3))
@@ -112,18 +113,18 @@ public struct API: Sendable {
     func addRoutes(to router: Router<APIRequestContext>) {
         let keys = options.keys
         let jobAnswers = JobAnswers(queue: jobs, staleAfter: options.staleAfter, logger: logger)
+        let signals = AccountSignals(streams: streams, tokens: authentication.tokens, redis: redis, keys: keys)
         let account = AccountRoutes(
             store: store, bootstrapToken: options.bootstrapToken, exportsPerAccount: options.exportsPerAccount, leases: leases,
-            throttle: throttle, tokens: authentication.tokens, streams: streams, webhooks: webhooks,
-            purge: AccountPurge(redis: redis, keys: keys, logger: logger), redis: redis, keys: keys, logger: logger)
+            throttle: throttle, signals: signals, webhooks: webhooks, purge: AccountPurge(redis: redis, keys: keys, logger: logger), logger: logger)
         router.addRoutes(HealthRoutes(store: store, redis: redis, metricsText: metricsText).collection)
         router.addRoutes(account.bootstrap, atPath: "/dailyroundup/account")
         let app = authenticatedRoutes(router, at: "/dailyroundup")
         app.addRoutes(account.collection, atPath: "account")
         app.addRoutes(
-            ListRoutes(store: store, pairing: pairing, trello: trello, jobs: jobAnswers, logger: logger).collection, atPath: "lists")
+            ListRoutes(store: store, pairing: pairing, jobs: jobAnswers, logger: logger).collection, atPath: "lists")
         app.addRoutes(
-            ChangeRoutes(store: store, streams: streams, redis: redis, keys: keys, tokens: authentication.tokens, logger: logger).collection,
+            ChangeRoutes(store: store, signals: signals, logger: logger).collection,
             atPath: "changes")
         app.addRoutes(
             DeviceRoutes(devices: store, bundleIDs: options.bundleIDs, devicesPerAccount: options.devicesPerAccount).collection,

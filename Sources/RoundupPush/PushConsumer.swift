@@ -176,9 +176,7 @@ public struct PushConsumer: Service {
     var consumer: StreamConsumer<RedisStreamDriver, PushHandler> {
         StreamConsumer(
             options: .init(name: "push", consumer: options.consumer, batchSize: 256, claimIdle: .seconds(120), reclaimEvery: .seconds(5)),
-            driver: RedisStreamDriver(
-                redis: redis, stream: options.keys.pushStream, group: options.keys.pusherGroup, consumer: options.consumer,
-                deadLetters: .init(stream: options.keys.pushDeadLetters, maxCount: 10_000, maxAge: .seconds(30 * 86_400))),
+            driver: RoundupStream.push.driver(redis: redis, keys: options.keys, consumer: options.consumer, deadLetterMaxAge: .seconds(30 * 86_400)),
             handler: PushHandler(pusher: self), metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
     }
@@ -186,7 +184,7 @@ public struct PushConsumer: Service {
     public func run() async throws {
         await withDiscardingTaskGroup { tasks in
             tasks.addTask { await self.deferredLoop() }
-            await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.push) ?? false })
+            await consumer.run(.push, pauses: pauses)
             tasks.cancelAll()
         }
         logger.notice("push consumer stopped", metadata: ["consumer": "\(options.consumer)"])

@@ -182,3 +182,22 @@ public final class PauseWatcher: Service, Sendable {
         }
     }
 }
+
+extension RoundupStream {
+    /// The driver of one consumer in this stream's group, on the keys `RedisKeys` names for it: the stream, its group,
+    /// its errors hash (webhooks) and its dead letters, kept at most `deadLetterMax` and `deadLetterMaxAge`.
+    public func driver(
+        redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int = 10_000, deadLetterMaxAge: Duration = .seconds(180 * 86_400)
+    ) -> RedisStreamDriver {
+        RedisStreamDriver(
+            redis: redis, stream: key(keys), group: group(keys), consumer: consumer, errors: errors(keys),
+            deadLetters: .init(stream: deadLetters(keys), maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+    }
+}
+
+extension StreamConsumer {
+    /// Runs until the process shuts down gracefully, holding while an operator pauses `stream` (`PauseWatcher`).
+    public func run(_ stream: RoundupStream, pauses: PauseWatcher?) async {
+        await run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { pauses?.isPaused(stream) ?? false })
+    }
+}

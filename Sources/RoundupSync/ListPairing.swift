@@ -1,7 +1,5 @@
-public import Logging
+import Logging
 public import RoundupCore
-public import RoundupRedis
-public import RoundupRuntime
 public import RoundupStore
 public import RoundupTrello
 
@@ -9,21 +7,15 @@ public import RoundupTrello
 /// (`WebhookRegistrar`), then publishes its routes for the ingress. Any failure removes what was made (webhooks at
 /// Trello, the stored list). The apps' `POST /dailyroundup/lists` is a thin wrapper around it.
 public struct ListPairing: Sendable {
-    let store: any ListRepository & AccountRepository & ReconcileStore
-    let registrar: WebhookRegistrar
-    let redis: RedisClient
-    let keys: RedisKeys
-    let logger: Logger
+    /// The webhooks made with a list; its store, Redis and logger serve the pairing too.
+    let webhooks: WebhookRegistrar
+    var store: any ListRepository & AccountRepository & ReconcileStore { webhooks.store }
 
-    public init(
-        store: any ListRepository & AccountRepository & ReconcileStore, registrar: WebhookRegistrar, redis: RedisClient, keys: RedisKeys,
-        logger: Logger
-    ) {
-        self.store = store
-        self.registrar = registrar
-        self.redis = redis
-        self.keys = keys
-        self.logger = logger
+    public init(webhooks: WebhookRegistrar) { self.webhooks = webhooks }
+
+    /// The Trello member the account's token belongs to: whom `me` names among a list filter's members.
+    public func tokenMember(_ credentials: TrelloCredentials) async throws -> String {
+        try await webhooks.trello.memberID(credentials: credentials)
     }
 
     /// Why a pairing made nothing.
@@ -54,22 +46,22 @@ public struct ListPairing: Sendable {
         var made: [String] = []
         do {
             guard let callbackToken = try await store.account(id: account)?.webhookToken else { throw Failure.accountGone }
-            guard let callback = try await registrar.callback(account: account, token: callbackToken) else {
+            guard let callback = try await webhooks.callbacks.url(account: account, token: callbackToken) else {
                 throw Failure.unavailable("the server has no public URL for Trello to call")
             }
             do {
-                made = try await registrar.registerNew(list, callback: callback, credentials: credentials).made
+                made = try await webhooks.registerNew(list, callback: callback, credentials: credentials).made
             } catch let failed as WebhookRegistrar.RegistrationFailed {
                 made = failed.made
                 throw failed.underlying
             }
             try await RoutePublisher.publishRoutes(
-                account: account, models: [trelloListID, trelloBoardID], store: store, redis: redis, keys: keys)
+                account: account, models: [trelloListID, trelloBoardID], store: store, redis: webhooks.callbacks.redis, keys: webhooks.callbacks.keys)
             guard let stored = try await store.syncList(accountID: account, id: list.id) else { throw Failure.accountGone }
-            logger.info("list paired", metadata: ["account": "\(account)", "sync_list": "\(list.id)"])
+            webhooks.logger.info("list paired", metadata: ["account": "\(account)", "sync_list": "\(list.id)"])
             return stored
         } catch {
-            await registrar.unregister(Set(made), credentials: credentials, account: account, syncList: list.id)
+            await webhooks.unregister(Set(made), credentials: credentials, account: account, syncList: list.id)
             _ = try? await store.deleteSyncList(accountID: account, id: list.id)
             switch error {
             case let failure as Failure: throw failure
@@ -86,13 +78,14 @@ public struct ListPairing: Sendable {
     public func unpair(_ list: SyncListRecord, credentials: TrelloCredentials?) async throws {
         let account = list.accountID
         let hooks = WebhookRegistrar.webhooks(of: list, others: try await store.syncLists(accountID: account))
-        await registrar.unregister(hooks, credentials: credentials, account: account, syncList: list.id)
+        await webhooks.unregister(hooks, credentials: credentials, account: account, syncList: list.id)
         _ = try await store.deleteSyncList(accountID: account, id: list.id)
         do {
             try await RoutePublisher.publishRoutes(
-                account: account, models: [list.trelloListID, list.trelloBoardID], store: store, redis: redis, keys: keys)
+                account: account, models: [list.trelloListID, list.trelloBoardID], store: store, redis: webhooks.callbacks.redis,
+                keys: webhooks.callbacks.keys)
         } catch {
-            logger.warning("removing routes failed", metadata: ["account": "\(account)", "error": "\(error)"])
+            webhooks.logger.warning("removing routes failed", metadata: ["account": "\(account)", "error": "\(error)"])
         }
     }
 }

@@ -46,15 +46,15 @@ public struct Reconciler: Sendable {
     }
 
     public let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
-    let trello: TrelloClient
-    public let redis: RedisClient
-    public let keys: RedisKeys
-    /// Mends the lists' webhooks at Trello.
+    /// Mends the lists' webhooks at Trello; its client, Redis and logger serve the reconciliation too.
     let webhooks: WebhookRegistrar
     let pageSize: Int
     /// Our own writes in flight (a sync job between its Trello write and its bookkeeping) are not drift.
     let echo: EchoFingerprints?
-    let logger: Logger
+    var trello: TrelloClient { webhooks.trello }
+    public var redis: RedisClient { webhooks.callbacks.redis }
+    public var keys: RedisKeys { webhooks.callbacks.keys }
+    var logger: Logger { webhooks.logger }
 
     public init(
         store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed, trello: TrelloClient, redis: RedisClient, keys: RedisKeys,
@@ -63,12 +63,9 @@ public struct Reconciler: Sendable {
     ) {
         self.echo = echo
         self.store = store
-        self.trello = trello
-        self.redis = redis
-        self.keys = keys
-        self.webhooks = WebhookRegistrar(store: store, trello: trello, redis: redis, keys: keys, publicURL: publicURL, logger: logger)
+        self.webhooks = WebhookRegistrar(
+            store: store, trello: trello, callbacks: WebhookCallbacks(publicURL: publicURL, redis: redis, keys: keys), logger: logger)
         self.pageSize = pageSize
-        self.logger = logger
     }
 
     static let release = RedisScript(

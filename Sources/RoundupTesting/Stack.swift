@@ -71,34 +71,37 @@ public final class Stack: @unchecked Sendable {
         ]
     }
 
-    public func startIngress(extra: [String: String] = [:]) async throws {
-        var env = environment
-        env["ROUNDUP_INGRESS_PORT"] = String(ingressPort)
-        for (k, v) in extra { env[k] = v }
+    /// Starts one of the server's executables with the stack's environment, `settings` and `extra` over it, and waits
+    /// (up to 20 s) for its `/healthz` on `port` to answer 200.
+    func launch(
+        _ executable: String, name: String, port: Int, settings: [String: String], extra: [String: String], started: (ManagedProcess) -> Void
+    ) async throws -> ManagedProcess {
+        let env = environment.merging(settings) { $1 }.merging(extra) { $1 }
         let process = try ManagedProcess(
-            name: "ingress-\(ingressPort)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-ingress"),
-            environment: env, logDirectory: directory)
-        ingress = process
-        let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get("/healthz").status) == .ok }
-        guard up else { throw StackError("ingress did not come up: \(process.output)") }
+            name: name, executable: TestSupport.binDirectory.appendingPathComponent(executable), environment: env, logDirectory: directory)
+        started(process)
+        let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get(port: port, "/healthz").status) == .ok }
+        guard up else { throw StackError("\(name) did not come up: \(process.output)") }
+        return process
+    }
+
+    public func startIngress(extra: [String: String] = [:]) async throws {
+        _ = try await launch(
+            "roundup-ingress", name: "ingress-\(ingressPort)", port: ingressPort, settings: ["ROUNDUP_INGRESS_PORT": String(ingressPort)],
+            extra: extra
+        ) { ingress = $0 }
     }
 
     /// Starts a roundup-api on `port` (one that a stopped API used, say), else on a free one; `apiPort` names it.
     public func startAPI(bootstrapToken: String?, extra: [String: String] = [:], port: Int? = nil) async throws {
-        apiPort = try port ?? TestSupport.freePort()
-        var env = environment
-        env["ROUNDUP_API_PORT"] = String(apiPort)
-        if let bootstrapToken { env["ROUNDUP_BOOTSTRAP_TOKEN"] = bootstrapToken }
-        for (k, v) in extra { env[k] = v }
-        let process = try ManagedProcess(
-            name: "api-\(apiPort)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-api"),
-            environment: env, logDirectory: directory)
-        api = process
-        apis.append((process, apiPort))
-        let up = await TestSupport.eventually(timeout: .seconds(20)) {
-            (try? await self.callAPI(.GET, "/healthz", token: nil).status) == .ok
+        let port = try port ?? TestSupport.freePort()
+        apiPort = port
+        var settings = ["ROUNDUP_API_PORT": String(port)]
+        if let bootstrapToken { settings["ROUNDUP_BOOTSTRAP_TOKEN"] = bootstrapToken }
+        _ = try await launch("roundup-api", name: "api-\(port)", port: port, settings: settings, extra: extra) { process in
+            api = process
+            apis.append((process, port))
         }
-        guard up else { throw StackError("api did not come up: \(process.output)") }
     }
 
     /// A request to roundup-api; `body` is sent as JSON unless `contentType` says otherwise.
@@ -122,22 +125,13 @@ public final class Stack: @unchecked Sendable {
     @discardableResult
     public func startWorker(name: String, extra: [String: String] = [:]) async throws -> ManagedProcess {
         let port = try TestSupport.freePort()
-        var env = environment
-        env["ROUNDUP_WORKER_PORT"] = String(port)
-        env["ROUNDUP_WORKER_NAME"] = name
-        for (k, v) in extra { env[k] = v }
-        let process = try ManagedProcess(
-            name: "worker-\(name)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-worker"),
-            environment: env, logDirectory: directory)
-        workers.append(process)
-        workerPorts[name] = port
-        let up = await TestSupport.eventually(timeout: .seconds(20)) {
-            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/healthz")
-            request.method = .GET
-            return (try? await self.http.execute(request, timeout: .seconds(2)).status) == .ok
+        return try await launch(
+            "roundup-worker", name: "worker-\(name)", port: port,
+            settings: ["ROUNDUP_WORKER_PORT": String(port), "ROUNDUP_WORKER_NAME": name], extra: extra
+        ) { process in
+            workers.append(process)
+            workerPorts[name] = port
         }
-        guard up else { throw StackError("worker \(name) did not come up: \(process.output)") }
-        return process
     }
 
     public private(set) var pushers: [ManagedProcess] = []
@@ -148,25 +142,15 @@ public final class Stack: @unchecked Sendable {
     @discardableResult
     public func startPusher(apns: FakeAPNs, name: String = "p1", extra: [String: String] = [:]) async throws -> ManagedProcess {
         let port = try TestSupport.freePort()
-        var env = environment
-        env["ROUNDUP_PUSHER_PORT"] = String(port)
-        env["ROUNDUP_WORKER_NAME"] = name
-        env["ROUNDUP_APNS_KEY_FILE"] = apns.keyFile
-        env["ROUNDUP_APNS_KEY_ID"] = apns.keyID
-        env["ROUNDUP_APNS_TEAM_ID"] = apns.teamID
-        env["ROUNDUP_APNS_TOPIC"] = apns.topic
-        env["ROUNDUP_APNS_URL"] = apns.url
-        env["ROUNDUP_APNS_SANDBOX_URL"] = apns.url
-        env["ROUNDUP_APNS_CA_FILE"] = apns.caFile
-        for (k, v) in extra { env[k] = v }
-        let process = try ManagedProcess(
-            name: "pusher-\(name)", executable: TestSupport.binDirectory.appendingPathComponent("roundup-pusher"),
-            environment: env, logDirectory: directory)
-        pushers.append(process)
-        pusherPorts[name] = port
-        let up = await TestSupport.eventually(timeout: .seconds(20)) { (try? await self.get(port: port, "/healthz").status) == .ok }
-        guard up else { throw StackError("pusher \(name) did not come up: \(process.output)") }
-        return process
+        let settings = [
+            "ROUNDUP_PUSHER_PORT": String(port), "ROUNDUP_WORKER_NAME": name, "ROUNDUP_APNS_KEY_FILE": apns.keyFile,
+            "ROUNDUP_APNS_KEY_ID": apns.keyID, "ROUNDUP_APNS_TEAM_ID": apns.teamID, "ROUNDUP_APNS_TOPIC": apns.topic,
+            "ROUNDUP_APNS_URL": apns.url, "ROUNDUP_APNS_SANDBOX_URL": apns.url, "ROUNDUP_APNS_CA_FILE": apns.caFile,
+        ]
+        return try await launch("roundup-pusher", name: "pusher-\(name)", port: port, settings: settings, extra: extra) { process in
+            pushers.append(process)
+            pusherPorts[name] = port
+        }
     }
 
     public struct Response: Sendable {

@@ -41,9 +41,7 @@ public struct JobConsumer: Service {
             options: .init(
                 name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2)),
-            driver: RedisStreamDriver(
-                redis: redis, stream: options.keys.jobStream, group: options.keys.workerGroup, consumer: options.consumer,
-                deadLetters: .init(stream: options.keys.jobDeadLetters, maxCount: 10_000, maxAge: .seconds(180 * 86_400))),
+            driver: RoundupStream.jobs.driver(redis: redis, keys: options.keys, consumer: options.consumer),
             handler: JobHandler(holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, logger: logger),
             metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
@@ -51,7 +49,7 @@ public struct JobConsumer: Service {
 
     public func run() async throws {
         // Jobs in flight stop after their current item (they see the graceful shutdown) and stay pending.
-        await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.jobs) ?? false })
+        await consumer.run(.jobs, pauses: pauses)
     }
 }
 

@@ -42,10 +42,9 @@ public struct WebhookConsumer: Service {
 
     public init(options: Options, redis: RedisClient, processor: WebhookProcessor, pauses: PauseWatcher? = nil, logger: Logger) {
         self.pauses = pauses
-        let driver = RedisStreamDriver(
-            redis: redis, stream: options.keys.webhookStream, group: options.keys.workerGroup, consumer: options.consumer,
-            errors: options.keys.webhookErrors,
-            deadLetters: .init(stream: options.keys.deadLetterStream, maxCount: options.deadLetterMax, maxAge: options.deadLetterMaxAge))
+        let driver = RoundupStream.webhooks.driver(
+            redis: redis, keys: options.keys, consumer: options.consumer, deadLetterMax: options.deadLetterMax,
+            deadLetterMaxAge: options.deadLetterMaxAge)
         let metrics = WorkerMetrics()
         consumer = StreamConsumer(
             options: .init(
@@ -60,7 +59,7 @@ public struct WebhookConsumer: Service {
     }
 
     public func run() async throws {
-        await consumer.run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { [pauses] in pauses?.isPaused(.webhooks) ?? false })
+        await consumer.run(.webhooks, pauses: pauses)
     }
 }
 

@@ -32,6 +32,15 @@ struct Queues: AsyncParsableCommand {
     }
 }
 
+/// Whose dead letters a `dlq` command reads: `--stream webhooks|jobs|push`.
+struct DeadLetterStream: ParsableArguments {
+    @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+
+    func queue(_ context: Context) -> DeadLetterQueue {
+        DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream)
+    }
+}
+
 struct DLQ: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dlq",
@@ -41,7 +50,7 @@ struct DLQ: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Dead letters, oldest first, a page at a time; the last line (or `next`) says how to go on.")
-        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @OptionGroup var dead: DeadLetterStream
         @Option(help: "At most this many.") var limit = 50
         @Option(help: "Start after this id (the `next` of the previous page).") var after: String?
         @Option(help: "Only this account's.") var account: String?
@@ -53,7 +62,7 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let (letters, next) = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).page(
+            let (letters, next) = try await dead.queue(context).page(
                 after: after, limit: limit, filter: .init(account: account, type: type, error: error))
             await context.redis.shutdown()
             if json {
@@ -66,13 +75,13 @@ struct DLQ: AsyncParsableCommand {
                     "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
                 )
             }
-            if let next { print("more: roundupctl dlq list --stream \(stream.rawValue) --after \(next)") }
+            if let next { print("more: roundupctl dlq list --stream \(dead.stream.rawValue) --after \(next)") }
         }
     }
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete dead letters for good, by id.")
-        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @OptionGroup var dead: DeadLetterStream
         @Argument(help: "The dead letters' ids.") var ids: [String]
         @Flag var json = false
         func validate() throws {
@@ -80,18 +89,18 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let deleted = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).delete(ids: ids)
+            let deleted = try await dead.queue(context).delete(ids: ids)
             await context.redis.shutdown()
             report("deleted", deleted, json: json, text: "deleted \(deleted) of \(ids.count)")
         }
     }
 
     struct Show: AsyncParsableCommand {
-        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @OptionGroup var dead: DeadLetterStream
         @Argument(help: "The dead letter's id.") var id: String
         func run() async throws {
             let context = try Context.make()
-            guard let letter = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).show(id: id)
+            guard let letter = try await dead.queue(context).show(id: id)
             else {
                 await context.redis.shutdown()
                 throw ValidationError("no dead letter \(id)")
@@ -104,16 +113,16 @@ struct DLQ: AsyncParsableCommand {
     }
 
     struct Replay: AsyncParsableCommand {
-        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @OptionGroup var dead: DeadLetterStream
         @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
         @Flag(help: "Do not ask.") var yes = false
         @Flag(help: "One JSON object; implies --yes.") var json = false
         func run() async throws {
             let context = try Context.make()
-            let queue = DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream)
+            let queue = dead.queue(context)
             let total = ids.isEmpty ? try await queue.count() : ids.count
             if !yes && !json {
-                print("Replay \(total) dead letter(s) into \(stream.key(context.configuration.redisKeys))? [y/N] ", terminator: "")
+                print("Replay \(total) dead letter(s) into \(dead.stream.key(context.configuration.redisKeys))? [y/N] ", terminator: "")
                 guard readLine()?.lowercased().hasPrefix("y") == true else {
                     print("nothing replayed")
                     await context.redis.shutdown()
@@ -129,7 +138,7 @@ struct DLQ: AsyncParsableCommand {
     }
 
     struct Purge: AsyncParsableCommand {
-        @Option(help: "The stream whose dead letters: webhooks (the default), jobs or push.") var stream: RoundupStream = .webhooks
+        @OptionGroup var dead: DeadLetterStream
         @Flag(help: "Required: purging cannot be undone.") var yes = false
         @Flag var json = false
         func validate() throws {
@@ -137,7 +146,7 @@ struct DLQ: AsyncParsableCommand {
         }
         func run() async throws {
             let context = try Context.make()
-            let purged = try await DeadLetterQueue(redis: context.redis, keys: context.configuration.redisKeys, stream: stream).purge()
+            let purged = try await dead.queue(context).purge()
             await context.redis.shutdown()
             report("purged", purged, json: json, text: "purged \(purged)")
         }

@@ -18,14 +18,10 @@ struct AccountRoutes {
     let leases: AccountLeases
     /// Failed bootstrap tokens count against the address like bad account tokens.
     let throttle: AuthThrottle
-    /// Revocations reach every API process through the tokens' epochs.
-    let tokens: TokenCache
-    /// The account's open change streams end with its token.
-    let streams: ChangeStreams
+    /// Revocations reach every API process through the tokens' epochs, and end the account's open change streams.
+    let signals: AccountSignals
     let webhooks: WebhookRegistrar
     let purge: AccountPurge
-    let redis: RedisClient
-    let keys: RedisKeys
     let logger: Logger
 
     var bootstrap: RouteCollection<APIRequestContext> {
@@ -60,8 +56,7 @@ struct AccountRoutes {
         context.connectionClosed?.whenComplete { _ in leases.releaseSoon(lease) }
         let exporter = AccountExport(store: store, pageSize: 100)
         let logger = self.logger
-        let token = StreamToken(
-            account: account, credential: context.credential, redis: redis, tokens: tokens, store: store)
+        let token = signals.streamToken(account: account, credential: context.credential, store: store)
         logger.info("account exported", metadata: ["account": "\(account)"])
         return Response(
             status: .ok,
@@ -142,7 +137,7 @@ struct AccountRoutes {
         if update.trelloWebhookSecret != nil {
             do {
                 // The secret as the store has it now: a concurrent update's publication cannot be overwritten by ours.
-                try await RoutePublisher.publishSecret(account: account, store: store, redis: redis, keys: keys)
+                try await RoutePublisher.publishSecret(account: account, store: store, redis: signals.redis, keys: signals.keys)
             } catch {
                 // Saved, but the ingress does not know yet; repeating the request is safe.
                 throw APIError.unavailable("saved, but the webhook receiver could not be told (Redis unreachable); repeat the request")
@@ -171,7 +166,7 @@ struct AccountRoutes {
     /// while the store still had the token.
     func revokingTokens<T>(_ account: String, _ change: () async throws -> T) async throws -> T {
         do {
-            try await tokens.revoke(account: account)
+            try await signals.tokens.revoke(account: account)
         } catch {
             logger.warning("token revocation postponed: redis unavailable", metadata: ["account": "\(account)", "error": "\(error)"])
             throw APIError.unavailable(
@@ -187,22 +182,12 @@ struct AccountRoutes {
         let result: Result<T, any Error>
         do { result = .success(try await change()) } catch { result = .failure(error) }
         do {
-            try await tokens.revoke(account: account)
+            try await signals.tokens.revoke(account: account)
         } catch {
             logger.warning("token epoch not advanced after a revocation", metadata: ["account": "\(account)", "error": "\(error)"])
         }
-        await endStreams(account)
+        await signals.endStreams(account)
         return try result.get()
-    }
-
-    /// Wakes the account's open change streams on every API process, so each checks its token at once and ends
-    /// (`ChangeRoutes.stream`); without Redis, the heartbeat's check ends them.
-    func endStreams(_ account: String) async {
-        streams.wake(account: account)
-        let append = StreamAppend(
-            stream: keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength,
-            fields: ChangeAnnouncement(account: account).fields)
-        _ = try? await redis.send(append.command, timeout: .seconds(2))
     }
 
     /// Deletes the account and everything of it: first the ingress's view of it in Redis (secret, callback token,
@@ -217,8 +202,8 @@ struct AccountRoutes {
         // The ingress stops accepting the account's webhooks first, and every API process will look the token up
         // again (`TokenCache`); if Redis cannot be told, the account stays whole.
         do {
-            try await tokens.revoke(account: account)
-            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
+            try await signals.tokens.revoke(account: account)
+            try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: signals.redis, keys: signals.keys)
         } catch {
             logger.warning("account deletion postponed: redis unreachable", metadata: ["account": "\(account)", "error": "\(error)"])
             throw APIError.unavailable("the account could not be deleted now (Redis unreachable); nothing was deleted, repeat the request")

@@ -9,12 +9,8 @@ import RoundupStore
 /// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
 struct ChangeRoutes {
     let store: any ChangeFeed & DeviceRepository & AccountRepository
-    /// The open change streams, woken by new changes and revocations.
-    let streams: ChangeStreams
-    let redis: RedisClient
-    let keys: RedisKeys
-    /// A stream checks its token again while it runs.
-    let tokens: TokenCache
+    /// The open change streams, woken by new changes and revocations; a stream checks its token again as it runs.
+    let signals: AccountSignals
     let logger: Logger
 
     var collection: RouteCollection<AuthenticatedContext> {

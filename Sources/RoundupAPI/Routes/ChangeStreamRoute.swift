@@ -26,10 +26,10 @@ extension ChangeRoutes {
         let after = try Self.streamPosition(request)
         let device = try await streamingDevice(account, request)
         let store = self.store
-        let streams = self.streams
+        let streams = signals.streams
         let logger = self.logger
-        let redis = self.redis
-        let keys = self.keys
+        let redis = signals.redis
+        let keys = signals.keys
         // The device got no background pushes while it streamed, and the last events written may never have reached it
         // (a connection that died quietly takes them into its buffer): if changes still wait to be acknowledged once it
         // stops streaming, wake the account's devices once.
@@ -40,8 +40,7 @@ extension ChangeRoutes {
         // However the connection ends (reset before the head is written, during the replay, while idle), the stream's
         // place and its device's mark are given back: the body below may never run.
         context.connectionClosed?.whenComplete { _ in streams.close(subscription) }
-        let token = StreamToken(
-            account: account, credential: context.credential, redis: redis, tokens: tokens, store: store)
+        let token = signals.streamToken(account: account, credential: context.credential, store: store)
         let maxLifetime = streams.limits.maxLifetime
         Counter(label: "roundup_api_streams_opened_total").increment()
         let headers: HTTPFields = [

@@ -8,9 +8,8 @@ import RoundupTrello
 /// `/dailyroundup/lists`: pairing Trello lists, and the jobs that import or reconcile one.
 struct ListRoutes {
     let store: any ListRepository & AccountRepository
+    /// Pairing and unpairing; who `me` is, in a filter's members.
     let pairing: ListPairing
-    /// Who `me` is, in a filter's members.
-    let trello: TrelloClient
     let jobs: JobAnswers
     let logger: Logger
 
@@ -115,7 +114,7 @@ struct ListRoutes {
         guard settings.filter.members.contains("me") else { return settings }
         var resolved = settings
         do {
-            let me = try await trello.memberID(credentials: credentials)
+            let me = try await pairing.tokenMember(credentials)
             resolved.filter.members.remove("me")
             resolved.filter.members.insert(me)
         } catch let error as TrelloError {

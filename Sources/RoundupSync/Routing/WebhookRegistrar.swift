@@ -1,8 +1,6 @@
 public import Logging
 import Metrics
 public import RoundupCore
-public import RoundupRedis
-public import RoundupRuntime
 public import RoundupStore
 public import RoundupTrello
 
@@ -10,31 +8,17 @@ public import RoundupTrello
 /// rule for board webhooks: an account has one per board, shared by its lists on that board. Used by the pairing of a
 /// list (`ListPairing`), the reconciliation (`Reconciler`) and the deletion of a list or an account.
 public struct WebhookRegistrar: Sendable {
-    let store: any ListRepository & ReconcileStore
+    let store: any ListRepository & AccountRepository & ReconcileStore
     let trello: TrelloClient
-    let redis: RedisClient
-    let keys: RedisKeys
-    /// Where Trello calls us; nil where nothing registers (a worker without `ROUNDUP_PUBLIC_URL`).
-    let publicURL: String?
+    /// Where Trello calls us.
+    let callbacks: WebhookCallbacks
     let logger: Logger
 
-    public init(
-        store: any ListRepository & ReconcileStore, trello: TrelloClient, redis: RedisClient, keys: RedisKeys, publicURL: String?, logger: Logger
-    ) {
+    public init(store: any ListRepository & AccountRepository & ReconcileStore, trello: TrelloClient, callbacks: WebhookCallbacks, logger: Logger) {
         self.store = store
         self.trello = trello
-        self.redis = redis
-        self.keys = keys
-        self.publicURL = publicURL
+        self.callbacks = callbacks
         self.logger = logger
-    }
-
-    /// The account's own callback URL (`WebhookCallback`), its token published first: the ingress checks deliveries
-    /// against the published token, so it must have it before Trello can use the URL. Nil without a public URL.
-    public func callback(account: String, token: String) async throws -> String? {
-        guard let publicURL else { return nil }
-        try await RoutePublisher.publishToken(account: account, token: token, redis: redis, keys: keys)
-        return WebhookCallback.url(publicURL: publicURL, account: account, token: token)
     }
 
     /// A webhook made for a new list, kept apart so a failure after it can remove it (`unregister`).
@@ -87,7 +71,7 @@ public struct WebhookRegistrar: Sendable {
     /// own. A list that has no board webhook while another of the account's lists on the board has one takes that one
     /// (then checked like its own): one board webhook per account and board, as the pairing leaves it.
     public func repair(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentials) async throws -> Int {
-        guard let callbackToken, let callback = try await callback(account: list.accountID, token: callbackToken) else { return 0 }
+        guard let callbackToken, let callback = try await callbacks.url(account: list.accountID, token: callbackToken) else { return 0 }
         var boardWebhookID = list.boardWebhookID
         if boardWebhookID == nil, let shared = try await sharedBoardWebhook(for: list) {
             try await store.replaceWebhook(accountID: list.accountID, old: nil, new: shared, board: true, syncListID: list.id)
