@@ -28,7 +28,9 @@ extension SyncEngine {
     public func resolveConflict(accountID: String, id: Int64, choice: ConflictChoice, value: JSONValue?) async throws -> ConflictDetail {
         guard let conflict = try await store.conflict(accountID: accountID, id: id) else { throw ResolveError.notFound }
         guard conflict.record.status == .open else { throw ResolveError.alreadyResolved }
-        let field = conflict.record.field
+        guard let field = SyncField(rawValue: conflict.record.field) else {
+            throw ResolveError.invalid("the conflict's field \(conflict.record.field) is no field this server knows")
+        }
         var chosen: JSONValue?
         switch choice {
         case .trello: chosen = nil
@@ -62,24 +64,24 @@ extension SyncEngine {
             let priority = try await priorityField(list, state: &state)
             let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
             if let chosen {
-                marks = [echo.fieldKey(account: accountID, card: cardID, field: field, value: chosen)]
-                let written = try await writeFields([field: chosen], card: card, list: list, marks: &marks, state: &state)
+                marks = [echo.fieldKey(account: accountID, card: cardID, field: field.rawValue, value: chosen)]
+                let written = try await writeFields([field.rawValue: chosen], card: card, list: list, marks: &marks, state: &state)
                 record.stamps = written.stamps
-                record.winning = [field: written.values[field] ?? chosen]
+                record.winning = [field.rawValue: written.values[field] ?? chosen]
                 // The apps may have applied Trello's value meanwhile: send them the chosen one either way (as the card
                 // now holds it, with what changed with it).
                 // The card's form of what the app chose (label ids, new items' ids) is the app's own value: told, so its
                 // next edit of the field is no conflict.
-                record.tell(written.values.filter { list.settings.syncsToReminders($0.key) && $0.key != field }, time: now)
-                record.tell([field: written.values[field] ?? chosen], time: now)
+                record.tell(written.values.filter { list.settings.syncsToReminders(named: $0.key) && $0.key != field.rawValue }, time: now)
+                record.tell([field.rawValue: written.values[field] ?? chosen], time: now)
             } else {
-                record.toApps = [field: current]
+                record.toApps = [field.rawValue: current]
                 record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)
             }
             let remindersValue = conflict.record.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null
             record.activity = [
                 NewActivity(
-                    kind: .resolved, syncListID: list.id, cardID: cardID, reminderID: conflict.record.reminderID, field: field,
+                    kind: .resolved, syncListID: list.id, cardID: cardID, reminderID: conflict.record.reminderID, field: field.rawValue,
                     oldValue: chosen == nil ? remindersValue : current, newValue: chosen ?? current, rule: .manual,
                     kept: choice == .trello ? .trello : .reminders, message: "conflict \(id) resolved by the user: \(choice.rawValue)")
             ]

@@ -11,14 +11,14 @@ struct WrittenFields {
     /// name, a new check item, a level that picked the nearest option), the apps are sent it.
     var values: [String: JSONValue] = [:]
 
-    mutating func set(_ field: String, _ value: JSONValue, time: Double) {
+    mutating func set(_ field: SyncField, _ value: JSONValue, time: Double) {
         values[field] = value
-        stamps[field] = FieldStamp(hash: value.fieldHash, time: time)
+        stamps[field.rawValue] = FieldStamp(hash: value.fieldHash, time: time)
     }
 }
 
 /// The card attributes `PUT /cards/{id}` takes for the fields of that name.
-private let simpleAttributes: [String: String] = SyncFields.cardAttribute
+private let simpleAttributes: [SyncField: String] = SyncFields.cardAttribute
 
 extension SyncEngine {
     /// Sends field values to a card: plain attributes, location, due reminder and labels in one PUT, then the priority,
@@ -33,7 +33,9 @@ extension SyncEngine {
         guard !asked.isEmpty, let cardID = card["id"]?.stringValue else { return WrittenFields() }
         var write = asked
         let account = list.accountID
-        func mark(_ field: String, _ value: JSONValue) -> String { echo.fieldKey(account: account, card: cardID, field: field, value: value) }
+        func mark(_ field: SyncField, _ value: JSONValue) -> String {
+            echo.fieldKey(account: account, card: cardID, field: field.rawValue, value: value)
+        }
         let priorityField = try await self.priorityField(list, state: &state)
         let current = CardMapper.fields(fromCard: card, priority: priorityField)
 
@@ -50,8 +52,8 @@ extension SyncEngine {
         var written = WrittenFields()
         let now = Date().timeIntervalSince1970
         var attributes: [String: JSONValue] = [:]
-        for (field, value) in write {
-            if let attribute = simpleAttributes[field] { attributes[attribute] = value }
+        for (name, value) in write {
+            if let attribute = SyncField(rawValue: name).flatMap({ simpleAttributes[$0] }) { attributes[attribute] = value }
         }
         if let value = write[SyncField.location] {
             attributes["locationName"] = .string(value["name"]?.stringValue ?? "")
@@ -90,8 +92,10 @@ extension SyncEngine {
             }
             // What Trello holds now, from its reply where it carries the attribute, else as asked.
             let seen = CardMapper.fields(fromCard: updated.merging(card) { new, _ in new }, priority: priorityField)
-            for (field, value) in write {
-                guard let attribute = simpleAttributes[field] ?? (field == SyncField.dueReminderMinutes ? "dueReminder" : nil) else { continue }
+            for (name, value) in write {
+                guard let field = SyncField(rawValue: name),
+                    let attribute = simpleAttributes[field] ?? (field == .dueReminderMinutes ? "dueReminder" : nil)
+                else { continue }
                 let held = updated[attribute] == nil ? nil : CardMapper.partialFields(card: updated, changedAttributes: [attribute])[field]
                 written.set(field, held ?? value, time: now)
             }
@@ -453,7 +457,7 @@ extension SyncEngine {
         return attachments
     }
 
-    private func mark(account: String, cardID: String, _ field: String, _ value: JSONValue) -> String {
-        echo.fieldKey(account: account, card: cardID, field: field, value: value)
+    private func mark(account: String, cardID: String, _ field: SyncField, _ value: JSONValue) -> String {
+        echo.fieldKey(account: account, card: cardID, field: field.rawValue, value: value)
     }
 }

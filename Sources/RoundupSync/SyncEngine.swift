@@ -275,7 +275,7 @@ public struct SyncEngine: Sendable {
         for field in item.changedFields {
             guard let value = item.fields[field] else { continue }
             do {
-                item.fields[field] = try SyncFields.normalize(field, value, path: "fields.\(field)")
+                item.fields[field] = try SyncFields.normalize(named: field, value, path: "fields.\(field)")
             } catch let error as SyncFields.Invalid {
                 throw ItemFailure(description: error.description)
             }
@@ -302,7 +302,7 @@ public struct SyncEngine: Sendable {
             var changed = item.changedFields
             if item.op == .complete {
                 fields[SyncField.completed] = .bool(true)
-                changed = [SyncField.completed]
+                changed = [SyncField.completed.rawValue]
             }
             return try await update(item, fields: fields, changed: changed, cardID: task.cardID, task: task, list: list, state: &state)
         }
@@ -326,7 +326,7 @@ public struct SyncEngine: Sendable {
         list: SyncListRecord, state: inout JobState
     ) async throws -> SyncItemResult {
         // A field that does not flow to Trello is never written there, whatever Trello holds.
-        let skipped = Set(changed).filter { !list.settings.syncsToTrello($0) }.sorted()
+        let skipped = Set(changed).filter { !list.settings.syncsToTrello(named: $0) }.sorted()
         if !skipped.isEmpty, skipped.count == Set(changed).count {
             // Nothing of it flows to Trello: Trello is not even read.
             var result = SyncItemResult.skipped(
@@ -355,14 +355,16 @@ public struct SyncEngine: Sendable {
         var conflicts: [NewConflict] = []
         var agreed: [String: JSONValue] = [:]
         var activity: [NewActivity] = []
-        func note(_ kind: ActivityKind, _ field: String, old: JSONValue, new: JSONValue, rule: ConflictRule? = nil, kept: SyncSide? = nil) {
+        func note(_ kind: ActivityKind, _ field: SyncField, old: JSONValue, new: JSONValue, rule: ConflictRule? = nil, kept: SyncSide? = nil) {
             activity.append(
                 NewActivity(
-                    kind: kind, syncListID: list.id, cardID: cardID, reminderID: item.reminderID, side: .reminders, field: field, oldValue: old,
+                    kind: kind, syncListID: list.id, cardID: cardID, reminderID: item.reminderID, side: .reminders, field: field.rawValue,
+                    oldValue: old,
                     newValue: new, rule: rule, kept: kept,
                     message: rule == .manual ? "an open conflict: Trello's value stands until the user chooses" : nil, jobID: state.jobID))
         }
-        for field in Set(changed).subtracting(skipped).sorted() {
+        for name in Set(changed).subtracting(skipped).sorted() {
+            guard let field = SyncField(rawValue: name) else { continue }
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
@@ -370,7 +372,7 @@ public struct SyncEngine: Sendable {
             // What our own write sent back to the apps (`SyncWrite.tell`) is theirs, not a Trello edit they have not seen;
             // once they change the field again, that value is rewritten with the new one, or it would undo it.
             var told = false
-            if let value = pendingValue, task?.stamps[SyncWrite.toldStamp(field)]?.hash == value.fieldHash {
+            if let value = pendingValue, task?.stamps[SyncWrite.toldStamp(name)]?.hash == value.fieldHash {
                 pendingValue = nil
                 told = value != (mine == theirs ? theirs : mine)
             }
@@ -393,7 +395,7 @@ public struct SyncEngine: Sendable {
             let theirTime = stamp.flatMap { $0.hash == theirs.fieldHash ? $0.time : nil } ?? cardTime
             let appWins: Bool
             let rule: ConflictRule
-            if field == SyncField.completed, abs(appTime - theirTime) <= 2 {
+            if field == .completed, abs(appTime - theirTime) <= 2 {
                 appWins = mine == .bool(true)  // within two seconds, done wins
                 rule = .doneWins
             } else if !list.settings.syncsToReminders(field) {
@@ -408,7 +410,7 @@ public struct SyncEngine: Sendable {
                 case .preferTrello: appWins = false
                 case .lww: appWins = appTime >= theirTime
                 case .manual:
-                    conflicts.append(NewConflict(field: field, trelloValue: theirs, remindersValue: mine))
+                    conflicts.append(NewConflict(field: field.rawValue, trelloValue: theirs, remindersValue: mine))
                     appWins = false
                 }
             }
@@ -436,7 +438,7 @@ public struct SyncEngine: Sendable {
         // What the card holds now where it is not what the app sent (a label named, a new check item's id, the option a
         // level picked, the first link's attachment): every app gets it, the sender included.
         var told: [String: JSONValue] = [:]
-        for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(field) { told[field] = value }
+        for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(named: field) { told[field] = value }
         record.winning = winning.merging(written.values.filter { winning[$0.key] != nil }) { _, held in held }
         record.toApps = toApps
         record.tell(told, time: Date().timeIntervalSince1970)
@@ -516,15 +518,15 @@ public struct SyncEngine: Sendable {
         _ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState, note: String? = nil
     ) async throws -> String {
         // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
-        let fields = appFields.filter { list.settings.syncsToTrello($0.key) }
+        let fields = appFields.filter { list.settings.syncsToTrello(named: $0.key) }
         // An option or label the board lacks fails the item before a card is made for it (a create, a duplicate kept).
         let labelIDs = try await checkBeforeCreate(fields, list: list, state: &state)
         let title = fields[SyncField.title]?.stringValue ?? ""
         let createMark = echo.createKey(account: list.accountID, syncList: list.id, title: title)
         try await echo.mark([createMark])
         var attributes: [String: JSONValue] = [:]
-        for (field, value) in fields {
-            if let attribute = SyncFields.cardAttribute[field] { attributes[attribute] = value }
+        for (name, value) in fields {
+            if let attribute = SyncField(rawValue: name).flatMap({ SyncFields.cardAttribute[$0] }) { attributes[attribute] = value }
         }
         // A list that syncs only some cards: the new card gets what the filter asks (one of its labels, one of its
         // members), or its webhook would take the reminder it came from away again.
@@ -558,8 +560,9 @@ public struct SyncEngine: Sendable {
         _ = try await store.recordSyncWrite(record)
         // The rest are requests of their own; the card is known now, so they are fingerprinted by card.
         var extra: [String: JSONValue] = [:]
-        for (field, value) in fields where SyncFields.cardAttribute[field] == nil && field != SyncField.labels {
-            if value == .null || value == .array([]) || (field == SyncField.priorityLevel && value == .number(0)) { continue }
+        for (name, value) in fields {
+            guard let field = SyncField(rawValue: name), SyncFields.cardAttribute[field] == nil, field != .labels else { continue }
+            if value == .null || value == .array([]) || (field == .priorityLevel && value == .number(0)) { continue }
             extra[field] = value
         }
         // What the apps did not send or sent in another form (the card's Trello link, label ids, new check items'
@@ -574,7 +577,7 @@ public struct SyncEngine: Sendable {
         if !extra.isEmpty {
             let written = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
             more.stamps = written.stamps
-            for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(field) { told[field] = value }
+            for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(named: field) { told[field] = value }
         }
         more.tell(told, time: now)
         if !more.stamps.isEmpty { _ = try await store.recordSyncWrite(more) }

@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupSync
 import RoundupTesting
 import Testing
 
@@ -319,5 +320,29 @@ import Testing
         #expect(
             documented == registered,
             "only in the document: \(documented.subtracting(registered)); only in the router: \(registered.subtracting(documented))")
+    }
+}
+
+/// The field vocabulary is one enum (`SyncField`), its raw values the wire names: the OpenAPI document's `FieldName`
+/// (every field the apps see) and `SyncFieldName` (those they write) list exactly its cases and `SyncFields.writable`.
+@Suite struct FieldVocabularyTests {
+    /// The names of a `enum: [a, b, …]` line of the schema `name`.
+    static func documentedEnum(_ name: String) throws -> [String] {
+        let text = try String(contentsOf: TestSupport.sourceRoot.appendingPathComponent("docs/openapi.yaml"), encoding: .utf8)
+        let lines = text.split(separator: "\n").map(String.init)
+        let start = try #require(lines.firstIndex(of: "    \(name):"), "no schema \(name)")
+        let line = try #require(lines[start...].prefix(4).first { $0.contains("enum: [") }, "\(name) has no enum")
+        let inside = line.drop { $0 != "[" }.dropFirst().prefix { $0 != "]" }
+        return inside.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+    }
+
+    @Test func theDocumentNamesExactlyTheEnumsFields() throws {
+        #expect(try Self.documentedEnum("FieldName") == SyncField.allCases.map(\.rawValue))
+        #expect(Set(try Self.documentedEnum("SyncFieldName")) == Set(SyncFields.writable.map(\.rawValue)))
+        // Every field but the card's Trello page is written by the apps.
+        #expect(Set(SyncField.allCases).subtracting(SyncFields.writable) == [.trelloURL])
+        for field in SyncField.allCases {
+            #expect(SyncField(rawValue: field.rawValue) == field && "\(field)" == field.rawValue)
+        }
     }
 }

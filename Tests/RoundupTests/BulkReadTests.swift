@@ -28,7 +28,8 @@ import Testing
         // Each change holds what a read of the card alone gives.
         let labelled = try #require(changes.first { $0["trello_card_id"]?.stringValue == cards[7] })
         let card = try #require(stack.trello.cardValue(cards[7]))
-        for (field, value) in CardMapper.fields(fromCard: card) where field != SyncField.priorityLevel && field != SyncField.priority {
+        for (field, value) in CardMapper.fields(fromCard: card)
+        where field != SyncField.priorityLevel.rawValue && field != SyncField.priority.rawValue {
             #expect(labelled["fields"]?[field] == value, "\(field)")
         }
         let cardReads = stack.trello.cardRequests - readsBefore

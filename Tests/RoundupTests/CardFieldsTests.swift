@@ -44,7 +44,7 @@ import Testing
         #expect(fields[SyncField.url] == "https://example.com/tickets")
         #expect(fields[SyncField.trelloURL] == "https://trello.com/c/AbCdEf12")
         #expect(fields[SyncField.dueReminderMinutes] == .number(30))
-        #expect(Set(fields.keys) == Set(SyncField.all))
+        #expect(Set(fields.keys) == Set(SyncField.names))
     }
 
     @Test func noDueReminderIsNull() {
@@ -70,7 +70,7 @@ import Testing
             return
         }
         let then = JSONValue.object(object.filter { $0.key != "fields_version" }).canonicalJSON
-        #expect(!then.contains(SyncField.trelloURL))
+        #expect(!then.contains(SyncField.trelloURL.rawValue))
         let read = SyncSettings(stored: then)
         for field in SyncSettings.fieldsAddedLater {
             #expect(read.syncsToReminders(field), "\(field)")
@@ -84,7 +84,7 @@ import Testing
     /// The same due reminder from a webhook payload and from a read of the card: one hash, so no change flips.
     @Test func aDueReminderFromThePayloadHashesAsFromTheCard() {
         let partial = CardMapper.partialFields(card: ["dueReminder": .number(30)], changedAttributes: ["dueReminder"])
-        #expect(partial == [SyncField.dueReminderMinutes: .number(30)])
+        #expect(partial == [SyncField.dueReminderMinutes.rawValue: .number(30)])
         #expect(partial[SyncField.dueReminderMinutes]?.fieldHash == CardMapper.fields(fromCard: Self.card)[SyncField.dueReminderMinutes]?.fieldHash)
     }
 
@@ -117,12 +117,12 @@ import Testing
         }
         // Members beside a title: the title's value, and a read for lists that filter by member.
         let both = try Self.update(old: ["name": "Old", "idMembers": .array([])], card: ["name": "New"]).map { $0.kind }
-        #expect(both == [CardEvent.Kind.fields([SyncField.title: "New"]), CardEvent.Kind.membersChanged])
+        #expect(both == [CardEvent.Kind.fields([SyncField.title.rawValue: "New"]), CardEvent.Kind.membersChanged])
         #expect(try Self.update(old: ["idMembers": .array([])]).map { $0.kind } == [CardEvent.Kind.membersChanged])
         let renamed = try Self.update(old: ["name": "Old"], card: ["name": "New"]).map { $0.kind }
-        #expect(renamed == [CardEvent.Kind.fields([SyncField.title: "New"])])
+        #expect(renamed == [CardEvent.Kind.fields([SyncField.title.rawValue: "New"])])
         let reminded = try Self.update(old: ["dueReminder": .number(1440)], card: ["dueReminder": .number(5)]).map { $0.kind }
-        #expect(reminded == [CardEvent.Kind.fields([SyncField.dueReminderMinutes: .number(5)])])
+        #expect(reminded == [CardEvent.Kind.fields([SyncField.dueReminderMinutes.rawValue: .number(5)])])
     }
 
     /// Bodies of our own, shaped as Trello sends them, for what ../shared/trello-fixtures lacks: every checklist and check

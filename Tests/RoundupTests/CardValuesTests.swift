@@ -127,7 +127,7 @@ import Testing
         (SyncField.dueReminderMinutes, .bool(true), "must be a number of minutes"),
         (SyncField.attachments, .object([:]), "must be an array"),
     ])
-    func wrongTypesAreTheRequests(field: String, value: JSONValue, message: String) {
+    func wrongTypesAreTheRequests(field: SyncField, value: JSONValue, message: String) {
         #expect(throws: SyncFields.Invalid.self) { try SyncFields.checkType(field, value, path: "fields.\(field)") }
         do {
             try SyncFields.checkType(field, value, path: "fields.\(field)")
@@ -148,7 +148,7 @@ import Testing
         (SyncField.checklists, .array([.object(["id": "c1", "items": .array([.object(["deleted": true])])])]), "needs its id"),
         (SyncField.attachments, .array([.object(["url": "ftp://example.com/x"])]), "[0].url must be an http or https URL"),
     ])
-    func unwritableValuesAreTheItems(field: String, value: JSONValue, message: String) throws {
+    func unwritableValuesAreTheItems(field: SyncField, value: JSONValue, message: String) throws {
         try SyncFields.checkType(field, value, path: "fields.\(field)")
         do {
             _ = try SyncFields.normalize(field, value, path: "fields.\(field)")
@@ -163,18 +163,19 @@ import Testing
     /// What the apps received, sent back as it is, normalises to itself (so an unchanged value is never written).
     @Test func receivedValuesNormaliseToThemselves() throws {
         let values: [String: JSONValue] = [
-            SyncField.labels: .array([
+            SyncField.labels.rawValue: .array([
                 .object(["id": "l1", "name": "Home", "color": "green"]), .object(["id": "l2", "name": .null, "color": .null]),
             ]),
-            SyncField.location: .object(["name": "Office", "address": .null, "latitude": .number(1.5), "longitude": .number(2)]),
-            SyncField.checklists: ChecklistEditsTests.current, SyncField.dueReminderMinutes: .number(30), SyncField.priorityLevel: .number(5),
-            SyncField.attachments: .array([
+            SyncField.location.rawValue: .object(["name": "Office", "address": .null, "latitude": .number(1.5), "longitude": .number(2)]),
+            SyncField.checklists.rawValue: ChecklistEditsTests.current, SyncField.dueReminderMinutes.rawValue: .number(30),
+            SyncField.priorityLevel.rawValue: .number(5),
+            SyncField.attachments.rawValue: .array([
                 .object(["id": "a1", "name": "Form", "url": "https://example.com", "is_upload": false, "mime_type": .null])
             ]),
         ]
         for (field, value) in values {
-            try SyncFields.checkType(field, value, path: field)
-            #expect(try SyncFields.normalize(field, value, path: field) == value, "\(field)")
+            try SyncFields.checkType(named: field, value, path: field)
+            #expect(try SyncFields.normalize(named: field, value, path: field) == value, "\(field)")
         }
     }
 }

@@ -82,9 +82,9 @@ final class SimulatedApp: @unchecked Sendable {
         case 1, 2:
             let notes: [JSONValue] = ["both", "trello_to_reminders", "reminders_to_trello"]
             var fields: [String: JSONValue] = [
-                SyncField.title: .object(["direction": "both", "conflict_policy": pick(policies)]),
-                SyncField.notes: .object(["direction": pick(notes), "conflict_policy": pick(policies)]),
-                SyncField.completed: .object(["direction": "both", "conflict_policy": pick(policies)]),
+                SyncField.title.rawValue: .object(["direction": "both", "conflict_policy": pick(policies)]),
+                SyncField.notes.rawValue: .object(["direction": pick(notes), "conflict_policy": pick(policies)]),
+                SyncField.completed.rawValue: .object(["direction": "both", "conflict_policy": pick(policies)]),
             ]
             for field in SyncField.all where fields[field] == nil { fields[field] = .object(["direction": "both"]) }
             return .object(["fields": .object(fields), "initial": seed % 6 == 2 ? "nothing" : "open_cards"])
@@ -95,7 +95,7 @@ final class SimulatedApp: @unchecked Sendable {
         }
     }
 
-    func value(for field: String, step: Int, side: String) -> JSONValue {
+    func value(for field: SyncField, step: Int, side: String) -> JSONValue {
         field == SyncField.completed ? .bool(Bool.random(using: &rng)) : .string("\(side)\(seed)-\(step)-\(field)")
     }
 
@@ -134,7 +134,7 @@ final class SimulatedApp: @unchecked Sendable {
         let value = value(for: field, step: step, side: "a")
         reminders[id]?[field] = value
         lastApp[cardOf[id]!, default: [:]][field] = value
-        let job = try await s.sync([s.change("update", reminder: id, fields: [field: value], changed: [field])])
+        let job = try await s.sync([s.change("update", reminder: id, fields: [field.rawValue: value], changed: [field.rawValue])])
         log.append("step \(step): app \(id).\(field) = \(value) → \(job["results"]?[0]?["status"] ?? .null)")
         let status = job["results"]?[0]?["status"]?.stringValue
         let expected: Set<String> = settings.syncsToTrello(field) ? ["ok", "conflict"] : ["skipped"]
@@ -190,7 +190,7 @@ final class SimulatedApp: @unchecked Sendable {
             reminders[id]?[name] = value
             lastApp[card, default: [:]][name] = value
         }
-        let job = try await s.sync([s.change("update", reminder: id, fields: [sentField: sent], changed: [sentField])])
+        let job = try await s.sync([s.change("update", reminder: id, fields: [sentField.rawValue: sent], changed: [sentField.rawValue])])
         log.append("step \(step): app \(id).\(sentField) = \(sent.canonicalJSON) → \(job["results"]?[0]?["status"] ?? .null)")
         let status = job["results"]?[0]?["status"]?.stringValue
         let expected: Set<String> = settings.syncsToTrello(sentField) ? ["ok", "conflict"] : ["skipped"]
@@ -285,7 +285,7 @@ final class SimulatedApp: @unchecked Sendable {
                 for (field, value) in change["fields"]?.objectValue ?? [:] { reminders[id!]?[field] = value }
             }
             log.append(
-                "pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0] ?? .null)" }.joined(separator: " ") } ?? "")"
+                "pull: \(change["change_type"] ?? .null) \(card) \(change["fields"].map { f in Self.fields.map { "\($0)=\(f[$0.rawValue] ?? .null)" }.joined(separator: " ") } ?? "")"
             )
         }
         try await s.ack(changes, reminders: made)
@@ -465,13 +465,13 @@ final class SimulatedApp: @unchecked Sendable {
         // The create, read from Trello after both edits: the newer title, dated with the create's action.
         try await observe(.fields(fullCard("newer"), full: true), at: created)
         // The newer edit's webhook (the title the store has already), then the older edit's, 58 ms older.
-        try await observe(.fields([SyncField.title: "newer"], full: false), at: created + 2.491)
-        try await observe(.fields([SyncField.title: "older"], full: false), at: created + 2.433)
+        try await observe(.fields([SyncField.title.rawValue: "newer"], full: false), at: created + 2.491)
+        try await observe(.fields([SyncField.title.rawValue: "older"], full: false), at: created + 2.433)
         let changes = try await f.changes().filter { $0.trelloCardID == "card-1" }
         #expect(changes.count == 1)
         #expect(changes.last?.fields[SyncField.title] == "newer")
         // An edit newer than both still goes through.
-        try await observe(.fields([SyncField.title: "newest"], full: false), at: created + 3)
+        try await observe(.fields([SyncField.title.rawValue: "newest"], full: false), at: created + 3)
         #expect(try await f.changes().filter { $0.trelloCardID == "card-1" }.last?.fields[SyncField.title] == "newest")
     }
 }

@@ -245,7 +245,7 @@ enum CardAction: CustomStringConvertible {
 /// each, both reading cards from one fake Trello that holds the cards as they end.
 final class BatchOrderHarness: @unchecked Sendable {
     // @unchecked: used from one test task at a time.
-    static let allFields = SyncField.all.sorted().description
+    static let allFields = SyncField.names.sorted().description
     let trello: FakeTrello
     let http: HTTPClient
     let batch: StoreFixture

@@ -206,7 +206,10 @@ func j(_ text: String) -> JSONValue {
         let created = try await pull(s)
         #expect(created.count == 1)
         // A create carries only the fields that reach Reminders.
-        #expect(Set(created.first?["fields"]?.objectValue.map { Array($0.keys) } ?? []) == [SyncField.title, SyncField.notes, SyncField.startDate])
+        #expect(
+            Set(created.first?["fields"]?.objectValue.map { Array($0.keys) } ?? []) == [
+                SyncField.title.rawValue, SyncField.notes.rawValue, SyncField.startDate.rawValue,
+            ])
 
         // Trello's edits: notes arrive, completed and the due date (not synced) do not.
         stack.trello.userUpdateCard(id: card, ["desc": "second notes"])

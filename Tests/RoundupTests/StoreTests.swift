@@ -68,7 +68,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
         #expect(changes.count == 1)
         #expect(changes[0].changeType == .create)
         #expect(changes[0].fields["title"] == .string("Milk"))
-        #expect(Set(changes[0].changedFields) == Set(SyncField.all))
+        #expect(Set(changes[0].changedFields) == Set(SyncField.names))
     }
 
     @Test(arguments: StoreBackend.available) func updatesCompareHashesAndSupersedeUnackedChanges(backend: StoreBackend) async throws {

@@ -82,9 +82,9 @@ public struct SyncChange: Codable, Sendable, Equatable {
         var given: [String: JSONValue] = [:]
         if let raw = object["fields"], raw != .null {
             guard case .object(let object) = raw else { throw APIError.badRequest("\(path).fields must be an object") }
-            if let unknown = object.keys.sorted().first(where: { !SyncField.all.contains($0) }) {
+            if let unknown = object.keys.sorted().first(where: { SyncField(rawValue: $0) == nil }) {
                 throw APIError.unprocessable(
-                    "\(path).fields.\(unknown): unknown field; the apps write \(SyncFields.writable.joined(separator: ", ")) (the others of a change are read-only)"
+                    "\(path).fields.\(unknown): unknown field; the apps write \(SyncFields.writableNames) (the others of a change are read-only)"
                 )
             }
             given = object
@@ -94,13 +94,12 @@ public struct SyncChange: Codable, Sendable, Equatable {
             guard case .array(let names) = raw else { throw APIError.badRequest("\(path).changed_fields must be an array of field names") }
             for name in names {
                 guard case .string(let field) = name else { throw APIError.badRequest("\(path).changed_fields must be an array of field names") }
-                guard SyncFields.writable.contains(field) else {
-                    throw APIError.unprocessable(
-                        "\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writable.joined(separator: ", "))")
+                guard let known = SyncField(rawValue: field), SyncFields.writable.contains(known) else {
+                    throw APIError.unprocessable("\(path).changed_fields: unknown field \"\(field)\"; allowed: \(SyncFields.writableNames)")
                 }
                 if given[field] == nil {
                     // A generated client leaves nil out: a field that can be null, named but absent, is null (cleared).
-                    guard SyncFields.nullable.contains(field) else {
+                    guard SyncFields.nullable.contains(known) else {
                         throw APIError.unprocessable(
                             "\(path).changed_fields names \(field), which is not in fields (only a field that can be null may be left out, meaning null)"
                         )
@@ -114,7 +113,9 @@ public struct SyncChange: Codable, Sendable, Equatable {
         case .create:
             guard given[SyncField.title] != nil else { throw APIError.unprocessable("\(path).fields.title is required for a create") }
             // Every writable field given is written; `changed_fields` matters again only if the create finds its card made.
-            for field in given.keys.sorted() where SyncFields.writable.contains(field) && !changed.contains(field) { changed.append(field) }
+            for field in given.keys.sorted() where SyncField(rawValue: field).map(SyncFields.writable.contains) == true && !changed.contains(field) {
+                changed.append(field)
+            }
         case .update:
             guard !changed.isEmpty else { throw APIError.unprocessable("\(path).changed_fields must name at least one field for an update") }
         case .complete, .delete:
@@ -126,11 +127,11 @@ public struct SyncChange: Codable, Sendable, Equatable {
         for name in changed {
             guard let value = given[name] else { continue }
             do {
-                try SyncFields.checkType(name, value, path: "\(path).fields.\(name)")
+                try SyncFields.checkType(named: name, value, path: "\(path).fields.\(name)")
             } catch let error as SyncFields.Invalid {
                 throw APIError.unprocessable(error.description)
             }
-            fields[name] = (try? SyncFields.normalize(name, value, path: "fields.\(name)")) ?? value
+            fields[name] = (try? SyncFields.normalize(named: name, value, path: "fields.\(name)")) ?? value
         }
         self.fields = fields
         changedFields = changed

@@ -96,7 +96,7 @@ public struct CardFilter: Sendable, Hashable {
 public struct SyncSettings: Sendable, Hashable {
     public var direction: SyncDirection
     /// The fields that sync (the others are never sent to the apps nor written to Trello), each with its rule.
-    public var fields: [String: FieldRule]
+    public var fields: [SyncField: FieldRule]
     public var filter: CardFilter
     public var initial: InitialMode
     /// Links the apps send (`url`, new `attachments`) are appended to the card's description instead of becoming link
@@ -104,7 +104,7 @@ public struct SyncSettings: Sendable, Hashable {
     public var moveLinksToNotes: Bool
 
     public init(
-        direction: SyncDirection = .both, fields: [String: FieldRule] = SyncSettings.allFields, filter: CardFilter = CardFilter(),
+        direction: SyncDirection = .both, fields: [SyncField: FieldRule] = SyncSettings.allFields, filter: CardFilter = CardFilter(),
         initial: InitialMode = .openCards, moveLinksToNotes: Bool = false
     ) {
         self.direction = direction
@@ -117,10 +117,10 @@ public struct SyncSettings: Sendable, Hashable {
     public static let `default` = SyncSettings()
     public static let allFields = Dictionary(uniqueKeysWithValues: SyncField.all.map { ($0, FieldRule()) })
     /// Fields only Trello holds: the apps cannot write them, so they flow from Trello only.
-    public static let trelloOnlyFields: Set<String> = [SyncField.trelloURL]
+    public static let trelloOnlyFields: Set<SyncField> = [.trelloURL]
 
     /// The way `field` flows: its own direction within the list's, or nil when it does not sync.
-    public func direction(of field: String) -> SyncDirection? {
+    public func direction(of field: SyncField) -> SyncDirection? {
         guard let rule = fields[field] else { return nil }
         var direction = rule.direction.intersection(self.direction)
         if Self.trelloOnlyFields.contains(field) { direction = direction?.intersection(.trelloToReminders) }
@@ -128,12 +128,17 @@ public struct SyncSettings: Sendable, Hashable {
     }
 
     /// Trello's value of `field` reaches the apps.
-    public func syncsToReminders(_ field: String) -> Bool { direction(of: field)?.toReminders ?? false }
+    public func syncsToReminders(_ field: SyncField) -> Bool { direction(of: field)?.toReminders ?? false }
+    /// Trello's value of the field of this wire name reaches the apps (a name that is no field never does).
+    public func syncsToReminders(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToReminders) ?? false }
     /// The apps' value of `field` is written to Trello.
-    public func syncsToTrello(_ field: String) -> Bool { direction(of: field)?.toTrello ?? false }
+    public func syncsToTrello(_ field: SyncField) -> Bool { direction(of: field)?.toTrello ?? false }
+
+    /// The apps' value of the field of this wire name is written to Trello (a name that is no field never is).
+    public func syncsToTrello(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToTrello) ?? false }
 
     /// Who wins a conflict on `field`: the field's own policy, else the account's.
-    public func conflictPolicy(of field: String, account: ConflictPolicy) -> ConflictPolicy {
+    public func conflictPolicy(of field: SyncField, account: ConflictPolicy) -> ConflictPolicy {
         fields[field]?.conflictPolicy ?? account
     }
 
@@ -170,8 +175,8 @@ extension SyncSettings {
     /// The settings as the API shows them and the store keeps them (canonical JSON, every key present).
     public var json: JSONValue {
         var fieldObjects: [String: JSONValue] = [:]
-        for (name, rule) in fields {
-            fieldObjects[name] = .object([
+        for (field, rule) in fields {
+            fieldObjects[field.rawValue] = .object([
                 "direction": .string(rule.direction.rawValue),
                 "conflict_policy": rule.conflictPolicy.map { .string($0.rawValue) } ?? .null,
             ])
@@ -214,11 +219,11 @@ extension SyncSettings {
             guard case .object(let entries) = value else {
                 throw Invalid("settings.fields must be an object of field name → {direction, conflict_policy}")
             }
-            var rules: [String: FieldRule] = [:]
+            var rules: [SyncField: FieldRule] = [:]
             for (name, entry) in entries {
                 let path = "settings.fields.\(name)"
-                guard SyncField.all.contains(name) else {
-                    throw Invalid("\(path): unknown field; allowed: \(SyncField.all.joined(separator: ", "))")
+                guard let field = SyncField(rawValue: name) else {
+                    throw Invalid("\(path): unknown field; allowed: \(SyncField.names.joined(separator: ", "))")
                 }
                 guard case .object(let ruleObject) = entry else { throw Invalid("\(path) must be an object with direction and conflict_policy") }
                 if let unknown = ruleObject.keys.sorted().first(where: { $0 != "direction" && $0 != "conflict_policy" }) {
@@ -229,7 +234,7 @@ extension SyncSettings {
                 if let value = ruleObject["conflict_policy"], value != .null {
                     rule.conflictPolicy = try Self.enumValue(value, path: "\(path).conflict_policy") as ConflictPolicy
                 }
-                rules[name] = rule
+                rules[field] = rule
             }
             fields = rules
         }
@@ -252,7 +257,7 @@ extension SyncSettings {
     /// The rules no document may break: the title syncs every way the list does (a reminder and a card both need one), a field's own
     /// direction has something in common with the list's, and a field only Trello holds never flows to Trello.
     public func validate() throws(Invalid) {
-        guard let title = fields[SyncField.title] else { throw Invalid("settings.fields must include title: a reminder and a card both need one") }
+        guard let title = fields[.title] else { throw Invalid("settings.fields must include title: a reminder and a card both need one") }
         // A create carries the title: it goes every way the list creates reminders or cards.
         if title.direction.intersection(direction) != direction {
             throw Invalid(
@@ -284,13 +289,12 @@ extension SyncSettings {
     /// Fields added after settings were first stored: a field map stored before `version` was written when the field
     /// did not exist, so it does not name it; it gets the rule of `like` (the field it is another form of), else the
     /// default rule (and a field whose `like` the map leaves out is left out too). A map of that version or later that leaves one out means it.
-    public static let fieldsAdded: [(version: Int, field: String, like: String?)] = [
-        (2, SyncField.attachments, nil), (2, SyncField.trelloURL, nil), (2, SyncField.dueReminderMinutes, nil),
-        (3, SyncField.priorityLevel, SyncField.priority),
+    public static let fieldsAdded: [(version: Int, field: SyncField, like: SyncField?)] = [
+        (2, .attachments, nil), (2, .trelloURL, nil), (2, .dueReminderMinutes, nil), (3, .priorityLevel, .priority),
     ]
 
     /// Every field of `fieldsAdded`.
-    public static var fieldsAddedLater: [String] { fieldsAdded.map(\.field) }
+    public static var fieldsAddedLater: [SyncField] { fieldsAdded.map(\.field) }
 
     /// Settings as stored: nil or damaged text is the defaults (the API checked them when it stored them).
     public init(stored text: String?) {

@@ -1,36 +1,45 @@
 import Foundation
 
-/// The field names the apps see, in `changed_fields` and `fields`.
-public enum SyncField {
-    public static let title = "title"
-    public static let notes = "notes"
-    public static let dueDate = "due_date"
-    public static let startDate = "start_date"
-    public static let completed = "completed"
-    public static let priority = "priority"
-    public static let labels = "labels"
-    public static let checklists = "checklists"
-    public static let url = "url"
-    public static let location = "location"
-    /// Every attachment of the card (`url` keeps the first link, for apps that show one).
-    public static let attachments = "attachments"
-    /// The card's own page in Trello (`shortUrl`).
-    public static let trelloURL = "trello_url"
-    /// Trello's due reminder: minutes before the due date, null when none.
-    public static let dueReminderMinutes = "due_reminder_minutes"
+/// The fields the apps see, named as they are on the wire (`changed_fields`, the keys of `fields`): the raw values.
+/// Interpolated, a field reads as its wire name.
+public enum SyncField: String, CaseIterable, Sendable, Hashable, Codable, Comparable, CustomStringConvertible {
+    case title, notes
+    case dueDate = "due_date"
+    case startDate = "start_date"
+    case completed, priority
     /// The priority on EventKit's scale: 0 none, 1 highest … 9 lowest (`PriorityField.level(of:)`).
-    public static let priorityLevel = "priority_level"
+    case priorityLevel = "priority_level"
+    case labels, checklists, url, location
+    /// Every attachment of the card (`url` keeps the first link, for apps that show one).
+    case attachments
+    /// The card's own page in Trello (`shortUrl`).
+    case trelloURL = "trello_url"
+    /// Trello's due reminder: minutes before the due date, null when none.
+    case dueReminderMinutes = "due_reminder_minutes"
 
-    public static let all: [String] = [
-        title, notes, dueDate, startDate, completed, priority, priorityLevel, labels, checklists, url, location, attachments, trelloURL,
-        dueReminderMinutes,
-    ]
+    /// Every field, in the order the apps' documentation lists them.
+    public static let all: [SyncField] = allCases
+    /// Their wire names, in that order (for messages that list them).
+    public static let names: [String] = all.map(\.rawValue)
+
+    public var description: String { rawValue }
+
+    /// In the order of their wire names.
+    public static func < (a: SyncField, b: SyncField) -> Bool { a.rawValue < b.rawValue }
 
     /// Trello card attribute → field, for attributes an `updateCard` payload carries itself. Labels are not among them:
     /// a payload names their ids only, and the apps get names and colours, which a read of the card gives.
-    public static let fromCardAttribute: [String: String] = [
-        "name": title, "desc": notes, "due": dueDate, "start": startDate, "dueComplete": completed, "dueReminder": dueReminderMinutes,
+    public static let fromCardAttribute: [String: SyncField] = [
+        "name": .title, "desc": .notes, "due": .dueDate, "start": .startDate, "dueComplete": .completed, "dueReminder": .dueReminderMinutes,
     ]
+}
+
+extension Dictionary where Key == String {
+    /// A field's value in a fields object (keyed by wire name).
+    public subscript(_ field: SyncField) -> Value? {
+        get { self[field.rawValue] }
+        set { self[field.rawValue] = newValue }
+    }
 }
 
 /// Maps a full Trello card (`GET /cards/{id}?fields=all&customFieldItems=true&checklists=all&attachments=true`)
@@ -63,9 +72,9 @@ public enum CardMapper {
             guard let field = SyncField.fromCardAttribute[attribute] else { continue }
             let value = card[attribute] ?? .null
             switch field {
-            case SyncField.completed: fields[field] = .bool(value.boolValue ?? false)
-            case SyncField.dueReminderMinutes: fields[field] = dueReminder(value)
-            case SyncField.title, SyncField.notes: fields[field] = value == .null ? .string("") : value
+            case .completed: fields[field] = .bool(value.boolValue ?? false)
+            case .dueReminderMinutes: fields[field] = dueReminder(value)
+            case .title, .notes: fields[field] = value == .null ? .string("") : value
             default: fields[field] = value
             }
         }

@@ -163,11 +163,11 @@ struct ChangeApplier<Rows: ChangeRows> {
                     return
                 }
                 try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
-                let type: ChangeType = changed.count == 1 && changed[SyncField.completed] == .bool(true) ? .complete : .update
+                let type: ChangeType = changed.count == 1 && changed[.completed] == .bool(true) ? .complete : .update
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
                 let settings = try rules(o.syncListID).settings
                 for (field, value) in changed.sorted(by: { $0.key < $1.key }) {
-                    if settings.syncsToReminders(field) {
+                    if settings.syncsToReminders(named: field) {
                         try noteTrello(o, .change, reminderID: task.reminderID, field: field, old: o.previous[field], new: value)
                     } else {
                         try noteTrello(
@@ -188,7 +188,7 @@ struct ChangeApplier<Rows: ChangeRows> {
                 try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields)
                 let settings = try rules(o.syncListID).settings
                 try noteTrello(
-                    o, .create, reminderID: task?.reminderID, new: .object(fields.filter { settings.syncsToReminders($0.key) }),
+                    o, .create, reminderID: task?.reminderID, new: .object(fields.filter { settings.syncsToReminders(named: $0.key) }),
                     message: task?.deleted == true ? "the card is back in the list" : nil)
             }
         }
@@ -201,8 +201,8 @@ struct ChangeApplier<Rows: ChangeRows> {
     mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
-        var fields = fields.filter { settings.syncsToReminders($0.key) }
-        var changed = changed.filter { settings.syncsToReminders($0) }
+        var fields = fields.filter { settings.syncsToReminders(named: $0.key) }
+        var changed = changed.filter { settings.syncsToReminders(named: $0) }
         switch type {
         case .delete:
             guard settings.direction.toReminders else { return false }
@@ -210,7 +210,7 @@ struct ChangeApplier<Rows: ChangeRows> {
             break
         case .update, .complete:
             guard !changed.isEmpty else { return false }
-            type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? .complete : .update
+            type = changed == [SyncField.completed.rawValue] && fields[.completed] == .bool(true) ? .complete : .update
         }
         if let previous = try rows.latestChange(accountID: o.accountID, cardID: o.cardID) {
             let previousType = previous.type
@@ -231,7 +231,7 @@ struct ChangeApplier<Rows: ChangeRows> {
             default:
                 fields = previousFields.merging(fields) { _, new in new }
                 changed = Array(Set(previousChanged).union(changed)).sorted()
-                type = changed == [SyncField.completed] && fields[SyncField.completed] == .bool(true) ? .complete : .update
+                type = changed == [SyncField.completed.rawValue] && fields[.completed] == .bool(true) ? .complete : .update
             }
         }
         try rows.insertChange(

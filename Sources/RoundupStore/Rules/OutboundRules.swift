@@ -74,7 +74,7 @@ extension ChangeApplier where Rows: OutboundRows {
                 if !overlap.isEmpty { try writeChange(observation, type: .update, changed: overlap.keys.sorted(), fields: overlap) }
             }
             if !w.toApps.isEmpty {
-                let type: ChangeType = w.toApps == [SyncField.completed: .bool(true)] ? .complete : .update
+                let type: ChangeType = w.toApps == [SyncField.completed.rawValue: .bool(true)] ? .complete : .update
                 try writeChange(observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps)
             }
         }
@@ -119,7 +119,7 @@ extension ChangeApplier where Rows: OutboundRows {
                 accountID,
                 NewActivity(
                     kind: .create, syncListID: syncListID, cardID: card.cardID, side: .trello,
-                    newValue: .object(card.fields.filter { settings.syncsToReminders($0.key) }), message: "imported from the Trello list"))
+                    newValue: .object(card.fields.filter { settings.syncsToReminders(named: $0.key) }), message: "imported from the Trello list"))
         }
     }
 }

@@ -5,15 +5,15 @@ import RoundupStore
 /// The fields an app may send in a sync, checked and put in the form the apps see in changes (and the field
 /// hashes are computed on), so a value written to Trello and the value its webhook carries back hash the same.
 public enum SyncFields {
-    public static let writable: [String] = [
-        SyncField.title, SyncField.notes, SyncField.dueDate, SyncField.startDate, SyncField.completed, SyncField.priority, SyncField.priorityLevel,
-        SyncField.url, SyncField.labels, SyncField.checklists, SyncField.location, SyncField.dueReminderMinutes, SyncField.attachments,
+    public static let writable: [SyncField] = [
+        .title, .notes, .dueDate, .startDate, .completed, .priority, .priorityLevel, .url, .labels, .checklists, .location, .dueReminderMinutes,
+        .attachments,
     ]
+    /// Their wire names, in that order (for messages that list them).
+    public static let writableNames = writable.map(\.rawValue).joined(separator: ", ")
 
     /// The fields whose value may be null (clearing them); named in `changed_fields` but left out of `fields`, null.
-    public static let nullable: Set<String> = [
-        SyncField.dueDate, SyncField.startDate, SyncField.priority, SyncField.url, SyncField.location, SyncField.dueReminderMinutes,
-    ]
+    public static let nullable: Set<SyncField> = [.dueDate, .startDate, .priority, .url, .location, .dueReminderMinutes]
 
     /// Most entries of the fields that are lists (a request's size is bounded before it is stored).
     static let maxLabels = 50
@@ -24,10 +24,7 @@ public enum SyncFields {
     static let maxDueReminderMinutes = 40_320
 
     /// The most bytes a field's text may have.
-    static let maxBytes: [String: Int] = [
-        SyncField.title: 16_384, SyncField.notes: 16_384, SyncField.url: 2048, SyncField.priority: 200, SyncField.dueDate: 64,
-        SyncField.startDate: 64,
-    ]
+    static let maxBytes: [SyncField: Int] = [.title: 16_384, .notes: 16_384, .url: 2048, .priority: 200, .dueDate: 64, .startDate: 64]
 
     public struct Invalid: Error, CustomStringConvertible, Sendable {
         public var description: String
@@ -36,36 +33,36 @@ public enum SyncFields {
     /// Checks one field's JSON type only: what a well-formed request must get right (else it is refused whole). A
     /// value of the right type that cannot be written (an empty title, a date that is no date, a malformed URL, an
     /// option the board lacks) fails only its item, in the job (`normalize`).
-    public static func checkType(_ field: String, _ value: JSONValue, path: String) throws {
+    public static func checkType(_ field: SyncField, _ value: JSONValue, path: String) throws {
         // Sizes are the request's to get right too: what a job carries is bounded before it is stored.
         if case .string(let text) = value, let limit = maxBytes[field], text.utf8.count > limit {
             throw Invalid(description: "\(path) is longer than \(limit) bytes")
         }
         switch (field, value) {
-        case (SyncField.title, .string), (SyncField.notes, .string), (SyncField.completed, .bool):
+        case (.title, .string), (.notes, .string), (.completed, .bool):
             return
-        case (SyncField.dueDate, .string), (SyncField.dueDate, .null), (SyncField.startDate, .string), (SyncField.startDate, .null),
-            (SyncField.priority, .string), (SyncField.priority, .null), (SyncField.url, .string), (SyncField.url, .null),
-            (SyncField.priorityLevel, .number), (SyncField.dueReminderMinutes, .number), (SyncField.dueReminderMinutes, .null),
-            (SyncField.location, .null):
+        case (.dueDate, .string), (.dueDate, .null), (.startDate, .string), (.startDate, .null),
+            (.priority, .string), (.priority, .null), (.url, .string), (.url, .null),
+            (.priorityLevel, .number), (.dueReminderMinutes, .number), (.dueReminderMinutes, .null),
+            (.location, .null):
             return
-        case (SyncField.title, _), (SyncField.notes, _):
+        case (.title, _), (.notes, _):
             throw Invalid(description: "\(path) must be a string")
-        case (SyncField.completed, _):
+        case (.completed, _):
             throw Invalid(description: "\(path) must be true or false")
-        case (SyncField.dueDate, _), (SyncField.startDate, _):
+        case (.dueDate, _), (.startDate, _):
             throw Invalid(description: "\(path) must be an ISO 8601 date-time string such as 2026-11-23T09:00:00Z, or null")
-        case (SyncField.priority, _), (SyncField.url, _):
+        case (.priority, _), (.url, _):
             throw Invalid(description: "\(path) must be a string or null")
-        case (SyncField.priorityLevel, _):
+        case (.priorityLevel, _):
             throw Invalid(description: "\(path) must be a number from 0 (none) to 9 (lowest)")
-        case (SyncField.dueReminderMinutes, _):
+        case (.dueReminderMinutes, _):
             throw Invalid(description: "\(path) must be a number of minutes before the due date, or null")
-        case (SyncField.location, .object(let object)):
+        case (.location, .object(let object)):
             try checkLocation(object, path: path)
-        case (SyncField.location, _):
+        case (.location, _):
             throw Invalid(description: "\(path) must be an object {name, address, latitude, longitude}, or null")
-        case (SyncField.labels, _):
+        case (.labels, _):
             let labels = try array(value, path: path, of: "labels (an id, a name, or {id, name})", max: maxLabels)
             for (index, label) in labels.enumerated() {
                 switch label {
@@ -78,7 +75,7 @@ public enum SyncFields {
                 default: throw Invalid(description: "\(path)[\(index)] must be a label's id or name (1 to 200 bytes), or {id, name}")
                 }
             }
-        case (SyncField.checklists, _):
+        case (.checklists, _):
             let checklists = try array(value, path: path, of: "checklists", max: maxChecklists)
             for (index, checklist) in checklists.enumerated() {
                 let at = "\(path)[\(index)]"
@@ -93,14 +90,14 @@ public enum SyncFields {
                     try check(fields, path: "\(at).items[\(offset)]", strings: ["id", "name"], bools: ["completed", "deleted"])
                 }
             }
-        case (SyncField.attachments, _):
+        case (.attachments, _):
             let attachments = try array(value, path: path, of: "attachments", max: maxAttachments)
             for (index, attachment) in attachments.enumerated() {
                 guard case .object(let object) = attachment else { throw Invalid(description: "\(path)[\(index)] must be an object {id, name, url}") }
                 try check(object, path: "\(path)[\(index)]", strings: ["id", "name", "url", "mime_type"], bools: ["is_upload", "deleted"])
             }
-        default:
-            throw Invalid(description: "\(path): unknown field; allowed: \(writable.joined(separator: ", "))")
+        case (.trelloURL, _):
+            throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)")
         }
     }
 
@@ -141,61 +138,73 @@ public enum SyncFields {
     /// Checks one field's value; returns it normalised (dates as ISO 8601 UTC with milliseconds, priority
     /// lower case with "none" as null). `path` names the field in error messages. Any option text is a priority here:
     /// whether the board has it is the board's to say when it is written.
-    public static func normalize(_ field: String, _ value: JSONValue, path: String) throws -> JSONValue {
+    public static func normalize(_ field: SyncField, _ value: JSONValue, path: String) throws -> JSONValue {
         switch field {
-        case SyncField.title, SyncField.notes:
+        case .title, .notes:
             guard case .string(let text) = value else { throw Invalid(description: "\(path) must be a string") }
             let limit = maxBytes[field] ?? 16_384
             guard text.utf8.count <= limit else { throw Invalid(description: "\(path) is longer than \(limit) bytes") }
-            if field == SyncField.title, text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+            if field == .title, text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
                 throw Invalid(description: "\(path) must not be empty")
             }
             return value
-        case SyncField.dueDate, SyncField.startDate:
+        case .dueDate, .startDate:
             if value == .null { return .null }
             guard case .string(let text) = value, let date = Timestamp.date(text) else {
                 throw Invalid(description: "\(path) must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z, or null")
             }
             return .string(Timestamp.string(date))
-        case SyncField.completed:
+        case .completed:
             guard case .bool = value else { throw Invalid(description: "\(path) must be true or false") }
             return value
-        case SyncField.priority:
+        case .priority:
             if value == .null { return .null }
             guard case .string(let text) = value, !text.isEmpty, text.utf8.count <= 200 else {
                 throw Invalid(description: "\(path) must be the text of an option of the board's Priority field (at most 200 bytes), or null")
             }
             // "none" stays itself: a board with an option of that name has it chosen, another has its field cleared.
             return .string(text.lowercased())
-        case SyncField.priorityLevel:
+        case .priorityLevel:
             guard case .number(let level) = value, level == level.rounded(), (0...9).contains(level) else {
                 throw Invalid(description: "\(path) must be a whole number from 0 (none) through 1 (highest) to 9 (lowest)")
             }
             return .number(level)
-        case SyncField.dueReminderMinutes:
+        case .dueReminderMinutes:
             if value == .null { return .null }
             guard case .number(let minutes) = value, minutes == minutes.rounded(), minutes >= -1, minutes <= Double(maxDueReminderMinutes) else {
                 throw Invalid(
                     description: "\(path) must be a whole number of minutes from 0 to \(maxDueReminderMinutes) before the due date, or null")
             }
             return minutes < 0 ? .null : .number(minutes)
-        case SyncField.location:
+        case .location:
             return try CardValues.location(value, path: path)
-        case SyncField.labels:
+        case .labels:
             return try CardValues.labels(value, path: path)
-        case SyncField.checklists:
+        case .checklists:
             return try CardValues.checklists(value, path: path)
-        case SyncField.attachments:
+        case .attachments:
             return try CardValues.attachments(value, path: path)
-        case SyncField.url:
+        case .url:
             if value == .null { return .null }
             guard case .string(let text) = value, isWebURL(text) else {
                 throw Invalid(description: "\(path) must be an http or https URL of at most 2048 bytes, or null")
             }
             return value
-        default:
-            throw Invalid(description: "\(path): unknown field; allowed: \(writable.joined(separator: ", "))")
+        case .trelloURL:
+            throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)")
         }
+    }
+
+    /// `normalize` for a field given by its wire name; a name that is no field is refused as `.trelloURL` is.
+    public static func normalize(named name: String, _ value: JSONValue, path: String) throws -> JSONValue {
+        guard let field = SyncField(rawValue: name) else { throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)") }
+        return try normalize(field, value, path: path)
+    }
+
+    /// `checkType` for a field given by its wire name; a name that is no field is refused as `.trelloURL` is.
+    public static func checkType(named name: String, _ value: JSONValue, path: String) throws {
+        guard let field = SyncField(rawValue: name) else { throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)") }
+        try checkType(field, value, path: path)
     }
 
     /// An http or https URL with a host, of at most 2048 bytes.
@@ -205,8 +214,8 @@ public enum SyncFields {
     }
 
     /// Trello card attribute for a field written with `PUT /cards/{id}`.
-    public static let cardAttribute: [String: String] = [
-        SyncField.title: "name", SyncField.notes: "desc", SyncField.dueDate: "due", SyncField.startDate: "start", SyncField.completed: "dueComplete",
+    public static let cardAttribute: [SyncField: String] = [
+        .title: "name", .notes: "desc", .dueDate: "due", .startDate: "start", .completed: "dueComplete",
     ]
 
     /// Titles compared for duplicates: case, surrounding and repeated white space ignored.
