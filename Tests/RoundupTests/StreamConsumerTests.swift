@@ -229,6 +229,27 @@ import Testing
         #expect(stream.calls.contains { $0.operation == "extendLease" })
     }
 
+    /// An entry that does not decode waits, with its batch, for the batch's messages to be handled before it is
+    /// dead-lettered: it is under the batch's lease all the while, so a second consumer never takes it over (and a
+    /// second dead letter, of an entry already gone, is never written).
+    @Test func anUndecodableEntryOfASlowBatchIsLeasedWithItAndDeadLetteredOnce() async throws {
+        let stream = MemoryStream()
+        let good = stream.add(Self.event(0))
+        let bad = stream.add(["undecodable": Array("yes".utf8)])
+        let slow = Recorder(delay: .milliseconds(250))
+        let other = Recorder()
+        await Self.running(stream, slow, options: Self.options(consumer: "slow", claimIdle: .milliseconds(50))) {
+            #expect(await Self.until { slow.handled == [good] })
+            await Self.running(stream, other, options: Self.options(consumer: "other", claimIdle: .milliseconds(50))) {
+                #expect(await Self.until { stream.ids.isEmpty })
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(stream.deadLetters.count == 1, "\(stream.deadLetters)")
+        #expect(stream.deadLetters.first?.originalID == bad && stream.deadLetters.first?.original == ["undecodable": Array("yes".utf8)])
+        #expect(other.decodes.withLock { $0.map(\.id) }.isEmpty)
+    }
+
     @Test func driverErrorsBackOffDoublingEachTime() async throws {
         let stream = MemoryStream()
         stream.add(Self.event(0))

@@ -341,7 +341,9 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
         if !messages.isEmpty {
             let started = ContinuousClock.now
             let messages = messages
-            let result = await whileLeased(messages.map(\.id)) { await self.handler.handle(messages) }
+            // Every entry of the batch is leased while its messages are handled: those that did not decode wait for
+            // their dead letter below, and no other consumer may take them over meanwhile.
+            let result = await whileLeased(batch.map(\.id)) { await self.handler.handle(messages) }
             let failed = result.retry.compactMap { entry in entry.failure.map { (id: entry.id, recorded: $0.recorded) } }
             let refused = try await driver.settle(done: result.done, failed: failed, appends: result.appends)
             if refused > 0 {
