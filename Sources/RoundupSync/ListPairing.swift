@@ -28,6 +28,8 @@ public struct ListPairing: Sendable {
         case trello(TrelloError)
         /// The store or Redis failed part way (what was made is removed): try again.
         case unavailable(String)
+        /// The store failed before anything was made.
+        case store(any Error)
     }
 
     /// The pairing: the list as stored, with its webhooks.
@@ -41,7 +43,8 @@ public struct ListPairing: Sendable {
         } catch StoreError.duplicateList {
             throw .alreadyPaired(trelloListID: trelloListID)
         } catch {
-            throw .unavailable("the list could not be stored (\(type(of: error)))")
+            // Nothing was made: the store's own failure, for the caller to answer as it answers any.
+            throw .store(error)
         }
         var made: [String] = []
         do {

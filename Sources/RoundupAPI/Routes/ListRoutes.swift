@@ -58,6 +58,7 @@ struct ListRoutes {
             case .accountGone: throw APIError.unauthorized("the account is gone")
             case .alreadyPaired(let listID): throw APIError.conflict("trello list \(listID) is already synced")
             case .unavailable(let reason): throw APIError.unavailable(reason)
+            case .store(let error): throw error
             case .trello(let trelloError):
                 // The app's ids or the account's credentials are wrong: the request's fault (422). Trello unreachable,
                 // failing, or unable to reach our ingress (its HEAD check): not the app's (502), try again later.
