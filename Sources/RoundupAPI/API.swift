@@ -112,7 +112,7 @@ public struct API: Sendable {
     /// Every route collection, each given what it uses (and no more): the server's composition root.
     func addRoutes(to router: Router<APIRequestContext>) {
         let keys = options.keys
-        let jobAnswers = JobAnswers(queue: jobs, staleAfter: options.staleAfter, logger: logger)
+        let jobAnswers = JobAnswers(queue: jobs, logger: logger)
         let signals = AccountSignals(streams: streams, tokens: authentication.tokens, redis: redis, keys: keys)
         let account = AccountRoutes(
             store: store, bootstrapToken: options.bootstrapToken, exportsPerAccount: options.exportsPerAccount, leases: leases,

@@ -16,7 +16,7 @@ public struct ReconcileRun: Sendable {
         self.staleAfter = staleAfter
     }
 
-    /// The lists to reconcile: the one named, or every list. Nil when the one named does not exist.
+    /// The lists to reconcile: the one named (none when it does not exist), or every list.
     public func lists(_ id: String?) async throws -> [SyncListRecord] {
         try await store.allSyncLists().map(\.list).filter { id == nil || $0.id == id }
     }

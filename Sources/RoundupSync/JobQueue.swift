@@ -19,7 +19,8 @@ public struct JobQueue: Sendable {
     let store: any JobRepository
     let redis: RedisClient
     let keys: RedisKeys
-    let staleAfter: TimeInterval
+    /// When a job without a heartbeat reads as stale (`ROUNDUP_JOB_STALE_SECONDS`).
+    public let staleAfter: TimeInterval
 
     public init(store: any JobRepository, redis: RedisClient, keys: RedisKeys, staleAfter: TimeInterval) {
         self.store = store

@@ -68,9 +68,8 @@ struct SyncRoutes {
 /// take it (nothing kept).
 struct JobAnswers: Sendable {
     let queue: JobQueue
-    /// When a job without a heartbeat reads as stale (`ROUNDUP_JOB_STALE_SECONDS`).
-    let staleAfter: TimeInterval
     let logger: Logger
+    var staleAfter: TimeInterval { queue.staleAfter }
 
     func queue(_ submit: (JobQueue) async throws -> JobSubmission) async throws -> EditedResponse<JobStarted> {
         let submission: JobSubmission
