@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
         .library(name: "RoundupRuntime", targets: ["RoundupRuntime"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
+        .library(name: "RoundupDatabase", targets: ["RoundupDatabase"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -95,16 +96,47 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The store's records, repositories and rules: no database import (the compiler keeps it so), so every rule is
+        // written once, for both backends, and runs in a test without a database.
         .target(
             name: "RoundupStore",
             dependencies: [
-                "RoundupCore", "RoundupRuntime",
+                "RoundupCore",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The SQLite backend (GRDB): SQL, transactions, migrations; the rules come from RoundupStore.
+        .target(
+            name: "RoundupSQLite",
+            dependencies: [
+                "RoundupCore", "RoundupRuntime", "RoundupStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // SQLite's C API, which GRDB links: the changes page reads a row's text in place (`PendingChangeCells`).
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The PostgreSQL backend (PostgresNIO): SQL, transactions, account locks, retries, migrations.
+        .target(
+            name: "RoundupPostgres",
+            dependencies: [
+                "RoundupCore", "RoundupRuntime", "RoundupStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Opens the backend `ROUNDUP_DATABASE_URL` names; the processes' only tie to a backend.
+        .target(
+            name: "RoundupDatabase",
+            dependencies: [
+                "RoundupCore", "RoundupRuntime", "RoundupStore", "RoundupSQLite", "RoundupPostgres",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -142,7 +174,7 @@ let package = Package(
         .target(
             name: "RoundupPush",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -169,7 +201,7 @@ let package = Package(
         .target(
             name: "RoundupAPI",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupSync",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -194,7 +226,7 @@ let package = Package(
         .target(
             name: "RoundupOps",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupSync", "RoundupPush",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupSync", "RoundupPush",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
@@ -203,7 +235,7 @@ let package = Package(
         .target(
             name: "RoundupDashboard",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupOps",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupOps",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -244,7 +276,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupSync",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -280,7 +312,7 @@ let package = Package(
         .target(
             name: "RoundupTesting",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -324,7 +356,8 @@ let package = Package(
         .testTarget(
             name: "RoundupTests",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello", "RoundupIngress",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupSQLite", "RoundupPostgres", "RoundupDatabase",
+                "RoundupTrello", "RoundupIngress",
                 "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush", "RoundupDashboard",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

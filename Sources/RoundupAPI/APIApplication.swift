@@ -7,6 +7,7 @@ import NIOCore
 import NIOHTTPTypes
 public import Prometheus
 import RoundupCore
+import RoundupDatabase
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 public import Logging
+import RoundupDatabase
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import RoundupDatabase
 import RoundupPush
 public import RoundupRedis
 public import RoundupRuntime

@@ -10,8 +10,8 @@ public struct AccountExport: Sendable {
     public static let format = "roundup-export/1"
     public typealias Store = SyncStore & SyncJobStore & ActivityRepository
 
-    let store: any Store
-    let pageSize: Int
+    package let store: any Store
+    package let pageSize: Int
 
     public init(store: any Store, pageSize: Int = 500) {
         self.store = store
@@ -66,11 +66,11 @@ public struct AccountExport: Sendable {
         try await sink("]")
     }
 
-    static func text(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
+    package static func text(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
     /// Stored canonical JSON as a value (null when absent or unreadable).
-    static func parsed(_ text: String?) -> JSONValue { text.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null }
+    package static func parsed(_ text: String?) -> JSONValue { text.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null }
 
-    static func json(_ a: AccountDetails) -> JSONValue {
+    package static func json(_ a: AccountDetails) -> JSONValue {
         .object([
             "account_id": .string(a.id), "trello_api_key": text(maskSecret(a.trelloAPIKey)), "trello_token": text(maskSecret(a.trelloToken)),
             "trello_webhook_secret": text(maskSecret(a.trelloWebhookSecret)), "conflict_policy": .string(a.conflictPolicy.rawValue),
@@ -79,7 +79,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ l: SyncListRecord) -> JSONValue {
+    package static func json(_ l: SyncListRecord) -> JSONValue {
         .object([
             "sync_list_id": .string(l.id), "name": .string(l.name), "trello_board_id": .string(l.trelloBoardID),
             "trello_list_id": .string(l.trelloListID), "settings": l.settings.json, "created_at": text(l.createdAt),
@@ -87,7 +87,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ d: DeviceRecord) -> JSONValue {
+    package static func json(_ d: DeviceRecord) -> JSONValue {
         .object([
             "device_id": .string(d.deviceID), "platform": .string(d.platform.rawValue), "environment": .string(d.environment.rawValue),
             "apns_token": text(maskSecret(d.apnsToken)), "bundle_id": text(d.bundleID?.rawValue), "created_at": .string(d.createdAt),
@@ -95,7 +95,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ m: MappingRecord) -> JSONValue {
+    package static func json(_ m: MappingRecord) -> JSONValue {
         .object([
             "sync_list_id": .string(m.syncListID), "trello_card_id": .string(m.cardID), "reminder_id": text(m.reminderID),
             "deleted": .bool(m.deleted), "last_synced_at": text(m.lastSyncedAt), "created_at": .string(m.createdAt),
@@ -103,7 +103,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ c: PendingChange) -> JSONValue {
+    package static func json(_ c: PendingChange) -> JSONValue {
         .object([
             "id": .number(Double(c.id)), "change_type": .string(c.changeType.rawValue), "sync_list_id": .string(c.syncListID),
             "trello_card_id": .string(c.trelloCardID), "reminder_id": text(c.reminderID), "changed_fields": parsed(c.changedFieldsJSON),
@@ -111,7 +111,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ c: ConflictRecord) -> JSONValue {
+    package static func json(_ c: ConflictRecord) -> JSONValue {
         .object([
             "id": .number(Double(c.id)), "sync_list_id": text(c.syncListID), "trello_card_id": text(c.trelloCardID),
             "reminder_id": text(c.reminderID), "field": .string(c.field), "trello_value": parsed(c.trelloValue),
@@ -119,7 +119,7 @@ public struct AccountExport: Sendable {
         ])
     }
 
-    static func json(_ d: DuplicateRecord) -> JSONValue {
+    package static func json(_ d: DuplicateRecord) -> JSONValue {
         .object([
             "id": .number(Double(d.id)), "sync_list_id": .string(d.syncListID), "reminder_id": text(d.reminderID),
             "trello_card_id": .string(d.trelloCardID), "title": .string(d.title), "due_date": text(d.dueDate),

@@ -41,11 +41,11 @@ public struct NewActivity: Sendable, Equatable {
     }
 
     /// The values as stored: canonical JSON text, or NULL.
-    var oldValueJSON: String? { oldValue?.canonicalJSON }
-    var newValueJSON: String? { newValue?.canonicalJSON }
+    package var oldValueJSON: String? { oldValue?.canonicalJSON }
+    package var newValueJSON: String? { newValue?.canonicalJSON }
 
     /// The columns both stores insert, in this order.
-    static let columns =
+    package static let columns =
         "account_id, sync_list_id, trello_card_id, reminder_id, kind, side, field, old_value, new_value, rule, kept, message, job_id, trello_action_id, created_at"
 }
 

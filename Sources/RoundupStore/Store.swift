@@ -10,6 +10,15 @@ public struct AccountRecord: Sendable, Equatable {
     public var trelloWebhookSecret: String?
     /// The token of the account's webhook callback URL (`WebhookCallback`).
     public var webhookToken: String? = nil
+
+    package init(id: String, trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, webhookToken: String? = nil)
+    {
+        self.id = id
+        self.trelloAPIKey = trelloAPIKey
+        self.trelloToken = trelloToken
+        self.trelloWebhookSecret = trelloWebhookSecret
+        self.webhookToken = webhookToken
+    }
 }
 
 public struct SyncListRecord: Sendable, Equatable, Hashable {
@@ -26,11 +35,29 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     /// How the list syncs (`sync_lists.settings`, canonical JSON; NULL is the defaults).
     public var settings: SyncSettings = .default
 
+    package init(
+        id: String, accountID: String, name: String, trelloBoardID: String, trelloListID: String, listWebhookID: String? = nil,
+        boardWebhookID: String? = nil, createdAt: String? = nil, lastReconciledAt: String? = nil, lastReconcileError: String? = nil,
+        settings: SyncSettings = .default
+    ) {
+        self.id = id
+        self.accountID = accountID
+        self.name = name
+        self.trelloBoardID = trelloBoardID
+        self.trelloListID = trelloListID
+        self.listWebhookID = listWebhookID
+        self.boardWebhookID = boardWebhookID
+        self.createdAt = createdAt
+        self.lastReconciledAt = lastReconciledAt
+        self.lastReconcileError = lastReconcileError
+        self.settings = settings
+    }
+
     /// When the list was paired: cards Trello made before it are not new (`InitialMode.newCards`).
     public var pairedAt: Date? { createdAt.flatMap(Timestamp.date) }
 
     /// A new pairing of a Trello list, before the store writes it.
-    static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings) -> Self {
+    package static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings) -> Self {
         Self(
             id: Hex.lowercase(UUID()), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
             createdAt: Timestamp.now(), settings: settings)
@@ -49,6 +76,21 @@ public struct AccountDetails: Sendable, Equatable {
     public var updatedAt: String
     /// Why the account needs its user, or nil.
     public var needsAttention: AttentionReason? = nil
+
+    package init(
+        id: String, trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy,
+        deleteMode: DeleteMode, createdAt: String, updatedAt: String, needsAttention: AttentionReason? = nil
+    ) {
+        self.id = id
+        self.trelloAPIKey = trelloAPIKey
+        self.trelloToken = trelloToken
+        self.trelloWebhookSecret = trelloWebhookSecret
+        self.conflictPolicy = conflictPolicy
+        self.deleteMode = deleteMode
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.needsAttention = needsAttention
+    }
 }
 
 /// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.
@@ -130,6 +172,12 @@ public struct TaskState: Sendable, Equatable {
     public var deleted: Bool
     /// The card's list filters its cards (`CardFilter`): an event of the card is decided from the whole card.
     public var listFiltered: Bool = false
+
+    package init(syncListID: String, deleted: Bool, listFiltered: Bool = false) {
+        self.syncListID = syncListID
+        self.deleted = deleted
+        self.listFiltered = listFiltered
+    }
 }
 
 /// A pending change as stored: what the apps pull from `GET /dailyroundup/changes`. Its JSON columns stay as stored
@@ -156,7 +204,7 @@ public struct PendingChange: Sendable, Equatable {
     /// change is written, and triggers on `sync_tasks` keep it equal to the task's whenever the task's reminder is set,
     /// changed or deleted. Reading it with the change saves the page a lookup in `sync_tasks` per change, which was
     /// most of PostgreSQL's time for a page (issue 19).
-    static let columns =
+    package static let columns =
         "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, p.reminder_id, p.created_at"
 }
 
@@ -233,6 +281,12 @@ public struct RoutingSnapshot: Sendable, Equatable {
     public var routes: [String: Set<String>]
     /// Account id → the token of its webhook callback URL.
     public var tokens: [String: String] = [:]
+
+    package init(secrets: [String: String], routes: [String: Set<String>], tokens: [String: String] = [:]) {
+        self.secrets = secrets
+        self.routes = routes
+        self.tokens = tokens
+    }
 }
 
 /// What one apply wrote: rows, the accounts that got them, and how many of each change type.

@@ -1,6 +1,3 @@
-import Foundation
-import GRDB
-
 /// Why a store operation failed, from the error's type and code (never its text): the worker retries an outage,
 /// isolates an entry whose data the store refuses, and counts a refused statement towards the dead letters.
 public enum StoreFailure: Sendable, Equatable {
@@ -15,23 +12,14 @@ public enum StoreFailure: Sendable, Equatable {
     /// (no such table or column). A bug or a schema out of step with the code, the same for every value.
     case statement
 
+    /// Each backend classifies its own errors (`StoreClassifiedError`, at its edge); anything else — no answer, a lost
+    /// connection, a timeout, a cancellation — is an outage.
     public init(_ error: any Error) {
-        if let error = error as? DatabaseError {
-            switch error.resultCode {
-            case .SQLITE_CONSTRAINT, .SQLITE_MISMATCH, .SQLITE_TOOBIG, .SQLITE_RANGE: self = .data
-            case .SQLITE_ERROR: self = .statement
-            default: self = .unavailable
-            }
-            return
-        }
-        guard let state = PostgresStore.sqlState(error) else {
-            self = .unavailable  // no answer, a lost connection, a timeout
-            return
-        }
-        switch state.prefix(2) {
-        case "22", "23", "27", "54", "P0": self = .data
-        case "42": self = .statement
-        default: self = .unavailable
-        }
+        self = (error as? any StoreClassifiedError)?.storeFailure ?? .unavailable
     }
+}
+
+/// An error a backend knows the kind of, by its code.
+public protocol StoreClassifiedError: Error {
+    var storeFailure: StoreFailure { get }
 }

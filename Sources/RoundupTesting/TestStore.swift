@@ -3,6 +3,7 @@ public import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
 import RoundupCore
+import RoundupDatabase
 public import RoundupRuntime
 public import RoundupStore
 import ServiceLifecycle

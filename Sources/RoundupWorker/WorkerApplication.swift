@@ -6,6 +6,7 @@ import NIOCore
 import NIOHTTP1
 public import Prometheus
 import RoundupCore
+import RoundupDatabase
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore

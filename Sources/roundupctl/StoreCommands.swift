@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RoundupCore
+import RoundupDatabase
 import RoundupOps
 import RoundupRedis
 import RoundupRuntime

@@ -6,6 +6,7 @@ import RoundupTesting
 import Testing
 
 @testable import RoundupAPI
+@testable import RoundupSQLite
 @testable import RoundupStore
 
 /// The changes page and the stream write each change from the store's bytes (`PendingChangeCells`), not from

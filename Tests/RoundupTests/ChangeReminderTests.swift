@@ -6,6 +6,8 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
+@testable import RoundupPostgres
+@testable import RoundupSQLite
 @testable import RoundupStore
 
 /// A pending change carries its card's reminder (migration v11), so the changes page reads it without a lookup per

@@ -4,6 +4,7 @@ import GRDB
 import Logging
 import NIOConcurrencyHelpers
 import RoundupCore
+import RoundupPostgres
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore

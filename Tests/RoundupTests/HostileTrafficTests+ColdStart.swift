@@ -3,8 +3,10 @@ import GRDB
 import Logging
 import NIOHTTP1
 import RoundupCore
+import RoundupPostgres
 import RoundupRedis
 import RoundupRuntime
+import RoundupSQLite
 import RoundupStore
 import RoundupSync
 import RoundupTesting

@@ -8,6 +8,7 @@ import RoundupRuntime
 import RoundupTesting
 import Testing
 
+@testable import RoundupPostgres
 @testable import RoundupStore
 
 /// Scale-out on PostgreSQL: several API and worker processes against one database and one Redis, and a database

@@ -1,5 +1,7 @@
 import Foundation
 import RoundupCore
+import RoundupPostgres
+import RoundupSQLite
 import RoundupStore
 import RoundupTesting
 import Testing

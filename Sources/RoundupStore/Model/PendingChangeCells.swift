@@ -13,6 +13,21 @@ public struct PendingChangeCells {
     public var trelloActionID: UTF8Cell?
     public var reminderID: UTF8Cell?
     public var createdAt: UTF8Cell
+
+    package init(
+        id: Int64, changeType: ChangeType, syncListID: UTF8Cell, changedFieldsJSON: UTF8Cell, fieldsJSON: UTF8Cell, trelloCardID: UTF8Cell,
+        trelloActionID: UTF8Cell? = nil, reminderID: UTF8Cell? = nil, createdAt: UTF8Cell
+    ) {
+        self.id = id
+        self.changeType = changeType
+        self.syncListID = syncListID
+        self.changedFieldsJSON = changedFieldsJSON
+        self.fieldsJSON = fieldsJSON
+        self.trelloCardID = trelloCardID
+        self.trelloActionID = trelloActionID
+        self.reminderID = reminderID
+        self.createdAt = createdAt
+    }
 }
 
 /// What receives pending changes as a store reads them, in id order (`ChangeFeed.pendingChanges(…, into:)`).
@@ -30,7 +45,7 @@ extension PendingChangeSink {
 
 extension PendingChange {
     /// A change kept: its cells made into `String`s.
-    init(_ cells: PendingChangeCells, accountID: String) {
+    package init(_ cells: PendingChangeCells, accountID: String) {
         self.init(
             id: cells.id, accountID: accountID, syncListID: cells.syncListID.string, changeType: cells.changeType,
             changedFieldsJSON: cells.changedFieldsJSON.string, fieldsJSON: cells.fieldsJSON.string, trelloCardID: cells.trelloCardID.string,
@@ -39,25 +54,32 @@ extension PendingChange {
 }
 
 /// Keeps the changes it is given, as `PendingChange`s.
-struct PendingChangeList: PendingChangeSink {
-    let accountID: String
-    var changes: [PendingChange] = []
+package struct PendingChangeList: PendingChangeSink {
+    package let accountID: String
+    package var changes: [PendingChange] = []
 
-    mutating func take(_ change: PendingChangeCells) {
+    package init(accountID: String, changes: [PendingChange] = []) {
+        self.accountID = accountID
+        self.changes = changes
+    }
+
+    package mutating func take(_ change: PendingChangeCells) {
         changes.append(PendingChange(change, accountID: accountID))
     }
 }
 
 extension ChangeType {
     /// The change type a `change_type` column holds, compared as bytes.
-    static func stored(_ cell: UTF8Cell) throws -> ChangeType {
+    package static func stored(_ cell: UTF8Cell) throws -> ChangeType {
         for (type, text) in storedTexts where cell.equals(text) { return type }
         throw UnknownStoredValue(type: "ChangeType", value: cell.string)
     }
 
     /// Each type with its raw value as static bytes: comparing a cell with these costs a few instructions a byte,
     /// where `rawValue.utf8` compared through `Sequence.elementsEqual` cost ~400 a change.
-    static let storedTexts: [(ChangeType, StaticString)] = [(.update, "update"), (.create, "create"), (.complete, "complete"), (.delete, "delete")]
+    package static let storedTexts: [(ChangeType, StaticString)] = [
+        (.update, "update"), (.create, "create"), (.complete, "complete"), (.delete, "delete"),
+    ]
 }
 
 extension ChangeFeed {

@@ -1,9 +1,7 @@
-import GRDB
-import PostgresNIO
 import RoundupCore
 
 /// A row of either store, read by column position: records decode themselves once from it, whichever store read it.
-protocol StoredRow {
+package protocol StoredRow {
     func text(_ column: Int) throws -> String
     func optionalText(_ column: Int) throws -> String?
     func int64(_ column: Int) throws -> Int64
@@ -12,29 +10,21 @@ protocol StoredRow {
 
 extension StoredRow {
     /// A domain value stored as its raw text.
-    func value<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value where Value.RawValue == String {
+    package func value<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value where Value.RawValue == String {
         try Value.stored(text(column))
     }
 
-    func optionalValue<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value? where Value.RawValue == String {
+    package func optionalValue<Value: RawRepresentable>(_ column: Int, as type: Value.Type = Value.self) throws -> Value?
+    where Value.RawValue == String {
         try optionalText(column).map(Value.stored)
     }
 }
 
-extension Row: StoredRow {
-    func text(_ column: Int) throws -> String { try decode(String.self, atIndex: column) }
-    func optionalText(_ column: Int) throws -> String? { try decode(String?.self, atIndex: column) }
-    func int64(_ column: Int) throws -> Int64 { try decode(Int64.self, atIndex: column) }
-    func bool(_ column: Int) throws -> Bool { try decode(Bool.self, atIndex: column) }
-}
-
-extension PostgresRandomAccessRow: StoredRow {}
-
 extension ConflictRecord {
     /// The columns `init(stored:)` reads, from `conflicts`.
-    static let columns = "id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at"
+    package static let columns = "id, sync_list_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at"
 
-    init(stored row: some StoredRow) throws {
+    package init(stored row: some StoredRow) throws {
         self.init(
             id: try row.int64(0), syncListID: try row.optionalText(1), trelloCardID: try row.optionalText(2), reminderID: try row.optionalText(3),
             field: try row.text(4), trelloValue: try row.optionalText(5), remindersValue: try row.optionalText(6), status: try row.value(7),
@@ -43,18 +33,18 @@ extension ConflictRecord {
 }
 
 extension ConflictDetail {
-    static let columns = ConflictRecord.columns + ", resolution, resolved_at"
+    package static let columns = ConflictRecord.columns + ", resolution, resolved_at"
 
-    init(stored row: some StoredRow) throws {
+    package init(stored row: some StoredRow) throws {
         self.init(record: try ConflictRecord(stored: row), resolution: try row.optionalValue(9), resolvedAt: try row.optionalText(10))
     }
 }
 
 extension DuplicateRecord {
     /// The columns `init(stored:)` reads, from `potential_duplicates`.
-    static let columns = "id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at"
+    package static let columns = "id, sync_list_id, reminder_id, trello_card_id, title, due_date, status, created_at"
 
-    init(stored row: some StoredRow) throws {
+    package init(stored row: some StoredRow) throws {
         self.init(
             id: try row.int64(0), syncListID: try row.text(1), reminderID: try row.optionalText(2), trelloCardID: try row.text(3),
             title: try row.text(4),
@@ -63,18 +53,18 @@ extension DuplicateRecord {
 }
 
 extension DuplicateDetail {
-    static let columns = DuplicateRecord.columns + ", fields, resolved_at"
+    package static let columns = DuplicateRecord.columns + ", fields, resolved_at"
 
-    init(stored row: some StoredRow) throws {
+    package init(stored row: some StoredRow) throws {
         self.init(record: try DuplicateRecord(stored: row), fields: PendingChangeCoding.fields(try row.text(8)), resolvedAt: try row.optionalText(9))
     }
 }
 
 extension DeviceRecord {
     /// The columns `init(stored:)` reads, from `devices`.
-    static let columns = "device_id, apns_token, platform, environment, created_at, updated_at, bundle_id"
+    package static let columns = "device_id, apns_token, platform, environment, created_at, updated_at, bundle_id"
 
-    init(stored r: some StoredRow) throws {
+    package init(stored r: some StoredRow) throws {
         self.init(
             deviceID: try r.text(0), apnsToken: try r.text(1), platform: try r.value(2), environment: try r.value(3), createdAt: try r.text(4),
             updatedAt: try r.text(5),
@@ -87,10 +77,10 @@ extension DeviceRecord {
 
 extension ActivityRecord {
     /// The columns `init(stored:)` reads, from `activity`.
-    static let columns =
+    package static let columns =
         "id, account_id, sync_list_id, trello_card_id, reminder_id, kind, side, field, old_value, new_value, rule, kept, message, job_id, trello_action_id, created_at"
 
-    init(stored r: some StoredRow) throws {
+    package init(stored r: some StoredRow) throws {
         self.init(
             id: try r.int64(0), accountID: try r.text(1), syncListID: try r.optionalText(2), cardID: try r.optionalText(3),
             reminderID: try r.optionalText(4), kind: try r.value(5), side: try r.optionalValue(6), field: try r.optionalText(7),
@@ -101,9 +91,9 @@ extension ActivityRecord {
 
 extension MappingRecord {
     /// The columns `init(stored:)` reads, from `sync_tasks`.
-    static let columns = "id, sync_list_id, trello_card_id, reminder_id, deleted, last_synced_at, created_at, updated_at"
+    package static let columns = "id, sync_list_id, trello_card_id, reminder_id, deleted, last_synced_at, created_at, updated_at"
 
-    init(stored r: some StoredRow) throws {
+    package init(stored r: some StoredRow) throws {
         self.init(
             id: try r.int64(0), syncListID: try r.text(1), cardID: try r.text(2), reminderID: try r.optionalText(3), deleted: try r.bool(4),
             lastSyncedAt: try r.optionalText(5), createdAt: try r.text(6), updatedAt: try r.text(7))

@@ -1,16 +1,23 @@
-import RoundupCore
+package import RoundupCore
 
 /// A pending change as acknowledgement needs it.
-struct AckedChange: Sendable, Equatable {
-    var accountID: String
-    var cardID: String
-    var type: ChangeType
-    var superseded: Bool
+package struct AckedChange: Sendable, Equatable {
+    package var accountID: String
+    package var cardID: String
+    package var type: ChangeType
+    package var superseded: Bool
+
+    package init(accountID: String, cardID: String, type: ChangeType, superseded: Bool) {
+        self.accountID = accountID
+        self.cardID = cardID
+        self.type = type
+        self.superseded = superseded
+    }
 }
 
 /// The rows `Acknowledgement` reads and writes. SQLite answers each call with a statement inside its write
 /// transaction; PostgreSQL reads the changes up front and writes afterwards, in the transaction that read them.
-protocol AckRows {
+package protocol AckRows {
     /// The highest change id ever issued: a larger id, or one below 1, was never given to an app.
     mutating func highestIssuedChangeID() throws -> Int64
     mutating func change(id: Int64) throws -> AckedChange?
@@ -26,8 +33,9 @@ protocol AckRows {
 /// never issued, acks nothing; an id acked (or folded away) before is acked again harmlessly; a create, update or
 /// complete acked with a reminder id maps the card to that reminder; a create acked after it was folded into a newer
 /// change turns that newer create into an update, so the app does not make a second reminder.
-enum Acknowledgement {
-    static func run<Rows: AckRows>(accountID: String, acks: [ChangeAck], rows: inout Rows, now: String = Timestamp.now()) throws -> AckResult {
+package enum Acknowledgement {
+    package static func run<Rows: AckRows>(accountID: String, acks: [ChangeAck], rows: inout Rows, now: String = Timestamp.now()) throws -> AckResult
+    {
         guard !acks.isEmpty else { return .acked([]) }
         let highest = try rows.highestIssuedChangeID()
         var found: [Int64: AckedChange] = [:]

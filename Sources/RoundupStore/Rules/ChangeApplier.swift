@@ -1,9 +1,9 @@
-import Foundation
-import RoundupCore
+package import Foundation
+package import RoundupCore
 
 /// The rows `ChangeApplier` reads and writes, keyed by (account, card). SQLite runs each call as a statement inside
 /// its write transaction; PostgreSQL reads every row a batch needs up front and writes the result in a few statements.
-protocol ChangeRows {
+package protocol ChangeRows {
     mutating func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow?
     /// Changes stamps (and `deleted`, when given) of an existing task.
     mutating func updateTask(
@@ -23,53 +23,72 @@ protocol ChangeRows {
 /// Applies card observations inside one write transaction: compares field hashes with `sync_tasks`,
 /// writes pending changes, merges a card's new change into its unacknowledged one, and records each decision in the
 /// activity history.
-struct ChangeApplier<Rows: ChangeRows> {
-    var rows: Rows
-    private(set) var written = 0
+package struct ChangeApplier<Rows: ChangeRows> {
+    package var rows: Rows
+    package private(set) var written = 0
     /// Accounts that got at least one change (their devices get a background push).
-    private(set) var accounts = Set<String>()
+    package private(set) var accounts = Set<String>()
     /// Rows written by change type (after folding), for reconciliation's drift figures.
-    private(set) var types: [ChangeType: Int] = [:]
+    package private(set) var types: [ChangeType: Int] = [:]
     private let now = Timestamp.now()
     /// Each list's rules, read once per transaction.
     private var rules: [String: ListRules] = [:]
 
-    init(rows: Rows) { self.rows = rows }
+    package init(rows: Rows) { self.rows = rows }
 
-    struct TaskRow {
-        var syncListID: String
-        var stamps: [String: Stamp]
-        var deleted: Bool
+    package struct TaskRow {
+        package var syncListID: String
+        package var stamps: [String: Stamp]
+        package var deleted: Bool
         /// The reminder the card maps to, once an app acknowledged its create.
-        var reminderID: String? = nil
+        package var reminderID: String? = nil
+
+        package init(syncListID: String, stamps: [String: Stamp], deleted: Bool, reminderID: String? = nil) {
+            self.syncListID = syncListID
+            self.stamps = stamps
+            self.deleted = deleted
+            self.reminderID = reminderID
+        }
     }
 
-    struct ChangeRow {
-        var id: Int64
-        var type: ChangeType
-        var changedFields: [String]
-        var fields: [String: JSONValue]
+    package struct ChangeRow {
+        package var id: Int64
+        package var type: ChangeType
+        package var changedFields: [String]
+        package var fields: [String: JSONValue]
+
+        package init(id: Int64, type: ChangeType, changedFields: [String], fields: [String: JSONValue]) {
+            self.id = id
+            self.type = type
+            self.changedFields = changedFields
+            self.fields = fields
+        }
     }
 
-    struct NewChange {
-        var accountID: String
-        var syncListID: String
-        var type: ChangeType
-        var changedFieldsJSON: String
-        var fieldsJSON: String
-        var cardID: String
-        var actionID: String?
-        var changedFields: [String]
-        var fields: [String: JSONValue]
+    package struct NewChange {
+        package var accountID: String
+        package var syncListID: String
+        package var type: ChangeType
+        package var changedFieldsJSON: String
+        package var fieldsJSON: String
+        package var cardID: String
+        package var actionID: String?
+        package var changedFields: [String]
+        package var fields: [String: JSONValue]
     }
 
     /// What a list's settings decide here: which fields reach the apps, and which cards become reminders.
-    struct ListRules {
-        var settings: SyncSettings
-        var pairedAt: Date?
+    package struct ListRules {
+        package var settings: SyncSettings
+        package var pairedAt: Date?
+
+        package init(settings: SyncSettings, pairedAt: Date? = nil) {
+            self.settings = settings
+            self.pairedAt = pairedAt
+        }
     }
 
-    mutating func rules(_ syncListID: String) throws -> ListRules {
+    package mutating func rules(_ syncListID: String) throws -> ListRules {
         if let known = rules[syncListID] { return known }
         let found = try rows.listRules(syncListID: syncListID) ?? ListRules(settings: .default, pairedAt: nil)
         rules[syncListID] = found
@@ -78,17 +97,17 @@ struct ChangeApplier<Rows: ChangeRows> {
 
     /// Whether a card first seen in a list (new, moved in, back from the archive, matching its filter again) may become
     /// a reminder: the list's direction and initial mode decide, and a card a reminder already owns always may.
-    mutating func admitsNewCard(syncListID: String, cardID: String, task: TaskRow?) throws -> Bool {
+    package mutating func admitsNewCard(syncListID: String, cardID: String, task: TaskRow?) throws -> Bool {
         let rules = try rules(syncListID)
         return rules.settings.admitsNewCard(cardID: cardID, mapped: task?.reminderID != nil, pairedAt: rules.pairedAt)
     }
 
-    typealias Stamp = FieldStamps.Stamp
-    static var membership: String { FieldStamps.membership }
-    static func encode(_ stamps: [String: Stamp]) -> String { FieldStamps.encode(stamps) }
+    package typealias Stamp = FieldStamps.Stamp
+    package static var membership: String { FieldStamps.membership }
+    package static func encode(_ stamps: [String: Stamp]) -> String { FieldStamps.encode(stamps) }
 
     /// Writes a row of the activity history, in this transaction.
-    mutating func note(_ accountID: String, _ activity: NewActivity) throws {
+    package mutating func note(_ accountID: String, _ activity: NewActivity) throws {
         try rows.insertActivity(accountID: accountID, activity, now: now)
     }
 
@@ -104,7 +123,7 @@ struct ChangeApplier<Rows: ChangeRows> {
                 newValue: new, message: message, trelloActionID: o.actionID))
     }
 
-    mutating func apply(_ o: CardObservation) throws {
+    package mutating func apply(_ o: CardObservation) throws {
         let task = try rows.task(accountID: o.accountID, cardID: o.cardID)
         let time = o.actionDate.timeIntervalSince1970
 
@@ -198,7 +217,7 @@ struct ChangeApplier<Rows: ChangeRows> {
     /// for the apps passes here, so here the list's settings keep out what does not flow to Reminders: a field that
     /// does not sync that way, and a delete of a list that does not. Returns whether a change was written.
     @discardableResult
-    mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws -> Bool {
+    package mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
         var fields = fields.filter { settings.syncsToReminders(named: $0.key) }
@@ -249,31 +268,31 @@ struct ChangeApplier<Rows: ChangeRows> {
 }
 
 /// How `pending_changes.changed_fields` and `.fields` are stored: canonical JSON text.
-enum PendingChangeCoding {
-    static func changedFields(_ text: String) -> [String] {
+package enum PendingChangeCoding {
+    package static func changedFields(_ text: String) -> [String] {
         (try? JSONParser.parse(Array(text.utf8)))?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
-    static func fields(_ text: String) -> [String: JSONValue] {
+    package static func fields(_ text: String) -> [String: JSONValue] {
         (try? JSONParser.parse(Array(text.utf8)))?.objectValue ?? [:]
     }
 }
 
 /// `sync_tasks.field_hashes`, the same on both back ends.
-enum FieldStamps {
+package enum FieldStamps {
     /// A field's hash and the time (seconds since 1970) of the action that set it.
-    struct Stamp: Equatable {
-        var hash: String
-        var time: Double
+    package struct Stamp: Equatable {
+        package var hash: String
+        package var time: Double
     }
 
     /// The stamp that records when the card last entered or left the list.
-    static let membership = "_membership"
+    package static let membership = "_membership"
 
     /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`, the canonical JSON of that object (keys sorted), written
     /// directly: every event reads and rewrites its card's stamps, and building a `JSONValue` for them took 7% of the
     /// worker's instructions (#19).
-    static func encode(_ stamps: [String: Stamp]) -> String {
+    package static func encode(_ stamps: [String: Stamp]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(stamps.count * 64 + 2)
         out.append(UInt8(ascii: "{"))
@@ -295,7 +314,7 @@ enum FieldStamps {
     /// else (text written another way, by hand or by an older version) goes through the JSON parser, as it all did
     /// before (the parser built a `JSONValue` tree per task: 12% of the worker's instructions, #19). Members that are not
     /// a [hash, time] pair are skipped either way.
-    static func decodeStamps(_ text: String) -> [String: Stamp] {
+    package static func decodeStamps(_ text: String) -> [String: Stamp] {
         var text = text
         if let stamps = text.withUTF8({ scanStamps($0) }) { return stamps }
         guard case .object(let object)? = try? JSONParser.parse(Array(text.utf8)) else { return [:] }

@@ -1,29 +1,37 @@
-import Foundation
-import RoundupCore
+package import Foundation
+package import RoundupCore
 
 /// The row of `sync_lease`: which job holds the account's lease, which worker runs it (`api` until one picks it up),
 /// and when that worker last beat.
-struct JobLeaseRow: Sendable, Equatable {
-    var accountID: String
-    var jobID: String
-    var holder: String
-    var expiresAt: String
-    var updatedAt: String
+package struct JobLeaseRow: Sendable, Equatable {
+    package var accountID: String
+    package var jobID: String
+    package var holder: String
+    package var expiresAt: String
+    package var updatedAt: String
+
+    package init(accountID: String, jobID: String, holder: String, expiresAt: String, updatedAt: String) {
+        self.accountID = accountID
+        self.jobID = jobID
+        self.holder = holder
+        self.expiresAt = expiresAt
+        self.updatedAt = updatedAt
+    }
 
     /// The holder a lease names before any worker has picked its job up.
-    static let unclaimed = "api"
+    package static let unclaimed = "api"
 }
 
 /// A job's progress to store with a heartbeat.
-struct JobProgress: Sendable, Equatable {
-    var resultsJSON: String
-    var processed: Int
-    var total: Int?
+package struct JobProgress: Sendable, Equatable {
+    package var resultsJSON: String
+    package var processed: Int
+    package var total: Int?
 }
 
 /// The rows `JobLease` reads and writes. SQLite answers each call with a statement in its write transaction;
 /// PostgreSQL reads the rows a call needs up front (under the account's lock) and writes them back afterwards.
-protocol JobLeaseRows {
+package protocol JobLeaseRows {
     mutating func job(id: String) throws -> SyncJob?
     mutating func job(accountID: String, idempotencyKey: String) throws -> SyncJob?
     mutating func lease(accountID: String) throws -> JobLeaseRow?
@@ -40,14 +48,19 @@ protocol JobLeaseRows {
 /// The job lease, once for both stores: at most one sync or import job runs per account; a job whose heartbeat has
 /// not moved for `staleAfter` seconds has lost its worker, is given up as stale and never resumed; a reconciliation
 /// takes no lease (a per-list lock in Redis keeps runs of one list apart).
-struct JobLease {
-    var staleAfter: TimeInterval
-    var now: Date
+package struct JobLease {
+    package var staleAfter: TimeInterval
+    package var now: Date
+
+    package init(staleAfter: TimeInterval, now: Date) {
+        self.staleAfter = staleAfter
+        self.now = now
+    }
 
     private var nowText: String { Timestamp.string(now) }
     private var expires: String { Timestamp.string(now.addingTimeInterval(staleAfter)) }
 
-    func submit<Rows: JobLeaseRows>(
+    package func submit<Rows: JobLeaseRows>(
         accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, rows: inout Rows
     ) throws -> JobSubmission {
         if let key = idempotencyKey, let existing = try rows.job(accountID: accountID, idempotencyKey: key) { return .replayed(existing) }
@@ -70,7 +83,7 @@ struct JobLease {
     }
 
     /// A worker (`holder`) picks up a job from the stream.
-    func start<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> JobStart {
+    package func start<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> JobStart {
         guard var job = try rows.job(id: jobID) else { return .skip(.noSuchJob) }
         guard job.status == .running else { return .skip(.ended(job.status)) }
         if job.isStale(now: now, staleAfter: staleAfter) {
@@ -100,7 +113,7 @@ struct JobLease {
     /// Moves the heartbeat (storing progress, when given), unless the job is no longer running, already reads as
     /// stale, or is no longer this holder's (another worker took it over: the lease names that worker now). False
     /// tells the worker to stop.
-    func beat<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> Bool {
+    package func beat<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> Bool {
         guard let job = try rows.job(id: jobID) else { return false }
         return try beat(job, holder: holder, progress: nil, rows: &rows)
     }
@@ -127,7 +140,9 @@ struct JobLease {
     }
 
     /// Stores one item's result (at `index`, or appended) with the heartbeat; false as `beat`.
-    func record<Rows: JobLeaseRows>(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, rows: inout Rows) throws -> Bool {
+    package func record<Rows: JobLeaseRows>(
+        jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, rows: inout Rows
+    ) throws -> Bool {
         guard let job = try rows.job(id: jobID) else { return false }
         var results = job.results
         if index < results.count { results[index] = result } else { results.append(result) }
@@ -141,7 +156,7 @@ struct JobLease {
     }
 
     /// Ends the job (completed or error) and releases the lease.
-    func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
+    package func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
         guard let job = try rows.job(id: jobID) else { return }
         try rows.endJob(id: jobID, status: status, error: error, at: nowText)
         try release(job, rows: &rows)

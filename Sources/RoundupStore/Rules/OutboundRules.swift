@@ -1,36 +1,36 @@
-import Foundation
-import RoundupCore
+package import Foundation
+package import RoundupCore
 
 /// A card's row as an outbound write or an import leaves it.
-struct OutboundTask: Sendable, Equatable {
-    var accountID: String
-    var syncListID: String
-    var cardID: String
+package struct OutboundTask: Sendable, Equatable {
+    package var accountID: String
+    package var syncListID: String
+    package var cardID: String
     /// Nil keeps the reminder the card maps to.
-    var reminderID: String?
-    var stamps: [String: FieldStamps.Stamp]
-    var deleted: Bool
+    package var reminderID: String?
+    package var stamps: [String: FieldStamps.Stamp]
+    package var deleted: Bool
     /// When we last wrote the card to Trello; nil keeps the earlier time.
-    var syncedAt: String?
-    var now: String
+    package var syncedAt: String?
+    package var now: String
 }
 
 /// A conflict to store: one open conflict per card and field, holding the latest values of both sides.
-struct StoredConflict: Sendable, Equatable {
-    var accountID: String
-    var syncListID: String
-    var cardID: String
-    var reminderID: String?
-    var field: String
-    var trelloValueJSON: String
-    var remindersValueJSON: String
-    var jobID: String?
-    var now: String
+package struct StoredConflict: Sendable, Equatable {
+    package var accountID: String
+    package var syncListID: String
+    package var cardID: String
+    package var reminderID: String?
+    package var field: String
+    package var trelloValueJSON: String
+    package var remindersValueJSON: String
+    package var jobID: String?
+    package var now: String
 }
 
 /// The rows of the outbound rules, beside the change rows they fold changes into. SQLite answers each call with a
 /// statement in its write transaction; PostgreSQL reads the card's rows up front and writes them back in order.
-protocol OutboundRows: ChangeRows {
+package protocol OutboundRows: ChangeRows {
     mutating func putTask(_ task: OutboundTask) throws
     mutating func deleteTask(accountID: String, cardID: String) throws
     /// Drops every change of the card the apps have not acknowledged.
@@ -48,7 +48,7 @@ extension ChangeApplier where Rows: OutboundRows {
     /// reminder; else the app's winning values rewrite an unacknowledged Trello change that still says otherwise, and
     /// Trello's kept values are sent), and the conflicts, one open per field. Returns the conflicts' ids in order, nil
     /// where the store gives the id only when it writes.
-    mutating func record(_ w: SyncWrite, now: Date) throws -> [Int64?] {
+    package mutating func record(_ w: SyncWrite, now: Date) throws -> [Int64?] {
         let nowText = Timestamp.string(now)
         let existing = try rows.task(accountID: w.accountID, cardID: w.cardID)
         var stamps = existing?.stamps ?? [:]
@@ -99,7 +99,8 @@ extension ChangeApplier where Rows: OutboundRows {
 
     /// An import of a Trello list, once for both stores: each card not yet on the devices (no reminder mapped, or
     /// gone from the list) is stamped present and sent to the apps as a create, mapped to no reminder yet.
-    mutating func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])], now: Date) throws {
+    package mutating func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])], now: Date) throws
+    {
         let nowText = Timestamp.string(now)
         for card in cards {
             let task = try rows.task(accountID: accountID, cardID: card.cardID)

@@ -1,5 +1,6 @@
 public import GRDB
-import RoundupCore
+public import RoundupCore
+public import RoundupStore
 
 // Stored as their raw text on both stores: GRDB converts raw-representable values itself (`ChangeType`, read once per
 // row of the changes page, also straight from the SQLite statement); the PostgreSQL store reads
@@ -21,17 +22,21 @@ extension ActivityKind: DatabaseValueConvertible {}
 extension SyncSide: DatabaseValueConvertible {}
 extension ConflictRule: DatabaseValueConvertible {}
 
-/// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
-public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {
-    public var type: String
-    public var value: String
-    public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
+extension Row: StoredRow {
+    package func text(_ column: Int) throws -> String { try decode(String.self, atIndex: column) }
+    package func optionalText(_ column: Int) throws -> String? { try decode(String?.self, atIndex: column) }
+    package func int64(_ column: Int) throws -> Int64 { try decode(Int64.self, atIndex: column) }
+    package func bool(_ column: Int) throws -> Bool { try decode(Bool.self, atIndex: column) }
 }
 
-extension RawRepresentable where RawValue == String {
-    /// The value a column holds, or `UnknownStoredValue`.
-    public static func stored(_ text: String) throws -> Self {
-        guard let value = Self(rawValue: text) else { throw UnknownStoredValue(type: "\(Self.self)", value: text) }
-        return value
+/// SQLite's result codes, classified once here: constraint (a trigger's `RAISE(ABORT, …)` included), type mismatch,
+/// too big and range errors are the values' fault; the generic error (no such table or column) the statement's.
+extension DatabaseError: StoreClassifiedError {
+    public var storeFailure: StoreFailure {
+        switch resultCode {
+        case .SQLITE_CONSTRAINT, .SQLITE_MISMATCH, .SQLITE_TOOBIG, .SQLITE_RANGE: .data
+        case .SQLITE_ERROR: .statement
+        default: .unavailable
+        }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PostgresNIO
 public import RoundupCore
+public import RoundupStore
 
 /// Reconciliation and webhook health, on PostgreSQL (as `SQLiteStore+Reconcile`).
 extension PostgresStore: ReconcileStore {

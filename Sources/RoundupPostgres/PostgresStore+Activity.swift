@@ -2,6 +2,7 @@ public import Foundation
 import Logging
 import PostgresNIO
 import RoundupCore
+public import RoundupStore
 
 /// The activity history on PostgreSQL: rows written in one statement with the batch they describe, read newest
 /// first, pruned by age.

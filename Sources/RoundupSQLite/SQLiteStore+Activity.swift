@@ -1,6 +1,7 @@
 public import Foundation
 import GRDB
 import RoundupCore
+public import RoundupStore
 
 /// The activity history on SQLite: rows written in the caller's transaction, read newest first, pruned by age.
 extension SQLiteStore: ActivityRepository {

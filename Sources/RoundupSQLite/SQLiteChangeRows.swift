@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import RoundupCore
+import RoundupStore
 
 /// The SQLite rows: one prepared statement per call, in the caller's write transaction.
 struct SQLiteChangeRows: ChangeRows {

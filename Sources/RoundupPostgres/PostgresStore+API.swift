@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PostgresNIO
 public import RoundupCore
+public import RoundupStore
 
 /// What `roundup-api` reads and writes, on PostgreSQL (as `SQLiteStore+API`). Every query names the account.
 extension PostgresStore {

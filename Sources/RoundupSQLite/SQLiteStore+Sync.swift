@@ -1,6 +1,7 @@
 public import Foundation
 import GRDB
 public import RoundupCore
+public import RoundupStore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on SQLite.
 extension SQLiteStore: SyncJobStore {

@@ -1,4 +1,5 @@
 import PostgresNIO
+import RoundupStore
 
 /// Hot reads as named prepared statements: PostgreSQL parses and plans each once per connection (PostgresNIO prepares
 /// it on a connection's first use), where an unnamed statement is parsed and planned on every request. The token

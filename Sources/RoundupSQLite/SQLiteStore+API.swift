@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 public import RoundupCore
+public import RoundupStore
 
 /// What `roundup-api` reads and writes: accounts, lists, acks, devices, conflicts, duplicates.
 /// Every query names the account, so one account can never reach another's rows.

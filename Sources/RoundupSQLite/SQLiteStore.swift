@@ -3,6 +3,7 @@ import GRDB
 import GRDBSQLite
 public import RoundupCore
 public import RoundupRuntime
+public import RoundupStore
 public import ServiceLifecycle
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Logging
 import PostgresNIO
+import RoundupStore
 
 /// The PostgreSQL schema: the same eleven tables and the same migration versions as `SQLiteMigrations`.
 /// Each version runs in its own transaction under an advisory lock, so processes starting together migrate once.

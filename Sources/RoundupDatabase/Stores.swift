@@ -1,6 +1,9 @@
 public import Logging
 import RoundupCore
+import RoundupPostgres
 public import RoundupRuntime
+import RoundupSQLite
+public import RoundupStore
 import ServiceLifecycle
 
 /// Opening the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.

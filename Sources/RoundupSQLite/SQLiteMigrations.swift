@@ -1,4 +1,5 @@
 import GRDB
+import RoundupStore
 
 /// Versioned schema: the sixteen tables of the reference design and the activity history, less the six never used (v12).
 /// Migrations only ever append.

@@ -2,6 +2,7 @@ public import Foundation
 import Logging
 import PostgresNIO
 public import RoundupCore
+public import RoundupStore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on PostgreSQL (as `SQLiteStore+Sync`).
 /// Every write to a job or the lease first takes its account's advisory lock (`lockAccounts`).

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 public import RoundupCore
+public import RoundupStore
 
 extension SQLiteStore: ReconcileStore {
     public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {

@@ -3,9 +3,10 @@ public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOSSL
-import PostgresNIO
+public import PostgresNIO
 import RoundupCore
 public import RoundupRuntime
+public import RoundupStore
 public import ServiceLifecycle
 
 /// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.
@@ -330,12 +331,12 @@ extension PostgresConnection {
 /// Rows are read by column position through `PostgresRandomAccessRow`, made once per row: `PostgresRow` has no cheap
 /// access by position (each `PostgresRandomAccessRow(row)` copies all the row's cells), so reading a row column by
 /// column through it cost work quadratic in its columns — a quarter of the API's instructions per changes page.
-extension PostgresRandomAccessRow {
-    func text(_ column: Int) throws -> String { try self[column].decode(String.self) }
-    func optionalText(_ column: Int) throws -> String? { try self[column].decode(String?.self) }
-    func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
+extension PostgresRandomAccessRow: StoredRow {
+    package func text(_ column: Int) throws -> String { try self[column].decode(String.self) }
+    package func optionalText(_ column: Int) throws -> String? { try self[column].decode(String?.self) }
+    package func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
     func int(_ column: Int) throws -> Int { try self[column].decode(Int.self) }
-    func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
+    package func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
 }
 
 extension PendingChangeCells {
@@ -384,7 +385,7 @@ extension PostgresStore: OperatorStore {}
 /// A PostgreSQL failure as operators need it in logs: `PSQLError`'s own description is deliberately generic. Only the
 /// SQLSTATE, the server's message and the client's error code are kept: never the query, its values, or the server's
 /// `detail` (which can quote a row).
-public struct PostgresStoreError: Error, CustomStringConvertible, Sendable {
+public struct PostgresStoreError: StoreClassifiedError, CustomStringConvertible, Sendable {
     public var sqlState: String?
     public var description: String
 
@@ -408,4 +409,25 @@ public struct PostgresStoreError: Error, CustomStringConvertible, Sendable {
             description = "\(error)"
         }
     }
+}
+
+extension PostgresStoreError {
+    /// By the SQLSTATE's class: 22 (data exception, e.g. 22021 for a NUL in text), 23 (integrity constraint), 27
+    /// (triggered data change), 54 (program limit, e.g. an index row too large) and P0 (raised by a trigger) are the
+    /// values' fault; 42 (syntax or access rule) the statement's; no SQLSTATE (no answer, a lost connection, a timeout)
+    /// or any other class an outage.
+    public var storeFailure: StoreFailure { Self.failure(sqlState: sqlState) }
+
+    static func failure(sqlState: String?) -> StoreFailure {
+        switch sqlState?.prefix(2) {
+        case "22", "23", "27", "54", "P0": .data
+        case "42": .statement
+        default: .unavailable
+        }
+    }
+}
+
+/// A PostgresNIO error that reached a caller without passing `read`/`write` (which wrap it), classified alike.
+extension PSQLError: StoreClassifiedError {
+    public var storeFailure: StoreFailure { PostgresStoreError.failure(sqlState: serverInfo?[.sqlState]) }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PostgresNIO
 public import RoundupCore
+public import RoundupStore
 
 /// Accounts, lists, the worker's batch and the apps' changes, on PostgreSQL.
 extension PostgresStore: SyncStore {

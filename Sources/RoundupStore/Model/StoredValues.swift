@@ -1,0 +1,19 @@
+/// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
+public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {
+    public var type: String
+    public var value: String
+
+    package init(type: String, value: String) {
+        self.type = type
+        self.value = value
+    }
+    public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
+}
+
+extension RawRepresentable where RawValue == String {
+    /// The value a column holds, or `UnknownStoredValue`.
+    public static func stored(_ text: String) throws -> Self {
+        guard let value = Self(rawValue: text) else { throw UnknownStoredValue(type: "\(Self.self)", value: text) }
+        return value
+    }
+}
