@@ -23,41 +23,28 @@ extension PostgresStore {
         try await read { [self] c in try await Self.accountDetails(c, id: id, logger: logger) }
     }
 
-    static func accountDetails(_ c: PostgresConnection, id: String, logger: Logger) async throws -> AccountDetails? {
+    /// The account's row; `forUpdate` locks it for the rest of the transaction (a read-modify-write).
+    static func accountDetails(_ c: PostgresConnection, id: String, forUpdate: Bool = false, logger: Logger) async throws -> AccountDetails? {
         try await c.rows(
-            """
-            SELECT id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at,
-                   needs_attention
-            FROM accounts WHERE id = \(id)
-            """,
-            logger
-        ).first.map(Self.details)
-    }
-
-    /// Columns 0…8 as `accountDetails` selects them.
-    private static func details(_ row: PostgresRandomAccessRow) throws -> AccountDetails {
-        try AccountDetails(
-            id: row.text(0), trelloAPIKey: row.optionalText(1), trelloToken: row.optionalText(2), trelloWebhookSecret: row.optionalText(3),
-            conflictPolicy: ConflictPolicy.stored(row.text(4)), deleteMode: DeleteMode.stored(row.text(5)), createdAt: row.text(6),
-            updatedAt: row.text(7),
-            needsAttention: row.optionalText(8).map(AttentionReason.stored))
+            "SELECT \(unescaped: AccountDetails.columns) FROM accounts WHERE id = \(id)\(unescaped: forUpdate ? " FOR UPDATE" : "")", logger
+        ).first.map(AccountDetails.init(stored:))
     }
 
     public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
-        try await write { [self] c in
+        let now = Timestamp.now()
+        return try await write { [self] c in
+            guard let account = try await Self.accountDetails(c, id: id, forUpdate: true, logger: logger)?.applying(update, at: now) else {
+                return nil
+            }
             _ = try await c.run(
                 """
-                UPDATE accounts SET trello_api_key = COALESCE(\(update.trelloAPIKey)::text, trello_api_key),
-                    trello_token = COALESCE(\(update.trelloToken)::text, trello_token),
-                    trello_webhook_secret = COALESCE(\(update.trelloWebhookSecret)::text, trello_webhook_secret),
-                    conflict_policy = COALESCE(\(update.conflictPolicy?.rawValue)::text, conflict_policy),
-                    delete_mode = COALESCE(\(update.deleteMode?.rawValue)::text, delete_mode), updated_at = \(Timestamp.now()),
-                    needs_attention = CASE WHEN \(update.trelloToken)::text IS NOT NULL OR \(update.trelloAPIKey)::text IS NOT NULL
-                        THEN NULL ELSE needs_attention END
+                UPDATE accounts SET trello_api_key = \(account.trelloAPIKey), trello_token = \(account.trelloToken),
+                    trello_webhook_secret = \(account.trelloWebhookSecret), conflict_policy = \(account.conflictPolicy.rawValue),
+                    delete_mode = \(account.deleteMode.rawValue), updated_at = \(account.updatedAt), needs_attention = \(account.needsAttention?.rawValue)
                 WHERE id = \(id)
                 """,
                 logger)
-            return try await Self.accountDetails(c, id: id, logger: logger)
+            return account
         }
     }
 
@@ -222,15 +209,14 @@ extension PostgresStore {
         try await read { [self] c in
             try await c.rows(
                 """
-                SELECT a.id, a.trello_api_key, a.trello_token, a.trello_webhook_secret, a.conflict_policy, a.delete_mode, a.created_at, a.updated_at,
-                       a.needs_attention,
-                       (SELECT COUNT(*) FROM sync_lists l WHERE l.account_id = a.id),
-                       (SELECT COUNT(*) FROM pending_changes p WHERE p.account_id = a.id AND p.superseded = false)
-                FROM accounts a ORDER BY a.created_at, a.id
+                SELECT \(unescaped: AccountDetails.columns),
+                       (SELECT COUNT(*) FROM sync_lists l WHERE l.account_id = accounts.id),
+                       (SELECT COUNT(*) FROM pending_changes p WHERE p.account_id = accounts.id AND p.superseded = false)
+                FROM accounts ORDER BY created_at, id
                 """,
                 logger
             ).map { row in
-                try (details: Self.details(row), lists: row.int(9), pendingChanges: row.int(10))
+                try (details: AccountDetails(stored: row), lists: row.int(9), pendingChanges: row.int(10))
             }
         }
     }
@@ -241,24 +227,19 @@ extension PostgresStore {
             if let id {
                 rows = try await c.rows(
                     """
-                    SELECT id, account_id, kind, status, processed, total, error, created_at, updated_at FROM background_jobs
+                    SELECT \(unescaped: JobRecord.columns) FROM background_jobs
                     WHERE id = \(id) ORDER BY created_at DESC LIMIT \(limit)
                     """,
                     logger)
             } else {
                 rows = try await c.rows(
                     """
-                    SELECT id, account_id, kind, status, processed, total, error, created_at, updated_at FROM background_jobs
+                    SELECT \(unescaped: JobRecord.columns) FROM background_jobs
                     ORDER BY created_at DESC LIMIT \(limit)
                     """,
                     logger)
             }
-            return try rows.map { row in
-                try JobRecord(
-                    id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)),
-                    processed: row.int(4), total: row.int(5),
-                    error: row.optionalText(6), createdAt: row.text(7), updatedAt: row.text(8))
-            }
+            return try rows.map(JobRecord.init(stored:))
         }
     }
 }
@@ -284,10 +265,9 @@ struct PostgresAckRows: AckRows {
             ).first?.int64(0) ?? 0
         var changes: [Int64: AckedChange] = [:]
         for row in try await c.rows(
-            "SELECT id, account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ANY(\(ids))", logger)
+            "SELECT \(unescaped: AckedChange.columns), id FROM pending_changes WHERE id = ANY(\(ids))", logger)
         {
-            changes[try row.int64(0)] = try AckedChange(
-                accountID: row.text(1), cardID: row.text(2), type: ChangeType.stored(row.text(3)), superseded: row.bool(4))
+            changes[try row.int64(4)] = try AckedChange(stored: row)
         }
         return Self(highest: highest, changes: changes)
     }

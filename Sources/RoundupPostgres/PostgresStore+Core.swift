@@ -17,50 +17,27 @@ extension PostgresStore: SyncStore {
         return id
     }
 
-    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
-        let now = Timestamp.now()
-        try await write { [self] c in
-            try await c.run(
-                """
-                UPDATE accounts SET trello_api_key = COALESCE(\(apiKey)::text, trello_api_key), trello_token = COALESCE(\(token)::text, trello_token),
-                trello_webhook_secret = COALESCE(\(webhookSecret)::text, trello_webhook_secret), updated_at = \(now) WHERE id = \(id)
-                """, logger)
-        }
-    }
-
     public func account(id: String) async throws -> AccountRecord? {
         try await read { [self] c in
-            try await c.rows("SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = \(id)", logger)
-                .first.map {
-                    AccountRecord(
-                        id: try $0.text(0), trelloAPIKey: try $0.optionalText(1), trelloToken: try $0.optionalText(2),
-                        trelloWebhookSecret: try $0.optionalText(3),
-                        webhookToken: try $0.optionalText(4))
-                }
+            try await c.rows("SELECT \(unescaped: AccountRecord.columns) FROM accounts WHERE id = \(id)", logger).first.map(
+                AccountRecord.init(stored:))
         }
     }
 
-    public func createSyncList(
-        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
-    ) async throws
-        -> SyncListRecord
-    {
-        let record = SyncListRecord.new(
-            accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
-        let now = record.createdAt
-        let text = settings.storedText
+    public func insertSyncList(_ list: SyncListRecord) async throws {
+        let text = list.settings.storedText
         do {
             try await write { [self] c in
                 try await c.run(
                     """
                     INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
-                    VALUES (\(record.id), \(accountID), \(name), \(trelloBoardID), \(trelloListID), \(now), \(now), \(text))
+                    VALUES (\(list.id), \(list.accountID), \(list.name), \(list.trelloBoardID), \(list.trelloListID), \(list.createdAt),
+                        \(list.createdAt), \(text))
                     """, logger)
             }
         } catch  where Self.sqlState(error) == "23505" {
             throw StoreError.duplicateList
         }
-        return record
     }
 
     // MARK: The worker's batch
@@ -274,17 +251,16 @@ struct PostgresChangeRows: ChangeRows {
         let accounts = keys.map(\.accountID), cards = keys.map(\.id)
         for row in try await c.rows(
             """
-            SELECT t.account_id, t.trello_card_id, t.sync_list_id, t.field_hashes, t.deleted, t.reminder_id FROM sync_tasks t
+            SELECT t.sync_list_id, t.field_hashes, t.deleted, t.reminder_id, t.account_id, t.trello_card_id FROM sync_tasks t
             JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON t.account_id = u.a AND t.trello_card_id = u.k
             """, logger)
         {
-            rows.tasks[AccountScoped(try row.text(0), try row.text(1))] = .init(
-                syncListID: try row.text(2), stamps: FieldStamps.decodeStamps(try row.text(3)), deleted: try row.bool(4),
-                reminderID: try row.optionalText(5))
+            // The columns `TaskRow` reads, then the key.
+            rows.tasks[AccountScoped(try row.text(4), try row.text(5))] = try .init(stored: row)
         }
         for row in try await c.rows(
             """
-            SELECT u.a, u.k, p.id, p.change_type, p.changed_fields, p.fields
+            SELECT p.id, p.change_type, p.changed_fields, p.fields, u.a, u.k
             FROM (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u
             CROSS JOIN LATERAL (
                 SELECT id, change_type, changed_fields, fields FROM pending_changes
@@ -292,15 +268,12 @@ struct PostgresChangeRows: ChangeRows {
             ) p
             """, logger)
         {
-            rows.latest[AccountScoped(try row.text(0), try row.text(1))] = .init(
-                id: try row.int64(2), type: try ChangeType.stored(row.text(3)), changedFields: PendingChangeCoding.changedFields(try row.text(4)),
-                fields: PendingChangeCoding.fields(try row.text(5)))
+            rows.latest[AccountScoped(try row.text(4), try row.text(5))] = try .init(stored: row)
         }
         for row in try await c.rows(
-            "SELECT id, created_at, settings FROM sync_lists WHERE account_id = ANY(\(Array(Set(accounts)))::text[])", logger)
+            "SELECT created_at, settings, id FROM sync_lists WHERE account_id = ANY(\(Array(Set(accounts)))::text[])", logger)
         {
-            rows.lists[try row.text(0)] = .init(
-                settings: SyncSettings(stored: try row.optionalText(2)), pairedAt: try row.optionalText(1).flatMap(Timestamp.date))
+            rows.lists[try row.text(2)] = try .init(stored: row)
         }
         return rows
     }
@@ -353,8 +326,7 @@ struct PostgresChangeRows: ChangeRows {
 
     mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) {
         inserts.append((change, now, false))
-        latest[AccountScoped(change.accountID, change.cardID)] = .init(
-            id: -Int64(inserts.count), type: change.type, changedFields: change.changedFields, fields: change.fields)
+        latest[AccountScoped(change.accountID, change.cardID)] = change.row(id: -Int64(inserts.count))
     }
 
     /// Writes what the rules decided, in order; returns the ids of the conflicts it inserted.

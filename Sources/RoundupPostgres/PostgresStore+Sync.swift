@@ -7,21 +7,8 @@ public import RoundupStore
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on PostgreSQL (as `SQLiteStore+Sync`).
 /// Every write to a job or the lease first takes its account's advisory lock (`lockAccounts`).
 extension PostgresStore: SyncJobStore {
-    static let jobColumns = "id, account_id, kind, status, device_id, processed, total, payload, results, error, created_at, updated_at"
-
-    static func job(_ row: PostgresRandomAccessRow) throws -> SyncJob {
-        let payloadText = try row.text(7)
-        let resultsText = try row.text(8)
-        let results = (try? JSONParser.parse(Array(resultsText.utf8)))?.arrayValue ?? []
-        return try SyncJob(
-            id: row.text(0), accountID: row.text(1), kind: JobKind.stored(row.text(2)), status: JobStatus.stored(row.text(3)),
-            deviceID: row.optionalText(4),
-            processed: row.int(5), total: row.int(6), payload: (try? JSONParser.parse(Array(payloadText.utf8))) ?? .null,
-            results: results.compactMap(SyncItemResult.init(json:)), error: row.optionalText(9), createdAt: row.text(10), updatedAt: row.text(11))
-    }
-
     static func fetchJob(_ c: PostgresConnection, id: String, logger: Logger) async throws -> SyncJob? {
-        try await c.rows("SELECT \(unescaped: Self.jobColumns) FROM background_jobs WHERE id = \(id)", logger).first.map(Self.job)
+        try await c.rows("SELECT \(unescaped: SyncJob.columns) FROM background_jobs WHERE id = \(id)", logger).first.map(SyncJob.init(stored:))
     }
 
     public func submitJob(
@@ -41,8 +28,8 @@ extension PostgresStore: SyncJobStore {
     public func job(accountID: String, id: String) async throws -> SyncJob? {
         try await read { [self] c in
             try await c.rows(
-                "SELECT \(unescaped: Self.jobColumns) FROM background_jobs WHERE id = \(id) AND account_id = \(accountID)", logger
-            ).first.map(Self.job)
+                "SELECT \(unescaped: SyncJob.columns) FROM background_jobs WHERE id = \(id) AND account_id = \(accountID)", logger
+            ).first.map(SyncJob.init(stored:))
         }
     }
 
@@ -83,20 +70,11 @@ extension PostgresStore: SyncJobStore {
 
     // MARK: Mappings
 
-    private static let taskColumns = "sync_list_id, trello_card_id, reminder_id, deleted, field_hashes, last_synced_at"
-
-    private static func task(_ row: PostgresRandomAccessRow) throws -> SyncTaskRecord {
-        let stampsText = try row.text(4)
-        return try SyncTaskRecord(
-            syncListID: row.text(0), cardID: row.text(1), reminderID: row.optionalText(2), deleted: row.bool(3),
-            stamps: FieldStamps.decodeStamps(stampsText).mapValues { FieldStamp(hash: $0.hash, time: $0.time) }, lastSyncedAt: row.optionalText(5))
-    }
-
     public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
         try await read { [self] c in
             try await c.rows(
-                "SELECT \(unescaped: Self.taskColumns) FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(cardID)", logger
-            ).first.map(Self.task)
+                "SELECT \(unescaped: SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(cardID)", logger
+            ).first.map(SyncTaskRecord.init(stored:))
         }
     }
 
@@ -104,11 +82,11 @@ extension PostgresStore: SyncJobStore {
         try await read { [self] c in
             try await c.rows(
                 """
-                SELECT \(unescaped: Self.taskColumns) FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(reminderID)
+                SELECT \(unescaped: SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(reminderID)
                 ORDER BY CASE WHEN trello_card_id LIKE 'pending:%' THEN 1 WHEN deleted = false THEN 0 ELSE 2 END, updated_at DESC LIMIT 1
                 """,
                 logger
-            ).first.map(Self.task)
+            ).first.map(SyncTaskRecord.init(stored:))
         }
     }
 
@@ -179,9 +157,10 @@ extension PostgresStore: SyncJobStore {
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
-            if let id = try await c.rows(
-                "SELECT id FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) AND status = 'open'", logger
-            ).first?.int64(0) {
+            let stored = try await c.rows(
+                "SELECT id, status FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) ORDER BY id", logger
+            ).map { (id: try $0.int64(0), status: try $0.value(1, as: DuplicateStatus.self)) }
+            if let id = PotentialDuplicates.rewritten(among: stored) {
                 _ = try await c.run(
                     """
                     UPDATE potential_duplicates SET trello_card_id = \(d.cardID), title = \(d.title), due_date = \(d.dueDate), fields = \(fields), job_id = \(d.jobID)
@@ -193,7 +172,8 @@ extension PostgresStore: SyncJobStore {
             let inserted = try await c.rows(
                 """
                 INSERT INTO potential_duplicates (account_id, sync_list_id, reminder_id, trello_card_id, title, due_date, job_id, status, created_at, fields)
-                VALUES (\(accountID), \(d.syncListID), \(d.reminderID), \(d.cardID), \(d.title), \(d.dueDate), \(d.jobID), 'open', \(now), \(fields))
+                VALUES (\(accountID), \(d.syncListID), \(d.reminderID), \(d.cardID), \(d.title), \(d.dueDate), \(d.jobID), \(DuplicateStatus.open.rawValue), \(now),
+                    \(fields))
                 RETURNING id
                 """,
                 logger)
@@ -229,19 +209,18 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    /// Claims an open conflict or duplicate for one resolution at a time (as in `SQLiteStore`).
+    /// Claims an open conflict or duplicate for one resolution at a time, by `ResolutionClaim`: the row is read under its
+    /// lock (`FOR UPDATE`), so two claims cannot both succeed.
     public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
-        let now = Date()
-        let nowText = Timestamp.string(now)
-        let expired = Timestamp.string(now.addingTimeInterval(-60))
-        // One UPDATE: PostgreSQL re-checks its WHERE on the locked row, so two claims cannot both succeed.
+        let rule = ResolutionClaim()
         return try await write { [self] c in
-            try await c.run(
-                """
-                UPDATE \(unescaped: table.rawValue) SET resolving_at = \(nowText) WHERE account_id = \(accountID) AND id = \(id) AND status = 'open'
-                AND (resolving_at IS NULL OR resolving_at < \(expired)) RETURNING 1
-                """,
-                logger) == 1
+            guard
+                let row = try await c.rows(
+                    "SELECT status, resolving_at FROM \(unescaped: table.rawValue) WHERE account_id = \(accountID) AND id = \(id) FOR UPDATE", logger
+                ).first,
+                let stamp = rule.claim(open: try table.isOpen(row.text(0)), heldSince: try row.optionalText(1))
+            else { return false }
+            return try await c.run("UPDATE \(unescaped: table.rawValue) SET resolving_at = \(stamp) WHERE id = \(id) RETURNING 1", logger) == 1
         }
     }
 
@@ -281,15 +260,6 @@ extension PostgresStore: SyncJobStore {
     public func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
         try await read { [self] c in try await Self.priorityField(c, accountID: accountID, boardID: boardID, logger: logger) }
     }
-
-    public func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
-        try await read { [self] c in
-            guard let row = try await c.rows("SELECT conflict_policy, delete_mode FROM accounts WHERE id = \(accountID)", logger).first else {
-                return (.manual, .archive)
-            }
-            return try (ConflictPolicy.stored(row.text(0)), DeleteMode.stored(row.text(1)))
-        }
-    }
 }
 
 /// `JobLeaseRows` over the rows of one job and its account, read up front under the account's lock; the writes wait
@@ -314,9 +284,9 @@ struct PostgresJobLeaseRows: JobLeaseRows {
         var rows = Self()
         if let key = idempotencyKey {
             rows.replay = try await c.rows(
-                "SELECT \(unescaped: PostgresStore.jobColumns) FROM background_jobs WHERE account_id = \(accountID) AND idempotency_key = \(key)",
+                "SELECT \(unescaped: SyncJob.columns) FROM background_jobs WHERE account_id = \(accountID) AND idempotency_key = \(key)",
                 logger
-            ).first.map(PostgresStore.job)
+            ).first.map(SyncJob.init(stored:))
         }
         try await rows.loadLease(c, accountID: accountID, logger: logger)
         return rows
@@ -333,9 +303,9 @@ struct PostgresJobLeaseRows: JobLeaseRows {
 
     private mutating func loadLease(_ c: PostgresConnection, accountID: String, logger: Logger) async throws {
         guard
-            let row = try await c.rows("SELECT job_id, holder, expires_at, updated_at FROM sync_lease WHERE account_id = \(accountID)", logger).first
+            let row = try await c.rows("SELECT \(unescaped: JobLeaseRow.columns) FROM sync_lease WHERE account_id = \(accountID)", logger).first
         else { return }
-        let lease = try JobLeaseRow(accountID: accountID, jobID: row.text(0), holder: row.text(1), expiresAt: row.text(2), updatedAt: row.text(3))
+        let lease = try JobLeaseRow(stored: row, accountID: accountID)
         leases[accountID] = lease
         if jobs[lease.jobID] == nil, let holding = try await PostgresStore.fetchJob(c, id: lease.jobID, logger: logger) { jobs[holding.id] = holding }
     }

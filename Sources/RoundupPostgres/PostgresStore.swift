@@ -351,7 +351,7 @@ extension PendingChangeCells {
         // `PostgresCell` (whose column name is a `String` retained and released per cell). Iterating the row's cells
         // cost twice as much: 640 instructions a cell, a fifth of the page.
         let row = row.makeRandomAccess()
-        guard row.count == columns else { throw UnknownStoredValue(type: "pending change row", value: "\(row.count) columns") }
+        guard row.count == columns else { throw UnknownStoredValue.unexpected("pending change row", "\(row.count) columns") }
         try withUnsafeTemporaryAllocation(of: Range<Int>?.self, capacity: columns) { spans in
             id = try row[0].decode(Int64.self)
             spans[0] = nil
@@ -365,16 +365,7 @@ extension PendingChangeCells {
                 }
             }
             try scratch.withUnsafeBufferPointer { base in
-                func text(_ column: Int) -> UTF8Cell? { spans[column].map { UTF8Cell(UnsafeBufferPointer(rebasing: base[$0])) } }
-                func required(_ column: Int) throws -> UTF8Cell {
-                    guard let cell = text(column) else { throw UnknownStoredValue(type: "text", value: "NULL in column \(column)") }
-                    return cell
-                }
-                body(
-                    PendingChangeCells(
-                        id: id, changeType: try ChangeType.stored(required(2)), syncListID: try required(1), changedFieldsJSON: try required(3),
-                        fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6), reminderID: text(7),
-                        createdAt: try required(8)))
+                body(try PendingChangeCells(id: id) { column in spans[column].map { UTF8Cell(UnsafeBufferPointer(rebasing: base[$0])) } })
             }
         }
     }

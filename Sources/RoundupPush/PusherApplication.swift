@@ -73,7 +73,7 @@ public enum PusherApplication {
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: pauses),
-            .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+            .essential(consumer),
         ]
         try await RoundupServices.run(
             services, dependencies: store.service.map { [$0] } ?? [],

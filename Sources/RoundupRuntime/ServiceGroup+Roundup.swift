@@ -21,9 +21,7 @@ public enum RoundupServices {
             inner.maximumGracefulShutdownDuration = shutdownTimeout
             let main = AfterStartUp(startUp: startUp ?? {}, services: ServiceGroup(configuration: inner))
             top =
-                dependencies.map { .init(service: $0) } + [
-                    .init(service: main, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
-                ]
+                dependencies.map { .init(service: $0) } + [.essential(main)]
         }
         var groupConfiguration = ServiceGroupConfiguration(services: top, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = shutdownTimeout
@@ -36,6 +34,14 @@ public enum RoundupServices {
         }
         await close()
         try result.get()
+    }
+}
+
+extension ServiceGroupConfiguration.ServiceConfiguration {
+    /// A service the process exists for (a stream consumer, the HTTP server): when it ends, however it ends, the
+    /// process shuts down rather than run on without it.
+    public static func essential(_ service: some Service) -> Self {
+        .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
     }
 }
 

@@ -9,12 +9,9 @@ struct SQLiteChangeRows: ChangeRows {
 
     func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
         try Row.fetchOne(
-            db.cachedStatement(
-                sql: "SELECT sync_list_id, field_hashes, deleted, reminder_id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
+            db.cachedStatement(sql: "SELECT \(ChangeApplier<Self>.TaskRow.columns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
             arguments: [accountID, cardID]
-        ).map { row in
-            .init(syncListID: row[0], stamps: FieldStamps.decodeStamps(row[1]), deleted: row[2], reminderID: row[3])
-        }
+        ).map(ChangeApplier<Self>.TaskRow.init(stored:))
     }
 
     func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) throws {
@@ -48,13 +45,12 @@ struct SQLiteChangeRows: ChangeRows {
     func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
         try Row.fetchOne(
             db.cachedStatement(
-                sql:
-                    "SELECT id, change_type, changed_fields, fields FROM pending_changes WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1"
-            ),
+                sql: """
+                    SELECT \(ChangeApplier<Self>.ChangeRow.columns) FROM pending_changes
+                    WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1
+                    """),
             arguments: [accountID, cardID]
-        ).map { row in
-            .init(id: row[0], type: row[1], changedFields: PendingChangeCoding.changedFields(row[2]), fields: PendingChangeCoding.fields(row[3]))
-        }
+        ).map(ChangeApplier<Self>.ChangeRow.init(stored:))
     }
 
     func supersede(changeID: Int64) throws {
@@ -62,9 +58,9 @@ struct SQLiteChangeRows: ChangeRows {
     }
 
     func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT created_at, settings FROM sync_lists WHERE id = ?"), arguments: [syncListID]).map { row in
-            .init(settings: SyncSettings(stored: row[1]), pairedAt: (row[0] as String?).flatMap(Timestamp.date))
-        }
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT \(ChangeApplier<Self>.ListRules.columns) FROM sync_lists WHERE id = ?"), arguments: [syncListID]
+        ).map(ChangeApplier<Self>.ListRules.init(stored:))
     }
 
     func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws {

@@ -24,36 +24,24 @@ extension SQLiteStore {
     }
 
     static func accountDetails(_ db: Database, id: String) throws -> AccountDetails? {
-        try Row.fetchOne(
-            db,
-            sql: """
-                SELECT id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at,
-                       needs_attention
-                FROM accounts WHERE id = ?
-                """,
-            arguments: [id]
-        ).map {
-            AccountDetails(
-                id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], conflictPolicy: $0[4],
-                deleteMode: $0[5], createdAt: $0[6], updatedAt: $0[7], needsAttention: $0[8])
-        }
+        try Row.fetchOne(db, sql: "SELECT \(AccountDetails.columns) FROM accounts WHERE id = ?", arguments: [id]).map(AccountDetails.init(stored:))
     }
 
     public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
-        try await pool.write { db in
+        let now = Timestamp.now()
+        return try await pool.write { db in
+            guard let account = try Self.accountDetails(db, id: id)?.applying(update, at: now) else { return nil }
             try db.execute(
                 sql: """
-                    UPDATE accounts SET trello_api_key = COALESCE(?, trello_api_key), trello_token = COALESCE(?, trello_token),
-                        trello_webhook_secret = COALESCE(?, trello_webhook_secret), conflict_policy = COALESCE(?, conflict_policy),
-                        delete_mode = COALESCE(?, delete_mode), updated_at = ?,
-                        needs_attention = CASE WHEN ? IS NOT NULL OR ? IS NOT NULL THEN NULL ELSE needs_attention END
+                    UPDATE accounts SET trello_api_key = ?, trello_token = ?, trello_webhook_secret = ?, conflict_policy = ?, delete_mode = ?,
+                        updated_at = ?, needs_attention = ?
                     WHERE id = ?
                     """,
                 arguments: [
-                    update.trelloAPIKey, update.trelloToken, update.trelloWebhookSecret, update.conflictPolicy, update.deleteMode, Timestamp.now(),
-                    update.trelloToken, update.trelloAPIKey, id,
+                    account.trelloAPIKey, account.trelloToken, account.trelloWebhookSecret, account.conflictPolicy, account.deleteMode,
+                    account.updatedAt, account.needsAttention, id,
                 ])
-            return try Self.accountDetails(db, id: id)
+            return account
         }
     }
 
@@ -216,7 +204,7 @@ extension SQLiteStore {
 extension SQLiteStore {
     public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
         try await pool.read { db in
-            var sql = "SELECT id, account_id, kind, status, processed, total, error, created_at, updated_at FROM background_jobs"
+            var sql = "SELECT \(JobRecord.columns) FROM background_jobs"
             var arguments: StatementArguments = []
             if let id {
                 sql += " WHERE id = ?"
@@ -224,11 +212,7 @@ extension SQLiteStore {
             }
             sql += " ORDER BY created_at DESC LIMIT ?"
             arguments += [limit]
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map {
-                JobRecord(
-                    id: $0[0], accountID: $0[1], kind: $0[2], status: $0[3], processed: $0[4], total: $0[5], error: $0[6], createdAt: $0[7],
-                    updatedAt: $0[8])
-            }
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(JobRecord.init(stored:))
         }
     }
 }
@@ -243,8 +227,8 @@ struct SQLiteAckRows: AckRows {
 
     func change(id: Int64) throws -> AckedChange? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT account_id, trello_card_id, change_type, superseded FROM pending_changes WHERE id = ?"), arguments: [id]
-        ).map { AckedChange(accountID: $0[0], cardID: $0[1], type: $0[2], superseded: $0[3]) }
+            db.cachedStatement(sql: "SELECT \(AckedChange.columns) FROM pending_changes WHERE id = ?"), arguments: [id]
+        ).map(AckedChange.init(stored:))
     }
 
     func mapReminder(accountID: String, cardID: String, reminderID: String, now: String) throws {

@@ -5,18 +5,8 @@ public import RoundupStore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on SQLite.
 extension SQLiteStore: SyncJobStore {
-    static let jobColumns = "id, account_id, kind, status, device_id, processed, total, payload, results, error, created_at, updated_at"
-
-    static func job(_ row: Row) -> SyncJob {
-        let results = (try? JSONParser.parse(Array((row[8] as String).utf8)))?.arrayValue ?? []
-        return SyncJob(
-            id: row[0], accountID: row[1], kind: row[2], status: row[3], deviceID: row[4], processed: row[5], total: row[6],
-            payload: (try? JSONParser.parse(Array((row[7] as String).utf8))) ?? .null,
-            results: results.compactMap(SyncItemResult.init(json:)), error: row[9], createdAt: row[10], updatedAt: row[11])
-    }
-
     static func fetchJob(_ db: Database, id: String) throws -> SyncJob? {
-        try Row.fetchOne(db, sql: "SELECT \(jobColumns) FROM background_jobs WHERE id = ?", arguments: [id]).map(job)
+        try Row.fetchOne(db, sql: "SELECT \(SyncJob.columns) FROM background_jobs WHERE id = ?", arguments: [id]).map(SyncJob.init(stored:))
     }
 
     public func submitJob(
@@ -32,8 +22,8 @@ extension SQLiteStore: SyncJobStore {
 
     public func job(accountID: String, id: String) async throws -> SyncJob? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT \(Self.jobColumns) FROM background_jobs WHERE id = ? AND account_id = ?", arguments: [id, accountID])
-                .map(Self.job)
+            try Row.fetchOne(db, sql: "SELECT \(SyncJob.columns) FROM background_jobs WHERE id = ? AND account_id = ?", arguments: [id, accountID])
+                .map(SyncJob.init(stored:))
         }
     }
 
@@ -73,19 +63,12 @@ extension SQLiteStore: SyncJobStore {
 
     // MARK: Mappings
 
-    private static let taskColumns = "sync_list_id, trello_card_id, reminder_id, deleted, field_hashes, last_synced_at"
-
-    private static func task(_ row: Row) -> SyncTaskRecord {
-        SyncTaskRecord(
-            syncListID: row[0], cardID: row[1], reminderID: row[2], deleted: row[3],
-            stamps: FieldStamps.decodeStamps(row[4]).mapValues { FieldStamp(hash: $0.hash, time: $0.time) }, lastSyncedAt: row[5])
-    }
-
     public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
         try await pool.read { db in
             try Row.fetchOne(
-                db, sql: "SELECT \(Self.taskColumns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?", arguments: [accountID, cardID]
-            ).map(Self.task)
+                db, sql: "SELECT \(SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
+                arguments: [accountID, cardID]
+            ).map(SyncTaskRecord.init(stored:))
         }
     }
 
@@ -94,11 +77,11 @@ extension SQLiteStore: SyncJobStore {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT \(Self.taskColumns) FROM sync_tasks WHERE account_id = ? AND reminder_id = ?
+                    SELECT \(SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = ? AND reminder_id = ?
                     ORDER BY CASE WHEN trello_card_id LIKE 'pending:%' THEN 1 WHEN deleted = 0 THEN 0 ELSE 2 END, updated_at DESC LIMIT 1
                     """,
                 arguments: [accountID, reminderID]
-            ).map(Self.task)
+            ).map(SyncTaskRecord.init(stored:))
         }
     }
 
@@ -161,10 +144,11 @@ extension SQLiteStore: SyncJobStore {
         let now = Timestamp.now()
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await pool.write { db in
-            if let id = try Int64.fetchOne(
-                db, sql: "SELECT id FROM potential_duplicates WHERE account_id = ? AND reminder_id = ? AND status = 'open'",
-                arguments: [accountID, d.reminderID])
-            {
+            let stored = try Row.fetchAll(
+                db, sql: "SELECT id, status FROM potential_duplicates WHERE account_id = ? AND reminder_id = ? ORDER BY id",
+                arguments: [accountID, d.reminderID]
+            ).map { (id: $0[0] as Int64, status: $0[1] as DuplicateStatus) }
+            if let id = PotentialDuplicates.rewritten(among: stored) {
                 try db.execute(
                     sql: "UPDATE potential_duplicates SET trello_card_id = ?, title = ?, due_date = ?, fields = ?, job_id = ? WHERE id = ?",
                     arguments: [d.cardID, d.title, d.dueDate, fields, d.jobID, id])
@@ -173,9 +157,9 @@ extension SQLiteStore: SyncJobStore {
             try db.execute(
                 sql: """
                     INSERT INTO potential_duplicates (account_id, sync_list_id, reminder_id, trello_card_id, title, due_date, job_id, status, created_at, fields)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, 'open', ?, ?)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [accountID, d.syncListID, d.reminderID, d.cardID, d.title, d.dueDate, d.jobID, now, fields])
+                arguments: [accountID, d.syncListID, d.reminderID, d.cardID, d.title, d.dueDate, d.jobID, DuplicateStatus.open, now, fields])
             return db.lastInsertedRowID
         }
     }
@@ -213,10 +197,16 @@ extension SQLiteStore: SyncJobStore {
     /// Claims an open conflict or duplicate for one resolution at a time (a claim older than a minute has died);
     /// false when it is resolved or another resolution holds it.
     public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
-        let now = Date()
-        return try await updatesOne(
-            "UPDATE \(table.rawValue) SET resolving_at = ? WHERE account_id = ? AND id = ? AND status = 'open' AND (resolving_at IS NULL OR resolving_at < ?)",
-            [Timestamp.string(now), accountID, id, Timestamp.string(now.addingTimeInterval(-60))])
+        let rule = ResolutionClaim()
+        return try await pool.write { db in
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT status, resolving_at FROM \(table.rawValue) WHERE account_id = ? AND id = ?", arguments: [accountID, id]),
+                let stamp = rule.claim(open: try table.isOpen(row.text(0)), heldSince: try row.optionalText(1))
+            else { return false }
+            try db.execute(sql: "UPDATE \(table.rawValue) SET resolving_at = ? WHERE id = ?", arguments: [stamp, id])
+            return true
+        }
     }
 
     public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
@@ -246,15 +236,6 @@ extension SQLiteStore: SyncJobStore {
     public func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
         try await pool.read { db in try Self.priorityField(db, accountID: accountID, boardID: boardID) }
     }
-
-    public func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
-        try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT conflict_policy, delete_mode FROM accounts WHERE id = ?", arguments: [accountID]) else {
-                return (.manual, .archive)
-            }
-            return (row[0], row[1])
-        }
-    }
 }
 
 /// `JobLeaseRows` as statements in SQLite's write transaction.
@@ -265,14 +246,14 @@ struct SQLiteJobLeaseRows: JobLeaseRows {
 
     func job(accountID: String, idempotencyKey: String) throws -> SyncJob? {
         try Row.fetchOne(
-            db, sql: "SELECT \(SQLiteStore.jobColumns) FROM background_jobs WHERE account_id = ? AND idempotency_key = ?",
+            db, sql: "SELECT \(SyncJob.columns) FROM background_jobs WHERE account_id = ? AND idempotency_key = ?",
             arguments: [accountID, idempotencyKey]
-        ).map(SQLiteStore.job)
+        ).map(SyncJob.init(stored:))
     }
 
     func lease(accountID: String) throws -> JobLeaseRow? {
-        try Row.fetchOne(db, sql: "SELECT job_id, holder, expires_at, updated_at FROM sync_lease WHERE account_id = ?", arguments: [accountID]).map {
-            JobLeaseRow(accountID: accountID, jobID: $0[0], holder: $0[1], expiresAt: $0[2], updatedAt: $0[3])
+        try Row.fetchOne(db, sql: "SELECT \(JobLeaseRow.columns) FROM sync_lease WHERE account_id = ?", arguments: [accountID]).map {
+            try JobLeaseRow(stored: $0, accountID: accountID)
         }
     }
 

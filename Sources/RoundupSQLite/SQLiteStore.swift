@@ -92,34 +92,13 @@ public final class SQLiteStore: SyncStore {
         return id
     }
 
-    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
-        let now = Timestamp.now()
-        try await pool.write { db in
-            try db.execute(
-                sql: """
-                    UPDATE accounts SET trello_api_key = COALESCE(?, trello_api_key), trello_token = COALESCE(?, trello_token),
-                    trello_webhook_secret = COALESCE(?, trello_webhook_secret), updated_at = ? WHERE id = ?
-                    """,
-                arguments: [apiKey, token, webhookSecret, now, id])
-        }
-    }
-
     public func account(id: String) async throws -> AccountRecord? {
         try await pool.read { db in
-            try Row.fetchOne(
-                db, sql: "SELECT id, trello_api_key, trello_token, trello_webhook_secret, webhook_token FROM accounts WHERE id = ?", arguments: [id]
-            )
-            .map { AccountRecord(id: $0[0], trelloAPIKey: $0[1], trelloToken: $0[2], trelloWebhookSecret: $0[3], webhookToken: $0[4]) }
+            try Row.fetchOne(db, sql: "SELECT \(AccountRecord.columns) FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init(stored:))
         }
     }
 
-    public func createSyncList(
-        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
-    ) async throws
-        -> SyncListRecord
-    {
-        let record = SyncListRecord.new(
-            accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
+    public func insertSyncList(_ list: SyncListRecord) async throws {
         do {
             try await pool.write { db in
                 try db.execute(
@@ -127,12 +106,14 @@ public final class SQLiteStore: SyncStore {
                         INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [record.id, accountID, name, trelloBoardID, trelloListID, record.createdAt, record.createdAt, settings.storedText])
+                    arguments: [
+                        list.id, list.accountID, list.name, list.trelloBoardID, list.trelloListID, list.createdAt, list.createdAt,
+                        list.settings.storedText,
+                    ])
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
             throw StoreError.duplicateList
         }
-        return record
     }
 
     // MARK: The worker's batch
@@ -332,19 +313,11 @@ extension PendingChangeCells {
     /// The row a statement of `PendingChange.columns` stands on, its text as SQLite holds it: valid until the statement
     /// steps again.
     init(_ statement: SQLiteStatement) throws {
-        func text(_ column: Int32) -> UTF8Cell? {
+        try self.init(id: sqlite3_column_int64(statement, 0)) { column in
             // Text first, then its length (SQLite's advice); a NULL has no text.
-            guard let start = sqlite3_column_text(statement, column) else { return nil }
-            return UTF8Cell(UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(statement, column))))
+            guard let start = sqlite3_column_text(statement, Int32(column)) else { return nil }
+            return UTF8Cell(UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(statement, Int32(column)))))
         }
-        func required(_ column: Int32) throws -> UTF8Cell {
-            guard let cell = text(column) else { throw UnknownStoredValue(type: "text", value: "NULL in column \(column)") }
-            return cell
-        }
-        self.init(
-            id: sqlite3_column_int64(statement, 0), changeType: try ChangeType.stored(required(2)), syncListID: try required(1),
-            changedFieldsJSON: try required(3), fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6),
-            reminderID: text(7), createdAt: try required(8))
     }
 }
 

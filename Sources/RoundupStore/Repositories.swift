@@ -13,19 +13,31 @@ public protocol AccountRepository: Sendable {
     func rotateToken(accountID: String, newTokenHash: String) async throws
     func account(id: String) async throws -> AccountRecord?
     func accountDetails(id: String) async throws -> AccountDetails?
-    func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws
+    /// Applies `AccountDetails.applying(_:at:)` to the stored account; nil when there is none.
     func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails?
-    func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode)
     /// Deletes the account and everything it owns; returns its lists (for their Trello webhooks) as they were.
     func deleteAccount(id: String) async throws -> [SyncListRecord]
 }
 
+extension AccountRepository {
+    /// Sets the account's Trello credentials and webhook secret (nil keeps one), by the update rule.
+    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
+        _ = try await updateAccount(id: id, AccountUpdate(trelloAPIKey: apiKey, trelloToken: token, trelloWebhookSecret: webhookSecret))
+    }
+
+    /// How the account's conflicts are resolved and its deleted reminders handled; `missingAccountPolicy` for an
+    /// account the store does not have.
+    public func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
+        guard let account = try await accountDetails(id: accountID) else { return AccountDetails.missingAccountPolicy }
+        return (account.conflictPolicy, account.deleteMode)
+    }
+}
+
 /// The Trello lists an account syncs, their webhooks, and their boards' Priority field.
 public protocol ListRepository: Sendable {
-    func createSyncList(
-        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings
-    ) async throws
-        -> SyncListRecord
+    /// Stores a new pairing as made by `SyncListRecord.new` (through `createSyncList`); `StoreError.duplicateList` when the
+    /// account pairs that Trello list already.
+    func insertSyncList(_ list: SyncListRecord) async throws
     /// Replaces a list's settings; nil when the account has no such list. The next event of the list obeys them.
     func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord?
     func syncLists(accountID: String) async throws -> [SyncListRecord]
@@ -38,9 +50,13 @@ public protocol ListRepository: Sendable {
 }
 
 extension ListRepository {
-    /// A pairing with the default settings.
-    public func createSyncList(accountID: String, name: String, trelloBoardID: String, trelloListID: String) async throws -> SyncListRecord {
-        try await createSyncList(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: .default)
+    /// Pairs a Trello list: a new list record (its id and pairing time made here, once for both stores), stored.
+    public func createSyncList(
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings = .default
+    ) async throws -> SyncListRecord {
+        let list = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
+        try await insertSyncList(list)
+        return list
     }
 }
 

@@ -10,15 +10,6 @@ public struct AccountRecord: Sendable, Equatable {
     public var trelloWebhookSecret: String?
     /// The token of the account's webhook callback URL (`WebhookCallback`).
     public var webhookToken: String? = nil
-
-    package init(id: String, trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, webhookToken: String? = nil)
-    {
-        self.id = id
-        self.trelloAPIKey = trelloAPIKey
-        self.trelloToken = trelloToken
-        self.trelloWebhookSecret = trelloWebhookSecret
-        self.webhookToken = webhookToken
-    }
 }
 
 public struct SyncListRecord: Sendable, Equatable, Hashable {
@@ -76,21 +67,6 @@ public struct AccountDetails: Sendable, Equatable {
     public var updatedAt: String
     /// Why the account needs its user, or nil.
     public var needsAttention: AttentionReason? = nil
-
-    package init(
-        id: String, trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy,
-        deleteMode: DeleteMode, createdAt: String, updatedAt: String, needsAttention: AttentionReason? = nil
-    ) {
-        self.id = id
-        self.trelloAPIKey = trelloAPIKey
-        self.trelloToken = trelloToken
-        self.trelloWebhookSecret = trelloWebhookSecret
-        self.conflictPolicy = conflictPolicy
-        self.deleteMode = deleteMode
-        self.createdAt = createdAt
-        self.updatedAt = updatedAt
-        self.needsAttention = needsAttention
-    }
 }
 
 /// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.

@@ -162,24 +162,6 @@ public struct SyncJob: Sendable, Equatable {
     public var createdAt: String
     public var updatedAt: String
 
-    package init(
-        id: String, accountID: String, kind: JobKind, status: JobStatus, deviceID: String? = nil, processed: Int, total: Int, payload: JSONValue,
-        results: [SyncItemResult], error: String? = nil, createdAt: String, updatedAt: String
-    ) {
-        self.id = id
-        self.accountID = accountID
-        self.kind = kind
-        self.status = status
-        self.deviceID = deviceID
-        self.processed = processed
-        self.total = total
-        self.payload = payload
-        self.results = results
-        self.error = error
-        self.createdAt = createdAt
-        self.updatedAt = updatedAt
-    }
-
     /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone.
     public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
         JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: staleAfter)
@@ -199,21 +181,6 @@ public struct JobRecord: Sendable, Equatable {
     public var error: String?
     public var createdAt: String
     public var updatedAt: String
-
-    package init(
-        id: String, accountID: String, kind: JobKind, status: JobStatus, processed: Int, total: Int, error: String? = nil, createdAt: String,
-        updatedAt: String
-    ) {
-        self.id = id
-        self.accountID = accountID
-        self.kind = kind
-        self.status = status
-        self.processed = processed
-        self.total = total
-        self.error = error
-        self.createdAt = createdAt
-        self.updatedAt = updatedAt
-    }
 
     /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
     public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
@@ -286,17 +253,6 @@ public struct SyncTaskRecord: Sendable, Equatable {
     public var deleted: Bool
     public var stamps: [String: FieldStamp]
     public var lastSyncedAt: String?
-
-    package init(
-        syncListID: String, cardID: String, reminderID: String? = nil, deleted: Bool, stamps: [String: FieldStamp], lastSyncedAt: String? = nil
-    ) {
-        self.syncListID = syncListID
-        self.cardID = cardID
-        self.reminderID = reminderID
-        self.deleted = deleted
-        self.stamps = stamps
-        self.lastSyncedAt = lastSyncedAt
-    }
 
     /// A create in flight: the card's id is not known yet (`trello_card_id` = `pending:<reminder>`).
     public var isPlaceholder: Bool { cardID.hasPrefix(SyncTaskRecord.placeholderPrefix) }

@@ -77,8 +77,8 @@ public enum WorkerApplication {
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: ops),
             .init(service: pauses),
-            .init(service: consumer, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
-            .init(service: jobs, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+            .essential(consumer),
+            .essential(jobs),
             .init(service: scheduler, successTerminationBehavior: .ignore, failureTerminationBehavior: .gracefullyShutdownGroup),
             .init(
                 service: ActivityPruner(store: store, retentionDays: configuration.activityRetentionDays, logger: logger),

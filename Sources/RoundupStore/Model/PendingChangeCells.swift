@@ -13,20 +13,19 @@ public struct PendingChangeCells {
     public var trelloActionID: UTF8Cell?
     public var reminderID: UTF8Cell?
     public var createdAt: UTF8Cell
+}
 
-    package init(
-        id: Int64, changeType: ChangeType, syncListID: UTF8Cell, changedFieldsJSON: UTF8Cell, fieldsJSON: UTF8Cell, trelloCardID: UTF8Cell,
-        trelloActionID: UTF8Cell? = nil, reminderID: UTF8Cell? = nil, createdAt: UTF8Cell
-    ) {
-        self.id = id
-        self.changeType = changeType
-        self.syncListID = syncListID
-        self.changedFieldsJSON = changedFieldsJSON
-        self.fieldsJSON = fieldsJSON
-        self.trelloCardID = trelloCardID
-        self.trelloActionID = trelloActionID
-        self.reminderID = reminderID
-        self.createdAt = createdAt
+extension PendingChangeCells {
+    /// A row of `PendingChange.columns`: its id (column 0) as the backend read it, its text cells lent by `text` (nil for
+    /// NULL), each backend its own way. Which columns may be NULL is decided here, once for both.
+    package init(id: Int64, text: (Int) -> UTF8Cell?) throws {
+        func required(_ column: Int) throws -> UTF8Cell {
+            guard let cell = text(column) else { throw UnknownStoredValue.unexpected("text", "NULL in column \(column)") }
+            return cell
+        }
+        self.init(
+            id: id, changeType: try ChangeType.stored(required(2)), syncListID: try required(1), changedFieldsJSON: try required(3),
+            fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6), reminderID: text(7), createdAt: try required(8))
     }
 }
 

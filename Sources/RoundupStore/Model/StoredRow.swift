@@ -99,3 +99,123 @@ extension MappingRecord {
             lastSyncedAt: try r.optionalText(5), createdAt: try r.text(6), updatedAt: try r.text(7))
     }
 }
+
+extension AccountDetails {
+    /// The columns `init(stored:)` reads, from `accounts`.
+    package static let columns =
+        "id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at, needs_attention"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.text(0), trelloAPIKey: try r.optionalText(1), trelloToken: try r.optionalText(2), trelloWebhookSecret: try r.optionalText(3),
+            conflictPolicy: try r.value(4), deleteMode: try r.value(5), createdAt: try r.text(6), updatedAt: try r.text(7),
+            needsAttention: try r.optionalValue(8))
+    }
+}
+
+extension StoredRow {
+    /// A column holding an integer count.
+    func int(_ column: Int) throws -> Int { Int(try int64(column)) }
+
+    /// A column holding canonical JSON text; nil when it does not parse.
+    func json(_ column: Int) throws -> JSONValue? { try? JSONParser.parse(Array(try text(column).utf8)) }
+}
+
+extension AccountRecord {
+    /// The columns `init(stored:)` reads, from `accounts`.
+    package static let columns = "id, trello_api_key, trello_token, trello_webhook_secret, webhook_token"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.text(0), trelloAPIKey: try r.optionalText(1), trelloToken: try r.optionalText(2), trelloWebhookSecret: try r.optionalText(3),
+            webhookToken: try r.optionalText(4))
+    }
+}
+
+extension SyncJob {
+    /// The columns `init(stored:)` reads, from `background_jobs`.
+    package static let columns = "id, account_id, kind, status, device_id, processed, total, payload, results, error, created_at, updated_at"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.text(0), accountID: try r.text(1), kind: try r.value(2), status: try r.value(3), deviceID: try r.optionalText(4),
+            processed: try r.int(5), total: try r.int(6), payload: try r.json(7) ?? .null,
+            results: (try r.json(8)?.arrayValue ?? []).compactMap(SyncItemResult.init(json:)), error: try r.optionalText(9),
+            createdAt: try r.text(10), updatedAt: try r.text(11))
+    }
+}
+
+extension JobRecord {
+    /// The columns `init(stored:)` reads, from `background_jobs`.
+    package static let columns = "id, account_id, kind, status, processed, total, error, created_at, updated_at"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.text(0), accountID: try r.text(1), kind: try r.value(2), status: try r.value(3), processed: try r.int(4), total: try r.int(5),
+            error: try r.optionalText(6), createdAt: try r.text(7), updatedAt: try r.text(8))
+    }
+}
+
+extension JobLeaseRow {
+    /// The columns `init(stored:accountID:)` reads, from `sync_lease`.
+    package static let columns = "job_id, holder, expires_at, updated_at"
+
+    package init(stored r: some StoredRow, accountID: String) throws {
+        self.init(accountID: accountID, jobID: try r.text(0), holder: try r.text(1), expiresAt: try r.text(2), updatedAt: try r.text(3))
+    }
+}
+
+extension AckedChange {
+    /// The columns `init(stored:)` reads, from `pending_changes`.
+    package static let columns = "account_id, trello_card_id, change_type, superseded"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(accountID: try r.text(0), cardID: try r.text(1), type: try r.value(2), superseded: try r.bool(3))
+    }
+}
+
+extension ChangeApplier.TaskRow {
+    /// The columns `init(stored:)` reads, from `sync_tasks`.
+    package static var columns: String { "sync_list_id, field_hashes, deleted, reminder_id" }
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            syncListID: try r.text(0), stamps: FieldStamps.decodeStamps(try r.text(1)), deleted: try r.bool(2), reminderID: try r.optionalText(3))
+    }
+}
+
+extension ChangeApplier.ChangeRow {
+    /// The columns `init(stored:)` reads, from `pending_changes`.
+    package static var columns: String { "id, change_type, changed_fields, fields" }
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            id: try r.int64(0), type: try r.value(1), changedFields: PendingChangeCoding.changedFields(try r.text(2)),
+            fields: PendingChangeCoding.fields(try r.text(3)))
+    }
+}
+
+extension ChangeApplier.ListRules {
+    /// The columns `init(stored:)` reads, from `sync_lists`.
+    package static var columns: String { "created_at, settings" }
+
+    package init(stored r: some StoredRow) throws {
+        self.init(settings: SyncSettings(stored: try r.optionalText(1)), pairedAt: try r.optionalText(0).flatMap(Timestamp.date))
+    }
+}
+
+extension UnknownStoredValue {
+    /// A stored value of a shape the store never writes (a NULL where text must be, a row of the wrong width).
+    package static func unexpected(_ type: String, _ value: String) -> Self { Self(type: type, value: value) }
+}
+
+extension SyncTaskRecord {
+    /// The columns `init(stored:)` reads, from `sync_tasks`.
+    package static let columns = "sync_list_id, trello_card_id, reminder_id, deleted, field_hashes, last_synced_at"
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            syncListID: try r.text(0), cardID: try r.text(1), reminderID: try r.optionalText(2), deleted: try r.bool(3),
+            stamps: FieldStamps.decodeStamps(try r.text(4)), lastSyncedAt: try r.optionalText(5))
+    }
+}

@@ -2,11 +2,6 @@
 public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {
     public var type: String
     public var value: String
-
-    package init(type: String, value: String) {
-        self.type = type
-        self.value = value
-    }
     public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
 }
 

@@ -6,13 +6,6 @@ package struct AckedChange: Sendable, Equatable {
     package var cardID: String
     package var type: ChangeType
     package var superseded: Bool
-
-    package init(accountID: String, cardID: String, type: ChangeType, superseded: Bool) {
-        self.accountID = accountID
-        self.cardID = cardID
-        self.type = type
-        self.superseded = superseded
-    }
 }
 
 /// The rows `Acknowledgement` reads and writes. SQLite answers each call with a statement inside its write

@@ -56,13 +56,6 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var type: ChangeType
         package var changedFields: [String]
         package var fields: [String: JSONValue]
-
-        package init(id: Int64, type: ChangeType, changedFields: [String], fields: [String: JSONValue]) {
-            self.id = id
-            self.type = type
-            self.changedFields = changedFields
-            self.fields = fields
-        }
     }
 
     package struct NewChange {
@@ -75,17 +68,15 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var actionID: String?
         package var changedFields: [String]
         package var fields: [String: JSONValue]
+
+        /// The change as `latestChange` answers it, once written with `id`.
+        package func row(id: Int64) -> ChangeRow { ChangeRow(id: id, type: type, changedFields: changedFields, fields: fields) }
     }
 
     /// What a list's settings decide here: which fields reach the apps, and which cards become reminders.
     package struct ListRules {
         package var settings: SyncSettings
         package var pairedAt: Date?
-
-        package init(settings: SyncSettings, pairedAt: Date? = nil) {
-            self.settings = settings
-            self.pairedAt = pairedAt
-        }
     }
 
     package mutating func rules(_ syncListID: String) throws -> ListRules {
@@ -281,10 +272,7 @@ package enum PendingChangeCoding {
 /// `sync_tasks.field_hashes`, the same on both back ends.
 package enum FieldStamps {
     /// A field's hash and the time (seconds since 1970) of the action that set it.
-    package struct Stamp: Equatable {
-        package var hash: String
-        package var time: Double
-    }
+    package typealias Stamp = FieldStamp
 
     /// The stamp that records when the card last entered or left the list.
     package static let membership = "_membership"

@@ -10,14 +10,6 @@ package struct JobLeaseRow: Sendable, Equatable {
     package var expiresAt: String
     package var updatedAt: String
 
-    package init(accountID: String, jobID: String, holder: String, expiresAt: String, updatedAt: String) {
-        self.accountID = accountID
-        self.jobID = jobID
-        self.holder = holder
-        self.expiresAt = expiresAt
-        self.updatedAt = updatedAt
-    }
-
     /// The holder a lease names before any worker has picked its job up.
     package static let unclaimed = "api"
 }

@@ -52,7 +52,7 @@ extension ChangeApplier where Rows: OutboundRows {
         let nowText = Timestamp.string(now)
         let existing = try rows.task(accountID: w.accountID, cardID: w.cardID)
         var stamps = existing?.stamps ?? [:]
-        for (field, stamp) in w.stamps { stamps[field] = FieldStamps.Stamp(hash: stamp.hash, time: stamp.time) }
+        stamps.merge(w.stamps) { _, written in written }
         if w.deleted {
             stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "removed", time: now.timeIntervalSince1970)
         } else if existing?.deleted ?? true {
