@@ -21,36 +21,27 @@ extension SyncEngine {
     /// The apps get each card's new notes and attachments as an ordinary update, dated when the card was read (a
     /// person's edit in Trello after that read still wins); the webhooks of these writes then find nothing new.
     func runMigrateLinks(_ job: SyncJob, holder: String, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
-        guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
-            return .failed("the list is no longer synced")
-        }
         var processed = job.processed
-        do {
-            let priority = try await priorityField(list, state: &state)
-            return try await walkOpenCards(list, credentials: state.credentials, lost: lost) { page, readAt in
-                for card in page {
-                    guard let cardID = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { continue }
-                    let links = LinkNotes.links(ofCard: card)
-                    guard !links.isEmpty else { continue }
-                    if Task.isShuttingDownGracefully { return .interrupted }
-                    if lost.withLockedValue({ $0 }) { return .lost }
-                    let retried = await withRetries(lost: lost, log: "moving a card's links will be retried", ["card": "\(cardID)"]) {
-                        try await moveLinks(card, cardID: cardID, links: links, readAt: readAt, list: list, priority: priority, state: &state)
-                    }
-                    let result: SyncItemResult
-                    switch retried {
-                    case .done(let moved): result = moved
-                    case .failed(let message):
-                        result = SyncItemResult(reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: message)
-                    case .stopped: return lost.withLockedValue({ $0 }) ? .lost : .interrupted
-                    }
-                    Counter(label: "roundup_sync_items_total", dimensions: [("op", "migrate_links"), ("status", result.status.rawValue)]).increment()
-                    guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
+        return await walkListJob(job, state: &state, lost: lost, failure: "moving the links failed") { list, priority, page, state in
+            for (cardID, card) in page.cards {
+                let links = LinkNotes.links(ofCard: card)
+                guard !links.isEmpty else { continue }
+                if Task.isShuttingDownGracefully { return .interrupted }
+                if lost.withLockedValue({ $0 }) { return .lost }
+                let retried = await withRetries(lost: lost, log: "moving a card's links will be retried", ["card": "\(cardID)"]) {
+                    try await moveLinks(card, cardID: cardID, links: links, readAt: page.readAt, list: list, priority: priority, state: &state)
                 }
-                return nil
+                let result: SyncItemResult
+                switch retried {
+                case .done(let moved): result = moved
+                case .failed(let message):
+                    result = SyncItemResult(reminderID: nil, op: .update, status: .error, trelloCardID: cardID, error: message)
+                case .stopped: return lost.withLockedValue({ $0 }) ? .lost : .interrupted
+                }
+                Counter(label: "roundup_sync_items_total", dimensions: [("op", "migrate_links"), ("status", result.status.rawValue)]).increment()
+                guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
             }
-        } catch {
-            return .failed("moving the links failed: \(error)")
+            return nil
         }
     }
 

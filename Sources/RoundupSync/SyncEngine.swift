@@ -250,21 +250,42 @@ public struct SyncEngine: Sendable {
         return true
     }
 
-    /// Pages through a list's open cards, newest first, 100 a request; `body` gets each page and the moment its read
-    /// began, and ends the walk early by returning an outcome. A shutdown or a job given up as stale ends it between pages.
-    func walkOpenCards(
-        _ list: SyncListRecord, credentials: TrelloCredentials, lost: NIOLockedValueBox<Bool>,
-        _ body: ([[String: JSONValue]], Date) async throws -> RunOutcome?
-    ) async throws -> RunOutcome {
-        var before: String?
-        while true {
-            if Task.isShuttingDownGracefully { return .interrupted }
-            if lost.withLockedValue({ $0 }) { return .lost }
-            let readAt = Date()
-            let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: credentials)
-            if let outcome = try await body(page, readAt) { return outcome }
-            guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { return .completed }
-            before = last
+    /// A page of a list's open cards as a list job sees it: the cards the list's filter admits, with their ids, and when
+    /// its read began.
+    struct OpenCards {
+        var cards: [(id: String, card: [String: JSONValue])]
+        var readAt: Date
+    }
+
+    /// A job over one list's open cards (an import, a link migration): the list its payload names, its board's Priority
+    /// field, then `body` for each page of open cards, newest first, 100 a request; `body` ends the walk early by
+    /// returning an outcome. A shutdown or a job given up as stale ends it between pages; a failure ends the job
+    /// `failed` with `failure` and the error.
+    func walkListJob(
+        _ job: SyncJob, state: inout JobState, lost: NIOLockedValueBox<Bool>, failure: String,
+        _ body: (SyncListRecord, PriorityField?, OpenCards, inout JobState) async throws -> RunOutcome?
+    ) async -> RunOutcome {
+        guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
+            return .failed("the list is no longer synced")
+        }
+        do {
+            let priority = try await priorityField(list, state: &state)
+            var before: String?
+            while true {
+                if Task.isShuttingDownGracefully { return .interrupted }
+                if lost.withLockedValue({ $0 }) { return .lost }
+                let readAt = Date()
+                let page = try await trello.openCards(listID: list.trelloListID, before: before, limit: 100, credentials: state.credentials)
+                let admitted = page.compactMap { card -> (id: String, card: [String: JSONValue])? in
+                    guard let id = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { return nil }
+                    return (id, card)
+                }
+                if let outcome = try await body(list, priority, OpenCards(cards: admitted, readAt: readAt), &state) { return outcome }
+                guard page.count == 100, let last = page.last?["id"]?.stringValue, last != before else { return .completed }
+                before = last
+            }
+        } catch {
+            return .failed("\(failure): \(error)")
         }
     }
 
@@ -632,28 +653,17 @@ public struct SyncEngine: Sendable {
     // MARK: Import
 
     private func runImport(_ job: SyncJob, holder: String, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
-        guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
-            return .failed("the list is no longer synced")
-        }
         var processed = job.processed
-        do {
-            let priority = try await priorityField(list, state: &state)
-            return try await walkOpenCards(list, credentials: state.credentials, lost: lost) { page, _ in
-                let cards = page.compactMap { card -> (cardID: String, fields: [String: JSONValue])? in
-                    guard let id = card["id"]?.stringValue, list.settings.filter.admits(CardFacts(card: card)) else { return nil }
-                    return (id, CardMapper.fields(fromCard: card, priority: priority))
-                }
-                if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {
-                    await announceChanges(account: list.accountID, excludeDevice: nil, reason: .import)
-                }
-                for card in cards {
-                    let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
-                    guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
-                }
-                return nil
+        return await walkListJob(job, state: &state, lost: lost, failure: "import failed") { list, priority, page, _ in
+            let cards = page.cards.map { (cardID: $0.id, fields: CardMapper.fields(fromCard: $0.card, priority: priority)) }
+            if try await store.importCards(accountID: list.accountID, syncListID: list.id, cards: cards) > 0 {
+                await announceChanges(account: list.accountID, excludeDevice: nil, reason: .import)
             }
-        } catch {
-            return .failed("import failed: \(error)")
+            for card in cards {
+                let result = SyncItemResult(reminderID: nil, op: .create, status: .ok, trelloCardID: card.cardID)
+                guard try await appendResult(result, job: job, holder: holder, processed: &processed) else { return .lost }
+            }
+            return nil
         }
     }
 
