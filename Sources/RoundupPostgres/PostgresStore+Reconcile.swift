@@ -43,11 +43,10 @@ extension PostgresStore: ReconcileStore {
     @discardableResult
     public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await write { [self] c in
-            if let token = whileToken {
-                return try await c.run(
-                    "UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) AND trello_token = \(token) RETURNING 1",
-                    logger) == 1
-            }
+            guard
+                let row = try await c.rows("SELECT trello_token FROM accounts WHERE id = \(accountID) FOR UPDATE", logger).first,
+                AttentionFlag.applies(storedToken: try row.optionalText(0), whileToken: whileToken)
+            else { return false }
             return try await c.run("UPDATE accounts SET needs_attention = \(reason?.rawValue) WHERE id = \(accountID) RETURNING 1", logger) == 1
         }
     }

@@ -191,13 +191,25 @@ extension PostgresStore: SyncJobStore {
     public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
         let now = Timestamp.now()
         return try await write { [self] c in
-            try await c.run(
+            guard try await lockOpen(c, .conflicts, accountID: accountID, id: id) else { return false }
+            return try await c.run(
                 """
-                UPDATE conflicts SET status = 'resolved', resolution = \(resolution.rawValue), resolved_at = \(now)
-                WHERE account_id = \(accountID) AND id = \(id) AND status = 'open' RETURNING 1
+                UPDATE conflicts SET status = \(ConflictStatus.resolved.rawValue), resolution = \(resolution.rawValue), resolved_at = \(now)
+                WHERE id = \(id) RETURNING 1
                 """,
                 logger) == 1
         }
+    }
+
+    /// Whether the conflict or duplicate may be resolved by the rule (`ResolutionTable.isOpen`), its row locked for the
+    /// rest of the transaction.
+    private func lockOpen(_ c: PostgresConnection, _ table: ResolutionTable, accountID: String, id: Int64) async throws -> Bool {
+        guard
+            let row = try await c.rows(
+                "SELECT status FROM \(unescaped: table.rawValue) WHERE account_id = \(accountID) AND id = \(id) FOR UPDATE", logger
+            ).first
+        else { return false }
+        return try table.isOpen(row.text(0))
     }
 
     public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
@@ -233,12 +245,9 @@ extension PostgresStore: SyncJobStore {
     public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
         let now = Timestamp.now()
         return try await write { [self] c in
-            try await c.run(
-                """
-                UPDATE potential_duplicates SET status = \(status.rawValue), resolved_at = \(now)
-                WHERE account_id = \(accountID) AND id = \(id) AND status = 'open' RETURNING 1
-                """,
-                logger) == 1
+            guard try await lockOpen(c, .duplicates, accountID: accountID, id: id) else { return false }
+            return try await c.run(
+                "UPDATE potential_duplicates SET status = \(status.rawValue), resolved_at = \(now) WHERE id = \(id) RETURNING 1", logger) == 1
         }
     }
 
@@ -362,7 +371,7 @@ struct PostgresJobLeaseRows: JobLeaseRows {
                 _ = try await c.run(
                     """
                     UPDATE background_jobs SET status = \(status.rawValue), error = \(error), updated_at = COALESCE(\(now)::text, updated_at)
-                    WHERE id = \(id) AND status = 'running'
+                    WHERE id = \(id)
                     """, logger)
             case .touchJob(let id, let now, let progress):
                 _ = try await c.run(

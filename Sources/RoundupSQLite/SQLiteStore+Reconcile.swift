@@ -39,13 +39,12 @@ extension SQLiteStore: ReconcileStore {
     @discardableResult
     public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await pool.write { db in
-            if let token = whileToken {
-                try db.execute(
-                    sql: "UPDATE accounts SET needs_attention = ? WHERE id = ? AND trello_token = ?", arguments: [reason, accountID, token])
-            } else {
-                try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
-            }
-            return db.changesCount == 1
+            guard
+                let row = try Row.fetchOne(db, sql: "SELECT trello_token FROM accounts WHERE id = ?", arguments: [accountID]),
+                AttentionFlag.applies(storedToken: try row.optionalText(0), whileToken: whileToken)
+            else { return false }
+            try db.execute(sql: "UPDATE accounts SET needs_attention = ? WHERE id = ?", arguments: [reason, accountID])
+            return true
         }
     }
 

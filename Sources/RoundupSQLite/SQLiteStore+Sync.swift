@@ -172,16 +172,22 @@ extension SQLiteStore: SyncJobStore {
     }
 
     public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
-        try await updatesOne(
-            "UPDATE conflicts SET status = 'resolved', resolution = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
-            [resolution, Timestamp.now(), accountID, id])
+        try await resolve(
+            .conflicts, accountID: accountID, id: id, set: "status = ?, resolution = ?, resolved_at = ?",
+            [ConflictStatus.resolved, resolution, Timestamp.now()])
     }
 
-    /// Runs one UPDATE in a write transaction; whether it changed exactly one row.
-    private func updatesOne(_ sql: String, _ arguments: StatementArguments) async throws -> Bool {
+    /// Resolves a conflict or duplicate in one write transaction, as the rule allows: only an open one
+    /// (`ResolutionTable.isOpen`); whether it did.
+    private func resolve(_ table: ResolutionTable, accountID: String, id: Int64, set: String, _ values: StatementArguments) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(sql: sql, arguments: arguments)
-            return db.changesCount == 1
+            guard
+                let status = try String.fetchOne(
+                    db, sql: "SELECT status FROM \(table.rawValue) WHERE account_id = ? AND id = ?", arguments: [accountID, id]),
+                try table.isOpen(status)
+            else { return false }
+            try db.execute(sql: "UPDATE \(table.rawValue) SET \(set) WHERE id = ?", arguments: values + [id])
+            return true
         }
     }
 
@@ -216,9 +222,7 @@ extension SQLiteStore: SyncJobStore {
     }
 
     public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
-        try await updatesOne(
-            "UPDATE potential_duplicates SET status = ?, resolved_at = ? WHERE account_id = ? AND id = ? AND status = 'open'",
-            [status, Timestamp.now(), accountID, id])
+        try await resolve(.duplicates, accountID: accountID, id: id, set: "status = ?, resolved_at = ?", [status, Timestamp.now()])
     }
 
     // MARK: Import, settings
@@ -271,7 +275,7 @@ struct SQLiteJobLeaseRows: JobLeaseRows {
 
     func endJob(id: String, status: JobStatus, error: String?, at now: String?) throws {
         try db.execute(
-            sql: "UPDATE background_jobs SET status = ?, error = ?, updated_at = COALESCE(?, updated_at) WHERE id = ? AND status = 'running'",
+            sql: "UPDATE background_jobs SET status = ?, error = ?, updated_at = COALESCE(?, updated_at) WHERE id = ?",
             arguments: [status, error, now, id])
     }
 

@@ -185,7 +185,7 @@ extension MemoryRows: JobLeaseRows {
     }
 
     mutating func endJob(id: String, status: JobStatus, error: String?, at now: String?) throws {
-        guard var job = jobs[id], job.status == .running else { return }
+        guard var job = jobs[id] else { return }
         job.status = status
         job.error = error
         if let now { job.updatedAt = now }

@@ -368,4 +368,107 @@ import Testing
         #expect(again == .replayed(first))
         #expect(rows.jobs.count == 1)
     }
+
+    @Test func aJobEndedAlreadyKeepsItsEnd() throws {
+        var rows = MemoryRows()
+        let lease = JobLease(staleAfter: Self.staleAfter, now: Self.t0)
+        guard
+            case .created(let job) = try lease.submit(
+                accountID: Self.account, kind: .sync, deviceID: nil, idempotencyKey: nil, payload: .array([]), total: 0, rows: &rows)
+        else {
+            Issue.record("not created")
+            return
+        }
+        // Given up as stale by another worker first; this worker's finish changes nothing but the lease.
+        try rows.endJob(id: job.id, status: .error, error: JobOutcome.stale.rawValue, at: nil)
+        try lease.finish(jobID: job.id, status: .completed, error: nil, rows: &rows)
+        #expect(rows.jobs[job.id]?.status == .error)
+        #expect(rows.jobs[job.id]?.error == JobOutcome.stale.rawValue)
+        #expect(rows.leases[Self.account] == nil)
+    }
+
+    // MARK: Flagging an account
+
+    static let flagCases: [(stored: String?, whileToken: String?, applies: Bool)] = [
+        ("token-1", nil, true),
+        ("token-1", "token-1", true),
+        ("token-2", "token-1", false),
+        (nil, "token-1", false),
+        (nil, nil, true),
+    ]
+
+    @Test(arguments: flagCases) func aFlagForAFailedTokenAppliesWhileTheAccountHasIt(_ c: (stored: String?, whileToken: String?, applies: Bool)) {
+        #expect(AttentionFlag.applies(storedToken: c.stored, whileToken: c.whileToken) == c.applies)
+    }
+
+    // MARK: Outbound writes (ChangeApplier.record) and imports
+
+    /// A card the apps already have (created, acked, mapped to `rem`), with `fields` stamped at t0.
+    static func mappedCard(_ fields: [String: JSONValue]) throws -> MemoryRows {
+        var rows = MemoryRows()
+        rows.lists[Self.list] = (.default, Self.t0)
+        var applier = ChangeApplier(rows: rows)
+        try applier.apply(
+            CardObservation(
+                accountID: Self.account, syncListID: Self.list, cardID: "card", actionID: nil, actionDate: Self.t0, kind: .fields(fields, full: true))
+        )
+        rows = applier.rows
+        _ = try Acknowledgement.run(accountID: Self.account, acks: [ChangeAck(id: 1, reminderID: "rem")], rows: &rows)
+        return rows
+    }
+
+    @Test func aConflictIsOneOpenRowPerCardAndFieldHoldingTheLatestValues() throws {
+        var applier = ChangeApplier(rows: try Self.mappedCard([Self.title: "Milk"]))
+        for (trello, reminders) in [("Bread", "Eggs"), ("Butter", "Jam")] {
+            var write = SyncWrite(accountID: Self.account, syncListID: Self.list, cardID: "card", reminderID: "rem")
+            write.conflicts = [NewConflict(field: Self.title, trelloValue: .string(trello), remindersValue: .string(reminders))]
+            let ids = try applier.record(write, now: Self.t0.addingTimeInterval(10))
+            #expect(ids == [1])
+        }
+        #expect(applier.rows.conflicts.count == 1)
+        #expect(applier.rows.conflicts.first?.stored.trelloValueJSON == JSONValue.string("Butter").canonicalJSON)
+        #expect(applier.rows.conflicts.first?.stored.remindersValueJSON == JSONValue.string("Jam").canonicalJSON)
+    }
+
+    @Test func anAppsWinningValueRewritesTheTrelloChangeTheAppsHaveNotPulled() throws {
+        var applier = ChangeApplier(rows: try Self.mappedCard([Self.title: "Milk", Self.notes: "2l"]))
+        // Trello edits the title; the apps have not acked it when their own edit wins.
+        try applier.apply(
+            CardObservation(
+                accountID: Self.account, syncListID: Self.list, cardID: "card", actionID: nil, actionDate: Self.t0.addingTimeInterval(5),
+                kind: .fields([Self.title: "Bread"], full: false)))
+        var write = SyncWrite(accountID: Self.account, syncListID: Self.list, cardID: "card", reminderID: "rem")
+        write.winning = [Self.title: "Eggs", Self.notes: "2l"]
+        _ = try applier.record(write, now: Self.t0.addingTimeInterval(10))
+        // The unacked update now says the apps' title; the notes they did not change stay out of it.
+        #expect(applier.rows.live.map(\.type) == [.update])
+        #expect(applier.rows.live.last?.fields == [Self.title: "Eggs"])
+        #expect(applier.rows.live.last?.changedFields == [Self.title])
+    }
+
+    @Test func aReminderDeletedOnTheDeviceDropsTheCardsUnpulledChanges() throws {
+        var applier = ChangeApplier(rows: try Self.mappedCard([Self.title: "Milk"]))
+        try applier.apply(
+            CardObservation(
+                accountID: Self.account, syncListID: Self.list, cardID: "card", actionID: nil, actionDate: Self.t0.addingTimeInterval(5),
+                kind: .fields([Self.title: "Bread"], full: false)))
+        var write = SyncWrite(accountID: Self.account, syncListID: Self.list, cardID: "card", reminderID: "rem")
+        write.deleted = true
+        write.dropPending = true
+        _ = try applier.record(write, now: Self.t0.addingTimeInterval(10))
+        #expect(applier.rows.changes.isEmpty)
+        let task = try #require(applier.rows.tasks[AccountScoped(Self.account, "card")])
+        #expect(task.deleted)
+        #expect(task.stamps[FieldStamps.membership]?.hash == "removed")
+    }
+
+    @Test func anImportSendsOnlyCardsTheAppsDoNotHave() throws {
+        var applier = ChangeApplier(rows: try Self.mappedCard([Self.title: "Milk"]))
+        try applier.importCards(
+            accountID: Self.account, syncListID: Self.list, cards: [("card", [Self.title: "Milk"]), ("new", [Self.title: "Bread"])],
+            now: Self.t0.addingTimeInterval(10))
+        #expect(applier.written == 1)
+        #expect(applier.rows.live.map(\.cardID) == ["new"])
+        #expect(applier.rows.live.map(\.type) == [.create])
+    }
 }

@@ -69,3 +69,15 @@ extension ResolutionTable {
         }
     }
 }
+
+/// Flagging an account for its user (`needs_attention`) after a Trello answer about its token.
+package enum AttentionFlag {
+    /// Whether a flag decided against `whileToken` (the token that failed) still applies to the account as stored: it
+    /// does only while the account still has that token — a user who saved a new one meanwhile is not flagged for the
+    /// old. A flag decided without a token (or its clearing) always applies. Tokens are compared in constant time.
+    package static func applies(storedToken: String?, whileToken: String?) -> Bool {
+        guard let whileToken else { return true }
+        guard let storedToken else { return false }
+        return constantTimeEquals(Array(storedToken.utf8), Array(whileToken.utf8))
+    }
+}

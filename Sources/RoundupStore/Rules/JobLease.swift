@@ -28,7 +28,7 @@ package protocol JobLeaseRows {
     mutating func job(accountID: String, idempotencyKey: String) throws -> SyncJob?
     mutating func lease(accountID: String) throws -> JobLeaseRow?
     mutating func insertJob(_ job: SyncJob, idempotencyKey: String?) throws
-    /// Ends a running job (nothing when it is no longer running); `at` moves its `updated_at`, nil leaves it.
+    /// Ends a job (the rule ends only running ones); `at` moves its `updated_at`, nil leaves it.
     mutating func endJob(id: String, status: JobStatus, error: String?, at now: String?) throws
     /// Moves the job's heartbeat, storing its progress when given.
     mutating func touchJob(id: String, at now: String, progress: JobProgress?) throws
@@ -150,7 +150,8 @@ package struct JobLease {
     /// Ends the job (completed or error) and releases the lease.
     package func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
         guard let job = try rows.job(id: jobID) else { return }
-        try rows.endJob(id: jobID, status: status, error: error, at: nowText)
+        // A job ended already (given up as stale by another worker, say) keeps its end.
+        if job.status == .running { try rows.endJob(id: jobID, status: status, error: error, at: nowText) }
         try release(job, rows: &rows)
     }
 
