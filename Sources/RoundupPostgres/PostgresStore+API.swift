@@ -296,8 +296,9 @@ struct PostgresAckRows: AckRows {
             case .turnCreatesIntoUpdates(let account, let card, let after):
                 _ = try await c.run(
                     """
-                    UPDATE pending_changes SET change_type = 'update'
-                    WHERE account_id = \(account) AND trello_card_id = \(card) AND superseded = false AND change_type = 'create' AND id > \(after)
+                    UPDATE pending_changes SET change_type = \(ChangeType.update.rawValue)
+                    WHERE account_id = \(account) AND trello_card_id = \(card) AND superseded = false
+                        AND change_type = \(ChangeType.create.rawValue) AND id > \(after)
                     """, logger)
             case .deleteChange(let account, let id, let card):
                 _ = try await c.run(

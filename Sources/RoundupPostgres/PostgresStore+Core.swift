@@ -239,7 +239,7 @@ struct PostgresChangeRows: ChangeRows {
             """
             SELECT f.account_id, f.trello_card_id, f.field, f.id FROM conflicts f
             JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON f.account_id = u.a AND f.trello_card_id = u.k
-            WHERE f.status = 'open'
+            WHERE f.status = \(ConflictStatus.open.rawValue)
             """, logger)
         {
             openConflicts[AccountScoped(try row.text(0), try row.text(1)), default: [:]][try row.text(2)] = try row.int64(3)
@@ -367,7 +367,8 @@ struct PostgresChangeRows: ChangeRows {
                     """
                     INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
                     VALUES (\(f.accountID), \(f.syncListID), (SELECT id FROM sync_tasks WHERE account_id = \(f.accountID) AND trello_card_id = \(f.cardID)),
-                        \(f.cardID), \(f.reminderID), \(f.field), \(f.trelloValueJSON), \(f.remindersValueJSON), 'open', \(f.now), \(f.jobID))
+                        \(f.cardID), \(f.reminderID), \(f.field), \(f.trelloValueJSON), \(f.remindersValueJSON), \(ConflictStatus.open.rawValue),
+                        \(f.now), \(f.jobID))
                     RETURNING id
                     """, logger)
                 inserted.append(try row[0].int64(0))

@@ -54,12 +54,11 @@ extension PostgresStore: ReconcileStore {
     public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
         try await read { [self] c in
             try await c.rows(
-                """
-                SELECT trello_card_id FROM sync_tasks
-                WHERE account_id = \(accountID) AND sync_list_id = \(syncListID) AND deleted = false AND trello_card_id NOT LIKE 'pending:%'
-                """,
-                logger
-            ).map { try $0.text(0) }
+                "SELECT trello_card_id, deleted FROM sync_tasks WHERE account_id = \(accountID) AND sync_list_id = \(syncListID)", logger
+            ).compactMap { row in
+                let card = try row.text(0)
+                return SyncTaskRecord.isLive(cardID: card, deleted: try row.bool(1)) ? card : nil
+            }
         }
     }
 

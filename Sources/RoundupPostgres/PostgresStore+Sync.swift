@@ -78,15 +78,15 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    public func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
+    public func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
         try await read { [self] c in
             try await c.rows(
                 """
                 SELECT \(unescaped: SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(reminderID)
-                ORDER BY CASE WHEN trello_card_id LIKE 'pending:%' THEN 1 WHEN deleted = false THEN 0 ELSE 2 END, updated_at DESC LIMIT 1
+                ORDER BY updated_at DESC, id DESC
                 """,
                 logger
-            ).first.map(SyncTaskRecord.init(stored:))
+            ).map(SyncTaskRecord.init(stored:))
         }
     }
 

@@ -102,8 +102,8 @@ extension SQLiteChangeRows: OutboundRows {
 
     func openConflictID(accountID: String, cardID: String, field: String) throws -> Int64? {
         try Int64.fetchOne(
-            db.cachedStatement(sql: "SELECT id FROM conflicts WHERE account_id = ? AND trello_card_id = ? AND field = ? AND status = 'open'"),
-            arguments: [accountID, cardID, field])
+            db.cachedStatement(sql: "SELECT id FROM conflicts WHERE account_id = ? AND trello_card_id = ? AND field = ? AND status = ?"),
+            arguments: [accountID, cardID, field, ConflictStatus.open])
     }
 
     func updateConflict(id: Int64, _ c: StoredConflict) throws {
@@ -117,11 +117,11 @@ extension SQLiteChangeRows: OutboundRows {
         try db.cachedStatement(
             sql: """
                 INSERT INTO conflicts (account_id, sync_list_id, sync_task_id, trello_card_id, reminder_id, field, trello_value, reminders_value, status, created_at, job_id)
-                VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, 'open', ?, ?)
+                VALUES (?, ?, (SELECT id FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [
-            c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON, c.now,
-            c.jobID,
+            c.accountID, c.syncListID, c.accountID, c.cardID, c.cardID, c.reminderID, c.field, c.trelloValueJSON, c.remindersValueJSON,
+            ConflictStatus.open, c.now, c.jobID,
         ])
         return db.lastInsertedRowID
     }

@@ -241,10 +241,10 @@ struct SQLiteAckRows: AckRows {
     func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) throws {
         try db.cachedStatement(
             sql: """
-                UPDATE pending_changes SET change_type = 'update'
-                WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = 'create' AND id > ?
+                UPDATE pending_changes SET change_type = ?
+                WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 AND change_type = ? AND id > ?
                 """
-        ).execute(arguments: [accountID, cardID, id])
+        ).execute(arguments: [ChangeType.update, accountID, cardID, ChangeType.create, id])
     }
 
     func deleteChange(accountID: String, id: Int64, cardID: String) throws {

@@ -50,11 +50,13 @@ extension SQLiteStore: ReconcileStore {
 
     public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
         try await pool.read { db in
-            try String.fetchAll(
-                db,
-                sql:
-                    "SELECT trello_card_id FROM sync_tasks WHERE account_id = ? AND sync_list_id = ? AND deleted = 0 AND trello_card_id NOT LIKE 'pending:%'",
-                arguments: [accountID, syncListID])
+            try Row.fetchAll(
+                db, sql: "SELECT trello_card_id, deleted FROM sync_tasks WHERE account_id = ? AND sync_list_id = ?",
+                arguments: [accountID, syncListID]
+            ).compactMap { row in
+                let card: String = try row.text(0)
+                return SyncTaskRecord.isLive(cardID: card, deleted: try row.bool(1)) ? card : nil
+            }
         }
     }
 

@@ -72,14 +72,11 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    public func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
+    public func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
         try await pool.read { db in
-            try Row.fetchOne(
+            try Row.fetchAll(
                 db,
-                sql: """
-                    SELECT \(SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = ? AND reminder_id = ?
-                    ORDER BY CASE WHEN trello_card_id LIKE 'pending:%' THEN 1 WHEN deleted = 0 THEN 0 ELSE 2 END, updated_at DESC LIMIT 1
-                    """,
+                sql: "SELECT \(SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = ? AND reminder_id = ? ORDER BY updated_at DESC, id DESC",
                 arguments: [accountID, reminderID]
             ).map(SyncTaskRecord.init(stored:))
         }

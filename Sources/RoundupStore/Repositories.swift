@@ -121,8 +121,8 @@ public protocol JobRepository: Sendable {
 /// What the store knows of each card: its stamps and its reminder, and what an outbound write changes.
 public protocol CardStateRepository: Sendable {
     func task(accountID: String, cardID: String) async throws -> SyncTaskRecord?
-    /// The live card a reminder maps to; else its placeholder (a create in flight), if any.
-    func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord?
+    /// Every card row that names the reminder, the most recently updated first (`task(accountID:reminderID:)` picks one).
+    func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord]
     /// Card ids of the list that a reminder maps to.
     func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String>
     /// Records that a create is about to be sent to Trello for this reminder.
@@ -133,6 +133,13 @@ public protocol CardStateRepository: Sendable {
     func recordSyncWrite(_ write: SyncWrite) async throws -> [Int64]
     /// Emits a `create` change for each card (mapping it to no reminder yet); returns how many were written.
     func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int
+}
+
+extension CardStateRepository {
+    /// The card a reminder maps to, by `SyncTaskRecord.mapping(among:)`.
+    public func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
+        SyncTaskRecord.mapping(among: try await tasks(accountID: accountID, reminderID: reminderID))
+    }
 }
 
 /// Conflicts and possible duplicates, and their resolution by the user.

@@ -471,4 +471,21 @@ import Testing
         #expect(applier.rows.live.map(\.cardID) == ["new"])
         #expect(applier.rows.live.map(\.type) == [.create])
     }
+
+    // MARK: Which card a reminder maps to
+
+    /// A reminder's card rows, newest first: (card id, deleted) — and the card it maps to.
+    static let mappingCases: [(rows: [(String, Bool)], mapped: String?)] = [
+        ([], nil),
+        ([("c1", false)], "c1"),
+        ([("pending:r", false), ("c1", false)], "c1"),  // the live card over a newer placeholder
+        ([("c1", true), ("pending:r", false)], "pending:r"),  // a create in flight over the card it left
+        ([("c2", true), ("c1", true)], "c2"),  // gone both: the newer
+        ([("c2", false), ("c1", false)], "c2"),
+    ]
+
+    @Test(arguments: mappingCases) func theCardAReminderMapsTo(_ c: (rows: [(String, Bool)], mapped: String?)) {
+        let rows = c.rows.map { SyncTaskRecord(syncListID: Self.list, cardID: $0.0, reminderID: "r", deleted: $0.1, stamps: [:]) }
+        #expect(SyncTaskRecord.mapping(among: rows)?.cardID == c.mapped)
+    }
 }

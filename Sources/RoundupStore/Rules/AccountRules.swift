@@ -70,6 +70,20 @@ extension ResolutionTable {
     }
 }
 
+extension SyncTaskRecord {
+    /// Which of a reminder's card rows it maps to: its live card (in the list, not a placeholder); else its placeholder
+    /// (a create in flight); else the card it had, gone from the list. Among equals, the first (the newest, as
+    /// `CardStateRepository.tasks(accountID:reminderID:)` answers).
+    package static func mapping(among rows: [SyncTaskRecord]) -> SyncTaskRecord? {
+        rows.first(where: \.isLive) ?? rows.first(where: \.isPlaceholder) ?? rows.first
+    }
+
+    /// A card the store holds as present in its list: not gone, not a placeholder.
+    package var isLive: Bool { Self.isLive(cardID: cardID, deleted: deleted) }
+
+    package static func isLive(cardID: String, deleted: Bool) -> Bool { !deleted && !cardID.hasPrefix(placeholderPrefix) }
+}
+
 /// Flagging an account for its user (`needs_attention`) after a Trello answer about its token.
 package enum AttentionFlag {
     /// Whether a flag decided against `whileToken` (the token that failed) still applies to the account as stored: it
