@@ -240,6 +240,7 @@ struct PostgresChangeRows: ChangeRows {
             SELECT f.account_id, f.trello_card_id, f.field, f.id FROM conflicts f
             JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON f.account_id = u.a AND f.trello_card_id = u.k
             WHERE f.status = \(ConflictStatus.open.rawValue)
+            FOR UPDATE OF f
             """, logger)
         {
             openConflicts[AccountScoped(try row.text(0), try row.text(1)), default: [:]][try row.text(2)] = try row.int64(3)

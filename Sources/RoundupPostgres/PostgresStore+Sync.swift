@@ -158,7 +158,10 @@ extension PostgresStore: SyncJobStore {
         return try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             let stored = try await c.rows(
-                "SELECT id, status FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) ORDER BY id", logger
+                """
+                SELECT id, status FROM potential_duplicates WHERE account_id = \(accountID) AND reminder_id = \(d.reminderID) ORDER BY id
+                FOR UPDATE
+                """, logger
             ).map { (id: try $0.int64(0), status: try $0.value(1, as: DuplicateStatus.self)) }
             if let id = PotentialDuplicates.rewritten(among: stored) {
                 _ = try await c.run(

@@ -379,6 +379,8 @@ extension PostgresStore: OperatorStore {}
 public struct PostgresStoreError: StoreClassifiedError, CustomStringConvertible, Sendable {
     public var sqlState: String?
     public var description: String
+    /// How the error this one wraps was classified where it arose (a damaged row read inside the transaction).
+    var wrapped: StoreFailure? = nil
 
     init(timeoutAfter timeout: Duration) {
         sqlState = nil
@@ -398,6 +400,7 @@ public struct PostgresStoreError: StoreClassifiedError, CustomStringConvertible,
         } else {
             sqlState = nil
             description = "\(error)"
+            wrapped = (error as? any StoreClassifiedError)?.storeFailure
         }
     }
 }
@@ -407,7 +410,7 @@ extension PostgresStoreError {
     /// (triggered data change), 54 (program limit, e.g. an index row too large) and P0 (raised by a trigger) are the
     /// values' fault; 42 (syntax or access rule) the statement's; no SQLSTATE (no answer, a lost connection, a timeout)
     /// or any other class an outage.
-    public var storeFailure: StoreFailure { Self.failure(sqlState: sqlState) }
+    public var storeFailure: StoreFailure { wrapped ?? Self.failure(sqlState: sqlState) }
 
     static func failure(sqlState: String?) -> StoreFailure {
         switch sqlState?.prefix(2) {

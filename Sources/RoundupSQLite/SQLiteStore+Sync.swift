@@ -144,7 +144,7 @@ extension SQLiteStore: SyncJobStore {
             let stored = try Row.fetchAll(
                 db, sql: "SELECT id, status FROM potential_duplicates WHERE account_id = ? AND reminder_id = ? ORDER BY id",
                 arguments: [accountID, d.reminderID]
-            ).map { (id: $0[0] as Int64, status: $0[1] as DuplicateStatus) }
+            ).map { (id: try $0.int64(0), status: try $0.value(1, as: DuplicateStatus.self)) }
             if let id = PotentialDuplicates.rewritten(among: stored) {
                 try db.execute(
                     sql: "UPDATE potential_duplicates SET trello_card_id = ?, title = ?, due_date = ?, fields = ?, job_id = ? WHERE id = ?",

@@ -2,6 +2,7 @@ import Foundation
 import RoundupCore
 import Testing
 
+@testable import RoundupPostgres
 @testable import RoundupStore
 
 /// The store's rules run without a database: each table is a list of cases, run against `MemoryRows` (or the rule's
@@ -487,5 +488,15 @@ import Testing
     @Test(arguments: mappingCases) func theCardAReminderMapsTo(_ c: (rows: [(String, Bool)], mapped: String?)) {
         let rows = c.rows.map { SyncTaskRecord(syncListID: Self.list, cardID: $0.0, reminderID: "r", deleted: $0.1, stamps: [:]) }
         #expect(SyncTaskRecord.mapping(among: rows)?.cardID == c.mapped)
+    }
+
+    /// A damaged row reads the same on every try: the entry that met it is isolated (`.data`), not retried as an outage —
+    /// also when PostgreSQL's transaction wrapped the error.
+    @Test func aDamagedRowIsTheDatasFaultOnEitherBackend() {
+        let damaged = UnknownStoredValue.unexpected("ChangeType", "rename")
+        #expect(StoreFailure(damaged) == .data)
+        #expect(StoreFailure(PostgresStoreError(damaged)) == .data)
+        #expect(StoreFailure(PostgresStoreError(CancellationError())) == .unavailable)
+        #expect(StoreFailure(PostgresStoreError(timeoutAfter: .seconds(5))) == .unavailable)
     }
 }

@@ -118,7 +118,10 @@ extension StoredRow {
     func int(_ column: Int) throws -> Int { Int(try int64(column)) }
 
     /// A column holding canonical JSON text; nil when it does not parse.
-    func json(_ column: Int) throws -> JSONValue? { try? JSONParser.parse(Array(try text(column).utf8)) }
+    func json(_ column: Int) throws -> JSONValue? {
+        let text = try text(column)
+        return try? JSONParser.parse(Array(text.utf8))
+    }
 }
 
 extension AccountRecord {

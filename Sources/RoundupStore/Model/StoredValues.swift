@@ -1,8 +1,10 @@
 /// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
-public struct UnknownStoredValue: Error, CustomStringConvertible, Sendable {
+public struct UnknownStoredValue: StoreClassifiedError, CustomStringConvertible, Sendable {
     public var type: String
     public var value: String
     public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
+    /// A damaged row reads the same on every try: the values' fault, so the entry that met it is isolated, not retried.
+    public var storeFailure: StoreFailure { .data }
 }
 
 extension RawRepresentable where RawValue == String {
