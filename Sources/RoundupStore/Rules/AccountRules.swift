@@ -23,7 +23,7 @@ extension AccountDetails {
 
     /// What the outbound rules use for an account the store does not have (deleted while a job ran): conflicts wait for
     /// the user, and a reminder deleted on a device archives its card rather than deleting it. The schema's defaults
-    /// for a new account are the same (`AccountRulesTests` checks both).
+    /// for a new account are the same (`SchemaVocabularyTests.aNewAccountHasTheDefaultPolicy` checks both backends).
     package static let missingAccountPolicy: (policy: ConflictPolicy, deleteMode: DeleteMode) = (.manual, .archive)
 }
 
