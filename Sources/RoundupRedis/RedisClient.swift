@@ -4,23 +4,17 @@ import NIOConcurrencyHelpers
 public import NIOCore
 public import NIOPosix
 
-/// A small pool of pipelined connections. A connection that fails is dropped and a new one is opened
-/// on the next use, so the client recovers by itself when Redis comes back.
+/// The server's Redis client: a small pool of pipelined connections to one Redis, or, for a cluster
+/// (`RedisConfiguration.cluster`), a pool per primary with each command routed to the primary serving its key
+/// (`RedisClusterRouter`). A connection that fails is dropped and a new one is opened on the next use, so the client
+/// recovers by itself when Redis comes back.
 public final class RedisClient: Sendable {
     public let configuration: RedisConfiguration
     private let group: any EventLoopGroup
-    private let slots: [NIOLockedValueBox<Slot>]
-    private let next = NIOLockedValueBox(0)
-    private let loopSlots = NIOLockedValueBox([ObjectIdentifier: NIOLockedValueBox<Slot>]())
-    /// Whether the last connection attempt worked: failures are logged once per outage, not per attempt.
-    private let reachable = NIOLockedValueBox(true)
-    private let logger: Logger
-
-    private enum Slot {
-        case idle
-        case connecting(EventLoopFuture<RedisConnection>)
-        case connected(RedisConnection)
-    }
+    /// Standalone Redis: its pool.
+    private let single: RedisNodePool?
+    /// Redis Cluster: the map and the pools of its primaries.
+    private let router: RedisClusterRouter?
 
     public init(
         configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -28,89 +22,52 @@ public final class RedisClient: Sendable {
     ) {
         self.configuration = configuration
         self.group = eventLoopGroup
-        self.slots = (0..<max(1, configuration.poolSize)).map { _ in NIOLockedValueBox(Slot.idle) }
-        self.logger = logger
+        if configuration.cluster {
+            self.single = nil
+            self.router = RedisClusterRouter(configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
+        } else {
+            self.single = RedisNodePool(configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
+            self.router = nil
+        }
     }
 
-    /// A pooled connection, opened if needed. Connections are shared: requests on one are pipelined.
-    /// Given an event loop, the connection lives on that loop, so a NIO handler's request never hops threads.
-    public func connection(on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisConnection> {
-        if let eventLoop {
-            let key = ObjectIdentifier(eventLoop)
-            let slot = loopSlots.withLockedValue { slots in
-                if let slot = slots[key] { return slot }
-                let slot = NIOLockedValueBox(Slot.idle)
-                slots[key] = slot
-                return slot
-            }
-            return connection(slot: slot, loop: eventLoop)
-        }
-        let index = next.withLockedValue { value -> Int in
-            defer { value = (value &+ 1) % slots.count }
-            return value
-        }
-        return connection(slot: slots[index], loop: group.next())
+    /// Whether this client talks to a Redis Cluster.
+    public var isCluster: Bool { router != nil }
+
+    /// A connection of its own, outside the pool, for blocking commands (XREADGROUP BLOCK) on `key`: in a cluster, to
+    /// the primary serving the key's slot (a read that then answers `MOVED` needs a new one).
+    public func dedicatedConnection(for key: String) -> EventLoopFuture<RedisConnection> {
+        if let single { return single.dedicatedConnection() }
+        let promise = group.next().makePromise(of: RedisConnection.self)
+        let router = router!
+        promise.completeWithTask { try await router.dedicatedConnection(serving: RedisHashSlot(key: key)) }
+        return promise.futureResult
     }
 
-    private func connection(slot: NIOLockedValueBox<Slot>, loop: any EventLoop) -> EventLoopFuture<RedisConnection> {
-        // Decide under the lock; register callbacks after it is released (a completed future runs them at once,
-        // and they take the same lock).
-        let (future, isNew) = slot.withLockedValue { state -> (EventLoopFuture<RedisConnection>, Bool) in
-            switch state {
-            case .connected(let connection) where connection.isActive:
-                return (connection.eventLoop.makeSucceededFuture(connection), false)
-            case .connecting(let future):
-                return (future, false)
-            case .connected, .idle:
-                let future = RedisConnection.connect(configuration, on: loop)
-                state = .connecting(future)
-                return (future, true)
-            }
-        }
-        guard isNew else { return future }
-        let logger = self.logger
-        let endpoint = configuration.endpoint
-        let reachable = self.reachable
-        future.whenComplete { result in
-            switch result {
-            case .success(let connection):
-                slot.withLockedValue { $0 = .connected(connection) }
-                if reachable.withLockedValue({ (up: inout Bool) -> Bool in
-                    let wasDown = !up
-                    up = true
-                    return wasDown
-                }) {
-                    logger.notice("redis reachable again", metadata: ["endpoint": "\(endpoint)"])
-                }
-                connection.closeFuture.whenComplete { _ in
-                    slot.withLockedValue { state in
-                        if case .connected(let current) = state, current === connection { state = .idle }
-                    }
-                }
-            case .failure(let error):
-                slot.withLockedValue { $0 = .idle }
-                let first = reachable.withLockedValue { (up: inout Bool) -> Bool in
-                    let wasUp = up
-                    up = false
-                    return wasUp
-                }
-                logger.log(level: first ? .warning : .debug, "redis connect failed", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
-            }
-        }
-        return future
-    }
-
-    /// A connection of its own, outside the pool, for blocking commands (XREADGROUP BLOCK).
-    public func dedicatedConnection() -> EventLoopFuture<RedisConnection> {
-        RedisConnection.connect(configuration, on: group.next())
-    }
-
+    /// Sends one command; a server error reply is thrown as `RedisClientError(.server)`.
     public func send(_ command: RedisCommand, timeout: TimeAmount? = nil, on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisValue> {
-        connection(on: eventLoop).flatMap { $0.send(command, timeout: timeout) }
+        if let single { return single.connection(on: eventLoop).flatMap { $0.send(command, timeout: timeout) } }
+        return clustered(on: eventLoop) { router in
+            let reply = try await router.execute([command], timeout: timeout)[0]
+            if case .error(let message) = reply { throw RedisClientError.reply(message, answering: command.name) }
+            return reply
+        }
     }
 
+    /// Sends several commands and returns their replies in order, error replies as `.error` values. Standalone, they
+    /// leave in one write; in a cluster, in one write per primary, in their order there.
     public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
-        connection().flatMap { $0.pipeline(commands, timeout: timeout) }
+        if let single { return single.pipeline(commands, timeout: timeout) }
+        return clustered(on: nil) { router in try await router.execute(commands, timeout: timeout) }
+    }
+
+    private func clustered<Value: Sendable>(
+        on eventLoop: (any EventLoop)?, _ body: @escaping @Sendable (RedisClusterRouter) async throws -> Value
+    ) -> EventLoopFuture<Value> {
+        let promise = (eventLoop ?? group.next()).makePromise(of: Value.self)
+        let router = router!
+        promise.completeWithTask { try await body(router) }
+        return promise.futureResult
     }
 
     public func send(_ name: String, _ arguments: RedisArgument..., timeout: TimeAmount? = nil) async throws -> RedisValue {
@@ -148,7 +105,8 @@ public final class RedisClient: Sendable {
     }
 
     /// EVALSHA, then EVAL after NOSCRIPT, on a connection of `eventLoop` (of the pool without one); `answer` is called
-    /// on the connection's loop.
+    /// on the connection's loop. In a cluster, on the primary serving the first key; an answer that asks for the
+    /// cluster's rules (a redirect, a slot not served now) runs the script again through them.
     private func run(
         _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount?,
         on eventLoop: (any EventLoop)?, answer: @escaping @Sendable (Result<RedisValue, any Error>) -> Void
@@ -161,6 +119,35 @@ public final class RedisClient: Sendable {
         all.append(contentsOf: keys)
         all.append(contentsOf: arguments)
         let evalSHA = all
+        let pool: RedisNodePool
+        if let single {
+            pool = single
+        } else {
+            let router = router!
+            let slowly: @Sendable () -> Void = {
+                Task { answer(await Result(awaiting: { try await Self.evaluate(script, evalSHA: evalSHA, timeout: timeout, router: router) })) }
+            }
+            guard let first = keys.first, let owner = router.pool(serving: first.hashSlot) else { return slowly() }
+            guard let eventLoop, let connection = owner.connectedConnection(on: eventLoop) else {
+                return owner.connection(on: eventLoop).whenComplete { _ in slowly() }
+            }
+            // The common case: the owner's connection on this loop is open, the script is loaded there.
+            connection.pipeline([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout).whenComplete { result in
+                switch result {
+                case .success(let replies):
+                    if case .error(let message) = replies[0] {
+                        if RedisErrorCode(reply: message).asksForClusterRules { return slowly() }
+                        answer(.failure(RedisClientError.reply(message, answering: "script \(script.name)")))
+                    } else {
+                        answer(.success(replies[0]))
+                    }
+                case .failure(let error):
+                    router.refreshInBackground()
+                    answer(.failure(error))
+                }
+            }
+            return
+        }
         let send: @Sendable (RedisConnection) -> Void = { connection in
             connection.pipeline([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout).whenComplete { result in
                 switch result {
@@ -181,10 +168,10 @@ public final class RedisClient: Sendable {
                 }
             }
         }
-        if let eventLoop, let connection = connectedConnection(on: eventLoop) {
+        if let eventLoop, let connection = pool.connectedConnection(on: eventLoop) {
             send(connection)
         } else {
-            connection(on: eventLoop).whenComplete { result in
+            pool.connection(on: eventLoop).whenComplete { result in
                 switch result {
                 case .success(let connection): send(connection)
                 case .failure(let error): answer(.failure(error))
@@ -193,14 +180,19 @@ public final class RedisClient: Sendable {
         }
     }
 
-    /// The connection already open on `eventLoop`, if there is one (no future needed).
-    private func connectedConnection(on eventLoop: any EventLoop) -> RedisConnection? {
-        let key = ObjectIdentifier(eventLoop)
-        guard let slot = loopSlots.withLockedValue({ $0[key] }) else { return nil }
-        return slot.withLockedValue { state in
-            if case .connected(let connection) = state, connection.isActive { return connection }
-            return nil
+    /// A script through the cluster's rules: EVALSHA, and EVAL on the node that did not know it.
+    private static func evaluate(
+        _ script: RedisScript, evalSHA: [RedisArgument], timeout: TimeAmount?, router: RedisClusterRouter
+    ) async throws -> RedisValue {
+        var reply = try await router.execute([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout)[0]
+        if case .error(let message) = reply, RedisErrorCode(reply: message) == .noScript {
+            var eval = evalSHA
+            eval[0] = "EVAL"
+            eval[1] = RedisArgument(script.source)
+            reply = try await router.execute([RedisCommand(nameAndArguments: eval)], timeout: timeout)[0]
         }
+        if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "script \(script.name)") }
+        return reply
     }
 
     public func evaluate(
@@ -209,18 +201,36 @@ public final class RedisClient: Sendable {
         try await evaluate(script, keys: keys, arguments: arguments, timeout: timeout).get()
     }
 
+    /// Runs `command` on every primary (a standalone Redis is its own only one), each answering for itself: `INFO`,
+    /// `DBSIZE`, `SCRIPT LOAD`. Replies come back in slot order, keyed by the node, error replies as `.error` values.
+    public func onEveryPrimary(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> [(node: RedisNodeAddress, reply: RedisValue)] {
+        if let single { return [(single.address, try await single.pipeline([command], timeout: timeout).get()[0])] }
+        var replies: [(node: RedisNodeAddress, reply: RedisValue)] = []
+        for pool in try await router!.primaries() {
+            replies.append((pool.address, try await pool.pipeline([command], timeout: timeout).get()[0]))
+        }
+        return replies
+    }
+
+    /// The cluster's map as last learnt (learnt now if it was not yet); nil for a standalone Redis.
+    public func clusterTopology(refresh: Bool = false) async throws -> RedisClusterTopology? {
+        guard let router else { return nil }
+        return refresh ? try await router.refresh() : try await router.currentTopology()
+    }
+
     /// Closes every pooled connection.
     public func shutdown() async {
-        for slot in slots + loopSlots.withLockedValue({ Array($0.values) }) {
-            let state = slot.withLockedValue { state -> Slot in
-                defer { state = .idle }
-                return state
-            }
-            switch state {
-            case .connected(let connection): try? await connection.close().get()
-            case .connecting(let future): try? await future.get().close().get()
-            case .idle: break
-            }
+        await single?.shutdown()
+        await router?.shutdown()
+    }
+}
+
+extension RedisErrorCode {
+    /// The cluster could not serve the command where it was sent, now: it is redirected or retried by the cluster's rules.
+    var asksForClusterRules: Bool {
+        switch self {
+        case .moved, .ask, .tryAgain, .clusterDown, .loading, .busy, .masterDown, .readOnly, .noScript: true
+        default: false
         }
     }
 }

@@ -46,6 +46,8 @@ public struct RedisClientError: Error, Sendable, CustomStringConvertible, Equata
 public enum RedisErrorCode: Sendable, Hashable {
     case err, wrongType, noGroup, busyGroup, noScript, busy, loading, tryAgain, clusterDown, moved, ask, oom, readOnly, noAuth, noPerm
     case execAbort, masterDown
+    /// A command or script named keys of several slots of a cluster.
+    case crossSlot
     /// A code this client has no case for (its first word, at most 32 characters).
     case other(String)
 
@@ -69,6 +71,7 @@ public enum RedisErrorCode: Sendable, Hashable {
         case "NOPERM": self = .noPerm
         case "EXECABORT": self = .execAbort
         case "MASTERDOWN": self = .masterDown
+        case "CROSSSLOT": self = .crossSlot
         default: self = .other(String(word.prefix(32)))
         }
     }
@@ -80,5 +83,12 @@ public enum RedisErrorCode: Sendable, Hashable {
         case .busy, .loading, .tryAgain: return true
         default: return false
         }
+    }
+}
+
+extension Result where Failure == any Error {
+    /// The value `body` returns, or the error it throws.
+    init(awaiting body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }

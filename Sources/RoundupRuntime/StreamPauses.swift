@@ -165,7 +165,7 @@ public final class PauseWatcher: Service, Sendable {
         do {
             var open = connection.withLockedValue { $0 }
             if open?.isActive != true {
-                let fresh = try await redis.dedicatedConnection().get()
+                let fresh = try await redis.dedicatedConnection(for: pauses.keys.pausedStreams).get()
                 connection.withLockedValue { $0 = fresh }
                 open = fresh
             }

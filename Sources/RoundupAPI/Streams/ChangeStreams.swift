@@ -286,7 +286,7 @@ public final class ChangeStreams: Service, Sendable {
 
     private func connectedReader() async throws -> RedisConnection {
         if let reader = state.withLockedValue({ $0.reader }), reader.isActive { return reader }
-        let reader = try await redis.dedicatedConnection().get()
+        let reader = try await redis.dedicatedConnection(for: keys.changeAnnouncements).get()
         let closed = state.withLockedValue { state -> Bool in
             if state.closed { return true }
             state.reader = reader

@@ -44,7 +44,7 @@ public final class RedisStreamDriver: StreamDriver {
     public func prepare() async throws {
         if let connection = reader.withLockedValue({ $0 }), connection.isActive { return }
         try await redis.createGroupIfMissing(stream: stream, group: group)
-        let connection = try await redis.dedicatedConnection().get()
+        let connection = try await redis.dedicatedConnection(for: stream).get()
         let previous = reader.withLockedValue { current -> RedisConnection? in
             defer { current = connection }
             return current

@@ -1,0 +1,347 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// The cluster side of `RedisClient`: the slot map, a pool per primary, and the rules for a cluster's answers — `MOVED`
+/// (the slot lives elsewhere now: remember it, learn the map again), `ASK` (the key is already on the node a slot is
+/// migrating to: ask there once, after `ASKING`), and `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `BUSY`, `MASTERDOWN`,
+/// `READONLY` (not now: try again, with backoff, within the caller's deadline).
+final class RedisClusterRouter: Sendable {
+    let configuration: RedisConfiguration
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+
+    /// Redirects one command follows at most: more means the map is changing faster than it can be learnt.
+    static let maxRedirects = 5
+    /// The map is learnt again at least this often, and at most this often when asked for it.
+    static let refreshEvery = TimeAmount.seconds(30)
+    static let refreshAtMost = TimeAmount.milliseconds(100)
+
+    private struct State {
+        var topology: RedisClusterTopology?
+        /// The pool serving each slot (a `MOVED` changes one before the map is learnt again).
+        var owners: [RedisNodePool?] = Array(repeating: nil, count: RedisHashSlot.count)
+        var pools: [RedisNodeAddress: RedisNodePool] = [:]
+        var refreshing: Task<RedisClusterTopology, any Error>?
+        var refreshedAt: NIODeadline?
+        var closed = false
+    }
+
+    init(configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup, logger: Logger) {
+        self.configuration = configuration
+        self.group = eventLoopGroup
+        self.logger = logger
+    }
+
+    // MARK: The map
+
+    /// The map as last learnt (nil before the first).
+    var topology: RedisClusterTopology? { state.withLockedValue { $0.topology } }
+
+    /// The pool of the primary serving `slot`, if the map names one. Learns the map again in the background when it is
+    /// old.
+    func pool(serving slot: RedisHashSlot) -> RedisNodePool? {
+        let (pool, stale) = state.withLockedValue { state -> (RedisNodePool?, Bool) in
+            let stale = state.refreshedAt.map { NIODeadline.now() - $0 > Self.refreshEvery } ?? false
+            return (state.owners[slot.value], stale && state.refreshing == nil)
+        }
+        if stale { refreshInBackground() }
+        return pool
+    }
+
+    /// The pool of `address`, opened if new.
+    func pool(at address: RedisNodeAddress) -> RedisNodePool {
+        state.withLockedValue { state in pool(at: address, in: &state) }
+    }
+
+    private func pool(at address: RedisNodeAddress, in state: inout State) -> RedisNodePool {
+        if let pool = state.pools[address] { return pool }
+        let pool = RedisNodePool(configuration: configuration.node(address), eventLoopGroup: group, logger: logger)
+        state.pools[address] = pool
+        return pool
+    }
+
+    /// The pools of the primaries, in slot order (the map learnt first if it is not yet).
+    func primaries() async throws -> [RedisNodePool] {
+        let topology = try await currentTopology()
+        return topology.shards.map { pool(at: $0.primary) }
+    }
+
+    /// The map, learnt first if it is not known yet.
+    func currentTopology() async throws -> RedisClusterTopology {
+        if let topology = state.withLockedValue({ $0.topology }) { return topology }
+        return try await refresh()
+    }
+
+    func refreshInBackground() {
+        Task { [self] in _ = try? await refresh() }
+    }
+
+    /// Learns the map again (one request at a time; a map learnt within `refreshAtMost` is kept).
+    @discardableResult
+    func refresh() async throws -> RedisClusterTopology {
+        let task = state.withLockedValue { state -> Task<RedisClusterTopology, any Error>? in
+            if let running = state.refreshing { return running }
+            if let topology = state.topology, let at = state.refreshedAt, NIODeadline.now() - at < Self.refreshAtMost {
+                _ = topology
+                return nil
+            }
+            let task = Task { [self] in try await learn() }
+            state.refreshing = task
+            return task
+        }
+        guard let task else { return try await currentTopology() }
+        do {
+            let topology = try await task.value
+            apply(topology)
+            return topology
+        } catch {
+            state.withLockedValue { state in
+                state.refreshing = nil
+                state.refreshedAt = .now()
+            }
+            throw error
+        }
+    }
+
+    /// Asks the known primaries, then the seeds, for the map; the first that covers every slot wins, else the one that
+    /// covers most.
+    private func learn() async throws -> RedisClusterTopology {
+        let known = state.withLockedValue { $0.topology?.shards.map(\.primary) ?? [] }
+        var candidates: [RedisNodeAddress] = []
+        for address in known + configuration.seeds where !candidates.contains(address) { candidates.append(address) }
+        var best: RedisClusterTopology?
+        var lastError: (any Error)?
+        for address in candidates {
+            do {
+                let topology = try await describe(by: address)
+                if topology.coveredSlots == RedisHashSlot.count { return topology }
+                if topology.coveredSlots > (best?.coveredSlots ?? -1) { best = topology }
+            } catch {
+                lastError = error
+            }
+        }
+        if let best { return best }
+        throw lastError ?? RedisClientError(.connectionFailed, "no node of the cluster answered (seeds: \(configuration.seeds))")
+    }
+
+    /// The map as `address` describes it.
+    private func describe(by address: RedisNodeAddress) async throws -> RedisClusterTopology {
+        let connection = try await RedisConnection.connect(configuration.node(address), on: group.next()).get()
+        defer { connection.close().whenComplete { _ in } }
+        let shards = try await connection.pipeline([RedisCommand("CLUSTER", ["SHARDS"])], timeout: configuration.commandTimeout).get()[0]
+        if case .error(let message) = shards {
+            // A Redis older than 7 has no CLUSTER SHARDS; one not in cluster mode refuses both.
+            guard RedisErrorCode(reply: message) == .err else { throw RedisClientError.reply(message, answering: "CLUSTER SHARDS") }
+            let slots = try await connection.send(RedisCommand("CLUSTER", ["SLOTS"]), timeout: configuration.commandTimeout).get()
+            guard let topology = RedisClusterTopology(slotsReply: slots, host: address.host) else {
+                throw RedisClientError(.unexpectedReply, "CLUSTER SLOTS from \(address) has an unexpected shape")
+            }
+            return topology
+        }
+        guard let topology = RedisClusterTopology(shardsReply: shards, host: address.host) else {
+            throw RedisClientError(.unexpectedReply, "CLUSTER SHARDS from \(address) has an unexpected shape")
+        }
+        return topology
+    }
+
+    private func apply(_ topology: RedisClusterTopology) {
+        let retired = state.withLockedValue { state -> [RedisNodePool] in
+            state.refreshing = nil
+            state.refreshedAt = .now()
+            if state.topology != topology {
+                logger.notice(
+                    "redis cluster map learnt",
+                    metadata: [
+                        "primaries": "\(topology.shards.map(\.primary.description))", "slots": "\(topology.coveredSlots)",
+                    ])
+            }
+            state.topology = topology
+            var owners = [RedisNodePool?](repeating: nil, count: RedisHashSlot.count)
+            var used: Set<RedisNodeAddress> = []
+            for shard in topology.shards {
+                let pool = pool(at: shard.primary, in: &state)
+                used.insert(shard.primary)
+                for range in shard.slots { for slot in range { owners[slot] = pool } }
+            }
+            state.owners = owners
+            let gone = state.pools.filter { !used.contains($0.key) }
+            for address in gone.keys { state.pools[address] = nil }
+            return Array(gone.values)
+        }
+        guard !retired.isEmpty else { return }
+        // Requests in flight on a node that left the map finish or fail by themselves; its connections close later.
+        Task {
+            try? await Task.sleep(for: .seconds(10))
+            for pool in retired { await pool.shutdown() }
+        }
+    }
+
+    /// A `MOVED`: the slot lives on `address` now.
+    private func moved(_ redirect: RedisRedirect) {
+        state.withLockedValue { state in
+            state.owners[redirect.slot.value] = pool(at: redirect.address, in: &state)
+        }
+        refreshInBackground()
+    }
+
+    // MARK: Commands
+
+    private struct Attempt {
+        var index: Int
+        /// Where to ask once with `ASKING` (an `ASK` redirect), instead of the slot's owner.
+        var asking: RedisNodeAddress?
+        var redirects = 0
+    }
+
+    /// Runs `commands`, each on the primary serving its key (commands naming none on any primary), in one pipeline per
+    /// node keeping their order there, following redirects and retrying what the cluster cannot do now until
+    /// `timeout` (the configured command timeout if nil) has passed. Returns the replies in the commands' order, error
+    /// replies included; throws when a node cannot be reached in time or a connection fails with commands in flight
+    /// (they may have run: only the caller knows whether running them again is safe).
+    func execute(_ commands: [RedisCommand], timeout: TimeAmount?) async throws -> [RedisValue] {
+        let deadline = NIODeadline.now() + (timeout ?? configuration.commandTimeout)
+        if state.withLockedValue({ $0.topology == nil }) { try await refresh() }
+        var replies = [RedisValue?](repeating: nil, count: commands.count)
+        var todo = commands.indices.map { Attempt(index: $0) }
+        var round = 0
+        var unreachable: (any Error)?
+        while !todo.isEmpty {
+            // Group by node, keeping order within each.
+            var order: [RedisNodeAddress] = []
+            var groups: [RedisNodeAddress: (pool: RedisNodePool, attempts: [Attempt])] = [:]
+            var uncovered: [Attempt] = []
+            for attempt in todo {
+                let pool: RedisNodePool?
+                if let asking = attempt.asking {
+                    pool = self.pool(at: asking)
+                } else {
+                    switch commands[attempt.index].route {
+                    case .slot(let slot): pool = self.pool(serving: slot)
+                    case .anyNode:
+                        pool = state.withLockedValue { state in state.topology?.shards.first.map { self.pool(at: $0.primary, in: &state) } }
+                    }
+                }
+                guard let pool else {
+                    uncovered.append(attempt)
+                    continue
+                }
+                if groups[pool.address] == nil {
+                    order.append(pool.address)
+                    groups[pool.address] = (pool, [])
+                }
+                groups[pool.address]!.attempts.append(attempt)
+            }
+            let remaining = deadline - .now()
+            var again = uncovered
+            var pause = !uncovered.isEmpty
+            var learn = !uncovered.isEmpty
+            if remaining > .zero {
+                let results = await withTaskGroup(of: (RedisNodeAddress, Result<[RedisValue], any Error>).self) { tasks in
+                    for address in order {
+                        let (pool, attempts) = groups[address]!
+                        var batch: [RedisCommand] = []
+                        batch.reserveCapacity(attempts.count)
+                        for attempt in attempts {
+                            if attempt.asking != nil { batch.append(RedisCommand("ASKING")) }
+                            batch.append(commands[attempt.index])
+                        }
+                        let sent = batch
+                        tasks.addTask { (address, await Result(awaiting: { try await pool.pipeline(sent, timeout: remaining).get() })) }
+                    }
+                    var all: [RedisNodeAddress: Result<[RedisValue], any Error>] = [:]
+                    for await (address, result) in tasks { all[address] = result }
+                    return all
+                }
+                for address in order {
+                    let attempts = groups[address]!.attempts
+                    switch results[address]! {
+                    case .failure(let error):
+                        learn = true
+                        // Nothing was sent on a connection that never opened: those commands are safe to send again.
+                        guard let failure = error as? RedisClientError, failure.code == .connectionFailed else { throw error }
+                        unreachable = failure
+                        pause = true
+                        again += attempts
+                    case .success(let values):
+                        var at = 0
+                        for var attempt in attempts {
+                            if attempt.asking != nil { at += 1 }  // ASKING's own OK
+                            let value = values[at]
+                            at += 1
+                            guard case .error(let message) = value else {
+                                replies[attempt.index] = value
+                                continue
+                            }
+                            replies[attempt.index] = value
+                            let code = RedisErrorCode(reply: message)
+                            switch code {
+                            case .moved, .ask:
+                                guard attempt.redirects < Self.maxRedirects, let redirect = RedisRedirect(reply: message, host: address.host) else {
+                                    continue
+                                }
+                                attempt.redirects += 1
+                                if redirect.kind == .moved {
+                                    moved(redirect)
+                                    attempt.asking = nil
+                                } else {
+                                    attempt.asking = redirect.address
+                                }
+                                again.append(attempt)
+                            case .tryAgain, .clusterDown, .loading, .busy, .masterDown, .readOnly:
+                                attempt.asking = nil
+                                again.append(attempt)
+                                pause = true
+                                if code == .clusterDown || code == .readOnly || code == .masterDown { learn = true }
+                            default:
+                                continue
+                            }
+                        }
+                    }
+                }
+            } else {
+                again = todo
+            }
+            todo = again
+            guard !todo.isEmpty else { break }
+            let left = deadline - .now()
+            guard left > .zero else { break }
+            if learn { _ = try? await refresh() }
+            if pause {
+                round += 1
+                let backoff = TimeAmount.milliseconds(Int64(min(200, 5 << min(round, 6))))
+                let wait = min(backoff, deadline - .now())
+                if wait > .zero { try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds)) }
+            }
+        }
+        if !todo.isEmpty {
+            // Out of time: a command that got an answer returns it (its error reply); one no node answered fails all.
+            if todo.contains(where: { replies[$0.index] == nil }) {
+                throw unreachable
+                    ?? RedisClientError(.timeout, "the cluster did not serve \(commands[todo[0].index].name) within its deadline")
+            }
+        }
+        return replies.map { $0 ?? .null }
+    }
+
+    /// A connection of its own to the primary serving `slot`, for a blocking read.
+    func dedicatedConnection(serving slot: RedisHashSlot) async throws -> RedisConnection {
+        _ = try await currentTopology()
+        var owner = pool(serving: slot)
+        if owner == nil, let shard = try await refresh().shard(serving: slot) { owner = pool(at: shard.primary) }
+        guard let pool = owner else {
+            throw RedisClientError(.server, "no primary serves slot \(slot)", replyCode: .clusterDown)
+        }
+        return try await pool.dedicatedConnection().get()
+    }
+
+    func shutdown() async {
+        let pools = state.withLockedValue { state -> [RedisNodePool] in
+            state.closed = true
+            state.refreshing?.cancel()
+            return Array(state.pools.values)
+        }
+        for pool in pools { await pool.shutdown() }
+    }
+}
