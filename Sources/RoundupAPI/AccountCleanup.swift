@@ -66,15 +66,20 @@ struct AccountPurge: Sendable {
     func purgeRedis(account: String, models: Set<String>, devices: [String], tokenHash: String?) async {
         do {
             try await RoutePublisher.removeAccount(account: account, models: models.sorted(), redis: redis, keys: keys)
+            // One DEL per hash tag: in a cluster a command names keys of one slot only.
             var commands: [RedisCommand] = []
             let minute = RateLimit.currentMinute()
-            commands.append(RedisCommand("DEL", (minute - 3...minute + 1).map { RedisArgument(RateLimit.key(keys, account: account, minute: $0)) }))
-            // Its streams' marks and places (named after the account, but not matched by the pattern below), and the
-            // throttle's note of its token.
+            // Its request counts and token epoch (`{auth}`).
+            commands.append(
+                RedisCommand(
+                    "DEL",
+                    (minute - 3...minute + 1).map { RedisArgument(RateLimit.key(keys, account: account, minute: $0)) }
+                        + [RedisArgument(keys.authEpoch(account: account))]))
+            // Its streams' marks and places, and the throttle's note of its token.
             var named = [keys.streamingDevices(account: account)]
             named += [AccountLeases.Kind.streams, .exports].map { keys.accountLeases(account: account, kind: $0.rawValue) }
-            if let tokenHash { named.append(keys.acceptedToken(tokenHash)) }
             commands.append(RedisCommand("DEL", named.map { RedisArgument($0) }))
+            if let tokenHash { commands.append(RedisCommand("DEL", [RedisArgument(keys.acceptedToken(tokenHash))])) }
             if !devices.isEmpty {
                 commands.append(RedisCommand("ZREM", [RedisArgument(keys.deferredPushes)] + devices.map { RedisArgument(account + "|" + $0) }))
                 commands.append(RedisCommand("DEL", devices.map { RedisArgument(keys.recentPush(account: account, device: $0)) }))
@@ -83,26 +88,23 @@ struct AccountPurge: Sendable {
             if let failure = replies.lazy.compactMap(\.errorReply).first {
                 throw RedisClientError.reply(failure, answering: "purging the account")
             }
-            // Keys named after the account, wherever they are; a bounded number of rounds (they expire anyway).
-            let pattern = Self.globEscaped(keys.prefix) + "*:" + Self.globEscaped(account) + ":*"
-            var cursor = "0"
-            var rounds = 0
-            repeat {
-                let reply = try await redis.send(
-                    RedisCommand("SCAN", [RedisArgument(cursor), "MATCH", RedisArgument(pattern), "COUNT", 1000]), timeout: .seconds(2))
-                guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                    throw RedisClientError(.server, "purging the account: SCAN answered \(reply)")
+            // Its echo fingerprints and dedupe marks: each family shares a hash tag, so it is walked on the one node
+            // serving that slot, never across a cluster; a bounded number of pages (they expire anyway).
+            let shard = WebhookShard(account: account)
+            for start in [keys.echoPrefix(account: account), keys.seenPrefix(account: account)] {
+                let finished = try await redis.scan(
+                    matching: Self.globEscaped(start) + "*", onNodeServing: start, maxPages: 2_000, timeout: .seconds(2)
+                ) {
+                    found in
+                    _ = try await redis.send(RedisCommand("UNLINK", found.map { RedisArgument($0) }), timeout: .seconds(2))
                 }
-                let found = (parts[1].array ?? []).compactMap(\.string)
-                if !found.isEmpty { _ = try await redis.send(RedisCommand("UNLINK", found.map { RedisArgument($0) }), timeout: .seconds(2)) }
-                cursor = next
-                rounds += 1
-            } while cursor != "0" && rounds < 2_000
-            if cursor != "0" { logger.notice("account keys left to expire", metadata: ["account": "\(account)"]) }
-            // Its dead letters, and the announcements that name it (the last one woke its streams to end them).
-            for stream in [keys.deadLetterStream, keys.jobDeadLetters, keys.pushDeadLetters, keys.changeAnnouncements] {
+                if !finished { logger.notice("account keys left to expire", metadata: ["account": "\(account)"]) }
+            }
+            // Its dead letters (its webhook shard's, the job and push streams'), and the announcements that name it
+            // (the last one woke its streams to end them).
+            for stream in [keys.deadLetterStream(shard), keys.jobDeadLetters, keys.pushDeadLetters, keys.changeAnnouncements] {
                 var start = "-"
-                rounds = 0
+                var rounds = 0
                 while rounds < 1_000 {
                     let reply = try await redis.evaluate(
                         Self.purgeAccountEntries, keys: [RedisArgument(stream)], arguments: [RedisArgument(account), RedisArgument(start), 500],

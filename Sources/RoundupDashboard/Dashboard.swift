@@ -93,7 +93,7 @@ public struct Dashboard: Sendable {
         router.post("dead-letters/:id/:action") { request, context in
             let form = try await DashboardForm.read(request, csrf: csrf)
             guard let id = context.parameters.get("id"), Self.isStreamID(id) else {
-                throw HTTPError(.badRequest, message: "not a dead letter id (like 1700000000000-0)")
+                throw HTTPError(.badRequest, message: "not a dead letter id (like 7:1700000000000-0)")
             }
             switch context.parameters.get("action") {
             case "replay":
@@ -164,7 +164,7 @@ public struct Dashboard: Sendable {
         let filter = DeadLetterQueue.Filter(
             account: query.get("account").nonEmpty, type: query.get("type").nonEmpty, error: query.get("error").nonEmpty)
         let after = query.get("after").nonEmpty
-        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not a dead letter id (like 1700000000000-0)") }
+        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not a dead letter id (like 7:1700000000000-0)") }
         let (letters, next) = try await deadLetters.page(after: after, limit: 50, filter: filter)
         var parameters: [(String, String)] = [("account", filter.account), ("type", filter.type), ("error", filter.error)].compactMap { name, value in
             value.map { (name, $0) }
@@ -195,7 +195,7 @@ public struct Dashboard: Sendable {
             throw HTTPError(.badRequest, message: "min_deliveries: a whole number from 1 to 1000")
         }
         let after = query.get("after").nonEmpty
-        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not an entry id (like 1700000000000-0)") }
+        if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not an entry id (like 7:1700000000000-0)") }
         let (entries, next) = try await PendingInspector.page(
             stream, redis: redis, keys: options.keys, after: after, limit: 50, minDeliveries: minDeliveries)
         let model = PendingModel(
@@ -242,8 +242,15 @@ public struct Dashboard: Sendable {
         return components.string ?? path
     }
 
-    /// A Redis stream id: milliseconds, a dash, a sequence number.
+    /// A Redis stream id (milliseconds, a dash, a sequence number), after its webhook shard's number and a colon for
+    /// the sharded webhook stream (`7:1700000000000-0`).
     static func isStreamID(_ text: String) -> Bool {
+        var text = Substring(text)
+        if let colon = text.firstIndex(of: ":") {
+            let shard = text[..<colon]
+            guard !shard.isEmpty, shard.count <= 4, shard.allSatisfy({ $0.isASCII && $0.isNumber }) else { return false }
+            text = text[text.index(after: colon)...]
+        }
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
         return parts.count == 2 && parts.allSatisfy { !$0.isEmpty && $0.count <= 20 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
     }

@@ -38,17 +38,29 @@ public final class DashboardHistory: Service, Sendable {
         }
     }
 
-    /// Takes one sample of every stream (skipped while Redis does not answer: a gap, not a zero).
+    /// Takes one sample of every stream, its parts (the webhook shards) summed, in one pipeline per primary (skipped
+    /// while Redis does not answer: a gap, not a zero).
     public func sample(at now: Date = Date()) async {
         let streams = RoundupStream.allCases
-        guard let replies = try? await redis.pipeline(streams.map { RedisCommand("XINFO", ["STREAM", RedisArgument($0.key(keys))]) }) else {
+        let parts = streams.map { $0.parts(keys) }
+        guard
+            let replies = try? await redis.pipeline(parts.flatMap { $0.map { RedisCommand("XINFO", ["STREAM", RedisArgument($0.stream)]) } })
+        else {
             return
         }
         samples.withLockedValue { all in
-            for (stream, reply) in zip(streams, replies) {
+            var at = 0
+            for (stream, streamParts) in zip(streams, parts) {
                 // A stream not created yet answers an error: nothing in it, nothing added.
-                let info = reply.fieldMap
-                let sample = Sample(at: now, length: info["length"]?.int ?? 0, added: info["entries-added"]?.int ?? 0)
+                var length = 0
+                var added = 0
+                for reply in replies[at..<(at + streamParts.count)] {
+                    let info = reply.fieldMap
+                    length += info["length"]?.int ?? 0
+                    added += info["entries-added"]?.int ?? 0
+                }
+                at += streamParts.count
+                let sample = Sample(at: now, length: length, added: added)
                 all[stream, default: []].append(sample)
                 if all[stream]!.count > capacity { all[stream]!.removeFirst(all[stream]!.count - capacity) }
             }

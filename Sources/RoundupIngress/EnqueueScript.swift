@@ -4,7 +4,9 @@ import RoundupRedis
 /// `maxmemory` refuses the whole script before it runs (no `allow-oom` flag): a delivery answered 503 leaves no
 /// trace. Inside, the event is appended before the action is marked seen, so an error between the two can only make
 /// a retry enqueue the event again (processing is idempotent), never answer "duplicate" for an event that was not
-/// stored. Returns the stream entry id, 0 for a redelivery, or -1 when the backlog is at its bound.
+/// stored. Returns the stream entry id, 0 for a redelivery, or -1 when the backlog is at its bound. A redelivery renews
+/// its mark: that write is this connection's latest, so the `WAIT` after the script covers it, and with it (a
+/// replica applies writes in order) the original event, whoever wrote it.
 enum IngressScripts {
     static let enqueue = RedisScript(
         name: "ingress-enqueue",
@@ -12,7 +14,7 @@ enum IngressScripts {
             #!lua
             -- KEYS[1]: seen-action key, KEYS[2]: webhook stream
             -- ARGV[1]: TTL seconds, ARGV[2]: backlog bound (0: none), ARGV[3..]: field, value, ...
-            if redis.call('EXISTS', KEYS[1]) == 1 then
+            if redis.call('EXPIRE', KEYS[1], ARGV[1]) == 1 then
               return 0
             end
             local bound = tonumber(ARGV[2])

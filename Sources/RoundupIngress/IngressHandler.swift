@@ -17,6 +17,8 @@ struct IngressContext: Sendable {
     /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
     var maxBacklog: Int
     var redisTimeout: TimeAmount
+    /// Replicas that must have an accepted event before it is answered 200 (nil: none).
+    var replicas: RedisReplicaWait?
     var answerDeadline: TimeAmount
     var metrics: IngressMetrics
     var metricsText: @Sendable () -> String
@@ -250,6 +252,14 @@ final class IngressHandler: ChannelInboundHandler {
             case .failure(IngressRejection.deletedAccount):
                 this.shared.metrics.deletedAccount.increment()
                 this.respondError(context: context, .gone, "account_deleted", "this account was deleted; remove the webhook")
+            case .failure(let error as RedisClientError) where error.code == .notReplicated:
+                // In the stream, not yet on a replica: a failover now could lose it, so Trello must send it again (its
+                // redelivery finds the dedupe mark and waits for the replica the same way).
+                this.shared.metrics.notReplicated.increment()
+                var headers = HTTPHeaders()
+                headers.add(name: "retry-after", value: "1")
+                this.respondError(
+                    context: context, .serviceUnavailable, "not_replicated", "accepted but not yet on a replica, retry later", extra: headers)
             case .failure(IngressRejection.unknownAccount):
                 this.shared.metrics.unknownAccount.increment()
                 this.respondError(context: context, .notFound, "unknown_account", "no account receives webhooks here")
@@ -279,7 +289,8 @@ final class IngressHandler: ChannelInboundHandler {
             var fields: [RedisArgument] = []
             fields.reserveCapacity(16)
             fields.append(RedisArgument(shared.dedupeTTLSeconds))
-            fields.append(RedisArgument(shared.maxBacklog))
+            // The bound is the whole backlog's: each shard holds its share.
+            fields.append(RedisArgument(shared.maxBacklog == 0 ? 0 : (shared.maxBacklog + WebhookShard.count - 1) / WebhookShard.count))
             // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
             fields.append(RedisArgument(WebhookEvent.Field.account.rawValue))
             fields.append(RedisArgument(account))
@@ -299,8 +310,11 @@ final class IngressHandler: ChannelInboundHandler {
             }
             shared.redis.evaluate(
                 IngressScripts.enqueue,
-                keys: [RedisArgument(shared.keys.seenAction(account: account, action: actionID)), RedisArgument(shared.keys.webhookStream)],
-                arguments: fields, timeout: timeout, on: eventLoop
+                keys: [
+                    RedisArgument(shared.keys.seenAction(account: account, action: actionID)),
+                    RedisArgument(shared.keys.webhookStream(WebhookShard(account: account))),
+                ],
+                arguments: fields, timeout: timeout, replicas: shared.replicas, on: eventLoop
             ) { reply in
                 finish(
                     reply.map { reply in
@@ -442,6 +456,7 @@ struct IngressMetrics: Sendable {
     let unavailable = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unavailable")])
     let unknownAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unknown_account")])
     let backlogFull = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "backlog_full")])
+    let notReplicated = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "not_replicated")])
     let deletedAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "account_deleted")])
     let redisErrors = Counter(label: "roundup_ingress_redis_errors_total")
     /// From the webhook's arrival to Redis's answer to the enqueue.

@@ -21,6 +21,8 @@ public struct IngressService: Service {
         /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
         public var maxBacklog: Int
         public var limits: HTTPLimits
+        /// Replicas that must have an accepted event before it is answered 200 (nil: none).
+        public var replicas: RedisReplicaWait? = RedisReplicaWait(count: .auto, timeout: .milliseconds(250))
 
         public init(
             host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int, maxBacklog: Int = 0, limits: HTTPLimits = HTTPLimits()
@@ -57,7 +59,7 @@ public struct IngressService: Service {
             redis: redis, keys: options.keys,
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),
             publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog,
-            redisTimeout: options.redisTimeout,
+            redisTimeout: options.redisTimeout, replicas: options.replicas,
             answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger)
         let limits = options.limits
         let connectionLimit = ConnectionLimitHandler(limit: limits.maxConnections, server: "ingress")

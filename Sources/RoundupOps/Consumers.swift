@@ -21,10 +21,15 @@ public enum ConsumerPruner {
         var pruned: [Pruned] = []
         for consumer in report.consumers where consumer.idleMilliseconds >= idleAtLeast && consumer.pending == 0 {
             if !dryRun {
-                let reply = try await redis.evaluate(
-                    script, keys: [RedisArgument(stream.key(keys))],
-                    arguments: [RedisArgument(stream.group(keys)), RedisArgument(consumer.name), RedisArgument(idleAtLeast)])
-                guard reply.int == 1 else { continue }
+                // From every part's group (each webhook shard has its own); kept where an entry reached it meanwhile.
+                var kept = false
+                for part in stream.parts(keys) {
+                    let reply = try await redis.evaluate(
+                        script, keys: [RedisArgument(part.stream)],
+                        arguments: [RedisArgument(stream.group(keys)), RedisArgument(consumer.name), RedisArgument(idleAtLeast)])
+                    if reply.int == 0 { kept = true }
+                }
+                guard !kept else { continue }
             }
             pruned.append(Pruned(stream: stream, consumer: consumer.name, idleMilliseconds: consumer.idleMilliseconds))
         }
@@ -34,7 +39,16 @@ public enum ConsumerPruner {
     static let script = RedisScript(
         name: "consumer-prune",
         source: """
-            -- KEYS[1]: stream; ARGV[1]: group, ARGV[2]: consumer, ARGV[3]: least idle time (ms). 1 when removed.
+            -- KEYS[1]: stream; ARGV[1]: group, ARGV[2]: consumer, ARGV[3]: least idle time (ms). 1 when removed, 2 when
+            -- the group has no such consumer (or the stream no such group), 0 when it is kept.
+            if redis.call('EXISTS', KEYS[1]) == 0 then return 2 end
+            local found = false
+            for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+              for i = 1, #info, 2 do
+                if info[i] == 'name' and info[i + 1] == ARGV[1] then found = true end
+              end
+            end
+            if not found then return 2 end
             if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
             for _, info in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
               local name, idle
@@ -47,6 +61,6 @@ public enum ConsumerPruner {
                 return 1
               end
             end
-            return 0
+            return 2
             """)
 }

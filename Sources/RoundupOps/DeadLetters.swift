@@ -35,19 +35,29 @@ extension Optional where Wrapped == String {
     var json: JSONValue { map(JSONValue.string) ?? .null }
 }
 
-/// A stream's dead letters (the webhook stream's unless told): list, show, replay into the stream, purge.
+/// A stream's dead letters (the webhook stream's unless told): list, show, replay into the stream, purge. The webhook
+/// stream's are kept per shard, each beside its shard's stream; they are listed shard after shard and named
+/// `<shard>:<id>`.
 public struct DeadLetterQueue: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
     public let stream: RoundupStream
     /// Where its dead letters are.
-    let deadLetters: String
+    let parts: [StreamPart]
 
     public init(redis: RedisClient, keys: RedisKeys, stream: RoundupStream = .webhooks) {
         self.redis = redis
         self.keys = keys
         self.stream = stream
-        deadLetters = stream.deadLetters(keys)
+        parts = stream.parts(keys)
+    }
+
+    /// The part holding dead letter `id` (as the tools name it) and its id there.
+    private func locate(_ id: String) throws -> (part: StreamPart, id: String) {
+        guard let found = stream.part(holding: id, keys: keys) else {
+            throw RedisClientError(.unexpectedReply, "\(id) is no dead letter id of the \(stream.rawValue) stream")
+        }
+        return found
     }
 
     /// Which dead letters a page shows: all of those given must match.
@@ -71,75 +81,95 @@ public struct DeadLetterQueue: Sendable {
         }
     }
 
-    /// Up to `limit` dead letters matching `filter`, oldest first, after `after` (exclusive; nil: from the oldest).
-    /// Returns them and the id to continue after, nil when no more can follow.
+    /// Up to `limit` dead letters matching `filter`, oldest first (shard after shard), after `after` (exclusive; nil:
+    /// from the oldest). Returns them and the id to continue after, nil when no more can follow.
     public func page(after: String? = nil, limit: Int, filter: Filter = Filter()) async throws -> (letters: [DeadLetter], next: String?) {
         var letters: [DeadLetter] = []
-        var cursor = after
-        while letters.count < limit {
-            let reply = try await redis.send(
-                RedisCommand(
-                    "XRANGE", [RedisArgument(deadLetters), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)])
-            )
-            let batch = Self.parse(reply)
-            for letter in batch {
-                cursor = letter.id
-                guard filter.matches(letter) else { continue }
-                letters.append(letter)
-                if letters.count == limit { break }
-            }
-            if batch.count < 200 {
-                if letters.count < limit { cursor = nil }
-                break
-            }
+        var firstPart = 0
+        var cursor: String?
+        if let after {
+            let (part, id) = try locate(after)
+            firstPart = parts.firstIndex(of: part) ?? 0
+            cursor = id
         }
-        return (letters, letters.count == limit ? cursor : nil)
+        var last: String?
+        partLoop: for index in firstPart..<parts.count {
+            let part = parts[index]
+            while letters.count < limit {
+                let reply = try await redis.send(
+                    RedisCommand(
+                        "XRANGE", [RedisArgument(part.deadLetters), RedisArgument(cursor.map { "(" + $0 } ?? "-"), "+", "COUNT", RedisArgument(200)])
+                )
+                let batch = parse(reply, in: part)
+                for (letter, id) in batch {
+                    cursor = id
+                    last = letter.id
+                    guard filter.matches(letter) else { continue }
+                    letters.append(letter)
+                    if letters.count == limit { break partLoop }
+                }
+                if batch.count < 200 { break }
+            }
+            cursor = nil
+        }
+        return (letters, letters.count == limit ? last : nil)
     }
 
     /// Deletes these dead letters for good; returns how many existed.
     public func delete(ids: [String]) async throws -> Int {
-        guard !ids.isEmpty else { return 0 }
-        return try await redis.send(RedisCommand("XDEL", [RedisArgument(deadLetters)] + ids.map { RedisArgument($0) })).int ?? 0
+        var deleted = 0
+        for id in ids {
+            let (part, local) = try locate(id)
+            deleted += try await redis.send(RedisCommand("XDEL", [RedisArgument(part.deadLetters), RedisArgument(local)])).int ?? 0
+        }
+        return deleted
     }
 
     public func show(id: String) async throws -> DeadLetter? {
-        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(deadLetters), RedisArgument(id), RedisArgument(id)]))
-        return Self.parse(reply).first
+        let (part, local) = try locate(id)
+        let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(part.deadLetters), RedisArgument(local), RedisArgument(local)]))
+        return parse(reply, in: part).first?.letter
     }
 
     public func count() async throws -> Int {
-        try await redis.send(RedisCommand("XLEN", [RedisArgument(deadLetters)])).int ?? 0
+        try await redis.deadLetterCount(of: stream, keys: keys)
     }
 
-    /// Puts dead letters back on their stream, each in one atomic step (XADD then XDEL), and returns how many.
-    /// `ids` nil means all of those there are when it begins: an entry replayed and dead-lettered again meanwhile (one
-    /// that still does not decode) is left for the next replay, not replayed in a loop. `progress` is told after each
-    /// batch.
+    /// Puts dead letters back on their stream (the shard they came from), each in one atomic step (XADD then XDEL), and
+    /// returns how many. `ids` nil means all of those there are when it begins: an entry replayed and dead-lettered
+    /// again meanwhile (one that still does not decode) is left for the next replay, not replayed in a loop.
+    /// `progress` is told after each batch.
     public func replay(ids: [String]?, progress: (Int) -> Void = { _ in }) async throws -> Int {
         var done = 0
         if let ids {
-            for id in ids where try await replayOne(id: id) { done += 1 }
+            for id in ids {
+                let (part, local) = try locate(id)
+                if try await replayOne(id: local, in: part) { done += 1 }
+            }
             progress(done)
             return done
         }
-        let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(deadLetters), "+", "-", "COUNT", "1"])).streamEntries
-        guard let last = newest.first?.id else { return 0 }
-        var cursor = "-"
-        while true {
-            let reply = try await redis.send(
-                RedisCommand("XRANGE", [RedisArgument(deadLetters), RedisArgument(cursor), RedisArgument(last), "COUNT", RedisArgument(100)]))
-            let batch = Self.parse(reply)
-            if batch.isEmpty { break }
-            for letter in batch where try await replayOne(id: letter.id) { done += 1 }
-            progress(done)
-            cursor = "(" + batch[batch.count - 1].id
+        for part in parts {
+            let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(part.deadLetters), "+", "-", "COUNT", "1"])).streamEntries
+            guard let last = newest.first?.id else { continue }
+            var cursor = "-"
+            while true {
+                let reply = try await redis.send(
+                    RedisCommand(
+                        "XRANGE", [RedisArgument(part.deadLetters), RedisArgument(cursor), RedisArgument(last), "COUNT", RedisArgument(100)]))
+                let batch = reply.streamEntries
+                if batch.isEmpty { break }
+                for entry in batch where try await replayOne(id: entry.id, in: part) { done += 1 }
+                progress(done)
+                cursor = "(" + batch[batch.count - 1].id
+            }
         }
         return done
     }
 
-    private func replayOne(id: String) async throws -> Bool {
+    private func replayOne(id: String, in part: StreamPart) async throws -> Bool {
         let reply = try await redis.evaluate(
-            Self.replayScript, keys: [RedisArgument(deadLetters), RedisArgument(stream.key(keys))],
+            Self.replayScript, keys: [RedisArgument(part.deadLetters), RedisArgument(part.stream)],
             arguments: [RedisArgument(id)] + stream.messageFields.map { RedisArgument($0) })
         return reply.int == 1
     }
@@ -166,11 +196,12 @@ public struct DeadLetterQueue: Sendable {
     /// Deletes every dead letter; returns how many there were.
     public func purge() async throws -> Int {
         let count = try await count()
-        _ = try await redis.send(RedisCommand("DEL", [RedisArgument(deadLetters)]))
+        for part in parts { _ = try await redis.send(RedisCommand("DEL", [RedisArgument(part.deadLetters)])) }
         return count
     }
 
-    static func parse(_ reply: RedisValue) -> [DeadLetter] {
-        reply.streamEntries.map { DeadLetter(StreamDeadLetter(id: $0.id, fields: $0.fields)) }
+    /// Dead letters as the tools name them, with their ids in `part`.
+    func parse(_ reply: RedisValue, in part: StreamPart) -> [(letter: DeadLetter, id: String)] {
+        reply.streamEntries.map { (DeadLetter(StreamDeadLetter(id: stream.name(of: $0.id, in: part), fields: $0.fields)), $0.id) }
     }
 }

@@ -18,10 +18,11 @@ public struct DeploymentCheck: Sendable {
         var check = DeploymentCheck()
         do {
             _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(2))
-            check.passed.append("redis \(try RedisConfiguration(url: configuration.redisURL).endpoint)")
+            check.passed.append("redis \(try RedisConfiguration(configuration).endpoint)")
         } catch {
             check.problems.append("redis: \(error)")
         }
+        if redis.isCluster { await check.cluster(redis) }
         do {
             check.problems += try await Stores.withStore(configuration: configuration) { store in
                 try await store.ping()
@@ -39,6 +40,35 @@ public struct DeploymentCheck: Sendable {
                 "apns key \(configuration.apnsKeyID ?? "") (team \(configuration.apnsTeamID ?? ""), topic \(configuration.apnsTopic ?? ""))")
         }
         return check
+    }
+
+    /// A Redis Cluster's state as every primary sees it (`cluster_state:ok`), its slots all served, each primary's
+    /// replicas (an accepted webhook waits for one: a primary without any has no copy to fail over to), and where the
+    /// webhook shards live.
+    mutating func cluster(_ redis: RedisClient) async {
+        do {
+            guard let topology = try await redis.clusterTopology(refresh: true) else { return }
+            if topology.coveredSlots < RedisHashSlot.count {
+                problems.append("redis cluster: \(RedisHashSlot.count - topology.coveredSlots) of 16384 slots have no primary")
+            }
+            for (node, reply) in try await redis.onEveryPrimary(RedisCommand("CLUSTER", ["INFO"]), timeout: .seconds(2)) {
+                let state = reply.string?.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cluster_state:") }
+                if state != "cluster_state:ok" { problems.append("redis cluster: \(node) reports \(state ?? "no cluster_state")") }
+            }
+            for shard in topology.shards where shard.replicas.isEmpty {
+                problems.append("redis cluster: primary \(shard.primary) has no healthy replica (a failover would lose what it holds)")
+            }
+            var perPrimary: [RedisNodeAddress: Int] = [:]
+            for shard in WebhookShard.all {
+                if let owner = topology.shard(serving: RedisHashSlot(key: shard.tag)) { perPrimary[owner.primary, default: 0] += 1 }
+            }
+            let spread = topology.shards.map {
+                "\($0.primary) \($0.slots.reduce(0) { $0 + $1.count }) slots, \(perPrimary[$0.primary] ?? 0) webhook shards, \($0.replicas.count) replica(s)"
+            }
+            passed.append("redis cluster: \(topology.coveredSlots) of 16384 slots served; " + spread.joined(separator: "; "))
+        } catch {
+            problems.append("redis cluster: \(error)")
+        }
     }
 
     /// Accounts whose Trello key does not look like one, or that sync lists without a token or webhook secret.

@@ -14,7 +14,7 @@ public struct StreamReport: Sendable, Equatable {
 
     /// The name operators use (`roundupctl pause webhooks`).
     public var name: RoundupStream
-    /// Its Redis key.
+    /// Its Redis key (the webhook stream's shards: `…stream:webhooks:{wh00…wh63}`).
     public var stream: String
     public var group: String
     public var length: Int
@@ -29,9 +29,11 @@ public struct StreamReport: Sendable, Equatable {
     public var deadLetters: Int
     /// Since when an operator paused it; nil while it runs.
     public var pausedSince: Date?
+    /// Each shard's own figures (the webhook stream's, when asked for); empty otherwise.
+    public var shards: [StreamReport] = []
 
     public var json: JSONValue {
-        .object([
+        var object: [String: JSONValue] = [
             "name": .string(name.rawValue), "stream": .string(stream), "group": .string(group), "length": .number(Double(length)),
             "lag": lag.map { .number(Double($0)) } ?? .null, "pending": .number(Double(pending)),
             "oldest_pending_age_ms": oldestPendingAgeMilliseconds.map { .number(Double($0)) } ?? .null,
@@ -43,39 +45,86 @@ public struct StreamReport: Sendable, Equatable {
                 consumers.map {
                     .object(["name": .string($0.name), "pending": .number(Double($0.pending)), "idle_ms": .number(Double($0.idleMilliseconds))])
                 }),
-        ])
+        ]
+        if !shards.isEmpty { object["shards"] = .array(shards.map(\.json)) }
+        return .object(object)
     }
 }
 
 public enum QueueInspector {
-    /// The three streams, in the order `RoundupStream` lists them, with the operators' pauses.
-    public static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> [StreamReport] {
+    /// The three streams, in the order `RoundupStream` lists them, with the operators' pauses; with `perShard`, each
+    /// webhook shard's own figures too.
+    public static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false) async throws -> [StreamReport] {
         let paused = try await StreamPauses(redis: redis, keys: keys).current()
         var reports: [StreamReport] = []
         for stream in RoundupStream.allCases {
-            var report = try await report(stream, redis: redis, keys: keys, now: now)
+            var report = try await report(stream, redis: redis, keys: keys, now: now, perShard: perShard)
             report.pausedSince = paused[stream]
             reports.append(report)
         }
         return reports
     }
 
-    /// One stream's figures: XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count, oldest), XINFO CONSUMERS, the
-    /// oldest waiting entry, dead letters (of jobs and pushes: entries that did not decode; a failing job ends with its
-    /// error in the store).
-    public static func report(_ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date()) async throws -> StreamReport {
-        let stream = name.key(keys)
+    /// One stream's figures over its parts (the webhook shards, summed; ages, their oldest; a consumer's pending, over
+    /// every shard, and its idle time, the least), from XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count,
+    /// oldest), XINFO CONSUMERS, the oldest waiting entry, dead letters (of jobs and pushes: entries that did not
+    /// decode; a failing job ends with its error in the store). One pipeline per primary.
+    public static func report(
+        _ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false
+    ) async throws -> StreamReport {
+        let parts = name.parts(keys)
         let group = name.group(keys)
-        let deadLetterStream = name.deadLetters(keys)
-        let replies = try await redis.pipeline([
-            RedisCommand("XLEN", [RedisArgument(stream)]),
-            RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
-            RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
-            RedisCommand("XINFO", ["CONSUMERS", RedisArgument(stream), RedisArgument(group)]),
-            RedisCommand("XLEN", [RedisArgument(deadLetterStream)]),
-        ])
+        var commands: [RedisCommand] = []
+        for part in parts {
+            commands += [
+                RedisCommand("XLEN", [RedisArgument(part.stream)]),
+                RedisCommand("XINFO", ["GROUPS", RedisArgument(part.stream)]),
+                RedisCommand("XPENDING", [RedisArgument(part.stream), RedisArgument(group)]),
+                RedisCommand("XINFO", ["CONSUMERS", RedisArgument(part.stream), RedisArgument(group)]),
+                RedisCommand("XLEN", [RedisArgument(part.deadLetters)]),
+            ]
+        }
+        let replies = try await redis.pipeline(commands)
+        var reports: [StreamReport] = []
+        for (index, part) in parts.enumerated() {
+            reports.append(
+                try await partReport(name, part: part, group: group, replies: Array(replies[(index * 5)..<(index * 5 + 5)]), redis: redis, now: now))
+        }
+        guard reports.count > 1 else { return reports[0] }
+        var total = StreamReport(
+            name: name,
+            stream: keys.prefix + "stream:webhooks:" + WebhookShard.all.first!.tag.dropLast() + "…" + WebhookShard.all.last!.tag.dropFirst(),
+            group: group, length: 0, lag: 0, pending: 0, oldestPendingAgeMilliseconds: nil, oldestWaitingAgeMilliseconds: nil, consumers: [],
+            deadLetters: 0, pausedSince: nil)
+        var consumers: [String: StreamReport.Consumer] = [:]
+        for report in reports {
+            total.length += report.length
+            // A shard never read has no group yet: all it holds waits.
+            total.lag = total.lag.map { $0 + (report.lag ?? report.length) }
+            total.pending += report.pending
+            total.deadLetters += report.deadLetters
+            total.oldestPendingAgeMilliseconds = [total.oldestPendingAgeMilliseconds, report.oldestPendingAgeMilliseconds].compactMap { $0 }.max()
+            total.oldestWaitingAgeMilliseconds = [total.oldestWaitingAgeMilliseconds, report.oldestWaitingAgeMilliseconds].compactMap { $0 }.max()
+            for consumer in report.consumers {
+                if var known = consumers[consumer.name] {
+                    known.pending += consumer.pending
+                    known.idleMilliseconds = min(known.idleMilliseconds, consumer.idleMilliseconds)
+                    consumers[consumer.name] = known
+                } else {
+                    consumers[consumer.name] = consumer
+                }
+            }
+        }
+        total.consumers = consumers.values.sorted { $0.name < $1.name }
+        if perShard { total.shards = reports }
+        return total
+    }
+
+    private static func partReport(
+        _ name: RoundupStream, part: StreamPart, group: String, replies: [RedisValue], redis: RedisClient, now: Date
+    ) async throws -> StreamReport {
         var report = StreamReport(
-            name: name, stream: stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,
+            name: name, stream: part.stream, group: group, length: replies[0].int ?? 0, lag: nil, pending: 0, oldestPendingAgeMilliseconds: nil,
             oldestWaitingAgeMilliseconds: nil, consumers: [], deadLetters: replies[4].int ?? 0, pausedSince: nil)
         let nowMilliseconds = now.timeIntervalSince1970 * 1000
         let age = { (millis: Double) in max(0, Int(nowMilliseconds - millis)) }
@@ -88,7 +137,9 @@ public enum QueueInspector {
             lastDelivered = info["last-delivered-id"]?.string
         }
         // No group yet: everything in the stream waits.
-        if let waiting = try await RedisStreamDriver.oldestWaiting(redis: redis, stream: stream, after: lastDelivered ?? "0-0") {
+        if report.length > 0 || report.lag != 0,
+            let waiting = try await RedisStreamDriver.oldestWaiting(redis: redis, stream: part.stream, after: lastDelivered ?? "0-0")
+        {
             report.oldestWaitingAgeMilliseconds = age(waiting)
         }
         if let summary = replies[2].array, summary.count >= 2 {

@@ -79,6 +79,7 @@ public enum PusherApplication {
             services, dependencies: store.service.map { [$0] } ?? [],
             startUp: {
                 try await store.migrate()
+                try await LegacyKeys.migrate(redis: redis, keys: configuration.redisKeys, logger: logger)
                 await pauses.refresh()
             }, configuration: configuration,
             logger: logger

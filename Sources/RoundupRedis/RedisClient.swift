@@ -15,6 +15,8 @@ public final class RedisClient: Sendable {
     private let single: RedisNodePool?
     /// Redis Cluster: the map and the pools of its primaries.
     private let router: RedisClusterRouter?
+    /// A standalone primary's replicas, as last learnt (for `RedisReplicaWait`'s auto count).
+    private let replicas = NIOLockedValueBox((count: 0, at: NIODeadline?.none, learning: false))
 
     public init(
         configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -95,11 +97,14 @@ public final class RedisClient: Sendable {
     /// Runs a Lua script as `evaluate` does, and calls `completion` with its reply on `eventLoop`, on a connection
     /// that lives on that loop, without a chain of futures: each future is an allocation and, in NIO's generic code,
     /// several lookups of type metadata — a tenth of the ingress's instructions per webhook went to them.
+    ///
+    /// With `replicas`, the script's writes count only once that many replicas of the primary that ran it acknowledged
+    /// them (`WAIT`, sent right after the script on the same connection); fewer in time fail it with `.notReplicated`.
     public func evaluate(
-        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil,
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil, replicas: RedisReplicaWait? = nil,
         on eventLoop: any EventLoop, completion: @escaping @Sendable (Result<RedisValue, any Error>) -> Void
     ) {
-        run(script, keys: keys, arguments: arguments, timeout: timeout, on: eventLoop) { result in
+        run(script, keys: keys, arguments: arguments, timeout: timeout, replicas: replicas, on: eventLoop) { result in
             if eventLoop.inEventLoop { completion(result) } else { eventLoop.execute { completion(result) } }
         }
     }
@@ -108,7 +113,7 @@ public final class RedisClient: Sendable {
     /// on the connection's loop. In a cluster, on the primary serving the first key; an answer that asks for the
     /// cluster's rules (a redirect, a slot not served now) runs the script again through them.
     private func run(
-        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount?,
+        _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount?, replicas: RedisReplicaWait? = nil,
         on eventLoop: (any EventLoop)?, answer: @escaping @Sendable (Result<RedisValue, any Error>) -> Void
     ) {
         var all: [RedisArgument] = []
@@ -120,26 +125,34 @@ public final class RedisClient: Sendable {
         all.append(contentsOf: arguments)
         let evalSHA = all
         let pool: RedisNodePool
+        // How many replicas to wait for: those asked, or (auto) one when the primary has any.
+        let wait = replicas.flatMap { replicas in
+            replicaCount(serving: keys.first?.hashSlot, asked: replicas).map { RedisCommand.wait(replicas: $0, timeout: replicas.timeout) }
+        }
         if let single {
             pool = single
         } else {
             let router = router!
             let slowly: @Sendable () -> Void = {
-                Task { answer(await Result(awaiting: { try await Self.evaluate(script, evalSHA: evalSHA, timeout: timeout, router: router) })) }
+                Task {
+                    answer(
+                        await Result(awaiting: { try await Self.evaluate(script, evalSHA: evalSHA, timeout: timeout, wait: wait, router: router) }))
+                }
             }
             guard let first = keys.first, let owner = router.pool(serving: first.hashSlot) else { return slowly() }
             guard let eventLoop, let connection = owner.connectedConnection(on: eventLoop) else {
                 return owner.connection(on: eventLoop).whenComplete { _ in slowly() }
             }
             // The common case: the owner's connection on this loop is open, the script is loaded there.
-            connection.pipeline([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout).whenComplete { result in
+            connection.pipeline([RedisCommand(nameAndArguments: evalSHA)] + (wait.map { [$0] } ?? []), timeout: timeout).whenComplete { result in
                 switch result {
                 case .success(let replies):
                     if case .error(let message) = replies[0] {
                         if RedisErrorCode(reply: message).asksForClusterRules { return slowly() }
                         answer(.failure(RedisClientError.reply(message, answering: "script \(script.name)")))
                     } else {
-                        answer(.success(replies[0]))
+                        answer(
+                            Self.replicated(replies[0], wait: wait, acknowledged: replies.count > 1 ? replies[1] : nil, router: router, client: nil))
                     }
                 case .failure(let error):
                     router.refreshInBackground()
@@ -148,8 +161,9 @@ public final class RedisClient: Sendable {
             }
             return
         }
-        let send: @Sendable (RedisConnection) -> Void = { connection in
-            connection.pipeline([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout).whenComplete { result in
+        let send: @Sendable (RedisConnection) -> Void = { [self] connection in
+            let waiting = wait.map { [$0] } ?? []
+            connection.pipeline([RedisCommand(nameAndArguments: evalSHA)] + waiting, timeout: timeout).whenComplete { result in
                 switch result {
                 case .failure(let error):
                     answer(.failure(error))
@@ -159,11 +173,20 @@ public final class RedisClient: Sendable {
                         var eval = evalSHA
                         eval[0] = "EVAL"
                         eval[1] = RedisArgument(script.source)
-                        connection.send(RedisCommand(nameAndArguments: eval), timeout: timeout).whenComplete(answer)
+                        connection.pipeline([RedisCommand(nameAndArguments: eval)] + waiting, timeout: timeout).whenComplete { result in
+                            answer(
+                                result.flatMap { replies in
+                                    if case .error(let message) = replies[0] {
+                                        return .failure(RedisClientError.reply(message, answering: "script \(script.name)"))
+                                    }
+                                    return Self.replicated(
+                                        replies[0], wait: wait, acknowledged: replies.count > 1 ? replies[1] : nil, router: nil, client: self)
+                                })
+                        }
                     case .error(let message):
                         answer(.failure(RedisClientError.reply(message, answering: "script \(script.name)")))
                     case let reply:
-                        answer(.success(reply))
+                        answer(Self.replicated(reply, wait: wait, acknowledged: replies.count > 1 ? replies[1] : nil, router: nil, client: self))
                     }
                 }
             }
@@ -180,19 +203,85 @@ public final class RedisClient: Sendable {
         }
     }
 
-    /// A script through the cluster's rules: EVALSHA, and EVAL on the node that did not know it.
+    /// A script through the cluster's rules: EVALSHA, and EVAL on the node that did not know it; then its WAIT, on the
+    /// primary that ran it (sent right after it on the same connection, wherever a redirect takes it).
     private static func evaluate(
-        _ script: RedisScript, evalSHA: [RedisArgument], timeout: TimeAmount?, router: RedisClusterRouter
+        _ script: RedisScript, evalSHA: [RedisArgument], timeout: TimeAmount?, wait: RedisCommand?, router: RedisClusterRouter
     ) async throws -> RedisValue {
-        var reply = try await router.execute([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout)[0]
-        if case .error(let message) = reply, RedisErrorCode(reply: message) == .noScript {
+        var replies = try await router.execute([RedisCommand(nameAndArguments: evalSHA)], timeout: timeout, then: wait)
+        if case .error(let message) = replies[0], RedisErrorCode(reply: message) == .noScript {
             var eval = evalSHA
             eval[0] = "EVAL"
             eval[1] = RedisArgument(script.source)
-            reply = try await router.execute([RedisCommand(nameAndArguments: eval)], timeout: timeout)[0]
+            replies = try await router.execute([RedisCommand(nameAndArguments: eval)], timeout: timeout, then: wait)
         }
-        if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "script \(script.name)") }
-        return reply
+        if case .error(let message) = replies[0] { throw RedisClientError.reply(message, answering: "script \(script.name)") }
+        return try replicated(replies[0], wait: wait, acknowledged: replies.count > 1 ? replies[1] : nil, router: router, client: nil).get()
+    }
+
+    /// The script's reply once `WAIT` says enough replicas have its writes; `.notReplicated` when fewer did (and the
+    /// replicas are learnt again: one may have gone).
+    private static func replicated(
+        _ reply: RedisValue, wait: RedisCommand?, acknowledged: RedisValue?, router: RedisClusterRouter?, client: RedisClient?
+    ) -> Result<RedisValue, any Error> {
+        guard let wait else { return .success(reply) }
+        let asked = wait.arguments.count > 1 ? wait.arguments[1].word.flatMap { Int($0) } ?? 1 : 1
+        let got = acknowledged?.int ?? 0
+        if got >= asked { return .success(reply) }
+        router?.refreshInBackground()
+        client?.learnReplicas()
+        return .failure(RedisClientError(.notReplicated, "\(got) of \(asked) replicas acknowledged the write in time"))
+    }
+
+    /// How many replicas to `WAIT` for on the primary serving `slot`: `asked`'s count, or (auto) one if it has any
+    /// replica as last learnt; nil for none.
+    private func replicaCount(serving slot: RedisHashSlot?, asked: RedisReplicaWait) -> Int? {
+        if case .exactly(let count) = asked.count { return count > 0 ? count : nil }
+        let known: Int
+        if let router {
+            guard let slot, let shard = router.topology?.shard(serving: slot) else { return nil }
+            known = shard.replicas.count
+        } else {
+            known = standaloneReplicas()
+        }
+        return known > 0 ? 1 : nil
+    }
+
+    /// The replicas a standalone primary has (`INFO replication`'s `connected_slaves`), learnt every few seconds in the
+    /// background; 0 until first learnt.
+    private func standaloneReplicas() -> Int {
+        let (count, stale) = replicas.withLockedValue { state -> (Int, Bool) in
+            let stale = state.at.map { NIODeadline.now() - $0 > .seconds(5) } ?? true
+            return (state.count, stale && !state.learning)
+        }
+        if stale { learnReplicas() }
+        return count
+    }
+
+    /// Reads the standalone primary's replicas again, in the background (one read at a time).
+    func learnReplicas() {
+        guard let single else { return }
+        let start = replicas.withLockedValue { state -> Bool in
+            if state.learning { return false }
+            state.learning = true
+            return true
+        }
+        guard start else { return }
+        let replicas = self.replicas
+        single.pipeline([RedisCommand("INFO", ["replication"])], timeout: .seconds(1)).whenComplete { result in
+            let count: Int? = (try? result.get())?.first?.string.flatMap { info in
+                info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("connected_slaves:") }.flatMap {
+                    Int($0.dropFirst("connected_slaves:".count))
+                }
+            }
+            replicas.withLockedValue { state in
+                state.learning = false
+                if let count {
+                    state.count = count
+                    state.at = .now()
+                }
+            }
+        }
     }
 
     public func evaluate(
@@ -212,6 +301,36 @@ public final class RedisClient: Sendable {
         return replies
     }
 
+    /// Walks the keys matching `pattern` with SCAN on the one node serving `key`'s slot (a standalone Redis: its only
+    /// one), calling `body` with each page, at most `maxPages` pages; returns whether the walk reached its end. Meant
+    /// for patterns whose keys share `key`'s hash tag: never a walk of the whole cluster.
+    public func scan(
+        matching pattern: String, onNodeServing key: String, count: Int = 1000, maxPages: Int, timeout: TimeAmount? = nil,
+        _ body: ([String]) async throws -> Void
+    ) async throws -> Bool {
+        let pool: RedisNodePool
+        if let single {
+            pool = single
+        } else {
+            pool = try await router!.owner(of: RedisHashSlot(key: key))
+        }
+        var cursor = "0"
+        for _ in 0..<maxPages {
+            let reply = try await pool.pipeline(
+                [RedisCommand("SCAN", [RedisArgument(cursor), "MATCH", RedisArgument(pattern), "COUNT", RedisArgument(count)])], timeout: timeout
+            ).get()[0]
+            if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "SCAN") }
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw RedisClientError(.unexpectedReply, "SCAN answered \(reply)")
+            }
+            let found = (parts[1].array ?? []).compactMap(\.string)
+            if !found.isEmpty { try await body(found) }
+            cursor = next
+            if cursor == "0" { return true }
+        }
+        return false
+    }
+
     /// The cluster's map as last learnt (learnt now if it was not yet); nil for a standalone Redis.
     public func clusterTopology(refresh: Bool = false) async throws -> RedisClusterTopology? {
         guard let router else { return nil }
@@ -222,6 +341,30 @@ public final class RedisClient: Sendable {
     public func shutdown() async {
         await single?.shutdown()
         await router?.shutdown()
+    }
+}
+
+/// How many replicas must acknowledge a script's writes before it counts (`WAIT`), and how long to wait for them.
+public struct RedisReplicaWait: Sendable, Equatable {
+    public enum Count: Sendable, Equatable {
+        /// One, when the primary has a replica (as last learnt); none otherwise.
+        case auto
+        case exactly(Int)
+    }
+
+    public var count: Count
+    public var timeout: TimeAmount
+
+    public init(count: Count, timeout: TimeAmount) {
+        self.count = count
+        self.timeout = timeout
+    }
+}
+
+extension RedisCommand {
+    /// `WAIT n ms` (at least 1 ms: 0 would wait forever).
+    static func wait(replicas: Int, timeout: TimeAmount) -> RedisCommand {
+        RedisCommand("WAIT", [RedisArgument(replicas), RedisArgument(max(1, Int(timeout.nanoseconds / 1_000_000)))])
     }
 }
 

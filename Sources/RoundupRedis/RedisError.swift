@@ -8,6 +8,8 @@ public struct RedisClientError: Error, Sendable, CustomStringConvertible, Equata
         case server
         case invalidURL
         case unexpectedReply
+        /// The write was done, but fewer replicas than asked acknowledged it in time (`WAIT`): a failover now could lose it.
+        case notReplicated
     }
 
     public let code: Code
@@ -32,7 +34,7 @@ public struct RedisClientError: Error, Sendable, CustomStringConvertible, Equata
     /// True when the failure says nothing about the command itself: retrying later may succeed.
     public var isTransient: Bool {
         switch code {
-        case .connectionFailed, .connectionClosed, .timeout: return true
+        case .connectionFailed, .connectionClosed, .timeout, .notReplicated: return true
         case .server: return replyCode?.isTransient ?? false
         default: return false
         }

@@ -1,6 +1,7 @@
 public import Foundation
 public import Logging
 public import RoundupCore
+public import RoundupRedis
 
 /// A configuration key that could not be used, named so the operator knows what to fix.
 public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
@@ -16,8 +17,14 @@ public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
 /// Every setting of every process, read from the environment in one place. README.md documents each key.
 public struct RoundupConfiguration: Sendable {
     public var redisURL: String
+    /// `ROUNDUP_REDIS_CLUSTER=true`: `redisURL` names a Redis Cluster (several seed nodes may be listed).
+    public var redisCluster: Bool
     public var redisPrefix: String
     public var redisCAFile: String?
+    /// `ROUNDUP_REDIS_WAIT_REPLICAS`: replicas that must acknowledge an accepted webhook before the ingress answers 200
+    /// (`auto`, the default: one whenever the primary has a replica; 0: never wait), within `redisWaitTimeoutMilliseconds`.
+    public var redisWaitReplicas: RedisReplicaWait.Count
+    public var redisWaitTimeoutMilliseconds: Int
     public var databaseURL: String
     public var publicURL: String?
     public var trelloAPIURL: String
@@ -112,7 +119,8 @@ public struct RoundupConfiguration: Sendable {
     public var deadLetterMaxAgeDays: Int
 
     public static let keys: [String] = [
-        "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_PREFIX", "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
+        "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_CLUSTER", "ROUNDUP_REDIS_WAIT_REPLICAS", "ROUNDUP_REDIS_WAIT_TIMEOUT_MS", "ROUNDUP_REDIS_PREFIX",
+        "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
         "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_ACCOUNT_LANES", "ROUNDUP_WORKER_LIST_READ_MIN", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT",
@@ -160,11 +168,34 @@ public struct RoundupConfiguration: Sendable {
         }
 
         redisURL = value("ROUNDUP_REDIS_URL") ?? "redis://127.0.0.1:6379/0"
-        guard redisURL.hasPrefix("redis://") || redisURL.hasPrefix("rediss://"), URLComponents(string: redisURL)?.host?.isEmpty == false else {
+        switch value("ROUNDUP_REDIS_CLUSTER")?.lowercased() {
+        case nil, "false", "no", "0": redisCluster = false
+        case "true", "yes", "1": redisCluster = true
+        case let other?: throw ConfigurationError(key: "ROUNDUP_REDIS_CLUSTER", problem: "must be true or false, not \"\(other)\"")
+        }
+        guard redisURL.hasPrefix("redis://") || redisURL.hasPrefix("rediss://") else {
             throw ConfigurationError(key: "ROUNDUP_REDIS_URL", problem: "must look like redis://[user:password@]host:port/db or rediss://…")
         }
+        do {
+            _ = try RedisConfiguration(url: redisURL, cluster: redisCluster)
+        } catch let error as RedisClientError {
+            throw ConfigurationError(key: "ROUNDUP_REDIS_URL", problem: error.message)
+        }
         redisPrefix = value("ROUNDUP_REDIS_PREFIX") ?? "roundup:"
+        guard RedisKeys.isUsablePrefix(redisPrefix) else {
+            throw ConfigurationError(key: "ROUNDUP_REDIS_PREFIX", problem: "must not contain { or }: they would change the keys' hash tags")
+        }
         redisCAFile = value("ROUNDUP_REDIS_CA_FILE")
+        switch value("ROUNDUP_REDIS_WAIT_REPLICAS")?.lowercased() {
+        case nil, "auto": redisWaitReplicas = .auto
+        case let text?:
+            guard let count = Int(text), (0...16).contains(count) else {
+                throw ConfigurationError(key: "ROUNDUP_REDIS_WAIT_REPLICAS", problem: "must be auto or a whole number in 0...16, not \"\(text)\"")
+            }
+            redisWaitReplicas = .exactly(count)
+        }
+        // Within the ingress's 800 ms for the enqueue, which Trello's retries count on.
+        redisWaitTimeoutMilliseconds = try integer("ROUNDUP_REDIS_WAIT_TIMEOUT_MS", default: 250, range: 1...500)
         if let ca = redisCAFile, !FileManager.default.isReadableFile(atPath: ca) {
             throw ConfigurationError(key: "ROUNDUP_REDIS_CA_FILE", problem: "names a file that cannot be read: \(ca)")
         }

@@ -3,10 +3,16 @@ import RoundupCore
 public import RoundupRedis
 
 extension RedisClient {
-    /// The client `ROUNDUP_REDIS_URL` and `ROUNDUP_REDIS_CA_FILE` describe.
+    /// The client `ROUNDUP_REDIS_URL`, `ROUNDUP_REDIS_CLUSTER` and `ROUNDUP_REDIS_CA_FILE` describe.
     public static func make(configuration: RoundupConfiguration, logger: Logger) throws -> RedisClient {
-        var redisConfiguration = try RedisConfiguration(url: configuration.redisURL)
-        redisConfiguration.caFile = configuration.redisCAFile
-        return RedisClient(configuration: redisConfiguration, logger: logger)
+        RedisClient(configuration: try RedisConfiguration(configuration), logger: logger)
+    }
+}
+
+extension RedisConfiguration {
+    /// What `ROUNDUP_REDIS_URL`, `ROUNDUP_REDIS_CLUSTER` and `ROUNDUP_REDIS_CA_FILE` describe.
+    public init(_ configuration: RoundupConfiguration) throws {
+        try self.init(url: configuration.redisURL, cluster: configuration.redisCluster)
+        caFile = configuration.redisCAFile
     }
 }

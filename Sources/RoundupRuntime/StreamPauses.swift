@@ -11,13 +11,32 @@ public import ServiceLifecycle
 public enum RoundupStream: String, Sendable, CaseIterable, Codable {
     case webhooks, jobs, push
 
-    /// The stream's key.
-    public func key(_ keys: RedisKeys) -> String {
+    /// The Redis streams it is kept in: the 64 webhook shards (`WebhookShard`), or the job or the push stream alone.
+    public func parts(_ keys: RedisKeys) -> [StreamPart] {
         switch self {
-        case .webhooks: keys.webhookStream
-        case .jobs: keys.jobStream
-        case .push: keys.pushStream
+        case .webhooks:
+            WebhookShard.all.map { shard in
+                StreamPart(
+                    label: "webhooks/\(shard.index)", stream: keys.webhookStream(shard), deadLetters: keys.deadLetterStream(shard),
+                    errors: keys.webhookErrors(shard), shard: shard)
+            }
+        case .jobs: [StreamPart(label: "jobs", stream: keys.jobStream, deadLetters: keys.jobDeadLetters, errors: nil, shard: nil)]
+        case .push: [StreamPart(label: "push", stream: keys.pushStream, deadLetters: keys.pushDeadLetters, errors: nil, shard: nil)]
         }
+    }
+
+    /// The part that holds `id`, an entry or dead letter as the operators' tools name it (`<shard>:<id>` for the
+    /// webhook shards, the Redis id alone otherwise), and the id within it.
+    public func part(holding id: String, keys: RedisKeys) -> (part: StreamPart, id: String)? {
+        let parts = parts(keys)
+        if parts.count == 1 { return ShardedEntryID(id) == nil ? (parts[0], id) : nil }
+        guard let entry = ShardedEntryID(id), entry.part < parts.count else { return nil }
+        return (parts[entry.part], entry.id)
+    }
+
+    /// How the operators' tools name entry `id` of `part`.
+    public func name(of id: String, in part: StreamPart) -> String {
+        part.shard.map { ShardedEntryID(part: $0.index, id: id).description } ?? id
     }
 
     /// The consumer group that reads it.
@@ -25,19 +44,6 @@ public enum RoundupStream: String, Sendable, CaseIterable, Codable {
         switch self {
         case .webhooks, .jobs: keys.workerGroup
         case .push: keys.pusherGroup
-        }
-    }
-
-    /// The hash of its entries' last errors; only the webhook stream records them.
-    public func errors(_ keys: RedisKeys) -> String? { self == .webhooks ? keys.webhookErrors : nil }
-
-    /// Its dead letters: webhook events that failed too often or do not decode; job and push entries that do not
-    /// decode (a job that fails ends with its error in the store).
-    public func deadLetters(_ keys: RedisKeys) -> String {
-        switch self {
-        case .webhooks: keys.deadLetterStream
-        case .jobs: keys.jobDeadLetters
-        case .push: keys.pushDeadLetters
         }
     }
 
@@ -183,15 +189,54 @@ public final class PauseWatcher: Service, Sendable {
     }
 }
 
+/// One Redis stream of a `RoundupStream`, with its dead letters and its errors hash (webhook shards only), all in one
+/// slot.
+public struct StreamPart: Sendable, Hashable {
+    /// `webhooks/7`, `jobs`, `push`: for messages and per-shard detail.
+    public var label: String
+    public var stream: String
+    public var deadLetters: String
+    public var errors: String?
+    public var shard: WebhookShard?
+}
+
 extension RoundupStream {
-    /// The driver of one consumer in this stream's group, on the keys `RedisKeys` names for it: the stream, its group,
-    /// its errors hash (webhooks) and its dead letters, kept at most `deadLetterMax` and `deadLetterMaxAge`.
+    /// The driver of one consumer in the group of a stream kept in one Redis stream (jobs, push), on the keys
+    /// `RedisKeys` names for it: the stream, its group and its dead letters, kept at most `deadLetterMax` and
+    /// `deadLetterMaxAge`.
     public func driver(
         redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int = 10_000, deadLetterMaxAge: Duration = .seconds(180 * 86_400)
     ) -> RedisStreamDriver {
-        RedisStreamDriver(
-            redis: redis, stream: key(keys), group: group(keys), consumer: consumer, errors: errors(keys),
-            deadLetters: .init(stream: deadLetters(keys), maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+        precondition(self != .webhooks, "the webhook stream is sharded: webhookDriver")
+        return partDrivers(redis: redis, keys: keys, consumer: consumer, deadLetterMax: deadLetterMax, deadLetterMaxAge: deadLetterMaxAge)[0]
+    }
+
+    /// The driver of one worker in the webhook shards' group: every shard, its errors and its dead letters (each kept
+    /// at most `deadLetterMax` and `deadLetterMaxAge`), and on a standalone Redis the single stream of the versions
+    /// before shards until it is drained.
+    public static func webhookDriver(
+        redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int = 10_000, deadLetterMaxAge: Duration = .seconds(180 * 86_400)
+    ) -> ShardedStreamDriver {
+        let parts = RoundupStream.webhooks.partDrivers(
+            redis: redis, keys: keys, consumer: consumer, deadLetterMax: deadLetterMax, deadLetterMaxAge: deadLetterMaxAge)
+        let legacy =
+            redis.isCluster
+            ? nil
+            : RedisStreamDriver(
+                redis: redis, stream: keys.legacyWebhookStream, group: keys.workerGroup, consumer: consumer,
+                errors: keys.legacyWebhookStream + ":errors",
+                deadLetters: .init(stream: keys.legacyWebhookStream + ":dead", maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+        return ShardedStreamDriver(redis: redis, parts: parts, legacy: legacy)
+    }
+
+    private func partDrivers(
+        redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int, deadLetterMaxAge: Duration
+    ) -> [RedisStreamDriver] {
+        parts(keys).map { part in
+            RedisStreamDriver(
+                redis: redis, stream: part.stream, group: group(keys), consumer: consumer, errors: part.errors,
+                deadLetters: .init(stream: part.deadLetters, maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+        }
     }
 }
 

@@ -68,8 +68,12 @@ public struct RedisTrelloGate: TrelloRequestGate {
 
     public func acquire(_ credentials: TrelloCredentials) async throws {
         let token = "t:" + Self.digest(credentials.token)
-        let key = "k:" + Self.digest(credentials.apiKey)
-        let redisKeys = [RedisArgument(keys.trelloWindow(token)), RedisArgument(keys.trelloWindow(key)), RedisArgument(keys.trelloPause(token))]
+        let apiKey = Self.digest(credentials.apiKey)
+        let key = "k:" + apiKey
+        let redisKeys = [
+            RedisArgument(keys.trelloWindow(token, apiKeyDigest: apiKey)), RedisArgument(keys.trelloWindow(key, apiKeyDigest: apiKey)),
+            RedisArgument(keys.trelloPause(token, apiKeyDigest: apiKey)),
+        ]
         let member = UUID().uuidString
         var waitedMilliseconds = 0
         while true {
@@ -116,8 +120,8 @@ public struct RedisTrelloGate: TrelloRequestGate {
         }
         guard pauseMilliseconds > 0 else { return }
         let token = "t:" + Self.digest(credentials.token)
-        _ = try? await redis.send(
-            RedisCommand("SET", [RedisArgument(keys.trelloPause(token)), "1", "PX", RedisArgument(pauseMilliseconds)]), timeout: .seconds(1))
+        let pause = keys.trelloPause(token, apiKeyDigest: Self.digest(credentials.apiKey))
+        _ = try? await redis.send(RedisCommand("SET", [RedisArgument(pause), "1", "PX", RedisArgument(pauseMilliseconds)]), timeout: .seconds(1))
     }
 }
 

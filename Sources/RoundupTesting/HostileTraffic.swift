@@ -147,7 +147,7 @@ public enum HostileTraffic {
             (try? await store.pendingChanges(accountID: account, afterID: 0, limit: 1000).count) == expected
         }
         outcome.appliedCards = try await store.pendingChanges(accountID: account, afterID: 0, limit: 1000).map(\.trelloCardID)
-        outcome.deadLettered = try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int ?? -1
+        outcome.deadLettered = try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys)
         outcome.healed = await TestSupport.eventually(timeout: .seconds(30)) {
             let body = WebhookBodies.body(
                 type: "createCard", actionID: "after-\(UUID().uuidString.prefix(8))", cardID: "F0", listID: "L1", boardID: "B1")

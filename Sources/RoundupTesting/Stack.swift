@@ -13,6 +13,8 @@ public import RoundupStore
 public final class Stack: @unchecked Sendable {
     // @unchecked: processes are started and stopped from the one test task that owns the stack.
     public let redisURL: String
+    /// Whether `redisURL` names a Redis Cluster (`ROUNDUP_REDIS_CLUSTER=true` for every process).
+    public let redisCluster: Bool
     public let privateRedis: RedisServer?
     public let prefix: String
     public let keys: RedisKeys
@@ -41,8 +43,10 @@ public final class Stack: @unchecked Sendable {
     public private(set) var workerPorts: [String: Int] = [:]
 
     /// A stack on a new store of `backend` (SQLite for a test that is not about the store). `redisArguments` (e.g.
-    /// AOF settings) imply a private redis-server.
-    public init(store backend: StoreBackend = .sqlite, privateRedis wantsPrivate: Bool = false, redisArguments: [String] = []) async throws {
+    /// AOF settings) imply a private redis-server; `cluster` puts the stack on that Redis Cluster instead.
+    public init(
+        store backend: StoreBackend = .sqlite, privateRedis wantsPrivate: Bool = false, redisArguments: [String] = [], cluster: RedisCluster? = nil
+    ) async throws {
         self.backend = backend
         directory = try TestSupport.temporaryDirectory("stack")
         databasePath = directory.appendingPathComponent("roundup.sqlite").path
@@ -50,7 +54,11 @@ public final class Stack: @unchecked Sendable {
         ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
-        if !wantsPrivate, redisArguments.isEmpty, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
+        redisCluster = cluster != nil
+        if let cluster {
+            redisURL = cluster.url
+            privateRedis = nil
+        } else if !wantsPrivate, redisArguments.isEmpty, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
             redisURL = shared
             privateRedis = nil
         } else {
@@ -58,14 +66,15 @@ public final class Stack: @unchecked Sendable {
             privateRedis = server
             redisURL = server.url
         }
-        redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
+        redis = RedisClient(configuration: try RedisConfiguration(url: redisURL, cluster: redisCluster))
         trello = try await FakeTrello.start()
         http = HTTPClient(eventLoopGroupProvider: .singleton)
     }
 
     public var environment: [String: String] {
         [
-            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": prefix, "ROUNDUP_DATABASE_URL": databaseURL,
+            "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_CLUSTER": redisCluster ? "true" : "false", "ROUNDUP_REDIS_PREFIX": prefix,
+            "ROUNDUP_DATABASE_URL": databaseURL,
             "ROUNDUP_PUBLIC_URL": publicURL, "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_HOST": "127.0.0.1",
             "LOG_LEVEL": "info",
         ]
@@ -212,7 +221,7 @@ public final class Stack: @unchecked Sendable {
     }
 
     public func streamLength() async throws -> Int {
-        try await redis.send("XLEN", RedisArgument(keys.webhookStream)).int ?? -1
+        try await redis.length(of: .webhooks, keys: keys)
     }
 
     private var isShutDown = false

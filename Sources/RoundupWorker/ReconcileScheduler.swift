@@ -80,7 +80,7 @@ public struct ReconcileScheduler: Service {
             await runRequested()
             guard interval > 0 else { continue }
             // Webhooks first: with a backlog on the stream, wait for the next tick.
-            if let backlog = try? await reconciler.redis.send(RedisCommand("XLEN", [RedisArgument(reconciler.keys.webhookStream)])).int,
+            if let backlog = try? await reconciler.redis.length(of: .webhooks, keys: reconciler.keys),
                 backlog > 1000
             {
                 continue

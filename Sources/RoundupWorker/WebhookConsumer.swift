@@ -37,12 +37,12 @@ public struct WebhookConsumer: Service {
         }
     }
 
-    let consumer: StreamConsumer<RedisStreamDriver, WebhookHandler>
+    let consumer: StreamConsumer<ShardedStreamDriver, WebhookHandler>
     let pauses: PauseWatcher?
 
     public init(options: Options, redis: RedisClient, processor: WebhookProcessor, pauses: PauseWatcher? = nil, logger: Logger) {
         self.pauses = pauses
-        let driver = RoundupStream.webhooks.driver(
+        let driver = RoundupStream.webhookDriver(
             redis: redis, keys: options.keys, consumer: options.consumer, deadLetterMax: options.deadLetterMax,
             deadLetterMaxAge: options.deadLetterMaxAge)
         let metrics = WorkerMetrics()
@@ -53,7 +53,7 @@ public struct WebhookConsumer: Service {
             driver: driver,
             handler: WebhookHandler(processor: processor, redis: redis, keys: options.keys, metrics: metrics, logger: logger),
             metrics: .init(
-                gauges: Set(StreamConsumer<RedisStreamDriver, WebhookHandler>.MetricSet.StreamGauge.allCases), reclaimed: metrics.reclaimed,
+                gauges: Set(StreamConsumer<ShardedStreamDriver, WebhookHandler>.MetricSet.StreamGauge.allCases), reclaimed: metrics.reclaimed,
                 deadLettered: metrics.deadLettered, deadLettersTrimmed: metrics.deadLettersTrimmed, writesRefused: metrics.settleWritesRefused),
             logger: logger)
     }

@@ -62,6 +62,7 @@ public enum WorkerApplication {
         }
         let startUp: @Sendable () async throws -> Void = {
             try await store.migrate()
+            try await LegacyKeys.migrate(redis: redis, keys: configuration.redisKeys, logger: logger)
             // A stream paused before this worker started is never read, not even for one batch.
             await pauses.refresh()
             do {

@@ -185,8 +185,7 @@ enum BacklogBench {
         let started = ContinuousClock.now
         for n in 0..<workers { try await stack.startWorker(name: "backlog\(n)", extra: ["LOG_LEVEL": "warning"]) }
         while true {
-            let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
-            if try await stack.streamLength() == 0, pending.array?.first?.int ?? 0 == 0 { break }
+            if try await stack.streamLength() == 0, try await stack.redis.pendingCount(of: .webhooks, keys: stack.keys) == 0 { break }
             if ContinuousClock.now - started > .seconds(3_600) { benchFail("backlog not drained in an hour") }
             try await Task.sleep(for: .milliseconds(100))
         }

@@ -153,7 +153,7 @@ for i in 0..<events {
         account: accounts[(i % cards) % accountCount], actionID: "act-\(i)", type: scenario == "update" ? "updateCard" : "createCard", model: "L1",
         receivedMilliseconds: 0,
         body: body)
-    batch.append(.streamAppend(keys.webhookStream, fields: event.fields))
+    batch.append(.streamAppend(keys.webhookStream(WebhookShard(account: event.account)), fields: event.fields))
     if batch.count == 1_000 || i == events - 1 {
         _ = try await redis.pipeline(batch, timeout: .seconds(30)).get()
         batch.removeAll(keepingCapacity: true)
@@ -181,8 +181,7 @@ for n in 1...workerCount {
             logDirectory: directory))
 }
 let drained = await TestSupport.eventually(timeout: .seconds(600), interval: .milliseconds(10)) {
-    let length = (try? await redis.send("XLEN", RedisArgument(keys.webhookStream)).int) ?? -1
-    return length == 0
+    (try? await redis.length(of: .webhooks, keys: keys)) == 0
 }
 let elapsed = ContinuousClock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18

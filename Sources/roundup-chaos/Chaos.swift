@@ -77,8 +77,7 @@ enum Chaos {
     static func settle(_ stack: Stack, account: String, accepted: Set<String>, row: inout ChaosRow, timeout: Duration = .seconds(120)) async throws {
         let drained = await TestSupport.eventually(timeout: timeout, interval: .milliseconds(200)) {
             guard (try? await stack.streamLength()) == 0 else { return false }
-            let pending = try? await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
-            return (pending?.array?.first?.int ?? 0) == 0
+            return (try? await stack.redis.pendingCount(of: .webhooks, keys: stack.keys)) == 0
         }
         if !drained { row.notes.append("the stream did not drain within \(timeout)") }
         let store = try await stack.store()
@@ -88,7 +87,7 @@ enum Chaos {
         row.accepted = accepted.count
         row.applied = accepted.filter { perCard[$0] != nil }.count
         row.duplicated = perCard.values.filter { $0 > 1 }.count
-        row.deadLettered = try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int ?? 0
+        row.deadLettered = try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys)
         row.lost = max(0, row.accepted - row.applied - row.deadLettered)
         let unknown = Set(perCard.keys).subtracting(accepted)
         if !unknown.isEmpty { row.notes.append("\(unknown.count) cards applied whose webhook never got a 200 (Trello would have retried them)") }

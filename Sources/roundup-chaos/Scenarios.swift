@@ -101,7 +101,7 @@ enum ChaosScenarios {
         row.accepted = done.count
         row.applied = done.filter { app.creates[$0] != nil }.count
         row.duplicated = app.creates.values.filter { $0 > 1 }.count
-        row.deadLettered = try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int ?? 0
+        row.deadLettered = try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys)
         row.lost = max(0, row.accepted - row.applied - row.deadLettered)
         row.notes.append("applied = cards the app received through the API (pulled and acked); \(app.failures) API calls failed while it was down")
         await stack.shutdown()

@@ -15,12 +15,13 @@ struct Queues: AsyncParsableCommand {
 
     @Flag(help: "One JSON object, for tools.") var json = false
     @Option(help: "Refresh every N seconds until interrupted.") var watch: Double?
+    @Flag(help: "Each webhook shard's figures too (JSON: `shards`).") var shards = false
 
     func run() async throws {
         let context = try Context.make()
         defer { Task { await context.redis.shutdown() } }
         repeat {
-            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys)
+            let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys, perShard: shards)
             if json {
                 printJSON(.object(["streams": .array(reports.map(\.json))]))
             } else {
@@ -122,7 +123,7 @@ struct DLQ: AsyncParsableCommand {
             let queue = dead.queue(context)
             let total = ids.isEmpty ? try await queue.count() : ids.count
             if !yes && !json {
-                print("Replay \(total) dead letter(s) into \(dead.stream.key(context.configuration.redisKeys))? [y/N] ", terminator: "")
+                print("Replay \(total) dead letter(s) into the \(dead.stream.rawValue) stream? [y/N] ", terminator: "")
                 guard readLine()?.lowercased().hasPrefix("y") == true else {
                     print("nothing replayed")
                     await context.redis.shutdown()

@@ -41,7 +41,7 @@ import Testing
     /// Entries in every state the overview shows: waiting, pending, failing with a last error that holds a credential,
     /// dead letters of two accounts, a paused push stream.
     func populate(_ stack: Stack) async throws -> [String] {
-        let webhooks = RedisArgument(stack.keys.webhookStream)
+        let webhooks = RedisArgument(stack.keys.webhookStream(Self.shard))
         _ = try await stack.redis.send("XGROUP", "CREATE", webhooks, "workers", "0", "MKSTREAM")
         var ids: [String] = []
         for n in 0..<7 {
@@ -53,9 +53,9 @@ import Testing
         _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "worker-a", "COUNT", 3, "STREAMS", webhooks, ">")
         _ = try await stack.redis.send("XCLAIM", webhooks, "workers", "worker-b", 0, RedisArgument(ids[0]))
         _ = try await stack.redis.send(
-            "HSET", RedisArgument(stack.keys.webhookErrors), RedisArgument(ids[0]),
+            "HSET", RedisArgument(stack.keys.webhookErrors(Self.shard)), RedisArgument(ids[0]),
             "trello_transient\tGET https://api.trello.com/1/cards/c1?key=SECRETKEY123&token=SECRETTOKEN456 answered 502")
-        let dead = RedisArgument(stack.keys.deadLetterStream)
+        let dead = RedisArgument(stack.keys.deadLetterStream(Self.shard))
         var letters: [String] = []
         for (n, account) in ["alpha-account-1", "beta-account-22", "alpha-account-1"].enumerated() {
             letters.append(
@@ -67,8 +67,15 @@ import Testing
                     ).string))
         }
         try await StreamPauses(redis: stack.redis, keys: stack.keys).pause(.push)
-        return letters
+        // As the tools name them: `<shard>:<id>`.
+        return letters.map { "\(Self.shard.index):\($0)" }
     }
+
+    /// The webhook shard these tests fill by hand.
+    static let shard = WebhookShard(index: 0)
+
+    /// A dead letter's id in its shard's stream, from the name the tools give it.
+    static func local(_ letter: String) -> RedisArgument { RedisArgument(String(letter.split(separator: ":").last ?? "")) }
 
     @Test func theDashboardRendersInChromiumMatchesQueuesAndItsButtonsWork() async throws {
         try #require(HeadlessBrowser.executable != nil, "chromium is not installed: scripts/test installs it")
@@ -132,18 +139,20 @@ import Testing
         // Dead letters: filtered by account, replayed, deleted.
         try await browser.open(dashboard.url + "/dead-letters?account=alpha-account-1")
         #expect(try await browser.evaluate("document.querySelectorAll('tr[data-letter]').length") == .number(2))
-        let before = try await stack.redis.send("XLEN", RedisArgument(stack.keys.webhookStream)).int ?? 0
+        let before = try await stack.redis.length(of: .webhooks, keys: stack.keys)
         try await browser.clickAndWait(#"tr[data-letter="\#(letters[0])"] button.replay"#)
         #expect(
-            try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), RedisArgument(letters[0]), RedisArgument(letters[0]))
-                .array?.isEmpty == true)
-        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.webhookStream)).int == before + 1)
+            try await stack.redis.send(
+                "XRANGE", RedisArgument(stack.keys.deadLetterStream(Self.shard)), Self.local(letters[0]), Self.local(letters[0])
+            )
+            .array?.isEmpty == true)
+        #expect(try await stack.redis.length(of: .webhooks, keys: stack.keys) == before + 1)
         // Back on the filtered page it came from, which now lists one.
         #expect(try await browser.evaluate("location.search").stringValue?.contains("account=alpha-account-1") == true)
         #expect(try await browser.evaluate("document.querySelectorAll('tr[data-letter]').length") == .number(1))
         try await browser.clickAndWait(#"tr[data-letter="\#(letters[2])"] button.delete"#)
-        let left = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+").streamEntries.map(\.id)
-        #expect(left == [letters[1]])
+        let left = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream(Self.shard)), "-", "+").streamEntries.map(\.id)
+        #expect(left.map { "\(Self.shard.index):\($0)" } == [letters[1]])
         #expect(try await browser.evaluate("document.querySelector('.flash').textContent").stringValue == "deleted \(letters[2])")
 
         // The failing page: the entry delivered twice.

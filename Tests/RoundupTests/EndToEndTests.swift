@@ -136,8 +136,7 @@ import Testing
         let doomed = try await stack.startWorker(name: "doomed", extra: fast)
         // Kill it while it holds delivered, unacknowledged entries.
         let holding = try await TestSupport.eventually(timeout: .seconds(20), interval: .milliseconds(5)) {
-            let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
-            return (pending.array?.first?.int ?? 0) > 0
+            return try await stack.redis.pendingCount(of: .webhooks, keys: stack.keys) > 0
         }
         #expect(holding)
         doomed.signal(SIGKILL)
@@ -151,8 +150,7 @@ import Testing
         #expect(Set(changes.map(\.trelloCardID)).count == count)
         #expect(changes.allSatisfy { $0.changeType == .create })
         #expect(try await TestSupport.eventually { try await stack.streamLength() == 0 })
-        let pending = try await stack.redis.send("XPENDING", RedisArgument(stack.keys.webhookStream), "workers")
-        #expect(pending.array?.first?.int == 0)
+        #expect(try await stack.redis.pendingCount(of: .webhooks, keys: stack.keys) == 0)
         await stack.shutdown()
     }
 
@@ -234,7 +232,7 @@ import Testing
         let body = WebhookBodies.body(type: "createCard", actionID: action, cardID: card, listID: "L1", boardID: "B1")
         #expect(try await stack.postWebhook(path: "/dailyroundup/webhook/trello/\(account)", body: body, secret: EndToEndTests.secret).status == .ok)
         let dead = try await TestSupport.eventually(timeout: .seconds(30)) {
-            try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 1
+            try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys) == 1
         }
         #expect(dead)
         return (store, account)
@@ -243,7 +241,7 @@ import Testing
     @Test(arguments: StoreBackend.available) func anEventThatKeepsFailingIsDeadLetteredWithItsError(backend: StoreBackend) async throws {
         let stack = try await Stack(store: backend)
         let (store, account) = try await Self.deadLetterOne(stack, card: "D1", action: "D-1", status: 503)
-        let entries = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
+        let entries = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream(WebhookShard(account: account))), "-", "+")
         let fields = entries.array?.first?.array?[1].array?.compactMap(\.string) ?? []
         let error = fields.firstIndex(of: "error").map { fields[$0 + 1] } ?? ""
         #expect(error.contains("503"))

@@ -135,7 +135,7 @@ extension HostileTrafficTests {
     /// entries), except the live queues (webhooks, jobs, pushes): what is in flight there is consumed by the workers
     /// and the pusher, which drop a deleted account's entries.
     static func redisTraces(_ stack: Stack, of text: String) async throws -> [String] {
-        let queues: Set<String> = [stack.keys.webhookStream, stack.keys.jobStream, stack.keys.pushStream]
+        let queues = Set(RoundupStream.allCases.flatMap { $0.parts(stack.keys).map(\.stream) })
         var traces: [String] = []
         var cursor = "0"
         repeat {
@@ -211,7 +211,8 @@ extension HostileTrafficTests {
         #expect(delivered.status == .ok, "\(delivered.body)")
         for owner in [account, bystander] {
             _ = try await stack.redis.send(
-                "XADD", RedisArgument(stack.keys.deadLetterStream), "*", "account", RedisArgument(owner), "action", "a-dead", "body", "{}", "error",
+                "XADD", RedisArgument(stack.keys.deadLetterStream(WebhookShard(account: owner))), "*", "account", RedisArgument(owner), "action",
+                "a-dead", "body", "{}", "error",
                 "x")
             _ = try await stack.redis.send("ZADD", RedisArgument(stack.keys.deferredPushes), "1", RedisArgument(owner + "|phone-1"))
             _ = try await stack.redis.send("SET", RedisArgument(stack.keys.recentPush(account: owner, device: "phone-1")), "1", "PX", "60000")

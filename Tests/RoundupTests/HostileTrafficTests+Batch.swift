@@ -128,7 +128,7 @@ extension HostileTrafficTests {
         try await stack.startWorker(name: "w1", extra: ["ROUNDUP_MAX_DELIVERIES": "2", "ROUNDUP_CLAIM_IDLE_MS": "300", "ROUNDUP_WORKER_BATCH": "64"])
 
         let dead = await TestSupport.eventually(timeout: .seconds(30)) {
-            let letters = try? await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int
+            let letters = try? await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys)
             let waiting = try? await stack.streamLength()
             return letters == 1 && waiting == 0
         }
@@ -136,7 +136,7 @@ extension HostileTrafficTests {
         try await Task.sleep(for: .milliseconds(500))  // anything processed twice would show by now
 
         // Only the poison entry is dead-lettered, with its class.
-        let letters = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream), "-", "+")
+        let letters = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.deadLetterStream(WebhookShard(account: first))), "-", "+")
         #expect(letters.array?.count == 1)
         let fields = letters.array?.first?.array?[1].array?.compactMap(\.string) ?? []
         #expect(fields.contains("poison-1"), "\(fields)")
@@ -206,7 +206,8 @@ extension HostileTrafficTests {
     static func enqueue(_ stack: Stack, account: String, action: String, card: String) async throws {
         let body = WebhookBodies.body(type: "createCard", actionID: action, cardID: card, listID: "L1", boardID: "B1")
         _ = try await stack.redis.send(
-            "XADD", RedisArgument(stack.keys.webhookStream), "*", "account", RedisArgument(account), "action", RedisArgument(action),
+            "XADD", RedisArgument(stack.keys.webhookStream(WebhookShard(account: account))), "*", "account", RedisArgument(account), "action",
+            RedisArgument(action),
             "type", "createCard", "model", "L1", "received", RedisArgument(Int(Date().timeIntervalSince1970 * 1000)), "body",
             RedisArgument(bytes: body))
     }

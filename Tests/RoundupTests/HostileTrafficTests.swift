@@ -194,7 +194,7 @@ import Testing
         try await Task.sleep(for: .seconds(1))
         #expect(stack.trello.cardRequests == 1, "the card was read \(stack.trello.cardRequests) times")
         #expect(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1)
-        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        #expect(try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys) == 0)
         await stack.shutdown()
     }
 }

@@ -221,15 +221,21 @@ import Testing
 }
 
 @Suite struct RedisKeysTests {
-    /// The dedupe key of an action: the first 16 bytes of the action id's SHA-256 in lowercase hex, written without a
-    /// string per byte; the keys already in Redis must stay the same.
+    /// The dedupe key of an action: in its account's webhook shard's slot, the first 16 bytes of the action id's SHA-256
+    /// in lowercase hex, written without a string per byte. An account's shard is FNV-1a of its id modulo 64, the
+    /// same in every release: a shard that moved would read an account's events out of order.
     @Test func seenActionKeysAreTheHashInHex() {
         let keys = RedisKeys(prefix: "p:")
+        #expect(WebhookShard(account: "acct").index == 42)
+        #expect(WebhookShard(account: "acct").tag == "{wh42}" && WebhookShard(index: 7).tag == "{wh07}")
         // SHA-256 test vectors (FIPS 180-2): "" and "abc".
-        #expect(keys.seenAction(account: "acct", action: "") == "p:seen:acct:e3b0c44298fc1c149afbf4c8996fb924")
-        #expect(keys.seenAction(account: "acct", action: "abc") == "p:seen:acct:ba7816bf8f01cfea414140de5dae2223")
+        #expect(keys.seenAction(account: "acct", action: "") == "p:seen:{wh42}:acct:e3b0c44298fc1c149afbf4c8996fb924")
+        #expect(keys.seenAction(account: "acct", action: "abc") == "p:seen:{wh42}:acct:ba7816bf8f01cfea414140de5dae2223")
+        // The mark and its event share a slot.
+        #expect(
+            RedisHashSlot(key: keys.seenAction(account: "acct", action: "abc")) == RedisHashSlot(key: keys.webhookStream(WebhookShard(index: 42))))
         for action in ["5f0c0e1b2a3d4e5f60718293", "é😀", String(repeating: "z", count: 300)] {
-            let hex = keys.seenAction(account: "acct", action: action).dropFirst("p:seen:acct:".count)
+            let hex = keys.seenAction(account: "acct", action: action).dropFirst("p:seen:{wh42}:acct:".count)
             #expect(hex.count == 32 && hex.allSatisfy { "0123456789abcdef".contains($0) })
         }
         #expect(keys.seenAction(account: "acct", action: "a") != keys.seenAction(account: "acct", action: "b"))

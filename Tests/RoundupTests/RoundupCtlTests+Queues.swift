@@ -16,17 +16,20 @@ extension RoundupCtlTests {
 
     @Test func pendingShowsEachEntryWithItsConsumerDeliveriesAndLastError() async throws {
         let stack = try await Stack(store: .sqlite)
-        let stream = RedisArgument(stack.keys.webhookStream)
+        let stream = RedisArgument(stack.keys.webhookStream(WebhookShard(index: 0)))
         _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
-        var ids: [String] = []
+        var local: [String] = []
         for i in 0..<5 {
-            ids.append(
+            local.append(
                 try #require(try await stack.redis.send("XADD", stream, "*", "account", RedisArgument("acct-\(i)"), "type", "updateCard").string))
         }
+        // The tools name an entry of the sharded webhook stream `<shard>:<id>`.
+        let ids = local.map { "0:" + $0 }
         // Three delivered to c1; the first claimed again by c2 (a second delivery) with a recorded failure.
         _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "c1", "COUNT", 3, "STREAMS", stream, ">")
-        _ = try await stack.redis.send("XCLAIM", stream, "workers", "c2", 0, RedisArgument(ids[0]))
-        _ = try await stack.redis.send("HSET", RedisArgument(stack.keys.webhookErrors), RedisArgument(ids[0]), "trello_transient\tcard fetch: 502")
+        _ = try await stack.redis.send("XCLAIM", stream, "workers", "c2", 0, RedisArgument(local[0]))
+        _ = try await stack.redis.send(
+            "HSET", RedisArgument(stack.keys.webhookErrors(WebhookShard(index: 0))), RedisArgument(local[0]), "trello_transient\tcard fetch: 502")
 
         let all = try json(try await run(stack, ["pending", "webhooks", "--json"]))
         let entries = try #require(all["pending"]?.arrayValue)
@@ -59,20 +62,21 @@ extension RoundupCtlTests {
 
     @Test func deadLettersArePagedFilteredAndDeletedOneByOne() async throws {
         let stack = try await Stack(store: .sqlite)
-        let dead = RedisArgument(stack.keys.deadLetterStream)
-        var ids: [String] = []
+        let dead = RedisArgument(stack.keys.deadLetterStream(WebhookShard(index: 0)))
+        var local: [String] = []
         let rows: [(account: String, type: String, error: String)] = [
             ("a1", "createCard", "trello_transient: 500"), ("a2", "updateCard", "Store: TIMEOUT"), ("a1", "updateCard", "trello_transient: 502"),
             ("a2", "createCard", "undecodable: bad body"), ("a1", "deleteCard", "store timeout"),
         ]
         for row in rows {
-            ids.append(
+            local.append(
                 try #require(
                     try await stack.redis.send(
                         "XADD", dead, "*", "account", RedisArgument(row.account), "type", RedisArgument(row.type), "action", "x", "error",
                         RedisArgument(row.error), "deliveries", "5"
                     ).string))
         }
+        let ids = local.map { "0:" + $0 }
         let first = try json(try await run(stack, ["dlq", "list", "--limit", "2", "--json"]))
         #expect(first["dead_letters"]?.arrayValue?.map { $0["id"]?.stringValue } == [ids[0], ids[1]])
         #expect(first["next"]?.stringValue == ids[1])
@@ -92,11 +96,11 @@ extension RoundupCtlTests {
         #expect(moreTimeouts["dead_letters"]?.arrayValue?.map { $0["id"]?.stringValue } == [ids[4]])
 
         // One deleted (and an id that is not there), the others kept.
-        let deleted = try json(try await run(stack, ["dlq", "delete", ids[3], "0-1", "--json"]))
+        let deleted = try json(try await run(stack, ["dlq", "delete", ids[3], "0:0-1", "--json"]))
         #expect(deleted["deleted"] == .number(1))
         #expect(try await stack.redis.send("XLEN", dead).int == 4)
         let left = try await stack.redis.send("XRANGE", dead, "-", "+").streamEntries.map(\.id)
-        #expect(left == [ids[0], ids[1], ids[2], ids[4]])
+        #expect(left == [local[0], local[1], local[2], local[4]])
         #expect(try await run(stack, ["dlq", "delete"]).code == 2)
         await stack.shutdown()
     }
@@ -183,7 +187,7 @@ extension RoundupCtlTests {
     /// still be pending afterwards, however the prune and the reads interleave.
     @Test func pruningNeverRemovesAConsumerThatHoldsEntries() async throws {
         let stack = try await Stack(store: .sqlite)
-        let stream = RedisArgument(stack.keys.webhookStream)
+        let stream = RedisArgument(stack.keys.webhookStream(WebhookShard(index: 0)))
         _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
         _ = try await stack.redis.send("XADD", stream, "*", "n", "held")
         _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "holder", "COUNT", 1, "STREAMS", stream, ">")

@@ -22,11 +22,14 @@ import Testing
 
     @Test(arguments: StoreBackend.available) func queuesReportsTheBacklogNumberByNumber(backend: StoreBackend) async throws {
         let stack = try await Stack(store: backend)
-        let stream = RedisArgument(stack.keys.webhookStream)
+        let stream = RedisArgument(stack.keys.webhookStream(WebhookShard(index: 0)))
         _ = try await stack.redis.send("XGROUP", "CREATE", stream, "workers", "0", "MKSTREAM")
         for i in 0..<5 { _ = try await stack.redis.send("XADD", stream, "*", "n", RedisArgument(i)) }
         _ = try await stack.redis.send("XREADGROUP", "GROUP", "workers", "c1", "COUNT", 2, "STREAMS", stream, ">")
-        for i in 0..<3 { _ = try await stack.redis.send("XADD", RedisArgument(stack.keys.deadLetterStream), "*", "error", RedisArgument("e\(i)")) }
+        for i in 0..<3 {
+            _ = try await stack.redis.send(
+                "XADD", RedisArgument(stack.keys.deadLetterStream(WebhookShard(index: 0))), "*", "error", RedisArgument("e\(i)"))
+        }
         try await Task.sleep(for: .milliseconds(20))
 
         let (code, output) = try await run(stack, ["queues", "--json"])
@@ -74,7 +77,7 @@ import Testing
         stack.trello.failNextCardRequests(status: 500, count: 0)
         let replay = try await run(stack, ["dlq", "replay", "--yes"])
         #expect(replay.code == 0 && replay.output.contains("replayed 1"), "\(replay.output)")
-        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream)).int == 0)
+        #expect(try await stack.redis.deadLetterCount(of: .webhooks, keys: stack.keys) == 0)
         #expect(try await TestSupport.eventually { try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).count == 1 })
 
         // Usage errors exit 2; purge refuses without --yes.

@@ -128,8 +128,7 @@ extension Stack {
         await trello.waitForWebhookDeliveries()
         let drained = try await TestSupport.eventually(timeout: .seconds(30)) {
             guard try await self.streamLength() == 0 else { return false }
-            let pending = try await self.redis.send("XPENDING", RedisArgument(self.keys.webhookStream), "workers")
-            return pending.array?.first?.int ?? 0 == 0
+            return try await self.redis.pendingCount(of: .webhooks, keys: self.keys) == 0
         }
         #expect(drained, "webhook stream did not drain")
     }

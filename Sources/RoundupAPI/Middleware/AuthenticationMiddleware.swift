@@ -177,6 +177,6 @@ struct RateLimit: Sendable {
 
     /// The account's request count of one minute (it expires two minutes later).
     static func key(_ keys: RedisKeys, account: String, minute: Int) -> String {
-        keys.prefix + "ratelimit:" + account + ":" + String(minute)
+        keys.requestCount(account: account, minute: minute)
     }
 }

@@ -200,7 +200,12 @@ final class RedisClusterRouter: Sendable {
     /// `timeout` (the configured command timeout if nil) has passed. Returns the replies in the commands' order, error
     /// replies included; throws when a node cannot be reached in time or a connection fails with commands in flight
     /// (they may have run: only the caller knows whether running them again is safe).
-    func execute(_ commands: [RedisCommand], timeout: TimeAmount?) async throws -> [RedisValue] {
+    ///
+    /// `then` (with one command: its `WAIT`) is sent right after the command on the same connection, wherever the
+    /// command goes, and its reply is appended.
+    func execute(_ commands: [RedisCommand], timeout: TimeAmount?, then: RedisCommand? = nil) async throws -> [RedisValue] {
+        precondition(then == nil || commands.count == 1, "a command sent after another follows one command")
+        var thenReply: RedisValue?
         let deadline = NIODeadline.now() + (timeout ?? configuration.commandTimeout)
         if state.withLockedValue({ $0.topology == nil }) { try await refresh() }
         var replies = [RedisValue?](repeating: nil, count: commands.count)
@@ -246,6 +251,7 @@ final class RedisClusterRouter: Sendable {
                         for attempt in attempts {
                             if attempt.asking != nil { batch.append(RedisCommand("ASKING")) }
                             batch.append(commands[attempt.index])
+                            if let then { batch.append(then) }
                         }
                         let sent = batch
                         tasks.addTask { (address, await Result(awaiting: { try await pool.pipeline(sent, timeout: remaining).get() })) }
@@ -270,6 +276,10 @@ final class RedisClusterRouter: Sendable {
                             if attempt.asking != nil { at += 1 }  // ASKING's own OK
                             let value = values[at]
                             at += 1
+                            if then != nil {
+                                thenReply = values[at]
+                                at += 1
+                            }
                             guard case .error(let message) = value else {
                                 replies[attempt.index] = value
                                 continue
@@ -322,18 +332,20 @@ final class RedisClusterRouter: Sendable {
                     ?? RedisClientError(.timeout, "the cluster did not serve \(commands[todo[0].index].name) within its deadline")
             }
         }
-        return replies.map { $0 ?? .null }
+        return replies.map { $0 ?? .null } + (then != nil ? [thenReply ?? .null] : [])
     }
 
     /// A connection of its own to the primary serving `slot`, for a blocking read.
     func dedicatedConnection(serving slot: RedisHashSlot) async throws -> RedisConnection {
+        try await owner(of: slot).dedicatedConnection().get()
+    }
+
+    /// The pool of the primary serving `slot`, the map learnt (again) if it names none.
+    func owner(of slot: RedisHashSlot) async throws -> RedisNodePool {
         _ = try await currentTopology()
-        var owner = pool(serving: slot)
-        if owner == nil, let shard = try await refresh().shard(serving: slot) { owner = pool(at: shard.primary) }
-        guard let pool = owner else {
-            throw RedisClientError(.server, "no primary serves slot \(slot)", replyCode: .clusterDown)
-        }
-        return try await pool.dedicatedConnection().get()
+        if let pool = pool(serving: slot) { return pool }
+        if let shard = try await refresh().shard(serving: slot) { return pool(at: shard.primary) }
+        throw RedisClientError(.server, "no primary serves slot \(slot)", replyCode: .clusterDown)
     }
 
     func shutdown() async {

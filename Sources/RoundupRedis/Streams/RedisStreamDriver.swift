@@ -155,13 +155,26 @@ public final class RedisStreamDriver: StreamDriver {
     }
 
     public func stats() async -> StreamStats? {
+        guard let replies = try? await redis.pipeline(statsCommands) else { return nil }
+        var (stats, lastDelivered) = stats(from: replies[...])
+        if let lastDelivered { stats.oldestWaitingMilliseconds = try? await Self.oldestWaiting(redis: redis, stream: stream, after: lastDelivered) }
+        return stats
+    }
+
+    /// The commands `stats` reads (several drivers' are sent in one pipeline by `ShardedStreamDriver`).
+    var statsCommands: [RedisCommand] {
         var commands = [
             RedisCommand("XLEN", [RedisArgument(stream)]),
             RedisCommand("XPENDING", [RedisArgument(stream), RedisArgument(group)]),
             RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)]),
         ]
         if let deadLetters { commands.append(RedisCommand("XLEN", [RedisArgument(deadLetters.stream)])) }
-        guard let replies = try? await redis.pipeline(commands) else { return nil }
+        return commands
+    }
+
+    /// The figures `statsCommands`' replies give, and the group's last-delivered id (to find the oldest entry waiting).
+    func stats(from replies: ArraySlice<RedisValue>) -> (StreamStats, lastDelivered: String?) {
+        let replies = Array(replies)
         var stats = StreamStats(length: replies[0].int)
         if let summary = replies[1].array {
             stats.pending = summary.first?.int ?? 0
@@ -175,9 +188,8 @@ public final class RedisStreamDriver: StreamDriver {
             stats.lag = map["lag"]?.int
             lastDelivered = map["last-delivered-id"]?.string
         }
-        if deadLetters != nil { stats.deadLetters = replies[3].int }
-        if let lastDelivered { stats.oldestWaitingMilliseconds = try? await Self.oldestWaiting(redis: redis, stream: stream, after: lastDelivered) }
-        return stats
+        if deadLetters != nil, replies.count > 3 { stats.deadLetters = replies[3].int }
+        return (stats, stats.lag == 0 ? nil : lastDelivered)
     }
 
     /// When the oldest entry not yet delivered to a group was added (ms since 1970): the first entry after the group's

@@ -69,8 +69,12 @@ public struct StreamStats: Sendable, Equatable {
     public var oldestWaitingMilliseconds: Double?
     public var deadLetters: Int?
 
-    /// The milliseconds since 1970 a Redis stream id starts with (`1700000000000-0`): when the entry was added.
-    public static func milliseconds(ofID id: String) -> Double? { Double(id.split(separator: "-").first ?? "") }
+    /// The milliseconds since 1970 a Redis stream id starts with (`1700000000000-0`, or a sharded stream's
+    /// `7:1700000000000-0`): when the entry was added.
+    public static func milliseconds(ofID id: String) -> Double? {
+        let local = id.lastIndex(of: ":").map { id[id.index(after: $0)...] } ?? id[...]
+        return Double(local.split(separator: "-").first ?? "")
+    }
 
     public init(length: Int? = nil, pending: Int? = nil, oldestPendingMilliseconds: Double? = nil, lag: Int? = nil, deadLetters: Int? = nil) {
         self.length = length

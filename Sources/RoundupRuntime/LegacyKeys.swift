@@ -1,0 +1,52 @@
+public import Logging
+public import RoundupRedis
+
+/// The keys of the versions before the layout for Redis Cluster's slots (issue 36), moved at start-up on a standalone
+/// Redis (a cluster never held them). The job and push streams, and their dead letters, are renamed, which keeps their
+/// consumer groups and pending entries; if the new stream exists already (a job enqueued by a new API process first),
+/// the old one's entries are appended to it instead, and a job or push that was pending is delivered once more (jobs
+/// hold a lease, a push is sent at most twice). The webhook stream is drained by the workers first, before its
+/// shards (`ShardedStreamDriver`); the routing tables are published again by every worker at start-up, and the old
+/// ones removed here; other keys (dedupe marks, throttles, echo fingerprints) expire by themselves.
+public enum LegacyKeys {
+    public static func migrate(redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
+        guard !redis.isCluster else { return }
+        let p = keys.prefix
+        let streams = [
+            (p + "stream:jobs", keys.jobStream), (p + "stream:jobs:dead", keys.jobDeadLetters), (p + "stream:push", keys.pushStream),
+            (p + "stream:push:dead", keys.pushDeadLetters),
+        ]
+        for (old, new) in streams where try await redis.send(RedisCommand("EXISTS", [RedisArgument(old)])).int == 1 {
+            if try await redis.send(RedisCommand("RENAMENX", [RedisArgument(old), RedisArgument(new)])).int == 1 {
+                logger.notice("redis key moved to its slot's name", metadata: ["from": "\(old)", "to": "\(new)"])
+                continue
+            }
+            var moved = 0
+            while true {
+                let entries = try await redis.send(RedisCommand("XRANGE", [RedisArgument(old), "-", "+", "COUNT", "500"])).streamEntries
+                if entries.isEmpty { break }
+                var commands = entries.map { entry in
+                    RedisCommand.streamAppend(new, fields: entry.fields.sorted { $0.key < $1.key }.map { (name: $0.key, value: $0.value) })
+                }
+                commands.append(RedisCommand("XDEL", [RedisArgument(old)] + entries.map { RedisArgument($0.id) }))
+                for reply in try await redis.pipeline(commands) {
+                    if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "moving \(old)") }
+                }
+                moved += entries.count
+            }
+            _ = try await redis.send(RedisCommand("DEL", [RedisArgument(old)]))
+            logger.notice("redis stream entries moved to its slot's name", metadata: ["from": "\(old)", "to": "\(new)", "entries": "\(moved)"])
+        }
+        // The routing tables of before: every worker publishes them again under the new names as it starts.
+        let removed = try await redis.send(
+            RedisCommand("DEL", [RedisArgument(p + "webhook-secrets"), RedisArgument(p + "webhook-tokens"), RedisArgument(p + "routing:epoch")]))
+        // Their route sets and version hashes, walked once: only when the tables of before were still there.
+        guard (removed.int ?? 0) > 0 else { return }
+        for pattern in [p + "route:*", p + "routing:versions:*"] {
+            _ = try await redis.scan(matching: pattern, onNodeServing: p, maxPages: 100_000) { found in
+                _ = try await redis.send(RedisCommand("UNLINK", found.map { RedisArgument($0) }))
+            }
+        }
+        logger.notice("routing tables of before removed; published again under their slot's names")
+    }
+}
