@@ -63,6 +63,18 @@ public final class RedisClient: Sendable {
         return clustered(on: nil) { router in try await router.execute(commands, timeout: timeout) }
     }
 
+    /// `pipeline`, each command's own outcome: in a cluster a primary that cannot be reached (or whose connection
+    /// fails) fails its commands only, and the others' replies are kept. On a standalone Redis the commands succeed or
+    /// fail together.
+    public func pipelineEach(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async -> [Result<RedisValue, any Error>] {
+        if let router { return await router.executeEach(commands, timeout: timeout) }
+        do {
+            return try await pipeline(commands, timeout: timeout).map { .success($0) }
+        } catch {
+            return commands.map { _ in .failure(error) }
+        }
+    }
+
     private func clustered<Value: Sendable>(
         on eventLoop: (any EventLoop)?, _ body: @escaping @Sendable (RedisClusterRouter) async throws -> Value
     ) -> EventLoopFuture<Value> {

@@ -42,15 +42,15 @@ public struct EchoFingerprints: Sendable {
 
     public func clear(_ names: [String]) async {
         guard !names.isEmpty else { return }
-        _ = try? await redis.send(RedisCommand("DEL", names.map { RedisArgument($0) }), timeout: .seconds(2))
+        // Several accounts' (slots') keys: one DEL per slot.
+        _ = try? await redis.delete(names, timeout: .seconds(2))
     }
 
     /// Which of these fingerprints exist.
     public func present(_ names: [String]) async throws -> [Bool] {
         guard !names.isEmpty else { return [] }
-        let reply = try await redis.send(RedisCommand("MGET", names.map { RedisArgument($0) }), timeout: .seconds(2))
-        let values = reply.array ?? []
-        return names.indices.map { $0 < values.count && !values[$0].isNull }
+        // A batch's fingerprints are of several accounts (slots): one MGET per slot.
+        return try await redis.values(of: names, timeout: .seconds(2)).map { !$0.isNull }
     }
 }
 

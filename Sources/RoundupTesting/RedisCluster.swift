@@ -120,6 +120,11 @@ public final class RedisCluster: @unchecked Sendable {
         _ = await processes[port]?.wait(timeout: .seconds(10))
     }
 
+    /// Sends `signal` to a node (SIGSTOP: it hangs, as a node whose machine stalls; SIGCONT: it goes on).
+    public func signal(_ port: Int, _ signal: Int32) {
+        processes[port]?.signal(signal)
+    }
+
     /// Starts a node again (after `crash`), with its configuration and data.
     public func restart(_ port: Int) async throws {
         try await start(port)

@@ -204,7 +204,20 @@ final class RedisClusterRouter: Sendable {
     /// `then` (with one command: its `WAIT`) is sent right after the command on the same connection, wherever the
     /// command goes, and its reply is appended.
     func execute(_ commands: [RedisCommand], timeout: TimeAmount?, then: RedisCommand? = nil) async throws -> [RedisValue] {
+        try await execute(commands, timeout: timeout, then: then, partial: false).map { try $0.get() }
+    }
+
+    /// `execute`, each command's own outcome: a node that cannot be reached, or whose connection fails, fails its
+    /// commands only, and the others' replies are kept (a read that delivered stream entries must not be dropped).
+    func executeEach(_ commands: [RedisCommand], timeout: TimeAmount?) async -> [Result<RedisValue, any Error>] {
+        (try? await execute(commands, timeout: timeout, then: nil, partial: true)) ?? commands.map { _ in .failure(CancellationError()) }
+    }
+
+    private func execute(
+        _ commands: [RedisCommand], timeout: TimeAmount?, then: RedisCommand?, partial: Bool
+    ) async throws -> [Result<RedisValue, any Error>] {
         precondition(then == nil || commands.count == 1, "a command sent after another follows one command")
+        var failed: [Int: any Error] = [:]
         var thenReply: RedisValue?
         let deadline = NIODeadline.now() + (timeout ?? configuration.commandTimeout)
         if state.withLockedValue({ $0.topology == nil }) { try await refresh() }
@@ -266,7 +279,11 @@ final class RedisClusterRouter: Sendable {
                     case .failure(let error):
                         learn = true
                         // Nothing was sent on a connection that never opened: those commands are safe to send again.
-                        guard let failure = error as? RedisClientError, failure.code == .connectionFailed else { throw error }
+                        guard let failure = error as? RedisClientError, failure.code == .connectionFailed else {
+                            guard partial else { throw error }
+                            for attempt in attempts { failed[attempt.index] = error }
+                            continue
+                        }
                         unreachable = failure
                         pause = true
                         again += attempts
@@ -325,14 +342,20 @@ final class RedisClusterRouter: Sendable {
                 if wait > .zero { try? await Task.sleep(nanoseconds: UInt64(wait.nanoseconds)) }
             }
         }
-        if !todo.isEmpty {
-            // Out of time: a command that got an answer returns it (its error reply); one no node answered fails all.
-            if todo.contains(where: { replies[$0.index] == nil }) {
-                throw unreachable
-                    ?? RedisClientError(.timeout, "the cluster did not serve \(commands[todo[0].index].name) within its deadline")
-            }
+        // Out of time: a command that got an answer returns it (its error reply); one no node answered fails (all of
+        // them, unless `partial`).
+        for attempt in todo where replies[attempt.index] == nil && failed[attempt.index] == nil {
+            let error = unreachable ?? RedisClientError(.timeout, "the cluster did not serve \(commands[attempt.index].name) within its deadline")
+            guard partial else { throw error }
+            failed[attempt.index] = error
         }
-        return replies.map { $0 ?? .null } + (then != nil ? [thenReply ?? .null] : [])
+        if !partial, let first = failed.values.first { throw first }
+        var outcomes: [Result<RedisValue, any Error>] = commands.indices.map { index in
+            if let error = failed[index] { return .failure(error) }
+            return .success(replies[index] ?? .null)
+        }
+        if then != nil { outcomes.append(.success(thenReply ?? .null)) }
+        return outcomes
     }
 
     /// A connection of its own to the primary serving `slot`, for a blocking read.

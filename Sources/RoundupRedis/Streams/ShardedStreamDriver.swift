@@ -171,16 +171,24 @@ public final class ShardedStreamDriver: StreamDriver {
                     RedisArgument(part.stream), ">",
                 ])
         }
-        let replies = try await redis.pipeline(commands)
+        // Each primary on its own: entries a reachable primary delivered are kept (pending with this consumer, they
+        // would wait for a claim, and an account's later entries would overtake them) when another cannot be reached.
+        let outcomes = await redis.pipelineEach(commands)
         var entries: [StreamDelivery] = []
-        for reply in replies {
-            if case .error(let message) = reply {
-                // A group lost with its stream (a key evicted, a shard's primary replaced without its data): made again
-                // at the next prepare.
-                throw RedisClientError.reply(message, answering: "XREADGROUP")
+        var failure: (any Error)?
+        for outcome in outcomes {
+            switch outcome {
+            case .success(.error(let message)):
+                // A group lost with its stream (a key evicted, a primary replaced without its data): made again at the
+                // next prepare.
+                failure = RedisClientError.reply(message, answering: "XREADGROUP")
+            case .success(let reply):
+                entries += deliveries(read: reply)
+            case .failure(let error):
+                failure = error
             }
-            entries += deliveries(read: reply)
         }
+        if let failure, entries.isEmpty { throw failure }
         return entries
     }
 
