@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes N signed Trello-shaped webhook bodies (distinct action ids, ~4.5 KB each) for wrk, one per line:
-path<TAB>signature<TAB>body. Signatures use Python's hmac, independently of the server's Swift code."""
+path<TAB>signature<TAB>body. Signatures use Python's hmac, independently of the server's Swift code. ACCOUNT may be
+several ids separated by commas: body i goes to account i mod their number (all share the secret)."""
 import base64, hashlib, hmac, json, sys
 
-n, secret, public_url, account, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-path = f"/dailyroundup/webhook/trello/{account}"
+n, secret, public_url, accounts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5]
 with open(out, "w") as f:
     for i in range(n):
+        path = f"/dailyroundup/webhook/trello/{accounts[i % len(accounts)]}"
         body = {
             "model": {"id": "L1", "name": "Groceries", "closed": False, "idBoard": "B1", "pos": 65535},
             "action": {

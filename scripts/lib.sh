@@ -79,3 +79,63 @@ stop_postgres() {
   rm -rf "$PG_DIR"
   PG_DIR=""
 }
+
+# Starts a throwaway Redis Cluster of three primaries and three replicas (`redis-server --cluster-enabled yes`, append-
+# only, created with `redis-cli --cluster create`) on free loopback ports below 55536 (each node's cluster bus listens on
+# its port + 10000); sets REDIS_CLUSTER_URL (three seed nodes), REDIS_CLUSTER_DIR and REDIS_CLUSTER_PIDS.
+start_redis_cluster() {
+  REDIS_CLUSTER_DIR=$(mktemp -d /tmp/roundup-redis-cluster.XXXXXX)
+  REDIS_CLUSTER_PIDS=()
+  local ports=() port
+  while [ ${#ports[@]} -lt 6 ]; do
+    port=$(free_port)
+    [ "$port" -lt 55536 ] || continue
+    python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', $((port + 10000)))); s.close()" 2>/dev/null || continue
+    ports+=("$port")
+  done
+  for port in "${ports[@]}"; do
+    mkdir -p "$REDIS_CLUSTER_DIR/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-node-timeout 3000 --repl-diskless-sync-delay 0 --appendonly yes --save "" --dir "$REDIS_CLUSTER_DIR/$port" \
+      --daemonize no >"$REDIS_CLUSTER_DIR/$port/redis.log" 2>&1 &
+    REDIS_CLUSTER_PIDS+=($!)
+  done
+  for port in "${ports[@]}"; do
+    for _ in $(seq 1 100); do
+      redis-cli -p "$port" ping >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+  done
+  local nodes=()
+  for port in "${ports[@]}"; do nodes+=("127.0.0.1:$port"); done
+  if ! redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$REDIS_CLUSTER_DIR/create.log" 2>&1; then
+    echo "redis-cli --cluster create failed:" >&2
+    cat "$REDIS_CLUSTER_DIR/create.log" >&2
+    return 1
+  fi
+  # Every node says ok, every slot is served, and every replica is in sync.
+  for _ in $(seq 1 300); do
+    local healthy=1
+    for port in "${ports[@]}"; do
+      redis-cli -p "$port" cluster info 2>/dev/null | grep -q "cluster_state:ok" || healthy=0
+      if redis-cli -p "$port" role 2>/dev/null | head -1 | grep -q slave; then
+        redis-cli -p "$port" info replication 2>/dev/null | grep -q "master_link_status:up" || healthy=0
+      fi
+    done
+    if [ "$healthy" = 1 ] && redis-cli --cluster check "${nodes[0]}" 2>/dev/null | grep -q "All 16384 slots covered"; then
+      REDIS_CLUSTER_URL="redis://${nodes[0]},${nodes[1]},${nodes[2]}"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "the redis cluster did not become healthy; its logs are in $REDIS_CLUSTER_DIR" >&2
+  return 1
+}
+
+stop_redis_cluster() {
+  [ -n "${REDIS_CLUSTER_DIR:-}" ] || return 0
+  for pid in "${REDIS_CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${REDIS_CLUSTER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$REDIS_CLUSTER_DIR"
+  REDIS_CLUSTER_DIR=""
+}

@@ -166,6 +166,14 @@ public enum QueueInspector {
             "dead letters  \(report.deadLetters)",
             "consumers     \(report.consumers.count)",
         ]
+        for shard in report.shards where shard.length > 0 || shard.pending > 0 || shard.deadLetters > 0 {
+            lines.append(
+                "  \(shard.stream)  length \(shard.length)  lag \(shard.lag.map(String.init) ?? "-")  pending \(shard.pending)  dead \(shard.deadLetters)"
+            )
+        }
+        if !report.shards.isEmpty {
+            lines.append("  (\(report.shards.filter { $0.length == 0 && $0.pending == 0 && $0.deadLetters == 0 }.count) shards empty)")
+        }
         for consumer in report.consumers {
             lines.append(
                 "  \(consumer.name.padding(toLength: max(24, consumer.name.count), withPad: " ", startingAt: 0))  pending \(consumer.pending)  idle \(String(format: "%.1f s", Double(consumer.idleMilliseconds) / 1000))"

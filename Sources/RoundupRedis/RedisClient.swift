@@ -237,6 +237,8 @@ public final class RedisClient: Sendable {
         _ reply: RedisValue, wait: RedisCommand?, acknowledged: RedisValue?, router: RedisClusterRouter?, client: RedisClient?
     ) -> Result<RedisValue, any Error> {
         guard let wait else { return .success(reply) }
+        // WAIT refused (a proxy that does not know it, a replica): not an acknowledgement count, and said so.
+        if case .error(let message)? = acknowledged { return .failure(RedisClientError.reply(message, answering: "WAIT")) }
         let asked = wait.arguments.count > 1 ? wait.arguments[1].word.flatMap { Int($0) } ?? 1 : 1
         let got = acknowledged?.int ?? 0
         if got >= asked { return .success(reply) }
@@ -326,6 +328,20 @@ public final class RedisClient: Sendable {
         } else {
             pool = try await router!.owner(of: RedisHashSlot(key: key))
         }
+        return try await Self.scan(pool, matching: pattern, count: count, maxPages: maxPages, timeout: timeout, body)
+    }
+
+    /// Walks the keys matching `pattern` on every primary, for tools and tests that must see the whole keyspace (the
+    /// server itself never does: its walks name one slot).
+    public func scanEveryPrimary(matching pattern: String, count: Int = 1000, _ body: ([String]) async throws -> Void) async throws {
+        let pools: [RedisNodePool]
+        if let single { pools = [single] } else { pools = try await router!.primaries() }
+        for pool in pools { _ = try await Self.scan(pool, matching: pattern, count: count, maxPages: .max, timeout: nil, body) }
+    }
+
+    private static func scan(
+        _ pool: RedisNodePool, matching pattern: String, count: Int, maxPages: Int, timeout: TimeAmount?, _ body: ([String]) async throws -> Void
+    ) async throws -> Bool {
         var cursor = "0"
         for _ in 0..<maxPages {
             let reply = try await pool.pipeline(

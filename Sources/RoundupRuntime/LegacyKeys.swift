@@ -37,6 +37,28 @@ public enum LegacyKeys {
             _ = try await redis.send(RedisCommand("DEL", [RedisArgument(old)]))
             logger.notice("redis stream entries moved to its slot's name", metadata: ["from": "\(old)", "to": "\(new)", "entries": "\(moved)"])
         }
+        // The webhook stream's dead letters of before, each to its account's shard's (where `roundupctl dlq` sees them).
+        let legacyDead = p + "stream:webhooks:dead"
+        var movedLetters = 0
+        while true {
+            let entries = try await redis.send(RedisCommand("XRANGE", [RedisArgument(legacyDead), "-", "+", "COUNT", "500"])).streamEntries
+            if entries.isEmpty { break }
+            var commands = entries.map { entry in
+                let account = entry.fields["account"].map { String(decoding: $0, as: UTF8.self) } ?? ""
+                return RedisCommand.streamAppend(
+                    keys.deadLetterStream(WebhookShard(account: account)),
+                    fields: entry.fields.sorted { $0.key < $1.key }.map { (name: $0.key, value: $0.value) })
+            }
+            commands.append(RedisCommand("XDEL", [RedisArgument(legacyDead)] + entries.map { RedisArgument($0.id) }))
+            for reply in try await redis.pipeline(commands) {
+                if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "moving \(legacyDead)") }
+            }
+            movedLetters += entries.count
+        }
+        if movedLetters > 0 {
+            _ = try await redis.send(RedisCommand("DEL", [RedisArgument(legacyDead)]))
+            logger.notice("webhook dead letters moved to their shards", metadata: ["dead_letters": "\(movedLetters)"])
+        }
         // The routing tables of before: every worker publishes them again under the new names as it starts.
         let removed = try await redis.send(
             RedisCommand("DEL", [RedisArgument(p + "webhook-secrets"), RedisArgument(p + "webhook-tokens"), RedisArgument(p + "routing:epoch")]))

@@ -225,7 +225,8 @@ extension RoundupStream {
             : RedisStreamDriver(
                 redis: redis, stream: keys.legacyWebhookStream, group: keys.workerGroup, consumer: consumer,
                 errors: keys.legacyWebhookStream + ":errors",
-                deadLetters: .init(stream: keys.legacyWebhookStream + ":dead", maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+                // Shard 0's dead letters, where `roundupctl dlq` sees them (a standalone Redis: any key goes with any).
+                deadLetters: .init(stream: keys.deadLetterStream(WebhookShard(index: 0)), maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
         return ShardedStreamDriver(redis: redis, parts: parts, legacy: legacy)
     }
 

@@ -54,9 +54,18 @@ public final class Stack: @unchecked Sendable {
         ingressPort = try TestSupport.freePort()
         prefix = "t\(UUID().uuidString.prefix(8).lowercased()):"
         keys = RedisKeys(prefix: prefix)
-        redisCluster = cluster != nil
+        let env = ProcessInfo.processInfo.environment
+        // `ROUNDUP_TEST_STACK_ON_CLUSTER=1`: every stack that would share the test Redis shares the test cluster
+        // (`ROUNDUP_TEST_REDIS_CLUSTER_URL`, which scripts/test starts) instead.
+        let sharedCluster =
+            env["ROUNDUP_TEST_STACK_ON_CLUSTER"] == "1" && !wantsPrivate && redisArguments.isEmpty
+            ? env["ROUNDUP_TEST_REDIS_CLUSTER_URL"].flatMap { $0.isEmpty ? nil : $0 } : nil
+        redisCluster = cluster != nil || sharedCluster != nil
         if let cluster {
             redisURL = cluster.url
+            privateRedis = nil
+        } else if let sharedCluster {
+            redisURL = sharedCluster
             privateRedis = nil
         } else if !wantsPrivate, redisArguments.isEmpty, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
             redisURL = shared

@@ -110,7 +110,9 @@ guard let backend = StoreBackend(rawValue: ProcessInfo.processInfo.environment["
 let databaseURL = try await TestStore.makeURL(backend, in: directory)
 let workerCount = Int(ProcessInfo.processInfo.environment["BENCH_WORKERS"] ?? "1") ?? 1
 let keys = RedisKeys(prefix: "bench\(UUID().uuidString.prefix(6).lowercased()):")
-let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL))
+// BENCH_REDIS_CLUSTER=true: REDIS_URL names a Redis Cluster's seed nodes.
+let redisCluster = ProcessInfo.processInfo.environment["BENCH_REDIS_CLUSTER"] == "true"
+let redis = RedisClient(configuration: try RedisConfiguration(url: redisURL, cluster: redisCluster))
 let trello = try await FakeTrello.start()
 
 // BENCH_ACCOUNTS accounts (default 1), each with a list and (for updates) its share of 1,000 cards the worker already
@@ -171,7 +173,8 @@ for n in 1...workerCount {
         try ManagedProcess(
             name: "bench-worker-\(n)", executable: workerBinary,
             environment: [
-                "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_PREFIX": keys.prefix, "ROUNDUP_DATABASE_URL": databaseURL,
+                "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_CLUSTER": redisCluster ? "true" : "false", "ROUNDUP_REDIS_PREFIX": keys.prefix,
+                "ROUNDUP_DATABASE_URL": databaseURL,
                 "ROUNDUP_TRELLO_API_URL": trello.baseURL, "ROUNDUP_WORKER_PORT": String(try TestSupport.freePort()),
                 "LOG_LEVEL": ProcessInfo.processInfo.environment["BENCH_WORKER_LOG_LEVEL"] ?? "warning",
                 "ROUNDUP_WORKER_NAME": "bench-\(n)",

@@ -17,11 +17,8 @@ import Testing
     /// A failing event is dead-lettered after its second delivery, an entry of a stopped worker claimed after 500 ms.
     static let worker = ["ROUNDUP_CLAIM_IDLE_MS": "500", "ROUNDUP_MAX_DELIVERIES": "2"]
 
-    /// A cluster for this test: `ROUNDUP_TEST_REDIS_CLUSTER_URL`'s (scripts/test starts one) is shared, else a private one.
-    static func cluster() async throws -> RedisCluster { try await RedisCluster() }
-
     @Test func webhooksOfManyAccountsBecomeOneChangeEachAcrossTheShards() async throws {
-        let cluster = try await Self.cluster()
+        let cluster = try await RedisCluster()
         let stack = try await Stack(store: .sqlite, cluster: cluster)
         let store = try await stack.store()
         var accounts: [String] = []

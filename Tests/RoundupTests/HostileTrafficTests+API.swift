@@ -137,27 +137,24 @@ extension HostileTrafficTests {
     static func redisTraces(_ stack: Stack, of text: String) async throws -> [String] {
         let queues = Set(RoundupStream.allCases.flatMap { $0.parts(stack.keys).map(\.stream) })
         var traces: [String] = []
-        var cursor = "0"
-        repeat {
-            let reply = try await stack.redis.send("SCAN", RedisArgument(cursor), "MATCH", RedisArgument(stack.prefix + "*"), "COUNT", 1000)
-            let parts = try #require(reply.array)
-            cursor = try #require(parts.first?.string)
-            for key in (parts.last?.array ?? []).compactMap(\.string) where !queues.contains(key) {
-                if key.contains(text) { traces.append("key \(key)") }
-                let type = try await stack.redis.send("TYPE", RedisArgument(key)).string ?? ""
-                let contents: RedisValue
-                switch type {
-                case "string": contents = try await stack.redis.send("GET", RedisArgument(key))
-                case "hash": contents = try await stack.redis.send("HGETALL", RedisArgument(key))
-                case "set": contents = try await stack.redis.send("SMEMBERS", RedisArgument(key))
-                case "zset": contents = try await stack.redis.send("ZRANGE", RedisArgument(key), "0", "-1")
-                case "list": contents = try await stack.redis.send("LRANGE", RedisArgument(key), "0", "-1")
-                case "stream": contents = try await stack.redis.send("XRANGE", RedisArgument(key), "-", "+")
-                default: contents = .null
-                }
-                if "\(Self.flatten(contents))".contains(text) { traces.append("\(type) \(key)") }
+        // Every primary's keys (a stack may run on a cluster).
+        var found: [String] = []
+        try await stack.redis.scanEveryPrimary(matching: stack.prefix + "*") { found += $0 }
+        for key in found where !queues.contains(key) {
+            if key.contains(text) { traces.append("key \(key)") }
+            let type = try await stack.redis.send("TYPE", RedisArgument(key)).string ?? ""
+            let contents: RedisValue
+            switch type {
+            case "string": contents = try await stack.redis.send("GET", RedisArgument(key))
+            case "hash": contents = try await stack.redis.send("HGETALL", RedisArgument(key))
+            case "set": contents = try await stack.redis.send("SMEMBERS", RedisArgument(key))
+            case "zset": contents = try await stack.redis.send("ZRANGE", RedisArgument(key), "0", "-1")
+            case "list": contents = try await stack.redis.send("LRANGE", RedisArgument(key), "0", "-1")
+            case "stream": contents = try await stack.redis.send("XRANGE", RedisArgument(key), "-", "+")
+            default: contents = .null
             }
-        } while cursor != "0"
+            if "\(Self.flatten(contents))".contains(text) { traces.append("\(type) \(key)") }
+        }
         return traces
     }
 

@@ -831,15 +831,9 @@ import Testing
 
     /// Every key under the stack's prefix that names the account.
     static func accountKeys(_ stack: Stack, _ account: String) async throws -> [String] {
+        // Every primary's keys (a stack may run on a cluster).
         var found: [String] = []
-        var cursor = "0"
-        repeat {
-            let reply = try await stack.redis.send(
-                RedisCommand("SCAN", [RedisArgument(cursor), "MATCH", RedisArgument(stack.prefix + "*"), "COUNT", 1000]))
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { throw StackError("SCAN answered \(reply)") }
-            found += (parts[1].array ?? []).compactMap(\.string).filter { $0.contains(account) }
-            cursor = next
-        } while cursor != "0"
+        try await stack.redis.scanEveryPrimary(matching: stack.prefix + "*") { keys in found += keys.filter { $0.contains(account) } }
         return found.sorted()
     }
 

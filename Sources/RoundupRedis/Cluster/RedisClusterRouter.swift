@@ -360,7 +360,13 @@ final class RedisClusterRouter: Sendable {
 
     /// A connection of its own to the primary serving `slot`, for a blocking read.
     func dedicatedConnection(serving slot: RedisHashSlot) async throws -> RedisConnection {
-        try await owner(of: slot).dedicatedConnection().get()
+        do {
+            return try await owner(of: slot).dedicatedConnection().get()
+        } catch let error as RedisClientError where error.code == .connectionFailed {
+            // The primary it knew may be gone (a failover): learn the map again and try its successor once.
+            try await refresh()
+            return try await owner(of: slot).dedicatedConnection().get()
+        }
     }
 
     /// The pool of the primary serving `slot`, the map learnt (again) if it names none.

@@ -7,7 +7,8 @@ import NIOCore
 ///
 /// Reading: on a standalone Redis one `XREADGROUP … BLOCK` names every stream (one round trip, woken by the first
 /// entry); in a cluster a command may name keys of one slot only, so each round reads every stream without blocking,
-/// one pipeline per primary, and an empty round waits a little (5 ms, doubling to 100 ms) before the next. `XREADGROUP`
+/// one pipeline per primary, and an empty round waits a little (5 ms, doubling to 100 ms) before the next; the round
+/// after an empty one reads one entry per shard, as a blocked read wakes with what arrived first. `XREADGROUP`
 /// counts per stream, so a round may deliver more than asked: the rest waits here for the next `read` (it is pending
 /// for this consumer meanwhile; what waits longer than `heldAtMost` is left to the claim of idle entries instead).
 ///
@@ -101,7 +102,10 @@ public final class ShardedStreamDriver: StreamDriver {
             if let reader = state.withLockedValue({ $0.reader }) {
                 entries = try await readAll(on: reader, count: count, block: block)
             } else {
-                entries = try await readEachPart(count: count)
+                // After an idle round, one entry per shard, as a blocked read wakes with what arrived first: a worker
+                // paused meanwhile holds little it may not process, and the next read takes full batches.
+                let waking = state.withLockedValue { $0.idleRounds > 0 }
+                entries = try await readEachPart(count: waking ? 1 : count)
             }
             if !entries.isEmpty {
                 state.withLockedValue { $0.idleRounds = 0 }
@@ -297,11 +301,20 @@ public final class ShardedStreamDriver: StreamDriver {
             }
         }
         guard !commands.isEmpty else { return 0 }
-        let replies = try await redis.pipeline(commands)
-        if let failure = replies.prefix(essential).first(where: \.isError) {
-            throw RedisClientError.reply(failure.errorReply ?? "\(failure)", answering: "settling batch")
+        // Each primary on its own: the shards a reachable primary holds are settled even when another cannot be
+        // reached (its entries stay pending and are settled when they are claimed again).
+        let outcomes = await redis.pipelineEach(commands)
+        for outcome in outcomes.prefix(essential) {
+            switch outcome {
+            case .failure(let error): throw error
+            case .success(.error(let message)): throw RedisClientError.reply(message, answering: "settling batch")
+            case .success: continue
+            }
         }
-        return replies.dropFirst(essential).filter(\.isError).count
+        return outcomes.dropFirst(essential).filter { outcome in
+            if case .success(let reply) = outcome { return reply.isError }
+            return true
+        }.count
     }
 
     public func recordedErrors(_ ids: [String]) async throws -> [String?] {

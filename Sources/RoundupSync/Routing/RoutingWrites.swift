@@ -7,14 +7,14 @@ import RoundupRuntime
 /// before. Without an order, a worker that read the store just before the API changed a secret writes the old secret
 /// back after the API wrote the new one, and one that read an account just before it was deleted restores it.
 ///
-/// The order: every publisher takes a version (an `INCR` of `{prefix}routing:epoch`) *before* it reads the store, and
+/// The order: every publisher takes a version (an `INCR` of `{prefix}{routing}:epoch`) *before* it reads the store, and
 /// writes each item (a secret, a token, an account in a model's route set) only if no write with a higher version
 /// reached that item. Among the writes of one item, the highest version wins whatever order they arrive in, and the
 /// highest version was taken last, so its read of the store came after every commit whose own publication took a
 /// lower version: Redis ends with what the store said last. A deleted account leaves a tombstone that refuses every
 /// later addition for it (account ids are never reused), however old the read behind that addition was.
 ///
-/// The versions live per account in `{prefix}routing:versions:{account}` (a hash: item → version, and `deleted`),
+/// The versions live per account in `{prefix}{routing}:versions:{account}` (a hash: item → version, and `deleted`),
 /// which expires a day after its last write: long after any publisher that read the store before it could still
 /// write. The keys the ingress reads (`webhook-secrets`, `webhook-tokens`, `route:{model}`) do not change.
 enum RoutingWrites {
