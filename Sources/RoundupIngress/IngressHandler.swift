@@ -308,11 +308,12 @@ final class IngressHandler: ChannelInboundHandler {
                 fields.append(RedisArgument(WebhookEvent.Field.confirm.rawValue))
                 fields.append(RedisArgument(WebhookEvent.confirmed))
             }
+            let shard = WebhookShard(account: account)
             shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [
-                    RedisArgument(shared.keys.seenAction(account: account, action: actionID)),
-                    RedisArgument(shared.keys.webhookStream(WebhookShard(account: account))),
+                    RedisArgument(shared.keys.seenAction(account: account, shard: shard, action: actionID)),
+                    RedisArgument(shared.keys.webhookStream(shard)),
                 ],
                 arguments: fields, timeout: timeout, replicas: shared.replicas, on: eventLoop
             ) { reply in

@@ -1,12 +1,12 @@
 public import NIOCore
 
-/// Commands over many keys that may live in different slots: one command per slot, all in one pipeline (one write
-/// per primary in a cluster; one write on a standalone Redis), so a caller never builds a `CROSSSLOT`.
+/// Commands over many keys that may live in different slots: in a cluster one command per slot, all in one pipeline (one
+/// write per primary), so a caller never builds a `CROSSSLOT`; on a standalone Redis one command, as before.
 extension RedisClient {
     /// `MGET` of `keys`, in their order.
     public func values(of keys: [String], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
         guard !keys.isEmpty else { return [] }
-        let groups = Self.bySlot(keys)
+        let groups = isCluster ? Self.bySlot(keys) : [Array(keys.indices)]
         let replies = try await pipeline(groups.map { RedisCommand("MGET", $0.map { RedisArgument(keys[$0]) }) }, timeout: timeout)
         var values = [RedisValue](repeating: .null, count: keys.count)
         for (indices, reply) in zip(groups, replies) {
@@ -20,7 +20,8 @@ extension RedisClient {
     @discardableResult
     public func delete(_ keys: [String], timeout: TimeAmount? = nil) async throws -> Int {
         guard !keys.isEmpty else { return 0 }
-        let replies = try await pipeline(Self.bySlot(keys).map { RedisCommand("DEL", $0.map { RedisArgument(keys[$0]) }) }, timeout: timeout)
+        let groups = isCluster ? Self.bySlot(keys) : [Array(keys.indices)]
+        let replies = try await pipeline(groups.map { RedisCommand("DEL", $0.map { RedisArgument(keys[$0]) }) }, timeout: timeout)
         var deleted = 0
         for reply in replies {
             if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "DEL") }

@@ -139,7 +139,10 @@ public final class RedisClient: Sendable {
         let pool: RedisNodePool
         // How many replicas to wait for: those asked, or (auto) one when the primary has any.
         let wait = replicas.flatMap { replicas in
-            replicaCount(serving: keys.first?.hashSlot, asked: replicas).map { RedisCommand.wait(replicas: $0, timeout: replicas.timeout) }
+            // (The slot only matters in a cluster: a standalone Redis's replicas are its own.)
+            replicaCount(serving: router == nil ? nil : keys.first?.hashSlot, asked: replicas).map {
+                RedisCommand.wait(replicas: $0, timeout: replicas.timeout)
+            }
         }
         if let single {
             pool = single

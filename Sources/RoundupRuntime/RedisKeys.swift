@@ -43,7 +43,11 @@ public struct RedisKeys: Sendable {
     /// account's webhook shard, so the mark and the entry are written (and kept or lost in a failover) together. The
     /// action id is hashed, so every such key has one size whatever a client sends.
     public func seenAction(account: String, action: String) -> String {
-        seenPrefix(account: account) + Hex.sha256Prefix128(action)
+        seenAction(account: account, shard: WebhookShard(account: account), action: action)
+    }
+    /// The same, for a caller that knows the account's shard already (the ingress, per webhook).
+    public func seenAction(account: String, shard: WebhookShard, action: String) -> String {
+        prefix + "seen:" + shard.tag + ":" + account + ":" + Hex.sha256Prefix128(action)
     }
     /// What every dedupe mark of an account starts with (one slot: its shard's).
     public func seenPrefix(account: String) -> String { prefix + "seen:" + WebhookShard(account: account).tag + ":" + account + ":" }
@@ -140,7 +144,8 @@ public struct WebhookShard: Sendable, Hashable, Comparable, CustomStringConverti
     }
 
     /// `{whNN}`: the hash tag its keys share.
-    public var tag: String { index < 10 ? "{wh0\(index)}" : "{wh\(index)}" }
+    public var tag: String { Self.tags[index] }
+    private static let tags = (0..<count).map { $0 < 10 ? "{wh0\($0)}" : "{wh\($0)}" }
     public var description: String { String(index) }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.index < rhs.index }
 }

@@ -93,6 +93,11 @@ import Testing
         let good = try await run(stack, ["check"])
         #expect(good.code == 1, "\(good.output)")  // the seeded key is not 32 hex characters: a real finding
         #expect(good.output.contains("trello_api_key is not 32 hex"))
+        if stack.redisCluster {
+            // On a cluster (scripts/test's second pass): its slots, every primary's state and replica, the shards' spread.
+            #expect(good.output.contains("redis cluster: 16384 of 16384 slots served"), "\(good.output)")
+            #expect(good.output.contains("webhook shards, 1 replica(s)") && !good.output.contains("has no healthy replica"), "\(good.output)")
+        }
         // APNs credentials are checked when any is set: a key file that is not a .p8, a short key id, a missing topic.
         let badKey = stack.directory.appendingPathComponent("not-a-key.p8")
         try "-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n".write(to: badKey, atomically: true, encoding: .utf8)
