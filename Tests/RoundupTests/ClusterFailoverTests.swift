@@ -85,6 +85,16 @@ import Testing
         }
     }
 
+    /// Only 200 or 503 was answered; every action was answered 200 in the end and became exactly one change, in the
+    /// order its account sent them.
+    static func expectEveryActionOnceInOrder(_ sent: Load, applied: [String: [String]]) {
+        #expect(Set(sent.statuses.keys).isSubset(of: [200, 503]), "answers: \(sent.statuses)")
+        for (account, accepted) in sent.accepted {
+            #expect(accepted.count == perAccount, "every action of \(account) was answered 200 in the end")
+            #expect(applied[account] == accepted, "\(account): applied \(applied[account] ?? []) for \(accepted)")
+        }
+    }
+
     /// Once every shard is drained (nothing waits, nothing pending), what the store holds for each account.
     static func drainedThenApplied(_ stack: Stack, accounts: [String]) async throws -> [String: [String]] {
         let drained = await TestSupport.eventually(timeout: .seconds(60)) {
@@ -153,13 +163,8 @@ import Testing
         let (load, applied, victimAccounts) = try await failover(waitForReplicas: true)
         print("with WAIT: answers \(load.statuses), \(victimAccounts.count) accounts on the killed primary's shards")
         #expect(!victimAccounts.isEmpty)
-        #expect(Set(load.statuses.keys).isSubset(of: [200, 503]), "answers: \(load.statuses)")
         #expect((load.statuses[503] ?? 0) > 0, "the failover was felt: \(load.statuses)")
-        for (account, accepted) in load.accepted {
-            #expect(accepted.count == Self.perAccount, "every action of \(account) was answered 200 in the end")
-            // Exactly one change per accepted action, in the order the account sent them.
-            #expect(applied[account] == accepted, "\(account): applied \(applied[account] ?? []) for \(accepted)")
-        }
+        Self.expectEveryActionOnceInOrder(load, applied: applied)
     }
 
     /// A webhook shard's slot moved to another primary while its accounts send: half its keys (the stream, its
@@ -188,11 +193,7 @@ import Testing
         let applied = try await Self.drainedThenApplied(stack, accounts: accounts)
         print("slot \(slot) of shard \(shard) (\(movingAccounts.count) accounts) moved \(source) → \(target); answers \(sent.statuses)")
         #expect(try await stack.redis.clusterTopology(refresh: true)?.shard(serving: slot)?.primary == target)
-        #expect(Set(sent.statuses.keys).isSubset(of: [200, 503]), "answers: \(sent.statuses)")
-        for (account, accepted) in sent.accepted {
-            #expect(accepted.count == Self.perAccount, "every action of \(account) was answered 200 in the end")
-            #expect(applied[account] == accepted, "\(account): applied \(applied[account] ?? []) for \(accepted)")
-        }
+        Self.expectEveryActionOnceInOrder(sent, applied: applied)
         #expect(!stack.allLogs.contains("CROSSSLOT"))
         await stack.shutdown()
         await cluster.stop()
@@ -220,11 +221,7 @@ import Testing
         try await cluster.waitUntilHealthy()
         let applied = try await Self.drainedThenApplied(stack, accounts: accounts)
         print("replica \(replica) of \(primary.primary) stopped and started: answers \(sent.statuses)")
-        #expect(Set(sent.statuses.keys).isSubset(of: [200, 503]), "answers: \(sent.statuses)")
-        for (account, accepted) in sent.accepted {
-            #expect(accepted.count == Self.perAccount, "every action of \(account) was answered 200 in the end")
-            #expect(applied[account] == accepted, "\(account): applied \(applied[account] ?? []) for \(accepted)")
-        }
+        Self.expectEveryActionOnceInOrder(sent, applied: applied)
         // The primary has its replica again, and the ingress waits for it again once it has learnt so.
         #expect(
             try await stack.redis.clusterTopology(refresh: true)?.shard(

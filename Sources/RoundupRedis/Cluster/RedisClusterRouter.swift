@@ -83,10 +83,7 @@ final class RedisClusterRouter: Sendable {
     func refresh() async throws -> RedisClusterTopology {
         let task = state.withLockedValue { state -> Task<RedisClusterTopology, any Error>? in
             if let running = state.refreshing { return running }
-            if let topology = state.topology, let at = state.refreshedAt, NIODeadline.now() - at < Self.refreshAtMost {
-                _ = topology
-                return nil
-            }
+            if state.topology != nil, let at = state.refreshedAt, NIODeadline.now() - at < Self.refreshAtMost { return nil }
             let task = Task { [self] in try await learn() }
             state.refreshing = task
             return task

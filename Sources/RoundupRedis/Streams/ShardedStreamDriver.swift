@@ -27,6 +27,8 @@ public final class ShardedStreamDriver: StreamDriver {
         var nextPart = 0
         var idleRounds = 0
         var legacyDrained = false
+        /// The shards' groups are made (until an error resets the driver: the consumer prepares before every read).
+        var groupsMade = false
     }
 
     public init(redis: RedisClient, parts: [RedisStreamDriver], legacy: RedisStreamDriver? = nil) {
@@ -57,8 +59,9 @@ public final class ShardedStreamDriver: StreamDriver {
     }
 
     public func prepare() async throws {
-        if state.withLockedValue({ $0.reader?.isActive == true }) { return }
+        if state.withLockedValue({ $0.groupsMade && ($0.reader?.isActive == true || redis.isCluster) }) { return }
         try await createGroups()
+        state.withLockedValue { $0.groupsMade = true }
         guard !redis.isCluster else { return }
         let connection = try await redis.dedicatedConnection(for: parts[0].stream).get()
         let previous = state.withLockedValue { state -> RedisConnection? in
@@ -84,7 +87,10 @@ public final class ShardedStreamDriver: StreamDriver {
 
     public func reset() async {
         let previous = state.withLockedValue { state -> RedisConnection? in
-            defer { state.reader = nil }
+            defer {
+                state.reader = nil
+                state.groupsMade = false
+            }
             return state.reader
         }
         previous?.close().whenComplete { _ in }
