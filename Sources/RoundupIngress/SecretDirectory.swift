@@ -55,7 +55,11 @@ final class SecretDirectory: Sendable {
             ], timeout: timeout
         )
         .hop(to: eventLoop)
-        .map { [secrets] replies in
+        .flatMapThrowing { [secrets] replies in
+            // A refusal (a cluster failing over, a Redis loading) says nothing about the account: 503, never 404.
+            if let refused = replies.lazy.compactMap(\.errorReply).first {
+                throw RedisClientError.reply(refused, answering: "the account's webhook keys")
+            }
             let found: AccountLookup
             if let secret = replies.first?.string {
                 found = .known(AccountKeys(secret: secret, callbackToken: replies.dropFirst().first?.string))
