@@ -8,16 +8,52 @@ import RoundupCore
 struct JSONBody {
     var object: [String: JSONValue]
 
-    /// The JSON object in the request's body. `optional` allows an empty body (then an empty object).
-    static func containsNUL(_ value: JSONValue) -> Bool {
+    /// What the body holds that no field here can take, found in one walk: a NUL character (no identifier or name
+    /// holds one, and PostgreSQL's text columns cannot), or a number no double holds (`1e400` is valid JSON; read as
+    /// infinity it could be neither compared, stored as JSON nor written to Trello).
+    enum Unfit: Equatable {
+        case nul
+        /// The path of the number (`items[2].fields.due_reminder_minutes`).
+        case nonFinite(path: String)
+    }
+
+    static func firstUnfit(_ value: JSONValue) -> Unfit? {
+        guard let result = unfit(in: value) else { return nil }
+        let (found, steps) = result
+        guard found == .nonFinite(path: "") else { return found }
+        // The path, built only for the value found (the walk itself allocates nothing).
+        var path = ""
+        for step in steps.reversed() { path += step.hasPrefix("[") || path.isEmpty ? step : ".\(step)" }
+        return .nonFinite(path: path.isEmpty ? "the body" : path)
+    }
+
+    /// The first unfit value and the steps to it, innermost first.
+    private static func unfit(in value: JSONValue) -> (Unfit, [String])? {
         switch value {
-        case .string(let text): return text.utf8.contains(0)
-        case .array(let items): return items.contains(where: containsNUL)
-        case .object(let members): return members.contains { $0.key.utf8.contains(0) || containsNUL($0.value) }
-        default: return false
+        case .string(let text): return text.utf8.contains(0) ? (.nul, []) : nil
+        case .number(let number): return number.isFinite ? nil : (.nonFinite(path: ""), [])
+        case .array(let items):
+            for (index, item) in items.enumerated() {
+                if var found = unfit(in: item) {
+                    found.1.append("[\(index)]")
+                    return found
+                }
+            }
+            return nil
+        case .object(let members):
+            for (key, member) in members {
+                if key.utf8.contains(0) { return (.nul, []) }
+                if var found = unfit(in: member) {
+                    found.1.append(key)
+                    return found
+                }
+            }
+            return nil
+        default: return nil
         }
     }
 
+    /// The JSON object in the request's body. `optional` allows an empty body (then an empty object).
     static func read(_ request: Request, context: some RequestContext, optional: Bool = false) async throws -> JSONBody {
         let buffer: ByteBuffer
         do {
@@ -46,8 +82,12 @@ struct JSONBody {
         } catch {
             throw APIError.invalidJSON("the body is not valid JSON: \(error)")
         }
-        // A NUL character (\u0000) fits no identifier or name here, and PostgreSQL's text columns cannot hold one.
-        guard !Self.containsNUL(value) else { throw APIError.invalidJSON("strings must not contain the NUL character (\\u0000)") }
+        switch Self.firstUnfit(value) {
+        case .nul?: throw APIError.invalidJSON("strings must not contain the NUL character (\\u0000)")
+        case .nonFinite(let path)?:
+            throw APIError.unprocessable("\(path) is a number out of range: numbers must be finite and within a double's range (about ±1.8e308)")
+        case nil: break
+        }
         guard case .object(let object) = value else { throw APIError.invalidJSON("the body must be a JSON object") }
         return JSONBody(object: object)
     }
@@ -59,7 +99,11 @@ struct JSONBody {
         }
     }
 
-    func string(_ name: String, required: Bool, maxLength: Int = 1000) throws -> String? {
+    /// A string field, trimmed: at most `maxLength` characters (grapheme clusters, as people count them) and at most
+    /// `maxBytes` bytes of UTF-8. A character has no bound of its own (any number of combining marks make one), so the
+    /// bytes bound what is stored, indexed and put in keys; by default 4 a character, which no text whose characters are
+    /// each one code point can pass.
+    func string(_ name: String, required: Bool, maxLength: Int = 1000, maxBytes: Int? = nil) throws -> String? {
         guard let value = object[name], value != .null else {
             if required { throw APIError.unprocessable("\(name) is required") }
             return nil
@@ -67,13 +111,28 @@ struct JSONBody {
         guard case .string(let text) = value else { throw APIError.badRequest("\(name) must be a string") }
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.isEmpty { throw APIError.unprocessable("\(name) must not be empty") }
-        if trimmed.count > maxLength { throw APIError.unprocessable("\(name) is longer than \(maxLength) characters") }
+        try Self.checkLength(trimmed, name: name, maxLength: maxLength, maxBytes: maxBytes)
         return trimmed
     }
 
+    /// Refuses `text` over `maxLength` characters or `maxBytes` bytes of UTF-8 (4 a character when nil), naming the
+    /// field and both bounds. The bytes are counted first: counting characters walks the whole text.
+    static func checkLength(_ text: String, name: String, maxLength: Int, maxBytes: Int? = nil) throws {
+        let byteLimit = maxBytes ?? maxLength * 4
+        if text.utf8.count > byteLimit {
+            throw APIError.unprocessable(
+                "\(name) is longer than \(byteLimit) bytes of UTF-8 (at most \(maxLength) characters and \(byteLimit) bytes)")
+        }
+        if text.count > maxLength {
+            throw APIError.unprocessable("\(name) is longer than \(maxLength) characters (at most \(maxLength) characters and \(byteLimit) bytes)")
+        }
+    }
+
     /// A field that must be there, non-optional by construction.
-    func requiredString(_ name: String, maxLength: Int = 1000) throws -> String {
-        guard let value = try string(name, required: true, maxLength: maxLength) else { throw APIError.unprocessable("\(name) is required") }
+    func requiredString(_ name: String, maxLength: Int = 1000, maxBytes: Int? = nil) throws -> String {
+        guard let value = try string(name, required: true, maxLength: maxLength, maxBytes: maxBytes) else {
+            throw APIError.unprocessable("\(name) is required")
+        }
         return value
     }
 

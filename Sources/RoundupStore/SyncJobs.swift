@@ -162,12 +162,45 @@ public struct SyncJob: Sendable, Equatable {
     public var createdAt: String
     public var updatedAt: String
 
-    /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone.
+    /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone; or still queued long
+    /// after it was submitted (`JobHeartbeat.queuedLimit`): its stream entry is lost.
     public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
         JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: staleAfter)
     }
 
-    public var items: [SyncItem] { (payload.arrayValue ?? []).compactMap(SyncItem.init(json:)) }
+    /// A sync's items as the API accepted them. Throws when the stored payload is not that array (a row edited by hand,
+    /// a value a store could not hold): such a job fails loudly, it never reads as "no items".
+    public func syncItems() throws -> [SyncItem] {
+        guard case .array(let values) = payload else { throw UnreadablePayload(jobID: id, detail: "the stored payload is not an array of items") }
+        var items: [SyncItem] = []
+        items.reserveCapacity(values.count)
+        for (index, value) in values.enumerated() {
+            guard let item = SyncItem(json: value) else {
+                throw UnreadablePayload(jobID: id, detail: "item \(index) of the stored payload cannot be read")
+            }
+            items.append(item)
+        }
+        guard items.count == total else {
+            throw UnreadablePayload(jobID: id, detail: "the stored payload holds \(items.count) items, the job was accepted with \(total)")
+        }
+        return items
+    }
+}
+
+extension SyncJob {
+    /// The stored item at `index`, nil when there is none or it cannot be read: for the history of one result. Running a
+    /// job reads them all with `syncItems()`, which fails loudly instead.
+    public func storedItem(at index: Int) -> SyncItem? {
+        guard let values = payload.arrayValue, values.indices.contains(index) else { return nil }
+        return SyncItem(json: values[index])
+    }
+}
+
+/// A job whose stored payload cannot be read as what the API accepted.
+public struct UnreadablePayload: Error, CustomStringConvertible, Equatable {
+    public var jobID: String
+    public var detail: String
+    public var description: String { "the job's stored items cannot be read: \(detail)" }
 }
 
 /// A background job as operators see it.
@@ -182,7 +215,8 @@ public struct JobRecord: Sendable, Equatable {
     public var createdAt: String
     public var updatedAt: String
 
-    /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone.
+    /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone; or still queued
+    /// long after it was submitted (`JobHeartbeat.queuedLimit`): its stream entry is lost.
     public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
         JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: after)
     }
@@ -190,11 +224,34 @@ public struct JobRecord: Sendable, Equatable {
 
 /// The staleness rule, once for the worker (`SyncJob`), the store's lease (`JobLease`) and the operators (`JobRecord`):
 /// a running job whose heartbeat (`updated_at`) has not moved for longer than `after` seconds has lost its worker.
+///
+/// A queued job (submitted, not yet started by a worker) has no heartbeat: waiting for a free worker is not staleness,
+/// however long the jobs ahead of it take. Only a job still queued `queuedLimit(after)` after it was queued (its
+/// `updated_at`: an hour with the default 60 s) reads as stale: its stream entry is lost (Redis lost it, an operator
+/// purged it, it was dead-lettered), no worker will ever start it, and its account must not stay blocked behind it.
+/// Jobs are bounded (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`), so a live entry waits minutes, not an hour.
 public enum JobHeartbeat {
+    /// How many times the staleness a job may wait in the queue before it is taken for lost.
+    public static let queuedFactor: Double = 60
+
+    /// How long a queued job waits before it reads as lost (`queuedFactor` × `staleAfter`).
+    public static func queuedLimit(staleAfter: TimeInterval) -> TimeInterval { staleAfter * queuedFactor }
+
     public static func isStale(status: JobStatus, updatedAt: String, now: Date, after: TimeInterval) -> Bool {
-        guard status == .running, let beat = Timestamp.date(updatedAt) else { return false }
-        return now.timeIntervalSince(beat) > after
+        let limit: TimeInterval
+        switch status {
+        case .running: limit = after
+        case .queued: limit = queuedLimit(staleAfter: after)
+        case .completed, .error: return false
+        }
+        guard let since = Timestamp.date(updatedAt) else { return false }
+        return now.timeIntervalSince(since) > limit
     }
+}
+
+extension JobStatus {
+    /// Completed or failed: nothing about the job changes any more. A queued or running job has not ended.
+    public var hasEnded: Bool { self == .completed || self == .error }
 }
 
 public enum JobSubmission: Sendable, Equatable {

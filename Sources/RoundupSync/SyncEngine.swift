@@ -149,7 +149,14 @@ public struct SyncEngine: Sendable {
         var running = state
         if job.kind == .import { return await runImport(job, holder: holder, state: &running, lost: lost) }
         if job.kind == .migrateLinks { return await runMigrateLinks(job, holder: holder, state: &running, lost: lost) }
-        let items = job.items
+        let items: [SyncItem]
+        do {
+            items = try job.syncItems()
+        } catch {
+            // Never "no items": the job ends `error`, logged and counted (roundup_sync_jobs_total{status="error"}).
+            logger.error("job payload unreadable", metadata: ["job": "\(job.id)", "account": "\(job.accountID)", "error": "\(error)"])
+            return .failed("\(error)")
+        }
         // A stored count past the items (a payload edited by hand, say) is the end, not a trap.
         for index in min(max(job.processed, 0), items.count)..<items.count {
             if Task.isShuttingDownGracefully { return .interrupted }

@@ -99,7 +99,10 @@ public enum JSONValue: Sendable, Hashable, Codable {
 
     /// A number as `canonicalJSON` writes it: integral values below 10^15 without a fraction, others as Swift's
     /// shortest round-trip form. For writers of one fixed shape that do not build a `JSONValue` (`FieldStamps`).
+    /// JSON has no infinity or NaN: such a number (read from `1e400`) is written as `null`, never as text no parser
+    /// reads back. The API refuses such numbers where it reads a body; this is the last guard for other paths.
     public static func writeCanonical(number n: Double, into out: inout [UInt8]) {
+        guard n.isFinite else { return out.append(contentsOf: "null".utf8) }
         if n.rounded() == n, abs(n) < 1e15 { out.append(contentsOf: String(Int64(n)).utf8) } else { out.append(contentsOf: String(n).utf8) }
     }
 

@@ -1,8 +1,8 @@
 package import Foundation
 package import RoundupCore
 
-/// The row of `sync_lease`: which job holds the account's lease, which worker runs it (`api` until one picks it up),
-/// and when that worker last beat.
+/// The row of `sync_lease`: which job holds the account's lease, which worker runs it (`api` while the job is queued,
+/// until one picks it up), and when that worker last beat.
 package struct JobLeaseRow: Sendable, Equatable {
     package var accountID: String
     package var jobID: String
@@ -28,7 +28,8 @@ package protocol JobLeaseRows {
     mutating func job(accountID: String, idempotencyKey: String) throws -> SyncJob?
     mutating func lease(accountID: String) throws -> JobLeaseRow?
     mutating func insertJob(_ job: SyncJob, idempotencyKey: String?) throws
-    /// Ends a job (the rule ends only running ones); `at` moves its `updated_at`, nil leaves it.
+    /// Sets a job's status and error: ends it (the rule ends only queued or running ones), or starts a queued one
+    /// (`startJob`); `at` moves its `updated_at`, nil leaves it.
     mutating func endJob(id: String, status: JobStatus, error: String?, at now: String?) throws
     /// Moves the job's heartbeat, storing its progress when given.
     mutating func touchJob(id: String, at now: String, progress: JobProgress?) throws
@@ -37,9 +38,17 @@ package protocol JobLeaseRows {
     mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws
 }
 
-/// The job lease, once for both stores: at most one sync or import job runs per account; a job whose heartbeat has
-/// not moved for `staleAfter` seconds has lost its worker, is given up as stale and never resumed; a reconciliation
-/// takes no lease (a per-list lock in Redis keeps runs of one list apart).
+extension JobLeaseRows {
+    /// A queued job starts: `running` from `now` (its heartbeat counts from then).
+    mutating func startJob(id: String, at now: String) throws { try endJob(id: id, status: .running, error: nil, at: now) }
+}
+
+/// The job lease, once for both stores: at most one sync or import job is queued or runs per account; a job is
+/// `queued` from its submission until a worker starts it, then `running`; a running job whose heartbeat has not moved
+/// for `staleAfter` seconds has lost its worker, is given up as stale and never resumed. A queued job is never stale
+/// for waiting its turn; only one still queued after `JobHeartbeat.queuedLimit` is taken for lost (its stream entry
+/// gone) and given up the same way. A reconciliation takes no lease (a per-list lock in Redis keeps runs of one list
+/// apart).
 package struct JobLease {
     package var staleAfter: TimeInterval
     package var now: Date
@@ -51,6 +60,8 @@ package struct JobLease {
 
     private var nowText: String { Timestamp.string(now) }
     private var expires: String { Timestamp.string(now.addingTimeInterval(staleAfter)) }
+    /// When a queued job's lease lapses if no worker starts it (`JobHeartbeat.queuedLimit`).
+    private var queuedExpires: String { Timestamp.string(now.addingTimeInterval(JobHeartbeat.queuedLimit(staleAfter: staleAfter))) }
 
     package func submit<Rows: JobLeaseRows>(
         accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, rows: inout Rows
@@ -58,26 +69,29 @@ package struct JobLease {
         if let key = idempotencyKey, let existing = try rows.job(accountID: accountID, idempotencyKey: key) { return .replayed(existing) }
         let takesLease = kind != .reconcile
         if takesLease, let lease = try rows.lease(accountID: accountID) {
-            if let running = try rows.job(id: lease.jobID), running.status == .running {
-                if !running.isStale(now: now, staleAfter: staleAfter) { return .busy(runningJobID: lease.jobID) }
+            // A job queued or running holds the account: busy, unless it is stale (its worker gone, or its entry lost).
+            if let holding = try rows.job(id: lease.jobID), !holding.status.hasEnded {
+                if !holding.isStale(now: now, staleAfter: staleAfter) { return .busy(runningJobID: lease.jobID) }
                 try rows.endJob(id: lease.jobID, status: .error, error: JobOutcome.stale.rawValue, at: nil)
             }
             try rows.removeLease(accountID: accountID)
         }
         let job = SyncJob(
-            id: Hex.lowercase(UUID()), accountID: accountID, kind: kind, status: .running, deviceID: deviceID, processed: 0, total: total,
+            id: Hex.lowercase(UUID()), accountID: accountID, kind: kind, status: .queued, deviceID: deviceID, processed: 0, total: total,
             payload: payload, results: [], error: nil, createdAt: nowText, updatedAt: nowText)
         try rows.insertJob(job, idempotencyKey: idempotencyKey)
         if takesLease {
-            try rows.putLease(JobLeaseRow(accountID: accountID, jobID: job.id, holder: JobLeaseRow.unclaimed, expiresAt: expires, updatedAt: nowText))
+            try rows.putLease(
+                JobLeaseRow(accountID: accountID, jobID: job.id, holder: JobLeaseRow.unclaimed, expiresAt: queuedExpires, updatedAt: nowText))
         }
         return .created(job)
     }
 
-    /// A worker (`holder`) picks up a job from the stream.
+    /// A worker (`holder`) picks up a job from the stream: a queued job starts (`running`, its heartbeat from now); a
+    /// running one is taken over from a worker gone quiet.
     package func start<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> JobStart {
         guard var job = try rows.job(id: jobID) else { return .skip(.noSuchJob) }
-        guard job.status == .running else { return .skip(.ended(job.status)) }
+        guard !job.status.hasEnded else { return .skip(.ended(job.status)) }
         if job.isStale(now: now, staleAfter: staleAfter) {
             // The app has been told: it stopped polling and may have resubmitted. Never resume it.
             try giveUpStale(job, rows: &rows)
@@ -97,7 +111,12 @@ package struct JobLease {
             }
             try rows.putLease(JobLeaseRow(accountID: job.accountID, jobID: jobID, holder: holder, expiresAt: expires, updatedAt: nowText))
         }
-        try rows.touchJob(id: jobID, at: nowText, progress: nil)
+        if job.status == .queued {
+            try rows.startJob(id: jobID, at: nowText)
+            job.status = .running
+        } else {
+            try rows.touchJob(id: jobID, at: nowText, progress: nil)
+        }
         job.updatedAt = nowText
         return .run(job)
     }
@@ -141,17 +160,17 @@ package struct JobLease {
         let progress = JobProgress(resultsJSON: JSONValue.array(results.map(\.json)).canonicalJSON, processed: results.count, total: total)
         guard try beat(job, holder: holder, progress: progress, rows: &rows) else { return false }
         // An item that wrote nothing says so in the history; what an item wrote, the write itself recorded.
-        if let activity = result.activity(item: index < job.items.count ? job.items[index] : nil, jobID: jobID) {
+        if let activity = result.activity(item: job.storedItem(at: index), jobID: jobID) {
             try rows.insertActivity(accountID: job.accountID, activity, now: nowText)
         }
         return true
     }
 
-    /// Ends the job (completed or error) and releases the lease.
+    /// Ends the job (completed or error; a queued one too: its entry could not be queued) and releases the lease.
     package func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
         guard let job = try rows.job(id: jobID) else { return }
         // A job ended already (given up as stale by another worker, say) keeps its end.
-        if job.status == .running { try rows.endJob(id: jobID, status: status, error: error, at: nowText) }
+        if !job.status.hasEnded { try rows.endJob(id: jobID, status: status, error: error, at: nowText) }
         try release(job, rows: &rows)
     }
 
