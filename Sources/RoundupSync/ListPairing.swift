@@ -3,9 +3,10 @@ public import RoundupCore
 public import RoundupStore
 public import RoundupTrello
 
-/// Pairs a Trello list with a reminders list, whole or not at all: stores it, registers its webhooks
-/// (`WebhookRegistrar`), then publishes its routes for the ingress. Any failure removes what was made (webhooks at
-/// Trello, the stored list). The apps' `POST /dailyroundup/lists` is a thin wrapper around it.
+/// Pairs a Trello list with a reminders list, whole or not at all: asks Trello that the list is on the board named
+/// with it, stores it, registers its webhooks (`WebhookRegistrar`), then publishes its routes for the ingress. Any
+/// failure removes what was made (webhooks at Trello, the stored list). The apps' `POST /dailyroundup/lists` is a thin
+/// wrapper around it.
 public struct ListPairing: Sendable {
     /// The webhooks made with a list; its store, Redis and logger serve the pairing too.
     let webhooks: WebhookRegistrar
@@ -24,6 +25,12 @@ public struct ListPairing: Sendable {
         case accountGone
         /// The account already syncs this Trello list.
         case alreadyPaired(trelloListID: String)
+        /// Trello has no such list (or none the account's token may see as one).
+        case listNotFound(trelloListID: String)
+        /// The list is on another board than the one named with it (`actualBoardID`, as Trello says).
+        case listNotOnBoard(trelloListID: String, trelloBoardID: String, actualBoardID: String)
+        /// The list is archived in Trello.
+        case listArchived(trelloListID: String)
         /// Trello refused or failed (its kind says whose fault: `TrelloError.Kind`).
         case trello(TrelloError)
         /// The store or Redis failed part way (what was made is removed): try again.
@@ -36,6 +43,9 @@ public struct ListPairing: Sendable {
     public func pair(
         account: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings, credentials: TrelloCredentials
     ) async throws(Failure) -> SyncListRecord {
+        // The list must be the board's: the board's webhook and routes are made with it, and a list on another board
+        // would be paired with events of a board it is not on (and none of its own board's label or custom-field edits).
+        try await check(trelloListID: trelloListID, onBoard: trelloBoardID, credentials: credentials)
         let list: SyncListRecord
         do {
             list = try await store.createSyncList(
@@ -72,6 +82,23 @@ public struct ListPairing: Sendable {
             default: throw .unavailable("the list could not be set up (\(type(of: error))); nothing was kept, try again")
             }
         }
+    }
+
+    /// Asks Trello for the list (`GET /1/lists/{id}`) before anything is made: it must exist, be on `board` and be open.
+    func check(trelloListID: String, onBoard board: String, credentials: TrelloCredentials) async throws(Failure) {
+        let found: TrelloClient.ListInfo?
+        do {
+            found = try await webhooks.trello.list(id: trelloListID, credentials: credentials)
+        } catch let error as TrelloError {
+            throw .trello(error)
+        } catch {
+            throw .unavailable("Trello could not be asked about list \(trelloListID) (\(type(of: error))); nothing was made, try again")
+        }
+        guard let found else { throw .listNotFound(trelloListID: trelloListID) }
+        guard found.boardID == board else {
+            throw .listNotOnBoard(trelloListID: trelloListID, trelloBoardID: board, actualBoardID: found.boardID)
+        }
+        guard !found.closed else { throw .listArchived(trelloListID: trelloListID) }
     }
 
     /// Unpairs a list: its webhooks removed at Trello (its board's only when no other list of the account shares it;

@@ -28,6 +28,8 @@ public final class FakeTrello: Sendable {
         public var tokens: Set<String> = []
         /// Known lists: list id → board id. `setCard` adds the list of a card it stores.
         public var lists: [String: String] = [:]
+        /// Known lists that are archived (`closed: true` in `GET /1/lists/{id}`).
+        public var closedLists: Set<String> = []
         /// How long each request under /1/cards/ takes (a slow Trello).
         public var cardDelay: Duration = .zero
         /// How long every authorized request takes (a slow Trello for every path).
@@ -143,6 +145,13 @@ public final class FakeTrello: Sendable {
 
     /// Makes a list known, on a board: cards can be created in it and it can be listed.
     public func addList(id: String, boardID: String) { state.withLockedValue { $0.lists[id] = boardID } }
+
+    /// Archives a known list (or brings it back): `GET /1/lists/{id}` says `closed`.
+    public func setListClosed(_ id: String, _ closed: Bool = true) {
+        state.withLockedValue { state in
+            if closed { state.closedLists.insert(id) } else { state.closedLists.remove(id) }
+        }
+    }
 
     /// A card as `GET /cards/{id}?fields=all&…` returns it.
     public static func card(
@@ -324,6 +333,11 @@ public final class FakeTrello: Sendable {
             return Self.response(perform { $0.addAttachment(cardID: p[2], params, member: member) })
         case (.DELETE, 5) where p[1] == "cards" && p[3] == "attachments":
             return Self.response(perform { $0.deleteAttachment(cardID: p[2], attachmentID: p[4], member: member) })
+        case (.GET, 3) where p[1] == "lists":
+            switch state.withLockedValue({ $0.list(id: p[2], params) }) {
+            case .success(let list): return .json(.ok, list.canonicalJSON)
+            case .failure(let refusal): return refusal.response
+            }
         case (.GET, 4) where p[1] == "lists" && p[3] == "cards":
             switch state.withLockedValue({ $0.listCards(listID: p[2], params) }) {
             case .success(let cards): return .json(.ok, cards.canonicalJSON)
@@ -333,6 +347,9 @@ public final class FakeTrello: Sendable {
             return .text(.notFound, "Cannot \(method.rawValue) \(path)")
         }
     }
+
+    /// What `GET /1/lists/{id}` answers with `fields=all` (or no `fields`).
+    static let listFields = ["id", "name", "closed", "color", "idBoard", "pos", "subscribed", "softLimit"]
 
     /// `POST /1/webhooks`: like Trello, sends HEAD to the callback URL and refuses unless it gets 200.
     func createWebhook(_ params: [String: JSONValue]) async -> SimpleHTTPResponse {
@@ -404,5 +421,26 @@ public final class FakeTrello: Sendable {
         let rest = header[start.upperBound...]
         guard let end = rest.firstIndex(of: "\"") else { return nil }
         return String(rest[..<end])
+    }
+}
+
+extension FakeTrello.State {
+    /// `GET /1/lists/{id}?fields=…`: the list's `id` and the fields asked for (`all`, the default, for every one);
+    /// 404 for a list this fake does not know, 400 for a field Trello has not.
+    func list(id: String, _ params: [String: JSONValue]) -> Result<JSONValue, FakeTrello.Refusal> {
+        guard let board = boardID(ofList: id) else { return .failure(.notFound) }
+        let closed = closedLists.contains(id)
+        let values: [String: JSONValue] = [
+            "id": .string(id), "name": .string(FakeTrello.listName(id)), "closed": .bool(closed), "color": .null, "idBoard": .string(board),
+            "pos": .number(65535), "subscribed": .bool(false), "softLimit": .null,
+        ]
+        let asked = params["fields"]?.stringValue ?? "all"
+        let names = asked == "all" ? FakeTrello.listFields : ["id"] + asked.split(separator: ",").map(String.init)
+        var answer: [String: JSONValue] = [:]
+        for name in names {
+            guard let value = values[name] else { return .failure(.invalid("fields")) }
+            answer[name] = value
+        }
+        return .success(.object(answer))
     }
 }

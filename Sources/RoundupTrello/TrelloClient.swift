@@ -190,6 +190,32 @@ public struct TrelloClient: Sendable {
         return WebhookInfo(id: hookID, idModel: model, callbackURL: callback, active: value["active"]?.boolValue ?? true)
     }
 
+    /// A list as Trello has it: its board, its name, whether it is archived.
+    public struct ListInfo: Sendable, Equatable {
+        public var id: String
+        public var boardID: String
+        public var name: String
+        public var closed: Bool
+
+        public init(id: String, boardID: String, name: String, closed: Bool) {
+            self.id = id
+            self.boardID = boardID
+            self.name = name
+            self.closed = closed
+        }
+    }
+
+    /// A list as Trello has it (`GET /lists/{id}?fields=idBoard,name,closed`); nil when Trello has no such list (404).
+    public func list(id: String, credentials: TrelloCredentials) async throws -> ListInfo? {
+        guard let value = try await get("/lists/\(Self.escape(id))?fields=idBoard,name,closed", credentials: credentials, notFoundIsNil: true)
+        else { return nil }
+        guard let board = value["idBoard"]?.stringValue else {
+            throw TrelloError(status: 200, message: "list \(id) reply is not a list", isTransient: false)
+        }
+        return ListInfo(
+            id: value["id"]?.stringValue ?? id, boardID: board, name: value["name"]?.stringValue ?? "", closed: value["closed"]?.boolValue ?? false)
+    }
+
     // MARK: Card writes
 
     /// Creates a card (`attributes`: name, desc, due, start, dueComplete). Not retried after a timeout or a 5xx:

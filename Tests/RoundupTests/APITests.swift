@@ -48,6 +48,7 @@ import Testing
         #expect(step4.status == .ok && !step4.body.contains("test-token"))
         #expect(step4.json["trello_token"]?.stringValue != nil)
         // 5. Pair a list: two webhooks, each checked by Trello with HEAD against the real ingress.
+        stack.trello.addList(id: "L1", boardID: "B1")
         let list = try await stack.callAPI(
             .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#)
         #expect(list.status == .created, "\(list.body)")
@@ -116,6 +117,8 @@ import Testing
         let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)  // no ingress: Trello's HEAD check will fail
         let (_, token) = try await createAccount(stack)
+        stack.trello.addList(id: "L1", boardID: "B1")
+        stack.trello.addList(id: "L2", boardID: "B1")
         let pair = #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#
         let missing = try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: pair)
         #expect(missing.status == .conflict)

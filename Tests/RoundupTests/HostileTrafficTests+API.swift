@@ -47,6 +47,7 @@ extension HostileTrafficTests {
         var lists: [(id: String, list: String, board: String)] = []
         for i in 1...count {
             let list = Self.trelloID("a1", i), board = Self.trelloID("b0", i)
+            stack.trello.addList(id: list, boardID: board)
             let paired = try await stack.callAPI(
                 .POST, "/dailyroundup/lists", token: token, body: #"{"name":"List \#(i)","trello_board_id":"\#(board)","trello_list_id":"\#(list)"}"#)
             #expect(paired.status == .created, "\(paired.body)")

@@ -75,6 +75,7 @@ import Testing
         _ = try await stack.callAPI(
             .PUT, "/dailyroundup/account", token: token,
             body: #"{"trello_api_key":"test-api-key","trello_token":"test-token","trello_webhook_secret":"\#(secret)"}"#)
+        stack.trello.addList(id: "L1", boardID: "B1")
         #expect(
             try await stack.callAPI(.POST, "/dailyroundup/lists", token: token, body: #"{"name":"L","trello_board_id":"B1","trello_list_id":"L1"}"#)
                 .status == .created)

@@ -35,8 +35,9 @@ struct ListRoutes {
         return SyncList(list)
     }
 
-    /// `POST /dailyroundup/lists`: pairs a Trello list (`ListPairing`: stored, its webhooks registered, its routes
-    /// published; nothing kept on failure). 409 until the account has its Trello credentials.
+    /// `POST /dailyroundup/lists`: pairs a Trello list (`ListPairing`: checked at Trello to be on the board named with
+    /// it, stored, its webhooks registered, its routes published; nothing kept on failure). 409 until the account has
+    /// its Trello credentials; 422 when Trello has no such list, or has it on another board or archived.
     func create(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> EditedResponse<SyncList> {
         let body = try SyncListCreate(try await JSONBody.read(request, context: context))
         guard let details = try await store.accountDetails(id: account) else { throw APIError.unauthorized("the account is gone") }
@@ -57,6 +58,12 @@ struct ListRoutes {
             switch error {
             case .accountGone: throw APIError.unauthorized("the account is gone")
             case .alreadyPaired(let listID): throw APIError.conflict("trello list \(listID) is already synced")
+            case .listNotFound(let listID):
+                throw APIError.unprocessable("Trello has no list \(listID) that the account's trello_token can see (trello_list_id)")
+            case .listNotOnBoard(let listID, let boardID, let actual):
+                throw APIError.unprocessable(
+                    "trello list \(listID) is on board \(actual), not on trello_board_id \(boardID): send the board the list is on")
+            case .listArchived(let listID): throw APIError.unprocessable("trello list \(listID) is archived in Trello: restore it first")
             case .unavailable(let reason): throw APIError.unavailable(reason)
             case .store(let error): throw error
             case .trello(let trelloError):
@@ -67,7 +74,7 @@ struct ListRoutes {
                     throw APIError.unprocessable("Trello refused the account's trello_api_key or trello_token: \(trelloError.message)")
                 case .notFound,
                     .refused where trelloError.status == 400:
-                    throw APIError.unprocessable("Trello refused the webhook for these ids: \(trelloError.message)")
+                    throw APIError.unprocessable("Trello refused these ids: \(trelloError.message)")
                 default:
                     throw APIError.badGateway("Trello refused the webhook: \(trelloError.message)")
                 }
