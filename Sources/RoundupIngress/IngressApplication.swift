@@ -30,6 +30,7 @@ public enum IngressApplication {
             host: configuration.host, port: configuration.ingressPort, publicURL: publicURL,
             keys: configuration.redisKeys, dedupeTTLSeconds: configuration.dedupeTTLSeconds, maxBacklog: configuration.maxBacklog,
             limits: configuration.httpLimits)
+        options.shares = configuration.webhookShares
         options.replicas =
             configuration.redisWaitReplicas == .exactly(0)
             ? nil

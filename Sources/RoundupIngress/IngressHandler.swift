@@ -16,6 +16,8 @@ struct IngressContext: Sendable {
     var dedupeTTLSeconds: Int
     /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
     var maxBacklog: Int
+    /// One account's share of its shard.
+    var shares: WebhookShares
     var redisTimeout: TimeAmount
     /// Replicas that must have an accepted event before it is answered 200 (nil: none).
     var replicas: RedisReplicaWait?
@@ -246,6 +248,21 @@ final class IngressHandler: ChannelInboundHandler {
                 var headers = HTTPHeaders()
                 headers.add(name: "retry-after", value: "30")
                 this.respondError(context: context, .serviceUnavailable, "backlog_full", "too many events are waiting, retry later", extra: headers)
+            case .success(.accountFull):
+                // This account holds its share of the shard; its neighbours are still accepted. Trello retries.
+                this.shared.metrics.accountFull.increment()
+                var headers = HTTPHeaders()
+                headers.add(name: "retry-after", value: "30")
+                this.respondError(
+                    context: context, .serviceUnavailable, "account_backlog_full", "this account has too many events waiting, retry later",
+                    extra: headers)
+            case .success(.accountRate):
+                this.shared.metrics.accountRate.increment()
+                var headers = HTTPHeaders()
+                headers.add(name: "retry-after", value: "5")
+                this.respondError(
+                    context: context, .serviceUnavailable, "account_rate_limited", "this account sends events faster than its rate, retry later",
+                    extra: headers)
             case .success(.noActionID):
                 this.shared.metrics.malformed.increment()
                 this.respondError(context: context, .badRequest, "missing_action_id", "action has no id")
@@ -291,6 +308,11 @@ final class IngressHandler: ChannelInboundHandler {
             fields.append(RedisArgument(shared.dedupeTTLSeconds))
             // The bound is the whole backlog's: each shard holds its share.
             fields.append(RedisArgument(shared.maxBacklog == 0 ? 0 : (shared.maxBacklog + WebhookShard.count - 1) / WebhookShard.count))
+            fields.append(RedisArgument(shared.shares.accountEvents))
+            fields.append(RedisArgument(shared.shares.accountBytes))
+            fields.append(RedisArgument(shared.shares.shardBytes))
+            fields.append(RedisArgument(shared.shares.accountRate))
+            fields.append(RedisArgument(0))
             // `WebhookEvent`'s fields, in its order, without building one: this is the hot path.
             fields.append(RedisArgument(WebhookEvent.Field.account.rawValue))
             fields.append(RedisArgument(account))
@@ -314,15 +336,18 @@ final class IngressHandler: ChannelInboundHandler {
                 keys: [
                     RedisArgument(shared.keys.seenAction(account: account, shard: shard, action: actionID)),
                     RedisArgument(shared.keys.webhookStream(shard)),
+                    RedisArgument(shared.keys.webhookLoad(shard)),
                 ],
                 arguments: fields, timeout: timeout, replicas: shared.replicas, on: eventLoop
             ) { reply in
                 finish(
                     reply.map { reply in
-                        switch reply.int {
-                        case 0: .duplicate
-                        case -1: .backlogFull
-                        default: .enqueued
+                        switch reply.int.flatMap(IngressScripts.Refusal.init(rawValue:)) {
+                        case .duplicate?: .duplicate
+                        case .shardFull?: .backlogFull
+                        case .accountFull?: .accountFull
+                        case .accountRate?: .accountRate
+                        case nil: .enqueued
                         }
                     })
             }
@@ -379,7 +404,7 @@ final class IngressHandler: ChannelInboundHandler {
     }
 
     private enum Outcome {
-        case enqueued, duplicate, ignored, badSignature, noActionID, backlogFull
+        case enqueued, duplicate, ignored, badSignature, noActionID, backlogFull, accountFull, accountRate
     }
 
     /// The first id of the envelope whose shape is wrong, named as the field it came from.
@@ -457,6 +482,8 @@ struct IngressMetrics: Sendable {
     let unavailable = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unavailable")])
     let unknownAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "unknown_account")])
     let backlogFull = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "backlog_full")])
+    let accountFull = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "account_backlog_full")])
+    let accountRate = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "account_rate_limited")])
     let notReplicated = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "not_replicated")])
     let deletedAccount = Counter(label: "roundup_webhooks_received_total", dimensions: [("result", "account_deleted")])
     let redisErrors = Counter(label: "roundup_ingress_redis_errors_total")

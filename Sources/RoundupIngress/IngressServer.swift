@@ -20,6 +20,8 @@ public struct IngressService: Service {
         public var answerDeadline: TimeAmount = .milliseconds(950)
         /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
         public var maxBacklog: Int
+        /// One account's share of its shard (none unless set: `RoundupConfiguration.webhookShares` sets them).
+        public var shares: WebhookShares = .unbounded
         public var limits: HTTPLimits
         /// Replicas that must have an accepted event before it is answered 200 (nil: none).
         public var replicas: RedisReplicaWait? = RedisReplicaWait(count: .auto, timeout: .milliseconds(250))
@@ -58,7 +60,7 @@ public struct IngressService: Service {
         let context = IngressContext(
             redis: redis, keys: options.keys,
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),
-            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog,
+            publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog, shares: options.shares,
             redisTimeout: options.redisTimeout, replicas: options.replicas,
             answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger)
         let limits = options.limits

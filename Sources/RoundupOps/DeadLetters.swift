@@ -169,7 +169,8 @@ public struct DeadLetterQueue: Sendable {
 
     private func replayOne(id: String, in part: StreamPart) async throws -> Bool {
         let reply = try await redis.evaluate(
-            Self.replayScript, keys: [RedisArgument(part.deadLetters), RedisArgument(part.stream)],
+            Self.replayScript,
+            keys: [RedisArgument(part.deadLetters), RedisArgument(part.stream)] + (part.shard.map { [RedisArgument(keys.webhookLoad($0))] } ?? []),
             arguments: [RedisArgument(id)] + stream.messageFields.map { RedisArgument($0) })
         return reply.int == 1
     }
@@ -178,6 +179,7 @@ public struct DeadLetterQueue: Sendable {
         name: "dlq-replay",
         source: """
             -- KEYS[1]: dead-letter stream, KEYS[2]: its stream; ARGV[1]: entry id, ARGV[2..]: the message's field names
+            -- KEYS[3] (a webhook shard): its load, raised by the entry put back as the ingress raises it (`StreamLoad`)
             local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
             if not entry[1] then return 0 end
             local flat = entry[1][2]
@@ -190,6 +192,12 @@ public struct DeadLetterQueue: Sendable {
             if #fields == 0 then return 0 end
             redis.call('XADD', KEYS[2], '*', unpack(fields))
             redis.call('XDEL', KEYS[1], ARGV[1])
+            if KEYS[3] and have['account'] then
+              local size = string.len(have['body'] or '')
+              redis.call('HINCRBY', KEYS[3], 'n:' .. have['account'], 1)
+              redis.call('HINCRBY', KEYS[3], 'b:' .. have['account'], size)
+              redis.call('HINCRBY', KEYS[3], 'bytes', size)
+            end
             return 1
             """)
 

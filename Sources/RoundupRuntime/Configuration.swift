@@ -79,6 +79,9 @@ public struct RoundupConfiguration: Sendable {
     public var jobHeartbeatSeconds: Int
     /// Sync jobs one worker runs at once (each belongs to a different account).
     public var jobConcurrency: Int
+    /// The most Trello writes one `POST /dailyroundup/sync` may imply (its changes' cards, fields, check items and
+    /// links); more is refused with 413, so no job holds a worker's slot for long. 0: no bound.
+    public var syncMaxTrelloWrites: Int
     /// Trello requests per token, and per API key, in any 10-second window, shared by every process through Redis.
     public var trelloTokenLimit: Int
     public var trelloKeyLimit: Int
@@ -114,6 +117,8 @@ public struct RoundupConfiguration: Sendable {
     public var httpLimits: HTTPLimits
     /// Webhook events waiting in the stream beyond which the ingress answers 503 (Trello retries later); 0: no bound.
     public var maxBacklog: Int
+    /// One account's share of its webhook shard: events, bytes and rate (`ROUNDUP_WEBHOOK_ACCOUNT_*`), and the shard's bytes.
+    public var webhookShares: WebhookShares
     /// Dead letters kept at most, and for at most this many days; older ones are trimmed (counted and logged).
     public var deadLetterMax: Int
     public var deadLetterMaxAgeDays: Int
@@ -128,12 +133,14 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_API_RATE_LIMIT",
         "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
-        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT", "ROUNDUP_ECHO_TTL_SECONDS",
+        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_SYNC_MAX_TRELLO_WRITES", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT",
+        "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_APPS_FILE", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
         "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_ACTIVITY_RETENTION_DAYS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
         "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
         "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
+        "ROUNDUP_WEBHOOK_ACCOUNT_BACKLOG", "ROUNDUP_WEBHOOK_ACCOUNT_BYTES", "ROUNDUP_WEBHOOK_ACCOUNT_RATE", "ROUNDUP_WEBHOOK_SHARD_BYTES",
         "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
         "ROUNDUP_PUSHER_WITHOUT_APNS", "ROUNDUP_STREAM_MAX_SECONDS", "ROUNDUP_EXPORTS_PER_ACCOUNT", "ROUNDUP_DEVICES_PER_ACCOUNT",
         "ROUNDUP_APP_BUNDLE_IDS", "ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS",
@@ -244,6 +251,7 @@ public struct RoundupConfiguration: Sendable {
                 key: "ROUNDUP_JOB_HEARTBEAT_SECONDS", problem: "must be at most half of ROUNDUP_JOB_STALE_SECONDS, or live jobs would read as stale")
         }
         jobConcurrency = try integer("ROUNDUP_JOB_CONCURRENCY", default: 4, range: 1...256)
+        syncMaxTrelloWrites = try integer("ROUNDUP_SYNC_MAX_TRELLO_WRITES", default: 2000, range: 0...10_000_000)
         trelloTokenLimit = try integer("ROUNDUP_TRELLO_TOKEN_LIMIT", default: 100, range: 1...100_000)
         trelloKeyLimit = try integer("ROUNDUP_TRELLO_KEY_LIMIT", default: 300, range: 1...100_000)
         echoTTLSeconds = try integer("ROUNDUP_ECHO_TTL_SECONDS", default: 120, range: 5...86_400)
@@ -293,6 +301,11 @@ public struct RoundupConfiguration: Sendable {
             maxConnections: try integer("ROUNDUP_HTTP_MAX_CONNECTIONS", default: 4096, range: 1...1_000_000),
             writeTimeoutSeconds: try integer("ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS", default: 30, range: 1...3600))
         maxBacklog = try integer("ROUNDUP_MAX_BACKLOG", default: 100_000, range: 0...100_000_000)
+        webhookShares = WebhookShares(
+            accountEvents: try integer("ROUNDUP_WEBHOOK_ACCOUNT_BACKLOG", default: WebhookShares.standard.accountEvents, range: 0...100_000_000),
+            accountBytes: try integer("ROUNDUP_WEBHOOK_ACCOUNT_BYTES", default: WebhookShares.standard.accountBytes, range: 0...(1 << 40)),
+            shardBytes: try integer("ROUNDUP_WEBHOOK_SHARD_BYTES", default: WebhookShares.standard.shardBytes, range: 0...(1 << 40)),
+            accountRate: try integer("ROUNDUP_WEBHOOK_ACCOUNT_RATE", default: WebhookShares.standard.accountRate, range: 0...1_000_000))
         deadLetterMax = try integer("ROUNDUP_DEAD_LETTER_MAX", default: 10_000, range: 1...10_000_000)
         deadLetterMaxAgeDays = try integer("ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", default: 180, range: 1...3650)
         if let ca = databaseCAFile, !FileManager.default.isReadableFile(atPath: ca) {
@@ -412,4 +425,28 @@ public struct APNsAppCredentials: Sendable, Equatable {
         }
         return apps
     }
+}
+
+/// How much of its webhook shard one account may hold, so an account flooding its own signed deliveries (it knows its
+/// webhook secret) is refused while the other accounts of its shard are not. 0 in any bound: none.
+public struct WebhookShares: Sendable, Equatable {
+    /// Events of one account waiting in its shard (accepted, not yet processed).
+    public var accountEvents: Int
+    /// Bytes of those events' bodies (each at most 1 MiB).
+    public var accountBytes: Int
+    /// Bytes of all events waiting in one shard, every account's.
+    public var shardBytes: Int
+    /// Events one account may add a second, sustained; bursts up to `accountEvents` (a token bucket).
+    public var accountRate: Int
+
+    public init(accountEvents: Int, accountBytes: Int, shardBytes: Int, accountRate: Int) {
+        self.accountEvents = accountEvents
+        self.accountBytes = accountBytes
+        self.shardBytes = shardBytes
+        self.accountRate = accountRate
+    }
+
+    /// The defaults: 500 events and 16 MiB an account, 64 MiB a shard, 50 events a second.
+    public static let standard = WebhookShares(accountEvents: 500, accountBytes: 16 << 20, shardBytes: 64 << 20, accountRate: 50)
+    public static let unbounded = WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 0)
 }

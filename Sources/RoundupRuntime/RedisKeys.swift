@@ -23,6 +23,9 @@ public struct RedisKeys: Sendable {
     public func deadLetterStream(_ shard: WebhookShard) -> String { webhookStream(shard) + ":dead" }
     /// The last error of each entry of a shard's stream still being retried (field = entry id).
     public func webhookErrors(_ shard: WebhookShard) -> String { webhookStream(shard) + ":errors" }
+    /// What each account has waiting in a shard (`StreamLoad`: `n:<account>` events, `b:<account>` bytes, `bytes` the
+    /// shard's, `r:<account>` its rate bucket), raised by the ingress and lowered by the workers.
+    public func webhookLoad(_ shard: WebhookShard) -> String { webhookStream(shard) + ":load" }
     /// The single webhook stream (its dead letters, its errors) of the versions before shards: drained, then removed
     /// (`LegacyKeys`).
     public var legacyWebhookStream: String { prefix + "stream:webhooks" }

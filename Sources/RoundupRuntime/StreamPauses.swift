@@ -236,7 +236,11 @@ extension RoundupStream {
         parts(keys).map { part in
             RedisStreamDriver(
                 redis: redis, stream: part.stream, group: group(keys), consumer: consumer, errors: part.errors,
-                deadLetters: .init(stream: part.deadLetters, maxCount: deadLetterMax, maxAge: deadLetterMaxAge))
+                deadLetters: .init(stream: part.deadLetters, maxCount: deadLetterMax, maxAge: deadLetterMaxAge),
+                load: part.shard.map {
+                    StreamLoad(
+                        key: keys.webhookLoad($0), ownerField: WebhookEvent.Field.account.rawValue, sizeField: WebhookEvent.Field.body.rawValue)
+                })
         }
     }
 }

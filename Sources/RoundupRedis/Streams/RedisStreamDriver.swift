@@ -25,10 +25,16 @@ public final class RedisStreamDriver: StreamDriver {
     /// Hash: entry id → its last recorded error; nil when the stream records none.
     public let errors: String?
     public let deadLetters: DeadLetters?
+    /// What each producer has waiting in the stream, lowered as entries leave it (nil: not kept).
+    public let load: StreamLoad?
     let redis: RedisClient
     private let reader = NIOLockedValueBox<RedisConnection?>(nil)
 
-    public init(redis: RedisClient, stream: String, group: String, consumer: String, errors: String? = nil, deadLetters: DeadLetters? = nil) {
+    public init(
+        redis: RedisClient, stream: String, group: String, consumer: String, errors: String? = nil, deadLetters: DeadLetters? = nil,
+        load: StreamLoad? = nil
+    ) {
+        self.load = load
         self.redis = redis
         self.stream = stream
         self.group = group
@@ -109,7 +115,9 @@ public final class RedisStreamDriver: StreamDriver {
 
     public func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
         var commands: [RedisCommand] = []
-        if !done.isEmpty {
+        if !done.isEmpty, let command = settleWithLoad(done) {
+            commands.append(command)
+        } else if !done.isEmpty {
             let ids = done.map { RedisArgument($0) }
             commands.append(RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group)] + ids))
             // One consumer group reads each stream: once it has acked an entry nobody needs it.
@@ -133,6 +141,14 @@ public final class RedisStreamDriver: StreamDriver {
         return replies.dropFirst(essential).filter(\.isError).count
     }
 
+    /// The one command that acknowledges and deletes `ids` and lowers the load by them, for a stream that keeps one.
+    func settleWithLoad(_ ids: [String]) -> RedisCommand? {
+        guard let load else { return nil }
+        return StreamLoad.settle.command(
+            keys: [RedisArgument(stream), RedisArgument(load.key), RedisArgument(errors ?? stream + ":errors")],
+            arguments: [RedisArgument(group), RedisArgument(load.ownerField), RedisArgument(load.sizeField)] + ids.map { RedisArgument($0) })
+    }
+
     public func recordedErrors(_ ids: [String]) async throws -> [String?] {
         guard let errors, !ids.isEmpty else { return ids.map { _ in nil } }
         let reply = try await redis.send(RedisCommand("HMGET", [RedisArgument(errors)] + ids.map { RedisArgument($0) }))
@@ -146,11 +162,12 @@ public final class RedisStreamDriver: StreamDriver {
         let oldestKept = max(0, now - Int(deadLetters.maxAge.components.seconds) * 1000)
         return try await redis.evaluate(
             StreamDeadLetter.script,
-            keys: [RedisArgument(stream), RedisArgument(deadLetters.stream), RedisArgument(errors ?? stream + ":errors")],
+            keys: [RedisArgument(stream), RedisArgument(deadLetters.stream), RedisArgument(errors ?? stream + ":errors")]
+                + (load.map { [RedisArgument($0.key)] } ?? []),
             arguments: [
                 RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(now),
                 RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)),
-            ]
+            ] + (load.map { [RedisArgument($0.ownerField), RedisArgument($0.sizeField)] } ?? [])
         ).int ?? 0
     }
 

@@ -293,6 +293,10 @@ public final class ShardedStreamDriver: StreamDriver {
         var commands: [RedisCommand] = []
         for (index, local) in try byPart(done) {
             let part = all[index]
+            if let command = part.settleWithLoad(local) {
+                commands.append(command)
+                continue
+            }
             let ids = local.map { RedisArgument($0) }
             commands.append(RedisCommand("XACK", [RedisArgument(part.stream), RedisArgument(part.group)] + ids))
             commands.append(RedisCommand("XDEL", [RedisArgument(part.stream)] + ids))

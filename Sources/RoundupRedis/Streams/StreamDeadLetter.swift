@@ -44,6 +44,9 @@ public struct StreamDeadLetter: Sendable, Equatable {
             -- KEYS[1]: stream, KEYS[2]: dead-letter stream, KEYS[3]: errors hash
             -- ARGV[1]: group, ARGV[2]: entry id, ARGV[3]: deliveries, ARGV[4]: error if none recorded, ARGV[5]: now (ms),
             -- ARGV[6]: dead letters kept at most, ARGV[7]: the oldest id kept (ms of the age bound)
+            -- KEYS[4], ARGV[8], ARGV[9] (a stream that keeps its load, `StreamLoad`): load hash, owner field, size field
+            \(StreamLoad.releaseFunction)
+            if KEYS[4] then release(KEYS[1], KEYS[4], ARGV[2], ARGV[8], ARGV[9]) end
             local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
             local err = redis.call('HGET', KEYS[3], ARGV[2]) or ARGV[4]
             local fields = {}
