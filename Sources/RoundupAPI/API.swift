@@ -28,6 +28,8 @@ public struct API: Sendable {
         public var devicesPerAccount: Int
         /// The apps a device may register for (`RoundupConfiguration.appBundleIDs`).
         public var bundleIDs: Set<BundleID>
+        /// The most Trello writes one sync may imply (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`); 0: no bound.
+        public var syncMaxTrelloWrites = 2000
 
         public init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
@@ -131,7 +133,8 @@ public struct API: Sendable {
             atPath: "devices")
         app.addRoutes(ConflictRoutes(store: store, engine: engine).collection, atPath: "conflicts")
         app.addRoutes(DuplicateRoutes(store: store, engine: engine).collection, atPath: "duplicates")
-        app.addRoutes(SyncRoutes(store: store, jobs: jobAnswers).collection, atPath: "sync")
+        app.addRoutes(
+            SyncRoutes(store: store, jobs: jobAnswers, maxTrelloWrites: options.syncMaxTrelloWrites).collection, atPath: "sync")
         app.addRoutes(ActivityRoutes(activity: store).collection, atPath: "activity")
     }
 
@@ -164,5 +167,6 @@ extension API.Options {
                 heartbeat: .seconds(configuration.streamHeartbeatSeconds), maxLifetime: .seconds(configuration.streamMaxSeconds)),
             exportsPerAccount: configuration.exportsPerAccount, devicesPerAccount: configuration.devicesPerAccount,
             bundleIDs: configuration.appBundleIDs)
+        syncMaxTrelloWrites = configuration.syncMaxTrelloWrites
     }
 }

@@ -331,12 +331,11 @@ struct PostgresJobLeaseRows: JobLeaseRows {
         writes.append(.insertJob(job, idempotencyKey: idempotencyKey))
     }
 
+    /// As its UPDATE: the status set whatever it was (the rule ends only queued or running jobs, and starts queued ones).
     mutating func endJob(id: String, status: JobStatus, error: String?, at now: String?) {
-        if jobs[id]?.status == .running {
-            jobs[id]?.status = status
-            jobs[id]?.error = error
-            if let now { jobs[id]?.updatedAt = now }
-        }
+        jobs[id]?.status = status
+        jobs[id]?.error = error
+        if let now { jobs[id]?.updatedAt = now }
         writes.append(.endJob(id: id, status: status, error: error, at: now))
     }
 

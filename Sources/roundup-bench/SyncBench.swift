@@ -82,7 +82,7 @@ enum SyncBench {
                             let body = JSONValue.object(["device_id": "bench", "changes": .array(changes)]).canonicalJSON
                             var job = try json(try await stack.callAPI(.POST, "/dailyroundup/sync", token: setup.token, body: body))
                             let id = job["job_id"]!.stringValue!
-                            while job["status"]?.stringValue == "running" {
+                            while ["queued", "running"].contains(job["status"]?.stringValue) {
                                 try await Task.sleep(for: .milliseconds(20))
                                 job = try json(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: setup.token))
                             }
@@ -143,7 +143,7 @@ enum ReconcileBench {
             let started = ContinuousClock.now
             var job = try json(try await stack.callAPI(.POST, "/dailyroundup/lists/\(list)/reconcile", token: token))
             let id = job["job_id"]!.stringValue!
-            while job["status"]?.stringValue == "running" {
+            while ["queued", "running"].contains(job["status"]?.stringValue) {
                 try await Task.sleep(for: .milliseconds(10))
                 job = try json(try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: token))
             }

@@ -77,15 +77,16 @@ struct SyncSetup: Sendable {
         }
     }
 
+    /// Until the job has ended (neither queued nor running).
     func wait(job id: String, timeout: Duration = .seconds(90)) async throws -> JSONValue {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let response = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: token)
             #expect(response.status == .ok, "\(response.body)")
-            if response.json["status"]?.stringValue != "running" { return response.json }
+            if let status = response.json["status"]?.stringValue, status != "queued", status != "running" { return response.json }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw StackError("job \(id) still running after \(timeout)")
+        throw StackError("job \(id) still queued or running after \(timeout)")
     }
 
     /// The account's pending changes, oldest first.
@@ -686,6 +687,82 @@ extension Stack {
         #expect(peak <= limit, "a 10-second window saw \(peak) requests")
         #expect(peak >= limit / 2, "the test did not come near the limit (\(peak))")
         #expect(stack.trello.openCards(inList: "La").count == 12 && stack.trello.openCards(inList: "Lb").count == 12)
+        await stack.shutdown()
+    }
+
+    /// Issue 43: four accounts' long jobs kept a fifth account's one-reminder sync from starting, and after 60 s it read
+    /// `error: stale` before it ever ran. Here one job slot, stale after 3 s: A's slow job holds the slot while B's
+    /// waits twice the stale time — `queued`, not stale — and then runs and completes.
+    @Test(arguments: StoreBackend.available) func aJobQueuedLongerThanTheStaleTimeStillRunsAndCompletes(backend: StoreBackend) async throws {
+        let extra = ["ROUNDUP_JOB_STALE_SECONDS": "3", "ROUNDUP_JOB_HEARTBEAT_SECONDS": "1", "ROUNDUP_JOB_CONCURRENCY": "1"]
+        let stack = try await startStack(backend, extra: extra)
+        defer { Task { await stack.shutdown() } }
+        let a = try await SyncSetup.make(stack, list: "Lqa", board: "Bqa")
+        let b = try await SyncSetup.make(stack, list: "Lqb", board: "Bqb")
+        stack.trello.setRequestDelay(.milliseconds(500))
+        let long = try await a.post((1...20).map { a.change("create", reminder: "A\($0)", fields: ["title": .string("A \($0)")]) })
+        #expect(long.status == .accepted, "\(long.body)")
+        let longID = try #require(long.json["job_id"]?.stringValue)
+        func status(_ setup: SyncSetup, _ id: String) async throws -> String? {
+            try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: setup.token).json["status"]?.stringValue
+        }
+        #expect(try await TestSupport.eventually(timeout: .seconds(30)) { try await status(a, longID) == "running" })
+
+        let short = try await b.post([b.change("create", reminder: "B1", fields: ["title": "B 1"])])
+        let posted = ContinuousClock.now
+        #expect(short.status == .accepted && short.json["status"] == "running", "\(short.body)")
+        let shortID = try #require(short.json["job_id"]?.stringValue)
+        #expect(try await status(b, shortID) == "queued")
+        // Twice the stale time later, A still holds the only slot and B still waits, not given up.
+        try await Task.sleep(until: posted + .seconds(6))
+        let waiting = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(shortID)", token: b.token).json
+        let longStatus = try await status(a, longID)
+        #expect(longStatus == "running", "A's job ended too soon for the test to mean anything: \(longStatus ?? "nil")")
+        #expect(waiting["status"] == "queued" && waiting["error"] == .null, "\(waiting)")
+        // B's account is still busy with it.
+        let again = try await b.post([b.change("create", reminder: "B2", fields: ["title": "B 2"])])
+        #expect(again.status == .conflict && again.json["error"]?["job_id"]?.stringValue == shortID, "\(again.body)")
+
+        stack.trello.setRequestDelay(.zero)
+        let done = try await b.wait(job: shortID, timeout: .seconds(60))
+        #expect(done["status"] == "completed" && done["results"]?[0]?["status"] == "ok", "\(done)")
+        #expect(try await a.wait(job: longID, timeout: .seconds(60))["status"] == "completed")
+        #expect(stack.trello.openCards(inList: "Lqb").count == 1 && stack.trello.openCards(inList: "Lqa").count == 20)
+        await stack.shutdown()
+    }
+
+    /// A sync is bounded in the Trello writes it implies (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`, here 40): over it, 413
+    /// `payload_too_large` naming the limit, and no job; at it, a job as usual.
+    @Test(arguments: StoreBackend.available) func aSyncOverTheTrelloWriteBoundIsRefusedNamingTheLimitAndStartsNoJob(
+        backend: StoreBackend
+    ) async throws {
+        let stack = try await startStack(backend, extra: ["ROUNDUP_SYNC_MAX_TRELLO_WRITES": "40"])
+        defer { Task { await stack.shutdown() } }
+        let s = try await SyncSetup.make(stack, list: "Lbound", board: "Bbound")
+        func links(_ count: Int, _ tag: String) -> JSONValue {
+            .array((0..<count).map { .object(["url": .string("https://example.com/\(tag)/\($0)")]) })
+        }
+        // One create with 45 links: 46 writes, alone past the bound.
+        let one = try await s.post([s.change("create", reminder: "R1", fields: ["title": "Links", "attachments": links(45, "a")])])
+        #expect(one.status == .payloadTooLarge, "\(one.body)")
+        #expect(one.json["error"]?["code"] == "payload_too_large", "\(one.body)")
+        #expect(one.json["error"]?["limit"] == .number(40) && one.json["error"]?["trello_writes"] == .number(46), "\(one.body)")
+        let message = one.json["error"]?["message"]?.stringValue ?? ""
+        #expect(message.contains("at most 40") && message.contains("changes[0] alone"), "\(message)")
+        // Three creates of 15 links: 16 writes each, the third past the bound.
+        let three = try await s.post(
+            (1...3).map { s.change("create", reminder: "R\($0)", fields: ["title": "Links", "attachments": links(15, "\($0)")]) })
+        #expect(three.status == .payloadTooLarge && three.json["error"]?["trello_writes"] == .number(48), "\(three.body)")
+        #expect(three.json["error"]?["message"]?.stringValue?.contains("changes[2] is the first past it") == true, "\(three.body)")
+        // Neither started a job or wrote to Trello.
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.jobStream)).int ?? 0 == 0)
+        #expect(stack.trello.cardsCreated == 0)
+
+        // 39 links: 40 writes, at the bound: a job that completes.
+        let at = try await s.sync([s.change("create", reminder: "R9", fields: ["title": "Links", "attachments": links(39, "ok")])])
+        #expect(at["status"] == "completed" && at["results"]?[0]?["status"] == "ok", "\(at)")
+        let card = try #require(stack.trello.openCards(inList: "Lbound").first)
+        #expect(card["attachments"]?.arrayValue?.count == 39)
         await stack.shutdown()
     }
 }

@@ -40,7 +40,7 @@ public enum Roundup {
     public enum JobItemOp: String, CaseIterable, Sendable { case create, update, complete, delete, reconcile }
     public enum ItemStatus: String, CaseIterable, Sendable { case ok, conflict, duplicate, error, skipped }
     public enum JobKind: String, CaseIterable, Sendable { case sync, `import`, reconcile }
-    public enum JobStatus: String, CaseIterable, Sendable { case running, completed, error }
+    public enum JobStatus: String, CaseIterable, Sendable { case queued, running, completed, error }
     public enum DevicePlatform: String, CaseIterable, Sendable { case ios, macos }
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
     public enum ConflictStatus: String, CaseIterable, Sendable { case open, resolved }

@@ -36,14 +36,15 @@ extension RoundupClient {
         }
     }
 
-    /// Polls a job until it is no longer `running` (`completed`, `error`, `error` with `stale`, or a state a newer
-    /// server knows), backing off from 200 ms to 5 s; throws `RoundupError` `timeout` after `timeout`.
+    /// Polls a job until it is neither `queued` (waiting for a worker) nor `running` (`completed`, `error`, `error` with
+    /// `stale`, or a state a newer server knows), backing off from 200 ms to 5 s; throws `RoundupError` `timeout` after
+    /// `timeout`.
     public func waitForJob(_ id: String, timeout: Duration = .seconds(300)) async throws -> SyncJob {
         let deadline = ContinuousClock.now + timeout
         var wait = Duration.milliseconds(200)
         while true {
             let job = try await job(id)
-            if job.status != .running { return job }
+            if job.status != .queued && job.status != .running { return job }
             guard ContinuousClock.now + wait < deadline else {
                 throw RoundupError(status: 0, code: OpenEnum(rawValue: "timeout"), message: "job \(id) still running after \(timeout)")
             }

@@ -5413,8 +5413,15 @@ public struct Client: APIProtocol {
     /// the same key returns the same job (202 again) and creates nothing.
     ///
     /// Returns `409 job_running` if another sync job of this account is still
-    /// running. The error holds that job's `job_id` and the response has a
-    /// `Retry-After` header. Poll that job and post again after it ends.
+    /// queued or running. The error holds that job's `job_id` and the response
+    /// has a `Retry-After` header. Poll that job and post again after it ends.
+    ///
+    /// Returns `413 payload_too_large` if the changes imply more Trello writes
+    /// than the server takes in one sync (2,000 by default: a card, its
+    /// priority, its other fields' update, each checklist, check item and link
+    /// one), with the bound in `error.limit` and the request's count in
+    /// `error.trello_writes`; nothing is started. Send the changes in several
+    /// syncs, or fewer check items and links in one change.
     ///
     /// The device named by `device_id` gets no push notification for its own
     /// changes.
@@ -5789,10 +5796,12 @@ public struct Client: APIProtocol {
     /// Returns the progress and per-change results of a sync or import job.
     /// Poll it until `status` is `completed` or `error`.
     ///
-    /// While the job runs, `updated_at` advances at least every 10 seconds. If
-    /// the job's worker stops heartbeating for 60 seconds, `error` is `stale`.
-    /// The app should then stop polling; it may safely submit the same changes
-    /// again.
+    /// A job is `queued` until a worker starts it; waiting for a worker never
+    /// makes it stale. While the job runs, `updated_at` advances at least every
+    /// 10 seconds. If the job's worker stops heartbeating for 60 seconds, or the
+    /// job is still queued an hour after it was submitted (it was lost),
+    /// `error` is `stale`. The app should then stop polling; it may safely
+    /// submit the same changes again.
     ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/sync/jobs/{job_id}`.

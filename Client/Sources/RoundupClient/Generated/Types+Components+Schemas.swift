@@ -148,6 +148,8 @@ extension Components {
         public typealias ItemStatus = OpenEnum<Roundup.ItemStatus>
         /// - Remark: Generated from `#/components/schemas/JobKind`.
         public typealias JobKind = OpenEnum<Roundup.JobKind>
+        /// `queued`: accepted, waiting for a worker to start it. `running`: a worker is applying it. `completed` and `error` are its end.
+        ///
         /// - Remark: Generated from `#/components/schemas/JobStatus`.
         public typealias JobStatus = OpenEnum<Roundup.JobStatus>
         /// - Remark: Generated from `#/components/schemas/DevicePlatform`.
@@ -1820,10 +1822,14 @@ extension Components {
         public struct JobStarted: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/JobStarted/job_id`.
             public var jobId: Swift.String
+            /// `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
+            ///
             /// - Remark: Generated from `#/components/schemas/JobStarted/status`.
             @frozen public enum StatusPayload: String, Codable, Hashable, Sendable, CaseIterable {
                 case running = "running"
             }
+            /// `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
+            ///
             /// - Remark: Generated from `#/components/schemas/JobStarted/status`.
             public var status: Components.Schemas.JobStarted.StatusPayload
             /// The number of items the job will process, as far as it is known when the job starts (0 for an import).
@@ -1834,7 +1840,7 @@ extension Components {
             ///
             /// - Parameters:
             ///   - jobId:
-            ///   - status:
+            ///   - status: `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
             ///   - total: The number of items the job will process, as far as it is known when the job starts (0 for an import).
             public init(
                 jobId: Swift.String,
@@ -1969,7 +1975,8 @@ extension Components {
             /// - Remark: Generated from `#/components/schemas/SyncJob/results`.
             public var results: [Components.Schemas.SyncJobResult]
             /// Why the job failed, or null. `stale` means the job's worker stopped
-            /// heartbeating for 60 seconds: stop polling; the same changes can be
+            /// heartbeating for 60 seconds, or the job was still queued an hour
+            /// after it was submitted: stop polling; the same changes can be
             /// submitted again safely.
             ///
             ///
