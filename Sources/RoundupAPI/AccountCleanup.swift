@@ -69,7 +69,7 @@ struct AccountPurge: Sendable {
             // One DEL per hash tag: in a cluster a command names keys of one slot only.
             var commands: [RedisCommand] = []
             let minute = RateLimit.currentMinute()
-            // Its request counts and token epoch (`{auth}`).
+            // Its request counts and token epoch (in its own slot, `{a:<account>}`).
             commands.append(
                 RedisCommand(
                     "DEL",
@@ -84,6 +84,11 @@ struct AccountPurge: Sendable {
                 commands.append(RedisCommand("ZREM", [RedisArgument(keys.deferredPushes)] + devices.map { RedisArgument(account + "|" + $0) }))
                 commands.append(RedisCommand("DEL", devices.map { RedisArgument(keys.recentPush(account: account, device: $0)) }))
             }
+            // Its counts in its webhook shard's load (events still waiting there lower them as they leave, and a field
+            // that falls to zero is removed).
+            let loadShard = WebhookShard(account: account)
+            commands.append(
+                RedisCommand("HDEL", [RedisArgument(keys.webhookLoad(loadShard))] + ["n:", "b:", "r:"].map { RedisArgument($0 + account) }))
             let replies = try await redis.pipeline(commands, timeout: .seconds(2))
             if let failure = replies.lazy.compactMap(\.errorReply).first {
                 throw RedisClientError.reply(failure, answering: "purging the account")
