@@ -98,7 +98,7 @@ struct AuthThrottle: Sendable {
         init?(_ text: some StringProtocol) {
             var trimmed = text.drop { $0 == " " || $0 == "\t" }
             while trimmed.last == " " || trimmed.last == "\t" { trimmed = trimmed.dropLast() }
-            guard !trimmed.isEmpty, trimmed.count <= 64 else { return nil }
+            guard !trimmed.isEmpty, trimmed.utf8.count <= 64 else { return nil }
             // inet_pton writes 4 (in_addr) or 16 (in6_addr) bytes in network order.
             var v4 = [UInt8](repeating: 0, count: 4)
             if inet_pton(AF_INET, String(trimmed), &v4) == 1 {

@@ -405,7 +405,8 @@ import Testing
             Case(name: "ack many: ids a string", path: ack, body: raw(#"{"ids":"1"}"#), expect: .badRequest),
             Case(name: "ack many: id a string", path: ack, body: raw(#"{"ids":["one"]}"#), expect: .badRequest),
             Case(name: "ack many: id 2.5", path: ack, body: raw(#"{"ids":[2.5]}"#), expect: .badRequest),
-            Case(name: "ack many: id 1e400", path: ack, body: raw(#"{"ids":[1e400]}"#), expect: .badRequest),
+            // No double holds it: refused where the body is read, naming its path (NothingDroppedTests).
+            Case(name: "ack many: id 1e400", path: ack, body: raw(#"{"ids":[1e400]}"#), expect: .unprocessableEntity),
             Case(name: "ack many: id with a leading zero", path: ack, body: raw(#"{"ids":[01]}"#), expect: .badRequest),
             Case(name: "ack many: id -5", path: ack, body: raw(#"{"ids":[-5]}"#), expect: .notFound),
             Case(name: "ack many: id -0", path: ack, body: raw(#"{"ids":[-0]}"#), expect: .notFound),
@@ -645,6 +646,86 @@ import Testing
         let valid = try await api.call(.POST, syncPath, token: token, body: String(decoding: sync([change()]), as: UTF8.self))
         #expect(valid.status == .accepted, "\(valid.body)")
         #expect(try await jobStreamLength(api) == before.jobStream + 1)
+    }
+}
+
+extension APIBadInputTests {
+    /// Length limits count characters (grapheme clusters), and one character can hold any number of combining marks: a
+    /// 200-character `reminder_id` could be hundreds of KB, past PostgreSQL's index entry limit. Every bounded string is
+    /// also bounded in bytes of UTF-8 (issue 43, item 7): refused with 422 naming the field and both bounds, nothing
+    /// stored; the same number of characters of one code point each still passes.
+    @Test(arguments: StoreBackend.available) func boundedStringsAreBoundedInBytesToo(backend: StoreBackend) async throws {
+        try await InProcessAPI.run(store: backend, bootstrapToken: APITests.bootstrap) { api in
+            let created = try await api.call(.POST, "/dailyroundup/account", token: APITests.bootstrap)
+            let account = try #require(created.json["account_id"]?.stringValue)
+            let token = try #require(created.json["auth_token"]?.stringValue)
+            let list = try await api.store.createSyncList(accountID: account, name: "Errands", trelloBoardID: "B1", trelloListID: "L1")
+            let before = try await snapshot(api, account: account)
+
+            // "e" and 12 combining marks: one character of 25 bytes.
+            let heavy = "e" + String(repeating: "\u{301}\u{302}\u{303}\u{304}\u{306}\u{307}", count: 2)
+            #expect(heavy.count == 1 && heavy.utf8.count == 25)
+            func heavyText(_ characters: Int) -> JSONValue { .string(String(repeating: heavy, count: characters)) }
+            func change(reminder: JSONValue) -> JSONValue {
+                .object([
+                    "op": "create", "sync_list_id": .string(list.id), "reminder_id": reminder, "fields": .object(["title": "Stamps"]),
+                    "modified_at": "2026-11-23T09:00:00Z",
+                ])
+            }
+            func sync(_ reminder: JSONValue, device: JSONValue = "iphone-1") -> String {
+                JSONValue.object(["device_id": device, "changes": .array([change(reminder: reminder)])]).canonicalJSON
+            }
+            func refused(_ response: InProcessAPI.Response, naming field: String, _ bound: String, sourceLocation: SourceLocation = #_sourceLocation)
+            {
+                let message = response.json["error"]?["message"]?.stringValue ?? ""
+                #expect(
+                    response.status == .unprocessableEntity, "\(field): \(response.status) \(response.body.prefix(300))",
+                    sourceLocation: sourceLocation)
+                #expect(response.json["error"]?["code"] == "unprocessable", sourceLocation: sourceLocation)
+                #expect(message.hasPrefix(field + " is longer than") && message.contains(bound), "\(message)", sourceLocation: sourceLocation)
+            }
+
+            // The reminder id of 200 characters, 5,000 bytes: refused for its bytes, the field named with its change.
+            let reminder = heavyText(200)
+            #expect(reminder.stringValue?.count == 200)
+            refused(
+                try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync(reminder)), naming: "changes[0].reminder_id", "1024 bytes")
+            // The same in acks (one by one, and in a batch, where it had no bound at all).
+            let ack = JSONValue.object(["reminder_id": reminder]).canonicalJSON
+            refused(try await api.call(.POST, "/dailyroundup/changes/99999999999/ack", token: token, body: ack), naming: "reminder_id", "1024 bytes")
+            let acks = JSONValue.object(["acks": .array([.object(["id": .number(99_999_999_999), "reminder_id": reminder])])]).canonicalJSON
+            refused(try await api.call(.POST, "/dailyroundup/changes/ack", token: token, body: acks), naming: "acks[0].reminder_id", "1024 bytes")
+            // Device ids (in a sync and a registration) and a list's name.
+            refused(
+                try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync("R-1", device: heavyText(200))), naming: "device_id",
+                "800 bytes")
+            let device = JSONValue.object([
+                "device_id": heavyText(200), "apns_token": .string(String(repeating: "0f", count: 32)), "platform": "macos",
+                "environment": "production",
+            ])
+            refused(try await api.call(.POST, "/dailyroundup/devices", token: token, body: device.canonicalJSON), naming: "device_id", "800 bytes")
+            let pairing = JSONValue.object(["name": heavyText(200), "trello_board_id": "B9", "trello_list_id": "L9"])
+            refused(try await api.call(.POST, "/dailyroundup/lists", token: token, body: pairing.canonicalJSON), naming: "name", "2048 bytes")
+            // An APNs token of full-width hex digits (`Character.isHexDigit` takes them; 3 bytes each).
+            let fullWidth = String(repeating: "\u{FF10}\u{FF46}", count: 32)
+            let wide = JSONValue.object(["device_id": "mac-1", "apns_token": .string(fullWidth), "platform": "macos", "environment": "production"])
+            let wideAnswer = try await api.call(.POST, "/dailyroundup/devices", token: token, body: wide.canonicalJSON)
+            #expect(wideAnswer.status == .unprocessableEntity, "\(wideAnswer.body)")
+
+            // Nothing was stored or queued.
+            let after = try await snapshot(api, account: account)
+            #expect(after.devices == before.devices && after.changes == before.changes && after.lists == before.lists)
+            #expect(after.jobs == before.jobs && after.jobStream == before.jobStream)
+
+            // One more character is still refused for its characters; 200 characters of one code point each (800 bytes
+            // of emoji) pass, so the bytes bound refuses only what the characters bound let through.
+            refused(
+                try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync(.string(String(repeating: "r", count: 201)))),
+                naming: "changes[0].reminder_id", "200 characters")
+            let emoji = JSONValue.string(String(repeating: "\u{1F600}", count: 200))
+            let accepted = try await api.call(.POST, "/dailyroundup/sync", token: token, body: sync(emoji))
+            #expect(accepted.status == .accepted, "\(accepted.body.prefix(300))")
+        }
     }
 }
 

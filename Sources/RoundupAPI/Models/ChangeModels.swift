@@ -50,9 +50,13 @@ public struct ChangeAckBody: Codable, Sendable, Equatable {
         case reminderID = "reminder_id"
     }
 
+    /// The most characters of a reminder id in an ack (and bytes: `SyncChange.reminderIDMaxBytes`).
+    static let reminderIDMaxLength = 500
+
     init(_ body: JSONBody) throws {
         try body.allowOnly(Set(CodingKeys.allCases.map(\.rawValue)))
-        reminderID = try body.string(CodingKeys.reminderID.rawValue, required: false, maxLength: 500)
+        reminderID = try body.string(
+            CodingKeys.reminderID.rawValue, required: false, maxLength: Self.reminderIDMaxLength, maxBytes: SyncChange.reminderIDMaxBytes)
     }
 }
 
@@ -91,6 +95,10 @@ public struct ChangeAckBatch: Codable, Sendable, Equatable {
                     guard case .string(let text) = value, !text.isEmpty else {
                         throw APIError.badRequest("acks[\(index)].reminder_id must be a string")
                     }
+                    // The bounds of `ChangeAckBody`'s (this one is not trimmed: it was taken as sent before).
+                    try JSONBody.checkLength(
+                        text, name: "acks[\(index)].reminder_id", maxLength: ChangeAckBody.reminderIDMaxLength,
+                        maxBytes: SyncChange.reminderIDMaxBytes)
                     reminder = text
                 }
                 return Item(id: id, reminderID: reminder)

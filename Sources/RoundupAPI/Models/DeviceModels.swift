@@ -61,7 +61,8 @@ public struct DeviceRegistration: Codable, Sendable, Equatable {
         try body.allowOnly(Set(CodingKeys.allCases.map(\.rawValue)))
         deviceID = try body.requiredString(CodingKeys.deviceID.rawValue, maxLength: 200)
         apnsToken = try body.requiredString(CodingKeys.apnsToken.rawValue, maxLength: 400).lowercased()
-        guard apnsToken.count >= 32, apnsToken.count % 2 == 0, apnsToken.allSatisfy(\.isHexDigit) else {
+        // ASCII hex digits only (`Character.isHexDigit` also takes their full-width forms, 3 bytes each).
+        guard apnsToken.utf8.count >= 32, apnsToken.utf8.count % 2 == 0, apnsToken.utf8.allSatisfy(IdentifierShape.isLowerHex) else {
             throw APIError.unprocessable("apns_token must be the device token in hex")
         }
         platform = try body.requiredOneOf(CodingKeys.platform.rawValue, DevicePlatform.self)

@@ -63,7 +63,8 @@ public struct SyncListCreate: Sendable, Equatable {
 
     init(_ body: JSONBody) throws {
         try body.allowOnly(Set(CodingKeys.allCases.map(\.rawValue)))
-        name = try body.requiredString(CodingKeys.name.rawValue, maxLength: 200)
+        // Display text: room for characters of several code points (emoji sequences, combining accents) in every place.
+        name = try body.requiredString(CodingKeys.name.rawValue, maxLength: 200, maxBytes: 2_048)
         trelloBoardID = try body.requiredString(CodingKeys.trelloBoardID.rawValue, maxLength: 64)
         trelloListID = try body.requiredString(CodingKeys.trelloListID.rawValue, maxLength: 64)
         try Self.validTrelloID(trelloBoardID, field: CodingKeys.trelloBoardID.rawValue)

@@ -53,6 +53,10 @@ public struct SyncChange: Codable, Sendable, Equatable {
         case modifiedAt = "modified_at"
     }
 
+    /// The most bytes of UTF-8 a `reminder_id` holds, here and in acks (`ChangeAckBody`, `ChangeAckBatch`): it is stored
+    /// and indexed with the account (PostgreSQL's index entries hold at most about 2.7 KB), whatever its characters.
+    static let reminderIDMaxBytes = 1_024
+
     /// The change checked member by member against the account's `lists`; errors name it by `path` (`changes[3]`).
     /// Whether its card is the account's is the store's to say (`SyncRoutes.submit`).
     init(_ value: JSONValue, path: String, lists: Set<String>) throws {
@@ -70,7 +74,7 @@ public struct SyncChange: Codable, Sendable, Equatable {
         op = try prefixed { try change.requiredOneOf("op", SyncOp.self) }
         syncListID = try prefixed { try change.requiredString("sync_list_id", maxLength: 100) }
         guard lists.contains(syncListID) else { throw APIError.unprocessable("\(path).sync_list_id: no list \(syncListID) in this account") }
-        reminderID = try prefixed { try change.requiredString("reminder_id", maxLength: 200) }
+        reminderID = try prefixed { try change.requiredString("reminder_id", maxLength: 200, maxBytes: Self.reminderIDMaxBytes) }
         trelloCardID = try prefixed { try change.string("trello_card_id", required: false, maxLength: 100) }
         modifiedAt = try prefixed { try change.requiredString("modified_at", maxLength: 64) }
         guard Timestamp.date(modifiedAt) != nil else {
