@@ -72,6 +72,12 @@ struct AccountRoutes {
                     _ = try await exporter.write(accountID: account) { piece in
                         chunk.writeString(piece)
                         if chunk.readableBytes >= Self.exportChunk {
+                            // Its lease lost (it vanished from Redis in a stall and the account's places were taken
+                            // meanwhile: `AccountLeases`), the export ends here, truncated, so the limit holds.
+                            guard leases.holds(lease) else {
+                                throw APIError(
+                                    .tooManyRequests, "too_many_exports", "the export lost its place among the account's exports; retry later")
+                            }
                             try await writer.write(contentsOf: ResponsePieces.split(chunk))
                             chunk = ByteBuffer()
                             written += 1

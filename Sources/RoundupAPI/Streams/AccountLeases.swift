@@ -14,8 +14,16 @@ public import ServiceLifecycle
 /// killed, its connection gone without a word) expires by itself after `lifetime`. So a count never stays wrong for
 /// longer than `lifetime`, and nothing a client does grows a set beyond the account's limit.
 ///
+/// A lease that vanished from Redis while its process still holds it (Redis stalled for longer than `lifetime`, or
+/// restarted without its data, or the lease was granted while Redis could not be asked) is added again by the next
+/// renewal if the account has room; if the set is full by then (other processes admitted leases meanwhile), the lease
+/// is lost: whoever holds a place in Redis keeps it, and the holder of the lost one ends what it held (its `lost`
+/// handler runs; `holds` answers false). So the account is back within its limit one renewal after Redis answers
+/// again, and a set never holds more than the limit. A renewal re-adds the oldest of a process's leases first.
+///
 /// When Redis cannot be asked, a lease is granted (logged): the process's own limits (`ChangeStreams.Limits`) still
-/// hold, and the API does not fail on a counter.
+/// hold, and the API does not fail on a counter. It is recorded by the first renewal that reaches Redis, or lost as
+/// above; while Redis cannot be reached at all nothing is closed (every process grants without it then).
 public final class AccountLeases: Service, Sendable {
     public enum Kind: String, Sendable {
         case streams
@@ -26,6 +34,11 @@ public final class AccountLeases: Service, Sendable {
     public struct Lease: Sendable, Hashable {
         let key: String
         let member: String
+        let kind: Kind
+        /// The account's limit it was granted under: a renewal that finds it gone adds it again only below this.
+        let limit: Int
+        /// Its order in this process: a renewal re-adds a process's older leases first.
+        let sequence: Int
     }
 
     let redis: RedisClient
@@ -43,7 +56,8 @@ public final class AccountLeases: Service, Sendable {
     private let releaseQueue: AsyncStream<Lease>.Continuation
 
     private struct State {
-        var held: Set<Lease> = []
+        /// Each held lease → what runs when it is lost.
+        var held: [Lease: (@Sendable () -> Void)?] = [:]
         var next = 0
     }
 
@@ -59,11 +73,14 @@ public final class AccountLeases: Service, Sendable {
     public var count: Int { state.withLockedValue { $0.held.count } }
 
     /// A lease of `kind` for the account if it holds fewer than `limit` on every process together; nil when it holds
-    /// them all. Granted without Redis when Redis cannot be asked.
-    public func acquire(_ kind: Kind, account: String, limit: Int) async -> Lease? {
+    /// them all. Granted without Redis when Redis cannot be asked. `lost` runs (once, from the renewal) if the lease
+    /// vanished from Redis and the account had no room left to add it again: the caller must end what it holds.
+    public func acquire(_ kind: Kind, account: String, limit: Int, lost: (@Sendable () -> Void)? = nil) async -> Lease? {
         let lease = state.withLockedValue { state -> Lease in
             state.next += 1
-            return Lease(key: keys.accountLeases(account: account, kind: kind.rawValue), member: process + ":" + String(state.next))
+            return Lease(
+                key: keys.accountLeases(account: account, kind: kind.rawValue), member: process + ":" + String(state.next), kind: kind,
+                limit: limit, sequence: state.next)
         }
         do {
             let reply = try await redis.evaluate(
@@ -74,19 +91,24 @@ public final class AccountLeases: Service, Sendable {
         } catch {
             logger.warning("account leases unavailable: granted by this process's limits", metadata: ["error": "\(error)"])
         }
-        state.withLockedValue { _ = $0.held.insert(lease) }
+        state.withLockedValue { $0.held[lease] = .some(lost) }
         return lease
+    }
+
+    /// Whether this process still holds the lease: false once it was given back, or lost (see `acquire`).
+    public func holds(_ lease: Lease) -> Bool {
+        state.withLockedValue { $0.held[lease] != nil }
     }
 
     /// Gives a lease back (idempotent).
     public func release(_ lease: Lease) async {
-        guard state.withLockedValue({ $0.held.remove(lease) }) != nil else { return }
+        guard state.withLockedValue({ $0.held.removeValue(forKey: lease) }) != nil else { return }
         await remove(lease)
     }
 
     /// Gives a lease back soon, from code that cannot wait (`run` does it); this process stops counting it at once.
     public func releaseSoon(_ lease: Lease) {
-        guard state.withLockedValue({ $0.held.remove(lease) }) != nil else { return }
+        guard state.withLockedValue({ $0.held.removeValue(forKey: lease) }) != nil else { return }
         releaseQueue.yield(lease)
     }
 
@@ -104,10 +126,10 @@ public final class AccountLeases: Service, Sendable {
             releaseQueue.finish()
             await group.waitForAll()
             let held = state.withLockedValue { state in
-                defer { state.held = [] }
+                defer { state.held = [:] }
                 return state.held
             }
-            for lease in held { await remove(lease) }
+            for lease in held.keys { await remove(lease) }
         }
     }
 
@@ -119,22 +141,44 @@ public final class AccountLeases: Service, Sendable {
         }
     }
 
-    /// Renews every lease this process holds (one script per key).
+    /// Renews every lease this process holds (one script per key): each is pushed back, or added again when it vanished
+    /// from Redis and the account has room; the others are lost (their `lost` handlers run).
     func renewAll() async {
-        let byKey = Dictionary(grouping: state.withLockedValue { Array($0.held) }, by: \.key)
+        let byKey = Dictionary(grouping: state.withLockedValue { Array($0.held.keys) }, by: \.key)
         guard !byKey.isEmpty else { return }
         let ttl = RedisArgument(Self.milliseconds(lifetime))
         var failed = 0
         for (key, leases) in byKey {
+            let ordered = leases.sorted { $0.sequence < $1.sequence }
+            let limit = ordered.map(\.limit).min() ?? 0
             do {
-                _ = try await redis.evaluate(
-                    Self.renewScript, keys: [RedisArgument(key)], arguments: [ttl] + leases.map { RedisArgument($0.member) },
-                    timeout: .seconds(2))
+                let reply = try await redis.evaluate(
+                    Self.renewScript, keys: [RedisArgument(key)],
+                    arguments: [ttl, RedisArgument(limit)] + ordered.map { RedisArgument($0.member) }, timeout: .seconds(2))
+                let gone = Set((reply.array ?? []).compactMap(\.string))
+                let lost = ordered.filter { gone.contains($0.member) }
+                lose(lost)
+                // A lease given back while the script ran may have been added again after its ZREM: removed once more
+                // (the script ran before this, its ZREM may not have). One given back later is removed after this anyway.
+                for lease in ordered where !gone.contains(lease.member) && !holds(lease) { await remove(lease) }
             } catch {
                 failed += 1
+                for lease in ordered where !holds(lease) { await remove(lease) }
             }
         }
         if failed > 0 { logger.warning("account leases not renewed", metadata: ["keys": "\(failed)"]) }
+    }
+
+    /// Leases that vanished from Redis and found no room to come back: no longer held, and their holders told.
+    private func lose(_ leases: [Lease]) {
+        for lease in leases {
+            guard let lost = state.withLockedValue({ $0.held.removeValue(forKey: lease) }) else { continue }
+            Counter(label: "roundup_api_leases_lost_total", dimensions: [("kind", lease.kind.rawValue)]).increment()
+            logger.warning(
+                "account lease lost (it vanished from Redis, and the account holds all it may now): what it held ends",
+                metadata: ["key": "\(lease.key)", "kind": "\(lease.kind.rawValue)"])
+            lost?()
+        }
     }
 
     static func milliseconds(_ duration: Duration) -> Int {
@@ -155,20 +199,35 @@ public final class AccountLeases: Service, Sendable {
             return 1
             """)
 
-    /// KEYS[1]: the account's leases of one kind; ARGV[1]: lifetime in ms, then members. Pushes back the expiry of
-    /// members still there (one that expired meanwhile is not brought back: its place may be another's now).
+    /// KEYS[1]: the account's leases of one kind; ARGV[1]: lifetime in ms, ARGV[2]: the limit, then members (a process's
+    /// leases, oldest first). Pushes back the expiry of the members still there, then adds again, oldest first, those
+    /// that vanished (expired during a stall, or never recorded) while fewer than the limit are there; returns the
+    /// members that found no room (lost: another's lease holds the place now). Times are Redis's own.
     static let renewScript = RedisScript(
         name: "lease-renew",
         source: """
             local t = redis.call('TIME')
             local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
             local ttl = tonumber(ARGV[1])
+            local limit = tonumber(ARGV[2])
             redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-            local renewed = 0
-            for i = 2, #ARGV do
-              renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[i])
+            local missing = {}
+            for i = 3, #ARGV do
+              if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+                redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[i])
+              else
+                missing[#missing + 1] = ARGV[i]
+              end
+            end
+            local lost = {}
+            for _, member in ipairs(missing) do
+              if redis.call('ZCARD', KEYS[1]) < limit then
+                redis.call('ZADD', KEYS[1], now + ttl, member)
+              else
+                lost[#lost + 1] = member
+              end
             end
             if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
-            return renewed
+            return lost
             """)
 }

@@ -131,7 +131,12 @@ public final class ChangeStreams: Service, Sendable {
         let id = try opened.get()
         let subscription = Subscription(id: id, account: account, device: device, signals: signals)
         Gauge(label: "roundup_api_streams").record(count)
-        guard let lease = await leases.acquire(.streams, account: account, limit: limits.maxPerAccount) else {
+        // A lease lost later (it vanished from Redis in a stall and the account's places were taken meanwhile: see
+        // `AccountLeases`) ends the stream: its client reconnects, and is refused while the account holds all it may.
+        guard
+            let lease = await leases.acquire(
+                .streams, account: account, limit: limits.maxPerAccount, lost: { [weak self] in self?.close(subscription) })
+        else {
             close(subscription)
             throw Self.tooMany(limits)
         }
