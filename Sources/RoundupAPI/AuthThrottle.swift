@@ -21,7 +21,8 @@ import Darwin
 /// - an address that has tried `limit` distinct bad tokens is answered 429 with `Retry-After` (the rest of its window)
 ///   before any further token costs a store query, whatever that token is.
 /// A token the store accepted within the last day (`RedisKeys.acceptedToken`, a prefix of its SHA-256, written when a
-/// process finds it, creates it or rotates to it) is never refused for its address's budget: the budget stops guesses,
+/// process finds it, creates it or rotates to it) is never refused for its address's budget, nor is one an API process
+/// keeps (`TokenCache`: found within its lifetime, no revocation since), which is not even asked about here: the budget stops guesses,
 /// and one address may be a carrier's NAT with thousands of phones behind it, some of them sending revoked tokens. The
 /// trade-off: an address over its budget still costs a store query for each such token (a token that works, so not a
 /// guess), and a token found only once more than a day ago is refused until the window ends, like a guess.
@@ -150,8 +151,7 @@ struct AuthThrottle: Sendable {
     /// or 2 (the address has tried ARGV[2] distinct bad tokens and the token is not one the store accepted lately,
     /// KEYS[2]; `ttl` is the window's rest in ms). ARGV[2] = 0 lets
     /// every token through. A set left without a TTL (by an older version, or by hand) gets its window, ARGV[3] ms,
-    /// back. Run alone (`gate`) and at the head of the rate limit's script for a kept token (`RateLimit`), so a request
-    /// makes one round trip to Redis before it is counted.
+    /// back. Both keys are in `{auth}`; it runs for tokens no API process keeps only (`gate`).
     static let gateLua = """
         local refused, ttl = 0, 0
         local limit = tonumber(ARGV[2])
@@ -172,7 +172,7 @@ struct AuthThrottle: Sendable {
 
     static let gate = RedisScript(name: "auth-gate", source: gateLua + "return {refused, ttl}")
 
-    /// The gate's keys and first arguments for `attempt` (a script that runs `gateLua` takes its own after them).
+    /// The gate's keys and arguments for `attempt`.
     func gateInput(_ attempt: Attempt) -> (keys: [RedisArgument], arguments: [RedisArgument]) {
         (
             [RedisArgument(keys.authFailures(address: attempt.bucket)), RedisArgument(keys.acceptedToken(attempt.tokenHash))],

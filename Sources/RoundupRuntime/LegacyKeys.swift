@@ -8,6 +8,12 @@ public import RoundupRedis
 /// hold a lease, a push is sent at most twice). The webhook stream is drained by the workers first, before its
 /// shards (`ShardedStreamDriver`); the routing tables are published again by every worker at start-up, and the old
 /// ones removed here; other keys (dedupe marks, throttles, echo fingerprints) expire by themselves.
+///
+/// The API's request counts and token epochs left `{auth}` for their account's slot with issue 43 (`RedisKeys.authEpoch`),
+/// on a cluster too, and are not moved either: a count lives two minutes, and an epoch missing under its new name is
+/// made from Redis's clock, a value no token was ever kept with, so a lost epoch makes processes ask the store again and
+/// never re-validates a revoked token. The old names expire within the hour; until then a revocation advances the old
+/// epoch where it exists, for API processes of before still running (`TokenCache.revoke` in RoundupAPI).
 public enum LegacyKeys {
     public static func migrate(redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
         guard !redis.isCluster else { return }

@@ -4,9 +4,12 @@ import RoundupCore
 /// a script or a multi-key command touches together share a hash tag (`{…}`), so they share a slot (docs/SCALING.md):
 /// - a webhook shard's stream, dead letters, errors and dedupe marks: `{whNN}` (`WebhookShard`);
 /// - the routing tables (secrets, callback tokens, versions, routes, their epoch): `{routing}`;
-/// - the authentication throttle, the per-account request counts and token epochs it reads in one script: `{auth}`;
+/// - the authentication throttle of client addresses, and the tokens the store accepted lately that it lets through:
+///   `{auth}` (asked only for a token an API process has not kept: a token's first request there in 30 s, and guesses);
 /// - the job stream and its dead letters `{jobs}`, the push stream and its dead letters `{push}`;
-/// - an account's own keys (echo fingerprints, open streams and exports, recent pushes): `{a:<account>}`;
+/// - an account's own keys (echo fingerprints, open streams and exports, recent pushes, its request counts and token
+///   epoch, which every request with a kept token checks in one script): `{a:<account>}`, so the API's requests spread
+///   over the cluster's primaries with their accounts;
 /// - Trello's rate windows: `{trello:<key digest>}`, the windows of the tokens used with that API key included.
 /// The same layout serves a standalone Redis, where tags change nothing.
 public struct RedisKeys: Sendable {
@@ -112,11 +115,17 @@ public struct RedisKeys: Sendable {
     /// IPv6 /64) in the current fixed window; it expires with the window (`ROUNDUP_AUTH_FAILURE_LIMIT`).
     public func authFailures(address: String) -> String { prefix + "{auth}:fail:" + address }
     /// An account's token epoch: advanced before and after every revocation of its token, so an API process looks a
-    /// token it kept up again (`TokenCache` in RoundupAPI). In `{auth}`: the rate limit's script reads it with the
-    /// throttle's keys.
-    public func authEpoch(account: String) -> String { prefix + "{auth}:epoch:" + account }
+    /// token it kept up again (`TokenCache` in RoundupAPI). In the account's slot: the rate limit's script reads it with
+    /// the account's request count.
+    public func authEpoch(account: String) -> String { prefix + "auth:" + Self.accountTag(account) + ":epoch" }
     /// An account's requests in one minute (`RateLimit`), counted by the same script.
-    public func requestCount(account: String, minute: Int) -> String { prefix + "{auth}:ratelimit:" + account + ":" + String(minute) }
+    public func requestCount(account: String, minute: Int) -> String {
+        prefix + "auth:" + Self.accountTag(account) + ":ratelimit:" + String(minute)
+    }
+    /// The token epoch's name before issue 43 (all of them in `{auth}`), which API processes of before still read
+    /// during a rolling upgrade: a revocation advances it too where it exists (`TokenCache.revoke`), so none of them keeps trusting a
+    /// revoked token. It expires by itself (an hour after its last advance); drop it once no such process runs.
+    public func legacyAuthEpoch(account: String) -> String { prefix + "{auth}:epoch:" + account }
 
     /// The hash tag of an account's own keys.
     static func accountTag(_ account: String) -> String { "{a:" + account + "}" }

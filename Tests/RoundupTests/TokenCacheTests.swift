@@ -80,14 +80,11 @@ import Testing
         try await InProcessAPI.run(bootstrapToken: Self.bootstrap) { api in
             let tokens = api.api.authentication.tokens
             let rateLimit = api.api.authentication.rateLimit
-            let throttle = api.api.authentication.throttle
             let (account, token) = try await api.createAccount(bootstrap: Self.bootstrap)
             let hash = AuthenticationMiddleware.hash(token)
             let epochKey = api.keys.authEpoch(account: account)
-            let attempt = AuthThrottle.Attempt(bucket: "local", .token, tokenHash: hash)
-            let refused = APIError.unauthorized("test")
             func count(_ epoch: Int) async throws -> RateLimit.KeptOutcome {
-                try await rateLimit.check(account, whileEpochIs: epoch, epochKey: epochKey, after: throttle, attempt, unauthorized: refused)
+                try await rateLimit.check(account, whileEpochIs: epoch, epochKey: epochKey)
             }
 
             // Revoked between the two questions: the second says so, and nothing is kept.

@@ -13,7 +13,7 @@ import RoundupSync
 /// Finds the account whose bearer token the request carries and puts it on the context for the routes after it (which
 /// read it from their `AuthenticatedContext`); tokens are looked up by their SHA-256 only, and kept for a while once found (`TokenCache`: a
 /// revocation anywhere makes every process look again). An address over its budget of failed tokens is answered 429
-/// before its token costs a store query (`AuthThrottle`); an account over its request rate, 429 (`RateLimit`).
+/// before a token not kept costs a store query (`AuthThrottle`); an account over its request rate, 429 (`RateLimit`).
 struct AuthenticationMiddleware: RouterMiddleware {
     typealias Context = APIRequestContext
     let store: any OutboundStore
@@ -35,17 +35,16 @@ struct AuthenticationMiddleware: RouterMiddleware {
         let invalid = APIError.unauthorized("the token is not valid (rotated, deleted, or never issued)")
         var redisAnswered = true
         if let kept = tokens.kept(tokenHash) {
-            // One round trip asks the throttle about the address, checks the account's token epoch and, only while it
-            // is the one the token was found with (no revocation since), counts the request: a revoked token's
-            // request leaves no count behind.
-            let epochKey = tokens.keys.authEpoch(account: kept.account)
-            switch try await rateLimit.check(
-                kept.account, whileEpochIs: kept.epoch, epochKey: epochKey, after: throttle, attempt, unauthorized: invalid)
-            {
+            // One round trip, to the account's slot alone, checks the account's token epoch and, only while it is the
+            // one the token was found with (no revocation since), counts the request: a revoked token's request leaves
+            // no count behind. The address's throttle is not asked: the store accepted this token within
+            // `TokenCache.lifetime` and nothing revoked it since, so it is no guess (`AuthThrottle` lets such tokens
+            // through), and its requests do not all go to one cluster primary.
+            switch try await rateLimit.check(kept.account, whileEpochIs: kept.epoch, epochKey: tokens.keys.authEpoch(account: kept.account)) {
             case .counted: return (kept.account, Credential(tokenHash: tokenHash, epoch: kept.epoch))
             case .epochMoved: break
             case .unavailable:
-                // Not asked again for the throttle: a kept token is no guess, and the store will find it.
+                // Not asked for the throttle: a kept token is no guess, and the store will find it.
                 redisAnswered = false
             }
             tokens.forget(tokenHash)
@@ -122,46 +121,37 @@ struct RateLimit: Sendable {
         case unavailable
     }
 
-    /// The same count for a token `TokenCache` kept, made only while the token epoch (`epochKey`) is still `epoch`,
-    /// and only once `throttle`'s gate let `attempt` through (its refusal is thrown, as `AuthThrottle.check` would).
-    func check(
-        _ account: String, whileEpochIs epoch: Int, epochKey: String, after throttle: AuthThrottle, _ attempt: AuthThrottle.Attempt,
-        unauthorized: APIError
-    ) async throws -> KeptOutcome {
+    /// The same count for a token `TokenCache` kept, made only while the token epoch (`epochKey`) is still `epoch`. Its
+    /// keys are the account's (`{a:<account>}`): one slot, whichever primary serves the account.
+    func check(_ account: String, whileEpochIs epoch: Int, epochKey: String) async throws -> KeptOutcome {
         let key = Self.key(keys, account: account, minute: Self.currentMinute())
-        let gate = throttle.gateInput(attempt)
         let reply: RedisValue
         do {
             reply = try await redis.evaluate(
-                Self.countWhileEpoch, keys: gate.keys + [RedisArgument(key), RedisArgument(epochKey)],
-                arguments: gate.arguments + [RedisArgument(String(epoch))], timeout: .milliseconds(500))
+                Self.countWhileEpoch, keys: [RedisArgument(key), RedisArgument(epochKey)], arguments: [RedisArgument(String(epoch))],
+                timeout: .milliseconds(500))
         } catch {
             logger.warning("rate limiter unavailable", metadata: ["error": "\(error)"])
             return .unavailable
         }
-        guard let values = reply.array, values.count == 3, let refused = values[0].int, let ttl = values[1].int,
-            let count = values[2].int
-        else {
+        guard let count = reply.int else {
             logger.warning("rate limiter unavailable", metadata: ["reply": "\(reply)"])
             return .unavailable
         }
-        try throttle.judge(refused: refused, ttl: ttl, unauthorized: unauthorized)
         if count < 0 { return .epochMoved }
         try refuse(over: count)
         return .counted
     }
 
-    /// The throttle's gate (`AuthThrottle.gateLua`: KEYS[1...2], ARGV[1...3]), then KEYS[3]: the account's count,
-    /// KEYS[4]: the token epoch, ARGV[4]: the epoch the token was found with. Returns {refused, ttl, n}: n is 0 when
-    /// the gate refused, -1 when the epoch moved (nothing counted either way), else the count.
+    /// KEYS[1]: the account's count of this minute, KEYS[2]: its token epoch (both in the account's slot); ARGV[1]: the
+    /// epoch the token was found with. Returns -1 when the epoch moved (nothing counted), else the count.
     static let countWhileEpoch = RedisScript(
-        name: "gate-count-while-epoch",
-        source: AuthThrottle.gateLua + """
-            if refused ~= 0 then return {refused, ttl, 0} end
-            if (redis.call('GET', KEYS[4]) or '0') ~= ARGV[4] then return {0, 0, -1} end
-            local count = redis.call('INCR', KEYS[3])
-            redis.call('EXPIRE', KEYS[3], 120)
-            return {0, 0, count}
+        name: "count-while-epoch",
+        source: """
+            if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return -1 end
+            local count = redis.call('INCR', KEYS[1])
+            redis.call('EXPIRE', KEYS[1], 120)
+            return count
             """)
 
     private func refuse(over count: Int?) throws {

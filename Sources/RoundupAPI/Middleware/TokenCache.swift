@@ -84,11 +84,23 @@ struct TokenCache: Sendable {
     /// Advances the account's epoch: every process that kept one of its tokens asks the store again. Called before the
     /// token is revoked in the store (if Redis cannot be told, the revocation must not happen: this throws) and after
     /// (for a lookup that ran between the two).
+    ///
+    /// The epoch's name of before issue 43 (`RedisKeys.legacyAuthEpoch`, in `{auth}`) is advanced too when it exists,
+    /// for API processes of before that still run during a rolling upgrade and check that one (one that does not exist
+    /// is no value any of them kept a token with: they make it before they keep one, as `find` does). Nothing reads it
+    /// in this version, so nothing needs moving at start-up: an epoch this version finds missing is made from the clock,
+    /// a value no token was ever kept with, and the processes of before keep theirs under the old name until they stop
+    /// (they expire an hour after their last advance). The one gap left is the other way round: a token revoked through
+    /// a process of before is trusted by the new ones that kept it for `lifetime` at most, the bound a lost advance
+    /// already has.
     func revoke(account: String) async throws {
-        let reply = try await redis.evaluate(
-            Self.advanceEpoch, keys: [RedisArgument(keys.authEpoch(account: account))], arguments: [RedisArgument(Self.epochSeconds)],
-            timeout: .seconds(2))
-        if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "advancing the token epoch") }
+        for (script, key) in [
+            (Self.advanceEpoch, keys.authEpoch(account: account)), (Self.advanceLegacyEpoch, keys.legacyAuthEpoch(account: account)),
+        ] {
+            let reply = try await redis.evaluate(
+                script, keys: [RedisArgument(key)], arguments: [RedisArgument(Self.epochSeconds)], timeout: .seconds(2))
+            if case .error(let message) = reply { throw RedisClientError.reply(message, answering: "advancing the token epoch") }
+        }
     }
 
     /// KEYS: the account's epoch; ARGV: its lifetime in seconds. The epoch, made from the clock (seconds and
@@ -107,15 +119,19 @@ struct TokenCache: Sendable {
 
     /// KEYS: the account's epoch; ARGV: its lifetime in seconds. Sets the larger of the epoch plus one and the clock
     /// in microseconds: never a value it had before, even after Redis lost writes.
-    static let advanceEpoch = RedisScript(
-        name: "token-epoch-advance",
-        source: """
-            local now = redis.call('TIME')
-            local epoch = tonumber(now[1]) * 1000000 + tonumber(now[2])
-            local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-            if current >= epoch then epoch = current + 1 end
-            local text = string.format('%.0f', epoch)
-            redis.call('SET', KEYS[1], text, 'EX', ARGV[1])
-            return text
-            """)
+    static let advanceEpoch = RedisScript(name: "token-epoch-advance", source: advanceLua)
+
+    /// The same for the epoch's name of before issue 43, only when it exists (it returns '0' when it does not).
+    static let advanceLegacyEpoch = RedisScript(
+        name: "token-epoch-advance-legacy", source: "if redis.call('EXISTS', KEYS[1]) == 0 then return '0' end\n" + advanceLua)
+
+    private static let advanceLua = """
+        local now = redis.call('TIME')
+        local epoch = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+        if current >= epoch then epoch = current + 1 end
+        local text = string.format('%.0f', epoch)
+        redis.call('SET', KEYS[1], text, 'EX', ARGV[1])
+        return text
+        """
 }
