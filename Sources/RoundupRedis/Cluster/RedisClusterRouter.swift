@@ -78,41 +78,77 @@ final class RedisClusterRouter: Sendable {
         Task { [self] in _ = try? await refresh() }
     }
 
-    /// Learns the map again (one request at a time; a map learnt within `refreshAtMost` is kept).
+    /// Learns the map again (one request at a time; a map learnt within `refreshAtMost` is kept). With a `deadline` (a
+    /// command's), a refresh it starts asks nodes only until then, each within the time left, and a refresh already
+    /// under way is waited for only until then: past it, a typed `.timeout` (what was started goes on, for the next
+    /// caller). Without one, each node is given its own connect and command timeouts, as many nodes as it takes.
     @discardableResult
-    func refresh() async throws -> RedisClusterTopology {
+    func refresh(deadline: NIODeadline? = nil) async throws -> RedisClusterTopology {
         let task = state.withLockedValue { state -> Task<RedisClusterTopology, any Error>? in
             if let running = state.refreshing { return running }
             if state.topology != nil, let at = state.refreshedAt, NIODeadline.now() - at < Self.refreshAtMost { return nil }
-            let task = Task { [self] in try await learn() }
+            // The task keeps the map itself: its callers may all have stopped waiting by the time it ends.
+            let task = Task { [self] in
+                do {
+                    let topology = try await learn(until: deadline)
+                    apply(topology)
+                    return topology
+                } catch {
+                    self.state.withLockedValue { state in
+                        state.refreshing = nil
+                        state.refreshedAt = .now()
+                    }
+                    throw error
+                }
+            }
             state.refreshing = task
             return task
         }
         guard let task else { return try await currentTopology() }
-        do {
-            let topology = try await task.value
-            apply(topology)
-            return topology
-        } catch {
-            state.withLockedValue { state in
-                state.refreshing = nil
-                state.refreshedAt = .now()
+        guard let deadline else { return try await task.value }
+        return try await value(of: task, until: deadline)
+    }
+
+    /// `task`'s value, or a typed `.timeout` once `deadline` passes, whichever comes first (the task goes on).
+    private func value(of task: Task<RedisClusterTopology, any Error>, until deadline: NIODeadline) async throws -> RedisClusterTopology {
+        let late = RedisClientError(.timeout, "the cluster's map was not learnt within the command's deadline")
+        guard deadline > .now() else { throw late }
+        let waiting = NIOLockedValueBox<CheckedContinuation<RedisClusterTopology, any Error>?>(nil)
+        let finish: @Sendable (Result<RedisClusterTopology, any Error>) -> Void = { result in
+            waiting.withLockedValue { waiting in
+                defer { waiting = nil }
+                return waiting
+            }?.resume(with: result)
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                waiting.withLockedValue { $0 = continuation }
+                let timer = group.next().scheduleTask(deadline: deadline) { finish(.failure(late)) }
+                Task {
+                    let result = await Result(awaiting: { try await task.value })
+                    timer.cancel()
+                    finish(result)
+                }
             }
-            throw error
+        } onCancel: {
+            finish(.failure(CancellationError()))
         }
     }
 
     /// Asks the known primaries, then the seeds, for the map; the first that covers every slot wins, else the one that
-    /// covers most.
-    private func learn() async throws -> RedisClusterTopology {
+    /// covers most. With a `deadline`, no node is asked once it has passed, and none is given longer than what is left.
+    private func learn(until deadline: NIODeadline?) async throws -> RedisClusterTopology {
         let known = state.withLockedValue { $0.topology?.shards.map(\.primary) ?? [] }
         var candidates: [RedisNodeAddress] = []
         for address in known + configuration.seeds where !candidates.contains(address) { candidates.append(address) }
         var best: RedisClusterTopology?
         var lastError: (any Error)?
+        var asked = 0
         for address in candidates {
+            if let deadline, deadline <= .now() { break }
+            asked += 1
             do {
-                let topology = try await describe(by: address)
+                let topology = try await describe(by: address, until: deadline)
                 if topology.coveredSlots == RedisHashSlot.count { return topology }
                 if topology.coveredSlots > (best?.coveredSlots ?? -1) { best = topology }
             } catch {
@@ -120,18 +156,37 @@ final class RedisClusterRouter: Sendable {
             }
         }
         if let best { return best }
+        if asked < candidates.count {
+            throw RedisClientError(
+                .timeout, "the cluster's map was not learnt within the command's deadline (\(asked) of \(candidates.count) nodes asked)")
+        }
         throw lastError ?? RedisClientError(.connectionFailed, "no node of the cluster answered (seeds: \(configuration.seeds))")
     }
 
-    /// The map as `address` describes it.
-    private func describe(by address: RedisNodeAddress) async throws -> RedisClusterTopology {
-        let connection = try await RedisConnection.connect(configuration.node(address), on: group.next()).get()
+    /// The time a step may take: its own timeout, or what is left before `deadline` if that is less (a typed
+    /// `.timeout` when nothing is).
+    private static func budget(_ own: TimeAmount, until deadline: NIODeadline?) throws -> TimeAmount {
+        guard let deadline else { return own }
+        let left = deadline - .now()
+        guard left > .zero else { throw RedisClientError(.timeout, "the command's deadline passed while the cluster's map was learnt") }
+        return min(own, left)
+    }
+
+    /// The map as `address` describes it, within `deadline` if there is one.
+    private func describe(by address: RedisNodeAddress, until deadline: NIODeadline?) async throws -> RedisClusterTopology {
+        var node = configuration.node(address)
+        node.connectTimeout = try Self.budget(configuration.connectTimeout, until: deadline)
+        let connection = try await RedisConnection.connect(node, on: group.next()).get()
         defer { connection.close().whenComplete { _ in } }
-        let shards = try await connection.pipeline([RedisCommand("CLUSTER", ["SHARDS"])], timeout: configuration.commandTimeout).get()[0]
+        let shards = try await connection.pipeline(
+            [RedisCommand("CLUSTER", ["SHARDS"])], timeout: try Self.budget(configuration.commandTimeout, until: deadline)
+        ).get()[0]
         if case .error(let message) = shards {
             // A Redis older than 7 has no CLUSTER SHARDS; one not in cluster mode refuses both.
             guard RedisErrorCode(reply: message) == .err else { throw RedisClientError.reply(message, answering: "CLUSTER SHARDS") }
-            let slots = try await connection.send(RedisCommand("CLUSTER", ["SLOTS"]), timeout: configuration.commandTimeout).get()
+            let slots = try await connection.send(
+                RedisCommand("CLUSTER", ["SLOTS"]), timeout: try Self.budget(configuration.commandTimeout, until: deadline)
+            ).get()
             guard let topology = RedisClusterTopology(slotsReply: slots, host: address.host) else {
                 throw RedisClientError(.unexpectedReply, "CLUSTER SLOTS from \(address) has an unexpected shape")
             }
@@ -217,7 +272,7 @@ final class RedisClusterRouter: Sendable {
         var failed: [Int: any Error] = [:]
         var thenReply: RedisValue?
         let deadline = NIODeadline.now() + (timeout ?? configuration.commandTimeout)
-        if state.withLockedValue({ $0.topology == nil }) { try await refresh() }
+        if state.withLockedValue({ $0.topology == nil }) { try await refresh(deadline: deadline) }
         var replies = [RedisValue?](repeating: nil, count: commands.count)
         var todo = commands.indices.map { Attempt(index: $0) }
         var round = 0
@@ -331,7 +386,7 @@ final class RedisClusterRouter: Sendable {
             guard !todo.isEmpty else { break }
             let left = deadline - .now()
             guard left > .zero else { break }
-            if learn { _ = try? await refresh() }
+            if learn { _ = try? await refresh(deadline: deadline) }
             if pause {
                 round += 1
                 let backoff = TimeAmount.milliseconds(Int64(min(200, 5 << min(round, 6))))
