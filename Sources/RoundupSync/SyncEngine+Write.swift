@@ -48,6 +48,14 @@ extension SyncEngine {
             moveLinksToNotes(&write, links: &links, current: current, card: card)
             if let notes = write[SyncField.notes], notes != asked[SyncField.notes] { marks.append(mark(SyncField.notes, notes)) }
         }
+        // Trello refuses a longer description (400): the item fails here, before any of it is written.
+        if case .string(let notes)? = write[SyncField.notes], LinkNotes.length(notes) > LinkNotes.descriptionLimit {
+            let moved = write[SyncField.notes] != asked[SyncField.notes] ? " with the links the list moves into it (move_links_to_notes)" : ""
+            throw ItemFailure(
+                description:
+                    "fields.notes: the card's description would be \(LinkNotes.length(notes)) characters\(moved), over Trello's limit of \(LinkNotes.descriptionLimit); nothing of the item was written"
+            )
+        }
 
         var written = WrittenFields()
         let now = Date().timeIntervalSince1970

@@ -214,13 +214,18 @@ extension FakeTrello {
         return nil
     }
 
+    /// The most characters Trello keeps in a card's name or description.
+    public static let maxTextLength = 16_384
+
     /// The value Trello stores for a card attribute a client sent, or nil when Trello would refuse it.
     /// Query-string values arrive as strings: "true", "null", "1767225600000".
     static func normalized(_ attribute: String, _ value: JSONValue) -> JSONValue? {
         switch attribute {
         case "name", "desc":
             switch value {
-            case .string: return value
+            // Trello keeps at most 16,384 characters (a JavaScript string's length: UTF-16 code units) and answers a
+            // longer text `400 invalid value for desc` (or `name`), writing nothing of the request.
+            case .string(let text): return text.utf16.count <= FakeTrello.maxTextLength ? value : nil
             case .null where attribute == "desc": return .string("")
             default: return nil
             }
@@ -693,6 +698,8 @@ extension FakeTrello {
     }
     /// The most `GET /1/lists/{id}/cards` requests for one list ever in flight at once.
     public func maxConcurrentListReads(_ listID: String) -> Int { state.withLockedValue { $0.listReadsMax[listID] ?? 0 } }
+    /// The requests so far, as they arrived (before any delay), that begin with `prefix` (`"GET /1/cards/ID"`).
+    public func requestCount(_ prefix: String) -> Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix(prefix) }.count } }
     public func listReads(_ listID: String) -> Int {
         state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/lists/\(listID)/cards") }.count }
     }
