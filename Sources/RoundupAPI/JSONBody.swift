@@ -18,33 +18,34 @@ struct JSONBody {
     }
 
     static func firstUnfit(_ value: JSONValue) -> Unfit? {
-        guard let result = unfit(in: value) else { return nil }
-        let (found, steps) = result
-        guard found == .nonFinite(path: "") else { return found }
-        // The path, built only for the value found (the walk itself allocates nothing).
+        var steps: [String] = []
+        guard let nul = unfit(in: value, steps: &steps) else { return nil }
+        if nul { return .nul }
+        // The path, built only for the value found (the walk itself allocates nothing); `steps` is innermost first.
         var path = ""
         for step in steps.reversed() { path += step.hasPrefix("[") || path.isEmpty ? step : ".\(step)" }
         return .nonFinite(path: path.isEmpty ? "the body" : path)
     }
 
-    /// The first unfit value and the steps to it, innermost first.
-    private static func unfit(in value: JSONValue) -> (Unfit, [String])? {
+    /// Whether the first unfit value is a NUL (true) or a number (false), nil when there is none; `steps` gets the
+    /// path to the number, innermost first.
+    private static func unfit(in value: JSONValue, steps: inout [String]) -> Bool? {
         switch value {
-        case .string(let text): return text.utf8.contains(0) ? (.nul, []) : nil
-        case .number(let number): return number.isFinite ? nil : (.nonFinite(path: ""), [])
+        case .string(let text): return text.utf8.contains(0) ? true : nil
+        case .number(let number): return number.isFinite ? nil : false
         case .array(let items):
             for (index, item) in items.enumerated() {
-                if var found = unfit(in: item) {
-                    found.1.append("[\(index)]")
+                if let found = unfit(in: item, steps: &steps) {
+                    steps.append("[\(index)]")
                     return found
                 }
             }
             return nil
         case .object(let members):
             for (key, member) in members {
-                if key.utf8.contains(0) { return (.nul, []) }
-                if var found = unfit(in: member) {
-                    found.1.append(key)
+                if key.utf8.contains(0) { return true }
+                if let found = unfit(in: member, steps: &steps) {
+                    steps.append(key)
                     return found
                 }
             }

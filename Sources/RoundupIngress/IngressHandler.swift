@@ -245,24 +245,15 @@ final class IngressHandler: ChannelInboundHandler {
             case .success(.backlogFull):
                 // Redis keeps room for the accounts already waiting; Trello retries this delivery later.
                 this.shared.metrics.backlogFull.increment()
-                var headers = HTTPHeaders()
-                headers.add(name: "retry-after", value: "30")
-                this.respondError(context: context, .serviceUnavailable, "backlog_full", "too many events are waiting, retry later", extra: headers)
+                this.respondRetryLater(context: context, "backlog_full", "too many events are waiting, retry later", after: 30)
             case .success(.accountFull):
                 // This account holds its share of the shard; its neighbours are still accepted. Trello retries.
                 this.shared.metrics.accountFull.increment()
-                var headers = HTTPHeaders()
-                headers.add(name: "retry-after", value: "30")
-                this.respondError(
-                    context: context, .serviceUnavailable, "account_backlog_full", "this account has too many events waiting, retry later",
-                    extra: headers)
+                this.respondRetryLater(context: context, "account_backlog_full", "this account has too many events waiting, retry later", after: 30)
             case .success(.accountRate):
                 this.shared.metrics.accountRate.increment()
-                var headers = HTTPHeaders()
-                headers.add(name: "retry-after", value: "5")
-                this.respondError(
-                    context: context, .serviceUnavailable, "account_rate_limited", "this account sends events faster than its rate, retry later",
-                    extra: headers)
+                this.respondRetryLater(
+                    context: context, "account_rate_limited", "this account sends events faster than its rate, retry later", after: 5)
             case .success(.noActionID):
                 this.shared.metrics.malformed.increment()
                 this.respondError(context: context, .badRequest, "missing_action_id", "action has no id")
@@ -273,10 +264,7 @@ final class IngressHandler: ChannelInboundHandler {
                 // In the stream, not yet on a replica: a failover now could lose it, so Trello must send it again (its
                 // redelivery finds the dedupe mark and waits for the replica the same way).
                 this.shared.metrics.notReplicated.increment()
-                var headers = HTTPHeaders()
-                headers.add(name: "retry-after", value: "1")
-                this.respondError(
-                    context: context, .serviceUnavailable, "not_replicated", "accepted but not yet on a replica, retry later", extra: headers)
+                this.respondRetryLater(context: context, "not_replicated", "accepted but not yet on a replica, retry later", after: 1)
             case .failure(IngressRejection.unknownAccount):
                 this.shared.metrics.unknownAccount.increment()
                 this.respondError(context: context, .notFound, "unknown_account", "no account receives webhooks here")
@@ -428,6 +416,13 @@ final class IngressHandler: ChannelInboundHandler {
         close: Bool = false, extra: HTTPHeaders = [:]
     ) {
         respond(context: context, status, json: #"{"error":{"code":""# + code + #"","message":""# + message + #""}}"#, close: close, extra: extra)
+    }
+
+    /// 503 with `Retry-After`: Trello sends the delivery again later.
+    private func respondRetryLater(context: ChannelHandlerContext, _ code: String, _ message: String, after seconds: Int) {
+        var headers = HTTPHeaders()
+        headers.add(name: "retry-after", value: String(seconds))
+        respondError(context: context, .serviceUnavailable, code, message, extra: headers)
     }
 
     private func respond(context: ChannelHandlerContext, _ status: HTTPResponseStatus, json: String, close: Bool = false, extra: HTTPHeaders = [:]) {

@@ -13,47 +13,6 @@ import Testing
 /// lifetime is simulated by its effect: the leases expire in Redis (a short lifetime, nothing renewed meanwhile) or
 /// their key is deleted, while the process still holds them. Two `AccountLeases` over one Redis are two API processes.
 @Suite(.serialized) struct AccountLeasesTests {
-    /// The test Redis (`ROUNDUP_TEST_REDIS_URL`, or a private redis-server) and a prefix of the test's own.
-    struct TestRedis: Sendable {
-        let client: RedisClient
-        let keys: RedisKeys
-        let server: RedisServer?
-
-        static func make(private wanted: Bool = false) async throws -> TestRedis {
-            var server: RedisServer?
-            let url: String
-            if !wanted, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
-                url = shared
-            } else {
-                let started = try await RedisServer()
-                server = started
-                url = started.url
-            }
-            let client = RedisClient(configuration: try RedisConfiguration(url: url))
-            return TestRedis(client: client, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8).lowercased()):"), server: server)
-        }
-
-        /// An API process's leases.
-        func leases(lifetime: Duration) -> AccountLeases {
-            var logger = Logger(label: "roundup.leases.test")
-            logger.logLevel = .critical
-            return AccountLeases(redis: client, keys: keys, logger: logger, lifetime: lifetime)
-        }
-
-        /// The members of the account's set of `kind` in Redis, expired ones left out.
-        func members(_ account: String, _ kind: AccountLeases.Kind = .streams) async throws -> Set<String> {
-            let now = Int(Date().timeIntervalSince1970 * 1000)
-            let reply = try await client.send(
-                "ZRANGEBYSCORE", RedisArgument(keys.accountLeases(account: account, kind: kind.rawValue)), RedisArgument(now), "+inf")
-            return Set((reply.array ?? []).compactMap(\.string))
-        }
-
-        func shutdown() async {
-            await client.shutdown()
-            await server?.stop()
-        }
-    }
-
     /// The members lost, in the order their `lost` handlers ran.
     final class Lost: Sendable {
         private let box = NIOLockedValueBox<[String]>([])
@@ -209,5 +168,22 @@ import Testing
         #expect(try await redis.members("acct") == [taken.member])
         reader.cancel()
         await redis.shutdown()
+    }
+}
+
+extension TestRedis {
+    /// An API process's leases.
+    func leases(lifetime: Duration) -> AccountLeases {
+        var logger = Logger(label: "roundup.leases.test")
+        logger.logLevel = .critical
+        return AccountLeases(redis: client, keys: keys, logger: logger, lifetime: lifetime)
+    }
+
+    /// The members of the account's set of `kind` in Redis, expired ones left out.
+    func members(_ account: String, _ kind: AccountLeases.Kind = .streams) async throws -> Set<String> {
+        let now = Int(Date().timeIntervalSince1970 * 1000)
+        let reply = try await client.send(
+            "ZRANGEBYSCORE", RedisArgument(keys.accountLeases(account: account, kind: kind.rawValue)), RedisArgument(now), "+inf")
+        return Set((reply.array ?? []).compactMap(\.string))
     }
 }

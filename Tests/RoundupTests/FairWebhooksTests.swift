@@ -13,35 +13,9 @@ import Testing
 /// bytes, and adds events at most at its rate; its neighbours are accepted meanwhile; the share is given back as the
 /// workers remove its entries (acknowledged or dead-lettered), and heals when the shard drains.
 @Suite(.serialized) struct FairWebhooksTests {
-    /// The test Redis (`ROUNDUP_TEST_REDIS_URL`, or a private redis-server) and a prefix of the test's own.
-    struct TestRedis: Sendable {
-        let client: RedisClient
-        let keys: RedisKeys
-        let server: RedisServer?
-
-        static func make() async throws -> TestRedis {
-            var server: RedisServer?
-            let url: String
-            if let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
-                url = shared
-            } else {
-                let started = try await RedisServer()
-                server = started
-                url = started.url
-            }
-            let client = RedisClient(configuration: try RedisConfiguration(url: url))
-            return TestRedis(client: client, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8).lowercased()):"), server: server)
-        }
-
-        func shutdown() async {
-            await client.shutdown()
-            await server?.stop()
-        }
-    }
-
     /// The ingress's script, called as the ingress calls it.
     struct Enqueuer {
-        let redis: FairWebhooksTests.TestRedis
+        let redis: TestRedis
         let shard = WebhookShard(index: 5)
         var shares: WebhookShares
         var shardEvents = 100
@@ -100,7 +74,7 @@ import Testing
     }
 
     @Test func anAccountPastItsShareIsRefusedAndItsNeighboursAreNot() async throws {
-        let redis = try await FairWebhooksTests.TestRedis.make()
+        let redis = try await TestRedis.make()
         defer { Task { await redis.shutdown() } }
         let q = Enqueuer(redis: redis, shares: WebhookShares(accountEvents: 3, accountBytes: 1_000, shardBytes: 1_500, accountRate: 0))
         let driver = q.driver()
@@ -145,7 +119,7 @@ import Testing
     }
 
     @Test func anAccountAddsEventsAtMostAtItsRate() async throws {
-        let redis = try await FairWebhooksTests.TestRedis.make()
+        let redis = try await TestRedis.make()
         defer { Task { await redis.shutdown() } }
         // No share in events: the bucket holds ten seconds of the rate (20), refilled at 2 a second.
         let q = Enqueuer(redis: redis, shares: WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 2))

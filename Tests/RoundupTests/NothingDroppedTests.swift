@@ -14,16 +14,13 @@ import Testing
 /// the field; a stored job whose items cannot be read fails loudly instead of reading as "no items"; `completed` means
 /// every item has a result.
 @Suite(.serialized) struct NothingDroppedTests {
-    /// Until the job has ended (neither queued nor running).
-    func ended(_ s: SyncSetup, job id: String) async throws -> JSONValue {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline {
-            let response = try await s.stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(id)", token: s.token)
-            #expect(response.status == .ok, "\(response.body)")
-            if let status = response.json["status"]?.stringValue, status != "running", status != "queued" { return response.json }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw StackError("job \(id) did not end")
+    /// The ingress, a worker and the API, with one account and its list.
+    func startStack(_ backend: StoreBackend, list: String, board: String) async throws -> SyncSetup {
+        let stack = try await Stack(store: backend)
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        return try await SyncSetup.make(stack, list: list, board: board)
     }
 
     @Test func bodyWalkNamesTheNonFiniteNumber() {
@@ -67,12 +64,9 @@ import Testing
     }
 
     @Test(arguments: StoreBackend.available) func aSyncWithAnOutOfRangeNumberIsRefusedWholeAndNothingIsLost(backend: StoreBackend) async throws {
-        let stack = try await Stack(store: backend)
+        let s = try await startStack(backend, list: "Lnum", board: "Bnum")
+        let stack = s.stack
         defer { Task { await stack.shutdown() } }
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1")
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
-        let s = try await SyncSetup.make(stack, list: "Lnum", board: "Bnum")
 
         // The finding: three creates, the third with 1e400 (valid JSON, no double holds it), was answered 202 and
         // ended `completed` with 0 of 3 processed. Raw text, since no JSONValue can hold 1e400.
@@ -97,7 +91,7 @@ import Testing
             + item("R3", "Eggs", minutes: "1e3") + "]}"
         let accepted = try await stack.callAPI(.POST, "/dailyroundup/sync", token: s.token, body: body)
         #expect(accepted.status == .accepted, "\(accepted.body)")
-        let job = try await ended(s, job: try #require(accepted.json["job_id"]?.stringValue))
+        let job = try await s.wait(job: try #require(accepted.json["job_id"]?.stringValue))
         #expect(job["status"] == "completed" && job["processed"] == .number(3), "\(job)")
         let cards = try #require(job["results"]?.arrayValue).compactMap { $0["trello_card_id"]?.stringValue }
         #expect(cards.count == 3)
@@ -106,12 +100,9 @@ import Testing
     }
 
     @Test(arguments: StoreBackend.available) func aJobWhoseStoredItemsCannotBeReadFailsLoudly(backend: StoreBackend) async throws {
-        let stack = try await Stack(store: backend)
+        let s = try await startStack(backend, list: "Lbad", board: "Bbad")
+        let stack = s.stack
         defer { Task { await stack.shutdown() } }
-        try await stack.startIngress()
-        try await stack.startWorker(name: "w1")
-        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
-        let s = try await SyncSetup.make(stack, list: "Lbad", board: "Bbad")
 
         // A payload as a store might hold it after damage: one readable item, one not, and a count that says two.
         let good = s.change("create", reminder: "R1", fields: ["title": "Milk"])
@@ -121,7 +112,7 @@ import Testing
             Issue.record("not created: \(submission)")
             return
         }
-        let job = try await ended(s, job: created.id)
+        let job = try await s.wait(job: created.id)
         #expect(job["status"] == "error", "\(job)")
         #expect(job["error"]?.stringValue?.contains("cannot be read") == true, "\(job)")
         // Loudly: the worker logged it and counted it; no card was made from half a payload.

@@ -488,7 +488,8 @@ extension Components {
             /// Links the apps send (a `url` other than the card's first link, new `attachments`) are appended to the card's
             /// description, one per line (`name: url`, or the URL alone), instead of becoming link attachments; a `url` that
             /// replaces the card's first link still deletes that link. The apps are then sent the card's `notes`, `url` and
-            /// `attachments` as they are (a reminder's URL is in its notes now). `POST /dailyroundup/lists/{id}/migrate-links`
+            /// `attachments` as they are (a reminder's URL is in its notes now). An item whose description would then pass
+            /// Trello's 16,384 characters fails with nothing of it written. `POST /dailyroundup/lists/{id}/migrate-links`
             /// moves the links the list's cards hold already. Default false.
             ///
             ///
@@ -1879,7 +1880,7 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/duplicate_id`.
             public var duplicateId: Swift.Int?
-            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
+            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`, and `links_kept` when links stayed attachments for Trello's description limit).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/summary`.
             public struct SummaryPayload: Codable, Hashable, Sendable {
@@ -1899,7 +1900,7 @@ extension Components {
                     try encoder.encodeAdditionalProperties(additionalProperties)
                 }
             }
-            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
+            /// For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`, and `links_kept` when links stayed attachments for Trello's description limit).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/summary`.
             public var summary: Components.Schemas.SyncJobResult.SummaryPayload?
@@ -1921,7 +1922,7 @@ extension Components {
             ///   - error: What went wrong, for `status` `error`; otherwise null.
             ///   - conflictIds: The conflicts recorded for this change. Present when `status` is `conflict`.
             ///   - duplicateId: The suspected duplicate recorded for this change. Present when `status` is `duplicate`.
-            ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`).
+            ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`, and `links_kept` when links stayed attachments for Trello's description limit).
             ///   - skippedFields: Fields of the edit the list's settings keep from Trello; the others were written.
             ///   - reason: Why the item was `skipped`.
             public init(

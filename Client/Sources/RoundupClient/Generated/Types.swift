@@ -203,11 +203,18 @@ public protocol APIProtocol: Sendable {
     /// Starts a background job (`kind` `migrate_links`) and returns its id at once.
     /// No request body is sent. The job pages through the list's open cards that
     /// the list syncs; for each card holding link attachments it appends them to
-    /// the description, one per line (`name: url`, or the URL alone; a URL the
-    /// description holds already is not appended again), then deletes those
-    /// attachments. Uploaded files stay. Each card it changed is one result
-    /// (`op` `update`, its `trello_card_id`, a `summary` with `links_moved` and
-    /// `notes_written`); the apps receive the cards' new `notes`, `url` and
+    /// the description, one per line (`name: url`, or the URL alone; a link the
+    /// description holds already is not appended again: a bare link when its
+    /// whole URL stands on its own line or between white space, a named one
+    /// only with its `name: url` line), then deletes those attachments, each
+    /// only once Trello's answer shows the description holding it. Each card is
+    /// read again just before its description is written, so an edit made in
+    /// Trello meanwhile is kept. Links that would take the description past
+    /// Trello's 16,384 characters stay attachments (the result's `reason` says
+    /// so, its `summary` counts them in `links_kept`). Uploaded files stay.
+    /// Each card it changed is one result (`op` `update`, its
+    /// `trello_card_id`, a `summary` with `links_moved` and `notes_written`);
+    /// the apps receive the cards' new `notes`, `url` and
     /// `attachments` as ordinary `update` changes. Running it again writes
     /// nothing; a job taken over from a worker that died goes on where it
     /// stopped (cards already done are passed over). Like an import it holds
@@ -701,11 +708,18 @@ extension APIProtocol {
     /// Starts a background job (`kind` `migrate_links`) and returns its id at once.
     /// No request body is sent. The job pages through the list's open cards that
     /// the list syncs; for each card holding link attachments it appends them to
-    /// the description, one per line (`name: url`, or the URL alone; a URL the
-    /// description holds already is not appended again), then deletes those
-    /// attachments. Uploaded files stay. Each card it changed is one result
-    /// (`op` `update`, its `trello_card_id`, a `summary` with `links_moved` and
-    /// `notes_written`); the apps receive the cards' new `notes`, `url` and
+    /// the description, one per line (`name: url`, or the URL alone; a link the
+    /// description holds already is not appended again: a bare link when its
+    /// whole URL stands on its own line or between white space, a named one
+    /// only with its `name: url` line), then deletes those attachments, each
+    /// only once Trello's answer shows the description holding it. Each card is
+    /// read again just before its description is written, so an edit made in
+    /// Trello meanwhile is kept. Links that would take the description past
+    /// Trello's 16,384 characters stay attachments (the result's `reason` says
+    /// so, its `summary` counts them in `links_kept`). Uploaded files stay.
+    /// Each card it changed is one result (`op` `update`, its
+    /// `trello_card_id`, a `summary` with `links_moved` and `notes_written`);
+    /// the apps receive the cards' new `notes`, `url` and
     /// `attachments` as ordinary `update` changes. Running it again writes
     /// nothing; a job taken over from a worker that died goes on where it
     /// stopped (cards already done are passed over). Like an import it holds
