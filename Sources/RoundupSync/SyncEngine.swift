@@ -369,6 +369,7 @@ public struct SyncEngine: Sendable {
             return .skipped(item, cardID: cardID, reason: "the card \(cardID) no longer exists in Trello")
         }
         if card["closed"]?.boolValue == true || card["idList"]?.stringValue != list.trelloListID {
+            try await forgetSkipped(changed, cardID: cardID, item: item, list: list)
             return .skipped(item, cardID: cardID, reason: "the card \(cardID) was archived or moved out of the list in Trello")
         }
         let priority = try await priorityField(list, state: &state)
@@ -479,6 +480,21 @@ public struct SyncEngine: Sendable {
             conflictIDs: conflictIDs)
         result.skippedFields = skipped
         return result
+    }
+
+    /// The app's edit of `fields` was skipped because the card has left the list in Trello while the store still has it
+    /// live: the app keeps a value Trello does not hold, counting on the delete on its way. That delete may never come:
+    /// when the card is back before the worker reads the archive's webhook and a later write of ours stamps the card
+    /// after it, the removal reads as delivered late (#43 item 6). So the store forgets what it knew of those fields (a
+    /// stamp no value hashes to, older than any action): the next sight of the card sends Trello's values to the apps,
+    /// and a write of the field stamps it again.
+    private func forgetSkipped(_ fields: [String], cardID: String, item: SyncItem, list: SyncListRecord) async throws {
+        var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
+        for field in fields where list.settings.syncsToReminders(named: field) {
+            record.stamps[field] = FieldStamp(hash: "skipped", time: 0)
+        }
+        guard !record.stamps.isEmpty else { return }
+        _ = try await store.recordSyncWrite(record)
     }
 
     /// The board's Priority field: from the store, else from Trello (then kept); `refresh` asks Trello again.
