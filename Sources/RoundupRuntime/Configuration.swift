@@ -47,6 +47,9 @@ public struct RoundupConfiguration: Sendable {
     public var workerAccountLanes: Int
     /// A batch wanting this many cards of one list reads the list instead (`WebhookProcessor.fetchCards`).
     public var workerListReadMin: Int
+    /// How long a batch's card read waits for its account's Trello rate limit before the entries needing it are left
+    /// in the stream (`ROUNDUP_WORKER_TRELLO_WAIT_MS`).
+    public var workerTrelloWaitMilliseconds: Int
     /// The consumer name of this worker in the group; defaults to host name and process id.
     public var workerConsumerName: String
     public var apiPort: Int
@@ -128,7 +131,8 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
         "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
         "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
-        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_ACCOUNT_LANES", "ROUNDUP_WORKER_LIST_READ_MIN", "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT",
+        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_ACCOUNT_LANES", "ROUNDUP_WORKER_LIST_READ_MIN", "ROUNDUP_WORKER_TRELLO_WAIT_MS",
+        "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT",
         "ROUNDUP_BOOTSTRAP_TOKEN",
         "ROUNDUP_API_RATE_LIMIT",
         "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
@@ -224,6 +228,7 @@ public struct RoundupConfiguration: Sendable {
         workerBatchSize = try integer("ROUNDUP_WORKER_BATCH", default: 256, range: 1...10_000)
         workerAccountLanes = try integer("ROUNDUP_WORKER_ACCOUNT_LANES", default: 2, range: 1...16)
         workerListReadMin = try integer("ROUNDUP_WORKER_LIST_READ_MIN", default: 10, range: 2...1000)
+        workerTrelloWaitMilliseconds = try integer("ROUNDUP_WORKER_TRELLO_WAIT_MS", default: 1000, range: 0...600_000)
         workerConsumerName =
             value("ROUNDUP_WORKER_NAME")
             ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"

@@ -96,6 +96,10 @@ public struct RedisTrelloGate: TrelloRequestGate {
                 return
             }
             Counter(label: "roundup_trello_throttled_total").increment()
+            if TrelloWait.exceeds(milliseconds: wait, waited: waitedMilliseconds) {
+                // The caller has other work: it is told now, and nothing counts against the window.
+                throw TrelloThrottled(wait: .milliseconds(wait))
+            }
             let pause = min(wait, 2_000) + Int.random(in: 0...25)
             waitedMilliseconds += pause
             try await Task.sleep(for: .milliseconds(pause))

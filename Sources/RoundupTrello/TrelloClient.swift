@@ -73,8 +73,33 @@ public struct TrelloError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// How long a request may wait for Trello's rate limits (`TrelloRequestGate.acquire`, a 429's retry) before it gives
+/// up with `TrelloThrottled` instead of being sent. Unset, it waits as long as the limits say. A caller with other
+/// work to do sets it for its task: a worker's batch defers the cards of an account whose token is throttled instead of
+/// holding every other account's entries back while it waits.
+public enum TrelloWait {
+    @TaskLocal public static var limit: Duration?
+
+    /// Whether a wait of `milliseconds` (after `waited` already) goes past the task's limit.
+    public static func exceeds(milliseconds: Int, waited: Int = 0) -> Bool {
+        guard let limit else { return false }
+        return Duration.milliseconds(waited + milliseconds) > limit
+    }
+}
+
+/// A request not sent because Trello's rate limits would have held it longer than `TrelloWait.limit`.
+public struct TrelloThrottled: Error, Sendable, CustomStringConvertible {
+    /// How long the limits said to wait.
+    public var wait: Duration
+
+    public init(wait: Duration) { self.wait = wait }
+
+    public var description: String { "trello rate limit: the token may send again in \(wait)" }
+}
+
 /// Where every process agrees how fast it may call Trello: a request waits in `acquire` until it fits the
-/// shared limits, and each answer's status and `x-rate-limit-*` headers are reported back.
+/// shared limits (or throws `TrelloThrottled` past `TrelloWait.limit`), and each answer's status and
+/// `x-rate-limit-*` headers are reported back.
 public protocol TrelloRequestGate: Sendable {
     func acquire(_ credentials: TrelloCredentials) async throws
     func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async
@@ -357,6 +382,9 @@ public struct TrelloClient: Sendable {
             } catch let error as TrelloError where error.isTransient && attempt < maxAttempts && (idempotent || error.status == 429) {
                 let base = 200.0 * pow(2.0, Double(attempt - 1))
                 let delayMS = error.retryAfter.map { Double($0.nanoseconds) / 1e6 } ?? (base + Double.random(in: 0...base))
+                if error.status == 429, TrelloWait.exceeds(milliseconds: Int(min(delayMS, 10_000))) {
+                    throw TrelloThrottled(wait: .milliseconds(Int(min(delayMS, 10_000))))
+                }
                 logger.debug(
                     "trello request retry",
                     metadata: ["path": "\(path.split(separator: "?").first ?? "")", "attempt": "\(attempt)", "error": "\(error)"])

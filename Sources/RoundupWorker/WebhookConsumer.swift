@@ -99,8 +99,14 @@ struct WebhookHandler: StreamHandler {
 
     func settled(_ result: StreamBatchResult<EventFailure>, batch: [Delivered<WebhookReading>], refusedWrites: Int, duration: Duration) async {
         guard let outcome = result.detail as? BatchOutcome else { return }
-        if !outcome.retry.isEmpty {
-            logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count)", "first_error": "\(outcome.retry[0].error)"])
+        // A throttled account's entries wait for its token (counted, not warned about: its own flood, most likely).
+        let throttled = outcome.retry.filter { $0.error.failure == .trelloThrottled }.count
+        if let failed = outcome.retry.first(where: { $0.error.failure != .trelloThrottled }) {
+            logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count - throttled)", "first_error": "\(failed.error)"])
+        }
+        if throttled > 0 {
+            metrics.throttled.increment(by: throttled)
+            logger.debug("events wait for their account's trello rate limit", metadata: ["count": "\(throttled)"])
         }
         var byType: [String: (ok: Int, retry: Int)] = [:]
         for id in outcome.done { byType[outcome.types[id] ?? "unknown", default: (0, 0)].ok += 1 }
@@ -116,7 +122,7 @@ struct WebhookHandler: StreamHandler {
         RoundupLatency.webhookToChange.record(since: outcome.applied)
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
-        metrics.retried.increment(by: outcome.retry.count)
+        metrics.retried.increment(by: outcome.retry.count - throttled)
         metrics.changes.increment(by: outcome.changesWritten)
         let elapsed = duration.components
         let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
@@ -134,6 +140,8 @@ struct WorkerMetrics: Sendable {
     let processed = Counter(label: "roundup_worker_events_total", dimensions: [("result", "processed")])
     let dropped = Counter(label: "roundup_worker_events_total", dimensions: [("result", "dropped")])
     let retried = Counter(label: "roundup_worker_events_total", dimensions: [("result", "retry")])
+    /// Left in the stream because their account's Trello token was throttled (`EventFailure.trelloThrottled`).
+    let throttled = Counter(label: "roundup_worker_events_total", dimensions: [("result", "throttled")])
     let deadLettered = Counter(label: "roundup_worker_events_total", dimensions: [("result", "dead_letter")])
     let changes = Counter(label: "roundup_worker_changes_written_total")
     let reclaimed = Counter(label: "roundup_worker_reclaimed_total")

@@ -35,6 +35,10 @@ public enum EventFailure: String, Sendable, CaseIterable {
     case trelloTransient = "trello_transient"
     /// Trello refused the request (4xx) or answered something that is not JSON, or the account has no credentials. Counts.
     case trelloRejected = "trello_rejected"
+    /// The account's Trello token is over its rate limit for longer than a batch waits (`WebhookProcessor.trelloWait`):
+    /// the entry waits in the stream while the rest of the batch settles. It never counts towards the dead letters, and
+    /// the consumer does not back off for it.
+    case trelloThrottled = "trello_throttled"
 
     init(store error: any Error) {
         switch StoreFailure(error) {
@@ -44,7 +48,7 @@ public enum EventFailure: String, Sendable, CaseIterable {
         }
     }
 
-    /// Only an unreachable store keeps an entry waiting instead of counting its deliveries towards the dead letters.
+    /// An unreachable store keeps every entry waiting; the consumer backs off.
     public var waitsForStore: Bool { self == .storeUnavailable }
 }
 
@@ -53,7 +57,10 @@ public enum EventFailure: String, Sendable, CaseIterable {
 public typealias EntryError = StreamFailure<EventFailure>
 
 extension EventFailure: StreamFailureClass {
-    public var keepsEntryWaiting: Bool { waitsForStore }
+    /// An unreachable store and a throttled account keep an entry waiting instead of counting its deliveries towards
+    /// the dead letters; only the store makes the consumer back off.
+    public var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled }
+    public var backsOffConsumer: Bool { waitsForStore }
 }
 
 /// The outcome of a batch: which entries are done (ack them), which failed and why.
@@ -115,6 +122,10 @@ public final class WebhookProcessor: Sendable {
     let cards: any CardSource
     let logger: Logger
     let fetchConcurrency: Int
+    /// The longest a card read waits for its account's Trello rate limit (`TrelloWait`). Past it the entries that need
+    /// the card are left in the stream (`EventFailure.trelloThrottled`) and the rest of the batch settles: an account
+    /// whose token is throttled (by its own flood) holds back neither its lane's neighbours nor the next batches.
+    let trelloWait: Duration
     /// This many wanted cards of one list in a batch are read with the list (`fetchCards`).
     let bulkReadThreshold: Int
     /// The most pages (of 1,000 cards) one bulk read takes.
@@ -133,8 +144,9 @@ public final class WebhookProcessor: Sendable {
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
     public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
-        echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10
+        echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10, trelloWait: Duration = .seconds(1)
     ) {
+        self.trelloWait = trelloWait
         self.bulkReadThreshold = max(2, bulkReadThreshold)
         self.echo = echo
         self.store = store
@@ -361,7 +373,7 @@ public final class WebhookProcessor: Sendable {
         }
 
         for key in Array(fetches.keys) { fetches[key]?.latest = latest[key] ?? .distantPast }
-        let fetched = await fetchCards(fetches, context: context, known: fetchedBefore)
+        let fetched = await TrelloWait.$limit.withValue(trelloWait) { await fetchCards(fetches, context: context, known: fetchedBefore) }
         var fetchedCards = fetchedBefore
         for (key, result) in fetched {
             if case .success(let card) = result { fetchedCards.updateValue(card, forKey: key) }
@@ -622,6 +634,8 @@ public final class WebhookProcessor: Sendable {
                                     facts: CardFacts(card: card))),
                             learned
                         )
+                    } catch let error as TrelloThrottled {
+                        return (key, .failure(TrelloFetchError(failure: .trelloThrottled, message: "\(error)")), nil)
                     } catch let error as TrelloError {
                         return (
                             key, .failure(TrelloFetchError(failure: error.isTransient ? .trelloTransient : .trelloRejected, message: "\(error)")), nil

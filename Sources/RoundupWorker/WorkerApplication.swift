@@ -25,7 +25,7 @@ public enum WorkerApplication {
         let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
         let processor = WebhookProcessor(
             store: store, cards: trello, logger: logger, accountLanes: configuration.workerAccountLanes, echo: echo,
-            bulkReadThreshold: configuration.workerListReadMin)
+            bulkReadThreshold: configuration.workerListReadMin, trelloWait: .milliseconds(configuration.workerTrelloWaitMilliseconds))
         let reconciler = Reconciler(
             store: store, trello: trello, redis: redis, keys: configuration.redisKeys, publicURL: configuration.publicURL, echo: echo, logger: logger)
         let engine = SyncEngine(

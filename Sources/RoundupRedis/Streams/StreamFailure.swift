@@ -3,6 +3,14 @@ public protocol StreamFailureClass: RawRepresentable, Sendable, Hashable where R
     /// Whether an entry that failed for this reason waits in the stream instead of counting its deliveries towards
     /// the dead letters (a dependency was down, not the entry at fault); the consumer also backs off.
     var keepsEntryWaiting: Bool { get }
+    /// Whether the consumer backs off before it reads more after an entry failed for this reason (a dependency every
+    /// entry needs is down). By default, whenever the entry is kept waiting; a reason of one entry's own (its account
+    /// throttled) keeps it waiting while the others go on.
+    var backsOffConsumer: Bool { get }
+}
+
+extension StreamFailureClass {
+    public var backsOffConsumer: Bool { keepsEntryWaiting }
 }
 
 /// For streams whose handler never classifies a failure (an entry is only left pending, nothing is recorded).

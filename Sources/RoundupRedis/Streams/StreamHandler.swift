@@ -80,5 +80,5 @@ public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     }
 
     /// Whether an entry failed because a dependency is down: the consumer backs off before it reads more.
-    public var waitsForDependency: Bool { retry.contains { $0.failure?.failure.keepsEntryWaiting == true } }
+    public var waitsForDependency: Bool { retry.contains { $0.failure?.failure.backsOffConsumer == true } }
 }
