@@ -55,6 +55,10 @@ extension PostgresStore: SyncJobStore {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in try lease.beat(jobID: jobID, holder: holder, rows: &rows) }
     }
 
+    public func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+        try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in try lease.yield(jobID: jobID, holder: holder, rows: &rows) }
+    }
+
     public func recordResult(
         jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval
     ) async throws -> Bool {

@@ -50,6 +50,8 @@ public struct RoundupConfiguration: Sendable {
     /// How long a batch's card read waits for its account's Trello rate limit before the entries needing it are left
     /// in the stream (`ROUNDUP_WORKER_TRELLO_WAIT_MS`).
     public var workerTrelloWaitMilliseconds: Int
+    /// How long a sync job runs before it gives its turn back while other jobs wait (`ROUNDUP_JOB_TURN_SECONDS`).
+    public var jobTurnSeconds: Int
     /// The consumer name of this worker in the group; defaults to host name and process id.
     public var workerConsumerName: String
     public var apiPort: Int
@@ -137,7 +139,8 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_API_RATE_LIMIT",
         "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
         "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
-        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_SYNC_MAX_TRELLO_WRITES", "ROUNDUP_TRELLO_TOKEN_LIMIT", "ROUNDUP_TRELLO_KEY_LIMIT",
+        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_JOB_TURN_SECONDS", "ROUNDUP_SYNC_MAX_TRELLO_WRITES", "ROUNDUP_TRELLO_TOKEN_LIMIT",
+        "ROUNDUP_TRELLO_KEY_LIMIT",
         "ROUNDUP_ECHO_TTL_SECONDS",
         "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_APPS_FILE", "ROUNDUP_APNS_URL",
         "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
@@ -256,6 +259,7 @@ public struct RoundupConfiguration: Sendable {
                 key: "ROUNDUP_JOB_HEARTBEAT_SECONDS", problem: "must be at most half of ROUNDUP_JOB_STALE_SECONDS, or live jobs would read as stale")
         }
         jobConcurrency = try integer("ROUNDUP_JOB_CONCURRENCY", default: 4, range: 1...256)
+        jobTurnSeconds = try integer("ROUNDUP_JOB_TURN_SECONDS", default: 10, range: 1...86_400)
         syncMaxTrelloWrites = try integer("ROUNDUP_SYNC_MAX_TRELLO_WRITES", default: 2000, range: 0...10_000_000)
         trelloTokenLimit = try integer("ROUNDUP_TRELLO_TOKEN_LIMIT", default: 100, range: 1...100_000)
         trelloKeyLimit = try integer("ROUNDUP_TRELLO_KEY_LIMIT", default: 300, range: 1...100_000)

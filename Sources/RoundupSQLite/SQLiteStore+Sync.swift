@@ -53,6 +53,14 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
+    public func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+        let lease = JobLease(staleAfter: staleAfter, now: Date())
+        return try await pool.write { db in
+            var rows = SQLiteJobLeaseRows(db: db)
+            return try lease.yield(jobID: jobID, holder: holder, rows: &rows)
+        }
+    }
+
     public func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
         let lease = JobLease(staleAfter: 0, now: Date())
         try await pool.write { db in

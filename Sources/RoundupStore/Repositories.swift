@@ -114,6 +114,9 @@ public protocol JobRepository: Sendable {
     func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool
     /// Stores one item's result and advances `processed` (and the heartbeat); false when the job was given up as stale.
     func recordResult(jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval) async throws -> Bool
+    /// Gives a running job's turn back (`JobLease.yield`): queued again, resumed from `processed` by whichever worker
+    /// starts it next; false when it is no longer this holder's.
+    func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool
     /// Ends the job (completed or error) and releases the lease.
     func finishJob(jobID: String, status: JobStatus, error: String?) async throws
 }

@@ -31,7 +31,11 @@ public struct SyncEngine: Sendable {
         public var heartbeat: Duration
         /// Attempts of one item when Trello or the store fail transiently (429, 5xx, timeouts, busy).
         public var itemAttempts: Int = 6
-        public init(keys: RedisKeys, staleAfter: TimeInterval, heartbeat: Duration) {
+        /// A sync job that has run this long gives its turn back after its current item while jobs of other accounts
+        /// wait for a worker (`run`'s `othersWaiting`): slots are shared by turns, not held by the longest jobs.
+        public var turn: Duration
+        public init(keys: RedisKeys, staleAfter: TimeInterval, heartbeat: Duration, turn: Duration = .seconds(10)) {
+            self.turn = turn
             self.keys = keys
             self.staleAfter = staleAfter
             self.heartbeat = heartbeat
@@ -90,13 +94,20 @@ public struct SyncEngine: Sendable {
         case lost
         /// Shutting down: the job stays running; another worker resumes it from `processed`.
         case interrupted
+        /// Its turn was over while other jobs waited: it is queued again (`JobRepository.yieldJob`) and resumes from
+        /// `processed` when a worker starts it next; the caller queues its entry again, behind the others.
+        case yielded
     }
 
     // MARK: Running a job
 
     /// Runs a job from where it stands (`processed`), with a heartbeat beside it. `beat` runs with each heartbeat
-    /// (the consumer keeps its stream entry from looking idle).
-    public func run(_ job: SyncJob, holder: String, beat: @escaping @Sendable () async -> Void = {}) async -> RunOutcome {
+    /// (the consumer keeps its stream entry from looking idle). `othersWaiting` says whether jobs wait for a worker:
+    /// asked (at most once a second) after each item once the job has run `Options.turn`; when it says so the job
+    /// yields.
+    public func run(
+        _ job: SyncJob, holder: String, beat: @escaping @Sendable () async -> Void = {}, othersWaiting: (@Sendable () async -> Bool)? = nil
+    ) async -> RunOutcome {
         let lost = NIOLockedValueBox(false)
         let outcome: RunOutcome = await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -114,11 +125,26 @@ public struct SyncEngine: Sendable {
                     await beat()
                 }
             }
-            let outcome = await self.work(job, holder: holder, lost: lost)
+            let outcome = await self.work(job, holder: holder, lost: lost, othersWaiting: othersWaiting)
             group.cancelAll()
             return outcome
         }
         switch outcome {
+        case .yielded:
+            do {
+                // No longer this holder's (given up as stale meanwhile): lost.
+                if try await !store.yieldJob(jobID: job.id, holder: holder, staleAfter: options.staleAfter) {
+                    logger.info("job ended", metadata: ["job": "\(job.id)", "kind": "\(job.kind.rawValue)", "outcome": "lost"])
+                    return .lost
+                }
+            } catch {
+                // Still running under this holder: its entry is reclaimed and it resumes, as after a shutdown.
+                logger.warning("job could not yield; it will be resumed", metadata: ["job": "\(job.id)", "error": "\(error)"])
+                return .interrupted
+            }
+            Counter(label: "roundup_sync_jobs_yielded_total").increment()
+            logger.info("job yielded its turn", metadata: ["job": "\(job.id)", "from_item": "\(job.processed)"])
+            return .yielded
         case .completed:
             try? await store.finishJob(jobID: job.id, status: .completed, error: nil)
             Counter(label: "roundup_sync_jobs_total", dimensions: [("kind", job.kind.rawValue), ("status", JobOutcome.completed.rawValue)])
@@ -135,7 +161,9 @@ public struct SyncEngine: Sendable {
         return outcome
     }
 
-    private func work(_ job: SyncJob, holder: String, lost: NIOLockedValueBox<Bool>) async -> RunOutcome {
+    private func work(
+        _ job: SyncJob, holder: String, lost: NIOLockedValueBox<Bool>, othersWaiting: (@Sendable () async -> Bool)?
+    ) async -> RunOutcome {
         if job.kind == .reconcile { return await runReconcile(job, holder: holder) }
         var state: JobState
         do {
@@ -158,8 +186,14 @@ public struct SyncEngine: Sendable {
             return .failed("\(error)")
         }
         // A stored count past the items (a payload edited by hand, say) is the end, not a trap.
+        let started = ContinuousClock.now
+        var asked = started
         for index in min(max(job.processed, 0), items.count)..<items.count {
             if Task.isShuttingDownGracefully { return .interrupted }
+            if let othersWaiting, index > job.processed, ContinuousClock.now - started >= options.turn, ContinuousClock.now - asked >= .seconds(1) {
+                asked = .now
+                if await othersWaiting() { return .yielded }
+            }
             if lost.withLockedValue({ $0 }) { return .lost }
             let item = items[index]
             running.item = index

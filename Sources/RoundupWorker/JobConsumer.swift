@@ -37,12 +37,15 @@ public struct JobConsumer: Service {
         options: Options, redis: RedisClient, store: any JobRepository, engine: SyncEngine, pauses: PauseWatcher? = nil, logger: Logger
     ) {
         self.pauses = pauses
+        let driver = RoundupStream.jobs.driver(redis: redis, keys: options.keys, consumer: options.consumer)
         consumer = StreamConsumer(
             options: .init(
                 name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2)),
-            driver: RoundupStream.jobs.driver(redis: redis, keys: options.keys, consumer: options.consumer),
-            handler: JobHandler(holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, logger: logger),
+            driver: driver,
+            handler: JobHandler(
+                holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, redis: redis, keys: options.keys,
+                othersWaiting: { (await driver.waiting() ?? 0) > 0 }, logger: logger),
             metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
     }
@@ -63,24 +66,43 @@ struct JobHandler: StreamHandler {
     let staleAfter: TimeInterval
     let store: any JobRepository
     let engine: SyncEngine
+    let redis: RedisClient
+    let keys: RedisKeys
+    /// Whether job entries wait for a worker (every slot busy): a long sync job then yields its turn.
+    let othersWaiting: @Sendable () async -> Bool
     let logger: Logger
 
     func handle(_ batch: [Delivered<SyncJobMessage>]) async -> StreamBatchResult<UnclassifiedFailure> {
         var result = StreamBatchResult<UnclassifiedFailure>()
         for entry in batch {
-            if await run(entry.message) { result.done.append(entry.id) } else { result.retry.append((entry.id, nil)) }
+            switch await run(entry.message) {
+            case .finished: result.done.append(entry.id)
+            case .unfinished: result.retry.append((entry.id, nil))
+            case .yielded:
+                // Behind the jobs that waited: a new entry at the stream's end, this one acked. If Redis does not take
+                // it, this entry stays pending and is reclaimed; the job, queued, starts again either way.
+                do {
+                    _ = try await redis.send(.streamAppend(keys.jobStream, fields: entry.message.fields), timeout: .seconds(2))
+                    result.done.append(entry.id)
+                } catch {
+                    logger.warning("yielded job not queued again; its entry will be reclaimed", metadata: ["job": "\(entry.message.jobID)"])
+                    result.retry.append((entry.id, nil))
+                }
+            }
         }
         return result
     }
 
-    /// Whether the entry is finished with.
-    private func run(_ message: SyncJobMessage) async -> Bool {
+    enum Turn { case finished, unfinished, yielded }
+
+    /// Whether the entry is finished with, or its job gave its turn back.
+    private func run(_ message: SyncJobMessage) async -> Turn {
         let start: JobStart
         do {
             start = try await store.startJob(id: message.jobID, holder: holder, staleAfter: staleAfter)
         } catch {
             logger.warning("job could not be started; it will be reclaimed", metadata: ["job": "\(message.jobID)", "error": "\(error)"])
-            return false
+            return .unfinished
         }
         switch start {
         case .skip(let reason):
@@ -91,10 +113,14 @@ struct JobHandler: StreamHandler {
                 .increment()
             }
             logger.info("job skipped", metadata: ["job": "\(message.jobID)", "reason": "\(reason)"])
-            return true
+            return .finished
         case .run(let job):
             // The consumer extends the entry's lease while this runs, so no other worker takes over a live job.
-            return await engine.run(job, holder: holder) != .interrupted
+            switch await engine.run(job, holder: holder, othersWaiting: othersWaiting) {
+            case .interrupted: return .unfinished
+            case .yielded: return .yielded
+            case .completed, .failed, .lost: return .finished
+            }
         }
     }
 

@@ -31,7 +31,7 @@ public enum WorkerApplication {
         let engine = SyncEngine(
             options: .init(
                 keys: configuration.redisKeys, staleAfter: TimeInterval(configuration.jobStaleSeconds),
-                heartbeat: .seconds(configuration.jobHeartbeatSeconds)),
+                heartbeat: .seconds(configuration.jobHeartbeatSeconds), turn: .seconds(configuration.jobTurnSeconds)),
             store: store, trello: trello.with(maxAttempts: 2), echo: echo, redis: redis, reconciler: reconciler, logger: logger)
         let interval = TimeInterval(configuration.reconcileIntervalSeconds)
         let scheduler = ReconcileScheduler(

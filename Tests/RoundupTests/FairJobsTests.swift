@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 import RoundupCore
 import RoundupOps
 import RoundupRuntime
@@ -199,5 +200,69 @@ import Testing
         } throws: { error in
             (error as? ConfigurationError)?.key == "ROUNDUP_SYNC_MAX_TRELLO_WRITES"
         }
+    }
+}
+
+// MARK: Turns
+
+extension FairJobsTests {
+    @Test func aYieldedJobIsQueuedAgainUnclaimedAndResumesWhereItStopped() throws {
+        var rows = MemoryRows()
+        guard case .created(let job) = try submit(at: 0, rows: &rows) else { throw StackError("not created") }
+        guard case .run = try lease(at: 1).start(jobID: job.id, holder: "w1", rows: &rows) else { throw StackError("not started") }
+        // Only its holder can give the turn back.
+        #expect(try !lease(at: 2).yield(jobID: job.id, holder: "w2", rows: &rows))
+        #expect(try lease(at: 2).yield(jobID: job.id, holder: "w1", rows: &rows))
+        #expect(rows.jobs[job.id]?.status == .queued && rows.jobs[job.id]?.updatedAt == Timestamp.string(Self.t0.addingTimeInterval(2)))
+        #expect(rows.leases[Self.account]?.jobID == job.id && rows.leases[Self.account]?.holder == JobLeaseRow.unclaimed)
+        // The account stays busy; a queued job is not yielded again; any worker starts it.
+        #expect(try submit(at: 3, rows: &rows) == .busy(runningJobID: job.id))
+        #expect(try !lease(at: 3).yield(jobID: job.id, holder: "w1", rows: &rows))
+        guard case .run(let resumed) = try lease(at: 4).start(jobID: job.id, holder: "w2", rows: &rows) else { throw StackError("not resumed") }
+        #expect(resumed.status == .running && rows.leases[Self.account]?.holder == "w2")
+    }
+
+    /// The finding: four accounts' long syncs kept a fifth account's one-reminder sync from starting for minutes. Now a
+    /// sync that has run its turn (`ROUNDUP_JOB_TURN_SECONDS`) gives its slot back after its current item while other
+    /// jobs wait, and resumes later from where it stopped. Here one slot, a slow Trello, a 40-card sync running: a
+    /// one-card sync of another account posted meanwhile ends while the long one is still unfinished, and the long
+    /// one then ends with its 40 cards, each made once. `ROUNDUP_TEST_JOB_TURN_SECONDS=86400` shows the old behaviour.
+    @Test(arguments: StoreBackend.available) func aLongSyncGivesItsTurnToAnotherAccountsShortOne(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
+        try await stack.startIngress()
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
+        stack.trello.addToken("token-long")
+        stack.trello.addToken("token-short")
+        let long = try await SyncSetup.make(stack, list: "Llong", board: "Blong", trelloToken: "token-long")
+        let short = try await SyncSetup.make(stack, list: "Lshort", board: "Bshort", trelloToken: "token-short")
+        let turn = ProcessInfo.processInfo.environment["ROUNDUP_TEST_JOB_TURN_SECONDS"] ?? "1"
+        try await stack.startWorker(
+            name: "w1", extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0", "ROUNDUP_JOB_CONCURRENCY": "1", "ROUNDUP_JOB_TURN_SECONDS": turn])
+        stack.trello.setRequestDelay(.milliseconds(150))
+
+        let creates = (0..<40).map { long.change("create", reminder: "long-\($0)", fields: ["title": .string("Long \($0)")]) }
+        let posted = try await long.post(creates)
+        #expect(posted.status == .accepted, "\(posted.body)")
+        let longJob = try #require(posted.json["job_id"]?.stringValue)
+        let running = try await TestSupport.eventually(timeout: .seconds(20)) {
+            try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(longJob)", token: long.token).json["status"] == "running"
+        }
+        #expect(running)
+
+        let asked = ContinuousClock.now
+        let shortEnd = try await short.sync([short.change("create", reminder: "short-1", fields: ["title": "Short"])])
+        let waited = ContinuousClock.now - asked
+        print("fair jobs: a one-card sync ended \(waited) after it was posted, beside a 40-card sync of another account")
+        #expect(shortEnd["status"] == "completed", "\(shortEnd)")
+        let longNow = try await stack.callAPI(.GET, "/dailyroundup/sync/jobs/\(longJob)", token: long.token).json
+        #expect(longNow["status"] != "completed", "the short sync waited for the long one to end: \(waited)")
+
+        let longEnd = try await long.wait(job: longJob, timeout: .seconds(120))
+        #expect(longEnd["status"] == "completed", "\(longEnd)")
+        let results = longEnd["results"]?.arrayValue ?? []
+        #expect(results.count == 40 && results.allSatisfy { $0["status"] == "ok" }, "\(results.prefix(3))")
+        #expect(Set(results.compactMap { $0["trello_card_id"]?.stringValue }).count == 40)
+        #expect(stack.trello.cardsCreated == 41)
+        await stack.shutdown()
     }
 }

@@ -178,6 +178,16 @@ public final class RedisStreamDriver: StreamDriver {
         return stats
     }
 
+    /// How many entries wait to be delivered to the group (its lag; where Redis cannot say, the entries not pending,
+    /// which holds for a stream whose settled entries are deleted). Nil when Redis could not be asked.
+    public func waiting() async -> Int? {
+        guard let replies = try? await redis.pipeline(Array(statsCommands.prefix(3))) else { return nil }
+        let (stats, _) = stats(from: replies[...])
+        if let lag = stats.lag { return lag }
+        guard let length = stats.length else { return nil }
+        return max(0, length - (stats.pending ?? 0))
+    }
+
     /// The commands `stats` reads (several drivers' are sent in one pipeline by `ShardedStreamDriver`).
     var statsCommands: [RedisCommand] {
         var commands = [

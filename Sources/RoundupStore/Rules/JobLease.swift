@@ -166,6 +166,19 @@ package struct JobLease {
         return true
     }
 
+    /// Gives a running job's turn back (jobs of other accounts wait for a worker): `queued` again from now, its lease
+    /// kept for the account but unclaimed so any worker may start it, its results and `processed` kept (it resumes
+    /// where it stopped). False when the job is no longer this holder's running job.
+    package func yield<Rows: JobLeaseRows>(jobID: String, holder: String, rows: inout Rows) throws -> Bool {
+        guard let job = try rows.job(id: jobID), job.status == .running, job.kind != .reconcile,
+            let held = try rows.lease(accountID: job.accountID), held.jobID == jobID, held.holder == holder
+        else { return false }
+        try rows.endJob(id: jobID, status: .queued, error: nil, at: nowText)
+        try rows.putLease(
+            JobLeaseRow(accountID: job.accountID, jobID: jobID, holder: JobLeaseRow.unclaimed, expiresAt: queuedExpires, updatedAt: nowText))
+        return true
+    }
+
     /// Ends the job (completed or error; a queued one too: its entry could not be queued) and releases the lease.
     package func finish<Rows: JobLeaseRows>(jobID: String, status: JobStatus, error: String?, rows: inout Rows) throws {
         guard let job = try rows.job(id: jobID) else { return }
