@@ -1,6 +1,7 @@
 public import Foundation
 public import Logging
 import Metrics
+import NIOConcurrencyHelpers
 public import NIOCore
 import RoundupCore
 public import RoundupRedis
@@ -38,10 +39,12 @@ public struct JobConsumer: Service {
     ) {
         self.pauses = pauses
         let driver = RoundupStream.jobs.driver(redis: redis, keys: options.keys, consumer: options.consumer)
+        var consumerOptions = StreamConsumer<RedisStreamDriver, JobHandler>.Options(
+            name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
+            claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2))
+        consumerOptions.readsAhead = false
         consumer = StreamConsumer(
-            options: .init(
-                name: "jobs", consumer: options.consumer, batchSize: 1, concurrency: options.concurrency,
-                claimIdle: .nanoseconds(options.claimIdle.nanoseconds), reclaimEvery: .seconds(2)),
+            options: consumerOptions,
             driver: driver,
             handler: JobHandler(
                 holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, redis: redis, keys: options.keys,
@@ -71,6 +74,9 @@ struct JobHandler: StreamHandler {
     /// Whether job entries wait for a worker (every slot busy): a long sync job then yields its turn.
     let othersWaiting: @Sendable () async -> Bool
     let logger: Logger
+    /// The jobs running here: a second entry of one of them (a yield whose old entry was not acked, and was reclaimed)
+    /// is acked without running it twice at once.
+    let runningHere = NIOLockedValueBox(Set<String>())
 
     func handle(_ batch: [Delivered<SyncJobMessage>]) async -> StreamBatchResult<UnclassifiedFailure> {
         var result = StreamBatchResult<UnclassifiedFailure>()
@@ -97,6 +103,11 @@ struct JobHandler: StreamHandler {
 
     /// Whether the entry is finished with, or its job gave its turn back.
     private func run(_ message: SyncJobMessage) async -> Turn {
+        guard runningHere.withLockedValue({ $0.insert(message.jobID).inserted }) else {
+            logger.info("job skipped", metadata: ["job": "\(message.jobID)", "reason": "already running here"])
+            return .finished
+        }
+        defer { _ = runningHere.withLockedValue { $0.remove(message.jobID) } }
         let start: JobStart
         do {
             start = try await store.startJob(id: message.jobID, holder: holder, staleAfter: staleAfter)

@@ -77,6 +77,10 @@ struct WebhookHandler: StreamHandler {
 
     func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading { try WebhookProcessor.decode(entry) }
 
+    /// An account's entries are handled in their order: while some wait for its Trello rate limit, its later ones wait
+    /// behind them.
+    func orderKey(_ message: WebhookReading) -> String? { message.account }
+
     func handle(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
         let outcome = await processor.process(batch)
         if !outcome.boardLabelChanges.isEmpty {
@@ -90,6 +94,8 @@ struct WebhookHandler: StreamHandler {
             }
         }
         var result = StreamBatchResult<EventFailure>(done: outcome.done, retry: outcome.retry.map { (id: $0.id, failure: Optional($0.error)) })
+        // Handed back by the consumer once the account's token has room, before any later entry of the account.
+        result.later = outcome.throttled
         // New changes: a background push to the account's devices, and a wake-up for its open change streams.
         result.appends = outcome.accountsWithChanges.sorted().flatMap { account in NewChanges.appends(account: account, reason: .changes, keys: keys)
         }

@@ -79,6 +79,9 @@ public struct BatchOutcome: Sendable {
     public var boardLabelChanges = Set<AccountScoped>()
     /// Action type of each entry, for metrics by type.
     public var types: [String: String] = [:]
+    /// Entries left waiting for their account's Trello rate limit (`EventFailure.trelloThrottled`), and how long the
+    /// token must wait: the consumer hands them back after that, in their account's order.
+    public var throttled: [String: Duration] = [:]
 
     /// Adds what another part of the batch came to.
     mutating func merge(_ part: BatchOutcome) {
@@ -90,6 +93,7 @@ public struct BatchOutcome: Sendable {
         accountsWithChanges.formUnion(part.accountsWithChanges)
         boardLabelChanges.formUnion(part.boardLabelChanges)
         types.merge(part.types) { current, _ in current }
+        throttled.merge(part.throttled) { current, _ in current }
     }
 }
 
@@ -140,6 +144,8 @@ public final class WebhookProcessor: Sendable {
     let accountLanes: Int
     /// Fingerprints of our own writes to Trello; nil turns echo suppression by fingerprint off.
     let echo: EchoFingerprints?
+    /// Accounts a card read found throttled lately (account → when): their cards are read one at a time, in order.
+    private let throttledLately = NIOLockedValueBox([String: ContinuousClock.Instant]())
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
     public init(
@@ -173,6 +179,9 @@ public final class WebhookProcessor: Sendable {
         var list: String?
         /// The latest date of the card's events in the batch: a read must hold all of them.
         var latest: Date = .distantPast
+        /// Its place among the batch's reads: cards are read in the order of their first entry, so an account whose
+        /// token runs out spends what it has on its earliest entries (the ones its order lets through).
+        var order = 0
     }
 
     /// A card as processing the batch's earlier entries one at a time would leave it, as far as the planner can tell
@@ -362,7 +371,7 @@ public final class WebhookProcessor: Sendable {
                 for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
                     switch planned {
                     case .apply(let observation): applies.append(observation)
-                    case .fetch(_, _, let boardID, _, let list): fetches[key] = FetchWant(board: boardID, list: list)
+                    case .fetch(_, _, let boardID, _, let list): fetches[key] = FetchWant(board: boardID, list: list, order: fetches.count)
                     }
                 }
             }
@@ -401,9 +410,16 @@ public final class WebhookProcessor: Sendable {
         var applied: [String] = []
         var dropped: [String] = []
         var failedCards: [AccountScoped: EntryError] = [:]
+        // An account whose token is throttled: its entries from the first one that waits on, in their order.
+        var throttledAccounts: [String: Duration] = [:]
         views = [:]
         for p in parsed {
             let keys = Set(p.events.map { AccountScoped(p.account, $0.cardID) })
+            if let wait = throttledAccounts[p.account] {
+                outcome.retry.append((p.id, EntryError(.trelloThrottled, "an earlier event of the account waits for its Trello rate limit")))
+                outcome.throttled[p.id] = wait
+                continue
+            }
             if let earlier = keys.lazy.compactMap({ failedCards[$0] }).first {
                 outcome.retry.append((p.id, EntryError(earlier.failure, "an earlier event of the card failed: \(earlier.message)")))
                 continue
@@ -420,6 +436,11 @@ public final class WebhookProcessor: Sendable {
                         switch fetched[AccountScoped(account, cardID)] {
                         case .failure(let error):
                             failure = EntryError(error.failure, error.message)
+                            if error.failure == .trelloThrottled {
+                                let wait = error.wait ?? .seconds(1)
+                                outcome.throttled[p.id] = max(outcome.throttled[p.id] ?? .zero, wait)
+                                throttledAccounts[p.account] = max(throttledAccounts[p.account] ?? .zero, wait)
+                            }
                         case .success(let result):
                             // In a synced list, open, and matching the list's filter: else it is out of every list it was in.
                             if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed,
@@ -594,13 +615,37 @@ public final class WebhookProcessor: Sendable {
             }
         }
         var items: [(AccountScoped, String?)] = []
-        for (key, want) in pending { items.append((key, want.board)) }
+        for (key, want) in pending.sorted(by: { $0.value.order < $1.value.order }) { items.append((key, want.board)) }
+        // An account whose token ran out lately reads one card at a time, in order, so what its token allows goes to its
+        // earliest entries (the ones its order lets through); once a read of an account is throttled in this batch, its
+        // other cards are not asked for.
+        let lately = throttledLately.withLockedValue { recent in
+            recent = recent.filter { ContinuousClock.now - $0.value < .seconds(60) }
+            return Set(recent.keys)
+        }
+        var waiting = items
+        var inFlight: [String: Int] = [:]
+        var stopped: [String: Duration] = [:]
         await withTaskGroup(of: (AccountScoped, Result<FetchedCard?, TrelloFetchError>, (AccountScoped, PriorityField)?).self) { group in
-            var index = 0
             func addNext() {
-                guard index < items.count else { return }
-                let (key, wantedBoard) = items[index]
-                index += 1
+                var startable: Int?
+                var skipped: [Int] = []
+                for i in waiting.indices {
+                    let account = waiting[i].0.accountID
+                    if let wait = stopped[account] {
+                        results[waiting[i].0] = .failure(
+                            TrelloFetchError(failure: .trelloThrottled, message: "the account's Trello token is throttled", wait: wait))
+                        skipped.append(i)
+                        continue
+                    }
+                    if lately.contains(account), inFlight[account, default: 0] > 0 { continue }
+                    startable = i
+                    break
+                }
+                for i in skipped.reversed() { waiting.remove(at: i) }
+                guard let i = startable.map({ $0 - skipped.filter { $0 < startable! }.count }) else { return }
+                let (key, wantedBoard) = waiting.remove(at: i)
+                inFlight[key.accountID, default: 0] += 1
                 let credentials = context.credentials[key.accountID]
                 let knownPriority = wantedBoard.flatMap { priorities[AccountScoped(key.accountID, $0)] }
                 group.addTask {
@@ -635,7 +680,7 @@ public final class WebhookProcessor: Sendable {
                             learned
                         )
                     } catch let error as TrelloThrottled {
-                        return (key, .failure(TrelloFetchError(failure: .trelloThrottled, message: "\(error)")), nil)
+                        return (key, .failure(TrelloFetchError(failure: .trelloThrottled, message: "\(error)", wait: error.wait)), nil)
                     } catch let error as TrelloError {
                         return (
                             key, .failure(TrelloFetchError(failure: error.isTransient ? .trelloTransient : .trelloRejected, message: "\(error)")), nil
@@ -648,11 +693,27 @@ public final class WebhookProcessor: Sendable {
             for _ in 0..<min(fetchConcurrency, items.count) { addNext() }
             while let (key, result, learned) = await group.next() {
                 results[key] = result
+                inFlight[key.accountID, default: 1] -= 1
+                if case .failure(let error) = result, error.failure == .trelloThrottled {
+                    stopped[key.accountID] = max(stopped[key.accountID] ?? .zero, error.wait ?? .seconds(1))
+                    throttledLately.withLockedValue { $0[key.accountID] = .now }
+                }
                 if let (board, field) = learned, priorities[board] == nil {
                     priorities[board] = field
                     try? await store.savePriorityField(accountID: board.accountID, boardID: board.id, field: field)
                 }
-                addNext()
+                // Fill the free slots: a read finished, and a throttled account's cards may have stopped waiting.
+                while inFlightTotal(inFlight) < fetchConcurrency {
+                    let before = waiting.count
+                    addNext()
+                    if waiting.count == before { break }
+                }
+            }
+        }
+        // Items never started (their account stopped after the last read ended).
+        for (key, _) in waiting {
+            if let wait = stopped[key.accountID] {
+                results[key] = .failure(TrelloFetchError(failure: .trelloThrottled, message: "the account's Trello token is throttled", wait: wait))
             }
         }
         return results
@@ -736,5 +797,10 @@ public final class WebhookProcessor: Sendable {
 struct TrelloFetchError: Error, CustomStringConvertible, Sendable {
     var failure: EventFailure
     var message: String
+    /// When throttled: how long the account's token must wait.
+    var wait: Duration? = nil
     var description: String { message }
 }
+
+/// The reads in flight, all accounts together.
+private func inFlightTotal(_ inFlight: [String: Int]) -> Int { inFlight.values.reduce(0, +) }

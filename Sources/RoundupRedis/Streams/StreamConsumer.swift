@@ -14,8 +14,12 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
         public var consumer: String
         /// Entries handed to the handler at once.
         public var batchSize: Int
-        /// Batches handled at once. With one, batches are handled in the loop and the next is read ahead.
+        /// Batches handled at once. With one, batches are handled in the loop and the next is read ahead (unless
+        /// `readsAhead` is off).
         public var concurrency: Int
+        /// Whether one batch at a time reads the next ahead. Off for jobs: an entry read ahead is pending with this
+        /// consumer, where a running job asking whether others wait (`RedisStreamDriver.waiting`) cannot see it.
+        public var readsAhead = true
         /// How long a read waits for new entries.
         public var block: Duration
         /// An entry pending this long with its consumer is taken over (that consumer died or gave it up).
@@ -101,7 +105,7 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
     /// finish, and entries already delivered to it but not begun (a batch read ahead, or read as the pause came) stay
     /// pending with it, their lease renewed, and are handled first on resume. The gauges are still recorded.
     public func run(isStopping: @escaping @Sendable () -> Bool = { false }, isPaused: @escaping @Sendable () -> Bool = { false }) async {
-        if options.concurrency == 1 {
+        if options.concurrency == 1 && options.readsAhead {
             await runReadingAhead(isStopping: isStopping, isPaused: isPaused)
         } else {
             await runConcurrently(isStopping: isStopping, isPaused: isPaused)
@@ -133,6 +137,72 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
         /// if this one stops first).
         var held: [Reading] = []
         var lastLease = ContinuousClock.now
+        /// Handed back by the handler for later (`StreamBatchResult.later`), in stream order: pending with this consumer,
+        /// leased, handled again once their key is due.
+        var deferred: [Reading] = []
+        /// When each key with deferred entries is due; new entries of such a key join `deferred`.
+        var dueAt: [String: ContinuousClock.Instant] = [:]
+    }
+
+    /// The key an entry is kept in order by (`StreamHandler.orderKey`, else the entry itself).
+    func orderKey(_ reading: Reading) -> String {
+        switch reading {
+        case .message(let delivered): handler.orderKey(delivered.message) ?? delivered.id
+        case .undecodable(let id, _): id
+        }
+    }
+
+    /// Handles `batch` (the read-ahead loop), keeping the entries the handler hands back for later, and entries of
+    /// their keys, in `state.deferred`. Returns whether a failure keeps entries waiting for a dependency.
+    private func processKeepingOrder(_ batch: [Reading], state: inout LoopState, running: InFlight) async throws -> Bool {
+        var now: [Reading] = []
+        for reading in batch {
+            if state.dueAt[orderKey(reading)] != nil {
+                state.deferred.append(reading)
+                running.hold([reading.id])
+            } else {
+                now.append(reading)
+            }
+        }
+        guard !now.isEmpty else { return false }
+        let handled = try await process(now, alsoLeased: state.deferred.map(\.id))
+        guard !handled.later.isEmpty else { return handled.waits }
+        let at = ContinuousClock.now
+        var kept: [Reading] = []
+        for reading in now {
+            guard let wait = handled.later[reading.id] else { continue }
+            let key = orderKey(reading)
+            let due = at + min(max(wait, .milliseconds(20)), .seconds(60))
+            state.dueAt[key] = max(state.dueAt[key] ?? due, due)
+            kept.append(reading)
+        }
+        running.hold(kept.map(\.id))
+        // In stream order: what was deferred before this batch stays ahead of it (those keys were not in `now`).
+        state.deferred += kept
+        return handled.waits
+    }
+
+    /// The deferred entries whose key is due, taken out of `state.deferred` (in stream order).
+    private func dueDeferred(_ state: inout LoopState, running: InFlight) -> [Reading] {
+        guard !state.deferred.isEmpty else { return [] }
+        let now = ContinuousClock.now
+        let dueKeys = Set(state.dueAt.filter { $0.value <= now }.keys)
+        guard !dueKeys.isEmpty else { return [] }
+        var due: [Reading] = []
+        var rest: [Reading] = []
+        for reading in state.deferred {
+            if dueKeys.contains(orderKey(reading)) { due.append(reading) } else { rest.append(reading) }
+        }
+        state.deferred = rest
+        for key in dueKeys { state.dueAt[key] = nil }
+        running.release(due.map(\.id))
+        return due
+    }
+
+    /// How long a read may block: until the next deferred key is due, at most `options.block`.
+    private func readBlock(_ state: LoopState) -> Duration {
+        guard let next = state.dueAt.values.min() else { return options.block }
+        return max(.milliseconds(10), min(options.block, next - ContinuousClock.now))
     }
 
     /// One batch at a time, in the loop; the next batch is read (and decoded) ahead, while the current one is handled.
@@ -159,18 +229,27 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                 continue
             }
             if isStopping() {
-                // Stop reading; entries already delivered to this consumer are still processed and settled.
+                // Stop reading; entries already delivered to this consumer are still processed and settled. Deferred ones
+                // stay pending: another consumer takes them over after the claim timeout.
                 if !isPaused(), let ahead = prefetched, let batch = try? await ahead.value, !batch.isEmpty { await processLogging(batch) }
                 break
             }
             do {
                 try await prepare(&state)
+                let due = dueDeferred(&state, running: running)
+                if !due.isEmpty {
+                    _ = try await processKeepingOrder(due, state: &state, running: running)
+                }
+                if !state.deferred.isEmpty, ContinuousClock.now - state.lastLease >= options.leaseEvery {
+                    state.lastLease = .now
+                    try await driver.extendLease(state.deferred.map(\.id))
+                }
                 if ContinuousClock.now - state.lastReclaim >= options.reclaimEvery {
                     state.lastReclaim = .now
                     for _ in 0..<options.maxReclaimPages {
                         let (seen, claimed) = try await reclaimPage(limit: options.batchSize, running: running)
                         // The store still failing: stop here, the next round tries again.
-                        if !claimed.isEmpty, try await process(claimed) { break }
+                        if !claimed.isEmpty, try await processKeepingOrder(claimed, state: &state, running: running) { break }
                         guard seen == options.batchSize else { break }
                     }
                     await recordGauges(inFlight: 0)
@@ -181,7 +260,7 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                     prefetched = nil
                     entries = try await ahead.value
                 } else {
-                    entries = decoded(try await driver.read(count: count, block: options.block))
+                    entries = decoded(try await driver.read(count: count, block: readBlock(state)))
                 }
                 if !entries.isEmpty && isPaused() {
                     // The pause came while the read waited: begin none of them.
@@ -192,7 +271,7 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                     if entries.count == count {
                         prefetched = Task { [driver] in self.decoded(try await driver.read(count: count, block: nil)) }
                     }
-                    if try await process(entries) {
+                    if try await processKeepingOrder(entries, state: &state, running: running) {
                         // A dependency is unreachable: stop taking new entries for a while; they wait in the stream.
                         try? await Task.sleep(for: state.dependencyBackoff)
                         state.dependencyBackoff = min(state.dependencyBackoff * 2, options.dependencyBackoff.upperBound)
@@ -263,9 +342,9 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
 
     /// A round while paused: the held entries' lease renewed, the gauges recorded, a short wait.
     private func pausedRound(_ state: inout LoopState, inFlight: Int) async {
-        if !state.held.isEmpty, ContinuousClock.now - state.lastLease >= options.leaseEvery {
+        if !(state.held.isEmpty && state.deferred.isEmpty), ContinuousClock.now - state.lastLease >= options.leaseEvery {
             state.lastLease = .now
-            try? await driver.extendLease(state.held.map(\.id))
+            try? await driver.extendLease(state.held.map(\.id) + state.deferred.map(\.id))
         }
         if ContinuousClock.now - state.lastReclaim >= options.reclaimEvery {
             state.lastReclaim = .now
@@ -318,16 +397,23 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
     /// `process`, its failure logged: the entries were not settled, they stay pending and are reclaimed.
     private func processLogging(_ batch: [Reading]) async {
         do {
-            _ = try await process(batch)
+            _ = try await process(batch, alsoLeased: [])
         } catch {
             logger.warning("settling failed", metadata: ["stream": "\(options.name)", "error": "\(error)"])
         }
     }
 
-    /// Handles a batch's messages under their lease and settles them; dead-letters the entries that did not decode.
-    /// Returns whether a failure keeps entries waiting for a dependency.
+    /// What `process` came to: whether a failure keeps entries waiting for a dependency, and the entries the handler
+    /// hands back for later (`StreamBatchResult.later`).
+    struct Handled {
+        var waits = false
+        var later: [String: Duration] = [:]
+    }
+
+    /// Handles a batch's messages under their lease (and `alsoLeased`'s: entries this consumer keeps for later) and
+    /// settles them; dead-letters the entries that did not decode.
     @discardableResult
-    func process(_ batch: [Reading]) async throws -> Bool {
+    func process(_ batch: [Reading], alsoLeased: [String] = []) async throws -> Handled {
         var messages: [Delivered<Handler.Message>] = []
         var undecodable: [(id: String, error: StreamUndecodable)] = []
         messages.reserveCapacity(batch.count)
@@ -337,13 +423,13 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
             case .undecodable(let id, let error): undecodable.append((id, error))
             }
         }
-        var waits = false
+        var handled = Handled()
         if !messages.isEmpty {
             let started = ContinuousClock.now
             let messages = messages
             // Every entry of the batch is leased while its messages are handled: those that did not decode wait for
             // their dead letter below, and no other consumer may take them over meanwhile.
-            let result = await whileLeased(batch.map(\.id)) { await self.handler.handle(messages) }
+            let result = await whileLeased(batch.map(\.id) + alsoLeased) { await self.handler.handle(messages) }
             let failed = result.retry.compactMap { entry in entry.failure.map { (id: entry.id, recorded: $0.recorded) } }
             let refused = try await driver.settle(done: result.done, failed: failed, appends: result.appends)
             if refused > 0 {
@@ -354,13 +440,14 @@ public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Send
                 try await deadLetter(id, deliveries: 1, error: failure.description)
             }
             await handler.settled(result, batch: messages, refusedWrites: refused, duration: ContinuousClock.now - started)
-            waits = result.waitsForDependency
+            handled.waits = result.waitsForDependency
+            handled.later = result.later
         }
         // What does not decode never will: its dead letter keeps it for an operator (`roundupctl dlq`).
         for (id, error) in undecodable {
             try await deadLetter(id, deliveries: 1, error: error.description)
         }
-        return waits
+        return handled
     }
 
     /// Takes over entries that sat pending with any consumer longer than the claim timeout (a consumer that died, or
@@ -481,4 +568,7 @@ final class InFlight: Sendable {
             $0.batches -= 1
         }
     }
+    /// Entries kept by the consumer outside a batch (deferred): not reclaimed by it meanwhile.
+    func hold(_ ids: [String]) { state.withLockedValue { $0.ids.formUnion(ids) } }
+    func release(_ ids: [String]) { state.withLockedValue { $0.ids.subtract(ids) } }
 }

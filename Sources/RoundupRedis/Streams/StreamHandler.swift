@@ -24,9 +24,14 @@ public protocol StreamHandler: Sendable {
 
     /// With the consumer's stream gauges (every reclaim round): the handler's own gauges.
     func recordGauges(inFlight: Int) async
+
+    /// Entries of one key are handled in their order: while some of a key's entries wait to be handed back
+    /// (`StreamBatchResult.later`), the key's later entries wait behind them. Nil: each entry on its own.
+    func orderKey(_ message: Message) -> String?
 }
 
 extension StreamHandler {
+    public func orderKey(_ message: Message) -> String? { nil }
     public func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
     public func recordGauges(inFlight: Int) async {}
 }
@@ -66,6 +71,11 @@ public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     public var deadLetter: [(id: String, failure: StreamFailure<Failure>)] = []
     /// Entries to append to other streams with the settling (best effort).
     public var appends: [StreamAppend] = []
+    /// Entries of `retry` the consumer hands back to `handle` itself after the wait given (their account's Trello rate
+    /// limit, say), instead of leaving them for a reclaim after the claim timeout: they stay pending with it, leased,
+    /// and later entries of the same `orderKey` wait behind them. Only the consumer reading ahead (concurrency 1)
+    /// does; others leave them to the reclaim.
+    public var later: [String: Duration] = [:]
     /// Whatever the handler wants back in `settled` (its own counts).
     public var detail: (any Sendable)?
 

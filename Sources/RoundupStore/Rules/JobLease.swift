@@ -173,6 +173,11 @@ package struct JobLease {
         guard let job = try rows.job(id: jobID), job.status == .running, job.kind != .reconcile,
             let held = try rows.lease(accountID: job.accountID), held.jobID == jobID, held.holder == holder
         else { return false }
+        // The app has been told it is stale (its heartbeat stopped): it is not brought back.
+        if job.isStale(now: now, staleAfter: staleAfter) {
+            try giveUpStale(job, rows: &rows)
+            return false
+        }
         try rows.endJob(id: jobID, status: .queued, error: nil, at: nowText)
         try rows.putLease(
             JobLeaseRow(accountID: job.accountID, jobID: jobID, holder: JobLeaseRow.unclaimed, expiresAt: queuedExpires, updatedAt: nowText))

@@ -5804,11 +5804,13 @@ public struct Client: APIProtocol {
     /// Poll it until `status` is `completed` or `error`.
     ///
     /// A job is `queued` until a worker starts it; waiting for a worker never
-    /// makes it stale. While the job runs, `updated_at` advances at least every
-    /// 10 seconds. If the job's worker stops heartbeating for 60 seconds, or the
-    /// job is still queued an hour after it was submitted (it was lost),
-    /// `error` is `stale`. The app should then stop polling; it may safely
-    /// submit the same changes again.
+    /// makes it stale. A long sync that has had its turn while other accounts'
+    /// jobs wait is `queued` again, with its `processed` and `results` so far,
+    /// and resumes where it stopped. While the job runs, `updated_at` advances
+    /// at least every 10 seconds. If the job's worker stops heartbeating for 60
+    /// seconds, or the job is still queued an hour after it was last queued (it
+    /// was lost), `error` is `stale`. The app should then stop polling; it may
+    /// safely submit the same changes again.
     ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/sync/jobs/{job_id}`.

@@ -148,7 +148,7 @@ extension Components {
         public typealias ItemStatus = OpenEnum<Roundup.ItemStatus>
         /// - Remark: Generated from `#/components/schemas/JobKind`.
         public typealias JobKind = OpenEnum<Roundup.JobKind>
-        /// `queued`: accepted, waiting for a worker to start it. `running`: a worker is applying it. `completed` and `error` are its end.
+        /// `queued`: accepted, waiting for a worker to start it (or to resume it: a long sync gives its turn to other accounts' jobs and keeps its `processed` and `results`). `running`: a worker is applying it. `completed` and `error` are its end.
         ///
         /// - Remark: Generated from `#/components/schemas/JobStatus`.
         public typealias JobStatus = OpenEnum<Roundup.JobStatus>
