@@ -628,22 +628,13 @@ public final class WebhookProcessor: Sendable {
         var stopped: [String: Duration] = [:]
         await withTaskGroup(of: (AccountScoped, Result<FetchedCard?, TrelloFetchError>, (AccountScoped, PriorityField)?).self) { group in
             func addNext() {
-                var startable: Int?
-                var skipped: [Int] = []
-                for i in waiting.indices {
-                    let account = waiting[i].0.accountID
-                    if let wait = stopped[account] {
-                        results[waiting[i].0] = .failure(
-                            TrelloFetchError(failure: .trelloThrottled, message: "the account's Trello token is throttled", wait: wait))
-                        skipped.append(i)
-                        continue
-                    }
-                    if lately.contains(account), inFlight[account, default: 0] > 0 { continue }
-                    startable = i
-                    break
-                }
-                for i in skipped.reversed() { waiting.remove(at: i) }
-                guard let i = startable.map({ $0 - skipped.filter { $0 < startable! }.count }) else { return }
+                // The first card in order whose account is not stopped, nor reading one at a time with a read out.
+                guard
+                    let i = waiting.firstIndex(where: { item in
+                        let account = item.0.accountID
+                        return stopped[account] == nil && !(lately.contains(account) && inFlight[account, default: 0] > 0)
+                    })
+                else { return }
                 let (key, wantedBoard) = waiting.remove(at: i)
                 inFlight[key.accountID, default: 0] += 1
                 let credentials = context.credentials[key.accountID]
@@ -710,7 +701,7 @@ public final class WebhookProcessor: Sendable {
                 }
             }
         }
-        // Items never started (their account stopped after the last read ended).
+        // Cards never read: their account's token was throttled in this batch.
         for (key, _) in waiting {
             if let wait = stopped[key.accountID] {
                 results[key] = .failure(TrelloFetchError(failure: .trelloThrottled, message: "the account's Trello token is throttled", wait: wait))
