@@ -30,6 +30,8 @@ public struct API: Sendable {
         public var bundleIDs: Set<BundleID>
         /// The most Trello writes one sync may imply (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`); 0: no bound.
         public var syncMaxTrelloWrites = 2000
+        /// How long the changes a device pulls are its own (`ROUNDUP_CHANGE_CLAIM_SECONDS`).
+        public var changeClaimSeconds: TimeInterval = 120
 
         public init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
@@ -126,7 +128,7 @@ public struct API: Sendable {
         app.addRoutes(
             ListRoutes(store: store, pairing: pairing, jobs: jobAnswers, logger: logger).collection, atPath: "lists")
         app.addRoutes(
-            ChangeRoutes(store: store, signals: signals, logger: logger).collection,
+            ChangeRoutes(store: store, signals: signals, claimFor: options.changeClaimSeconds, logger: logger).collection,
             atPath: "changes")
         app.addRoutes(
             DeviceRoutes(devices: store, bundleIDs: options.bundleIDs, devicesPerAccount: options.devicesPerAccount).collection,
@@ -168,5 +170,6 @@ extension API.Options {
             exportsPerAccount: configuration.exportsPerAccount, devicesPerAccount: configuration.devicesPerAccount,
             bundleIDs: configuration.appBundleIDs)
         syncMaxTrelloWrites = configuration.syncMaxTrelloWrites
+        changeClaimSeconds = TimeInterval(configuration.changeClaimSeconds)
     }
 }

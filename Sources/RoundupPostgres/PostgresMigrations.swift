@@ -387,6 +387,14 @@ enum PostgresMigrations {
                 "DROP TABLE IF EXISTS trello_card_custom_field_values",
             ]
         ),
+        (
+            // Which device holds a change, and until when; the account's time zone (SQLiteMigrations' v13 says why).
+            "v13-several-devices",
+            [
+                "ALTER TABLE pending_changes ADD COLUMN claimed_by TEXT", "ALTER TABLE pending_changes ADD COLUMN claimed_until BIGINT",
+                "ALTER TABLE accounts ADD COLUMN time_zone TEXT",
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -40,7 +40,8 @@ extension PostgresStore {
                 """
                 UPDATE accounts SET trello_api_key = \(account.trelloAPIKey), trello_token = \(account.trelloToken),
                     trello_webhook_secret = \(account.trelloWebhookSecret), conflict_policy = \(account.conflictPolicy.rawValue),
-                    delete_mode = \(account.deleteMode.rawValue), updated_at = \(account.updatedAt), needs_attention = \(account.needsAttention?.rawValue)
+                    delete_mode = \(account.deleteMode.rawValue), updated_at = \(account.updatedAt), needs_attention = \(account.needsAttention?.rawValue),
+                    time_zone = \(account.timeZone?.rawValue)
                 WHERE id = \(id)
                 """,
                 logger)
@@ -216,7 +217,7 @@ extension PostgresStore {
                 """,
                 logger
             ).map { row in
-                try (details: AccountDetails(stored: row), lists: row.int(9), pendingChanges: row.int(10))
+                try (details: AccountDetails(stored: row), lists: row.int(10), pendingChanges: row.int(11))
             }
         }
     }

@@ -171,6 +171,57 @@ extension PostgresStore: SyncStore {
         }
     }
 
+    public func claimChanges<Sink: PendingChangeSink>(
+        accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
+    ) async throws
+        -> Sink?
+    {
+        try await write { [self] c in
+            // The account's lock, as the worker takes it to write changes: two devices pulling at once hand out each
+            // change once, and a change is not folded away between the read and the hold.
+            try await Self.lockAccounts(c, [accountID], logger: logger)
+            guard try await !c.rows("SELECT 1 FROM devices WHERE account_id = \(accountID) AND device_id = \(claim.deviceID)", logger).isEmpty else {
+                return nil
+            }
+            let read = try await c.changes(
+                """
+                SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
+                WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) AND p.id <= \(claim.throughID)
+                    AND (p.claimed_by IS NULL OR p.claimed_until <= \(claim.now) OR (p.claimed_by = \(claim.deviceID) AND \(claim.includeOwn)))
+                ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
+                """, into: sink, logger)
+            if read.lastTaken > afterID {
+                try await c.run(
+                    """
+                    UPDATE pending_changes p SET claimed_by = \(claim.deviceID), claimed_until = \(claim.until)
+                    WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) AND p.id <= \(min(read.lastTaken, claim.throughID))
+                        AND (p.claimed_by IS NULL OR p.claimed_until <= \(claim.now) OR (p.claimed_by = \(claim.deviceID) AND \(claim.includeOwn)))
+                    """, logger)
+            }
+            return read
+        }
+    }
+
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int {
+        try await write { [self] c in
+            let rows =
+                if let ids {
+                    try await c.rows(
+                        """
+                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL
+                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) AND id = ANY(\(ids)::int8[]) RETURNING id
+                        """, logger)
+                } else {
+                    try await c.rows(
+                        """
+                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL
+                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) RETURNING id
+                        """, logger)
+                }
+            return rows.count
+        }
+    }
+
     /// Every pending change of every account, oldest first (tests and operators).
     public func allPendingChanges() async throws -> [PendingChange] {
         let accounts = try await read { [self] c in
@@ -261,15 +312,16 @@ struct PostgresChangeRows: ChangeRows {
         }
         for row in try await c.rows(
             """
-            SELECT p.id, p.change_type, p.changed_fields, p.fields, u.a, u.k
+            SELECT p.id, p.change_type, p.changed_fields, p.fields, p.claimed_by, COALESCE(p.claimed_until, 0), u.a, u.k
             FROM (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u
             CROSS JOIN LATERAL (
-                SELECT id, change_type, changed_fields, fields FROM pending_changes
+                SELECT id, change_type, changed_fields, fields, claimed_by, claimed_until FROM pending_changes
                 WHERE account_id = u.a AND trello_card_id = u.k AND NOT superseded ORDER BY id DESC LIMIT 1
             ) p
             """, logger)
         {
-            rows.latest[AccountScoped(try row.text(4), try row.text(5))] = try .init(stored: row)
+            // The columns `ChangeRow` reads, then the key.
+            rows.latest[AccountScoped(try row.text(6), try row.text(7))] = try .init(stored: row)
         }
         for row in try await c.rows(
             "SELECT created_at, settings, id FROM sync_lists WHERE account_id = ANY(\(Array(Set(accounts)))::text[])", logger)
@@ -410,9 +462,11 @@ struct PostgresChangeRows: ChangeRows {
             sql.appendLiteral(
                 """
                 INSERT INTO pending_changes
-                    (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded, reminder_id)
+                    (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded, reminder_id,
+                     claimed_by, claimed_until)
                 SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s,
-                    (SELECT r.reminder_id FROM sync_tasks r WHERE r.account_id = u.a AND r.trello_card_id = u.k)  -- the task's as it is now (v11)
+                    (SELECT r.reminder_id FROM sync_tasks r WHERE r.account_id = u.a AND r.trello_card_id = u.k),  -- the task's as it is now (v11)
+                    NULLIF(cb, ''), NULLIF(cu, 0)
                 FROM unnest(
                 """)
             let texts: [[String]] = [
@@ -424,7 +478,12 @@ struct PostgresChangeRows: ChangeRows {
                 sql.appendLiteral("::text[], ")
             }
             sql.appendInterpolation(inserts.map(\.superseded))
-            sql.appendLiteral("::bool[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, o) ORDER BY o")
+            sql.appendLiteral("::bool[], ")
+            // A hold passed on from a folded change (none: "" and 0, as arrays cannot hold NULL through these bindings).
+            sql.appendInterpolation(changes.map { $0.claim?.deviceID ?? "" })
+            sql.appendLiteral("::text[], ")
+            sql.appendInterpolation(changes.map { $0.claim?.until ?? 0 })
+            sql.appendLiteral("::int8[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, cb, cu, o) ORDER BY o")
             try await c.run(PostgresQuery(stringInterpolation: sql), logger)
         }
     }

@@ -71,6 +71,9 @@ public struct RoundupConfiguration: Sendable {
     public var streamHeartbeatSeconds: Int
     /// A change stream ends after this many seconds whatever it does; its client reconnects from its last id.
     public var streamMaxSeconds: Int
+    /// How long the changes a device pulls (or streams) with `device_id` are its own before another device of the
+    /// account may have them (a queue's visibility timeout).
+    public var changeClaimSeconds: Int
     /// Exports (`GET /dailyroundup/account/export`) one account runs at once on every API process together.
     public var exportsPerAccount: Int
     /// Devices one account may register.
@@ -250,6 +253,7 @@ public struct RoundupConfiguration: Sendable {
         maxStreamsPerAccount = try integer("ROUNDUP_STREAMS_PER_ACCOUNT", default: 10, range: 1...10_000)
         streamHeartbeatSeconds = try integer("ROUNDUP_STREAM_HEARTBEAT_SECONDS", default: 15, range: 1...300)
         streamMaxSeconds = try integer("ROUNDUP_STREAM_MAX_SECONDS", default: 3600, range: 10...86_400)
+        changeClaimSeconds = try integer("ROUNDUP_CHANGE_CLAIM_SECONDS", default: 120, range: 1...86_400)
         exportsPerAccount = try integer("ROUNDUP_EXPORTS_PER_ACCOUNT", default: 2, range: 1...100)
         devicesPerAccount = try integer("ROUNDUP_DEVICES_PER_ACCOUNT", default: 20, range: 1...10_000)
         jobStaleSeconds = try integer("ROUNDUP_JOB_STALE_SECONDS", default: 60, range: 2...86_400)

@@ -337,6 +337,17 @@ enum SQLiteMigrations {
                     DROP TABLE IF EXISTS trello_card_custom_field_values;
                     """)
         }
+        migrator.registerMigration("v13-several-devices") { db in
+            // Which device holds a change, and until when (milliseconds since 1970): `ChangeClaim`. NULL: nobody.
+            // Read through pending_changes_live like every pull; no index of their own (a pull filters its account's
+            // live rows by them). And the time zone the account's all-day dates are written in (NULL: UTC).
+            try db.execute(
+                sql: """
+                    ALTER TABLE pending_changes ADD COLUMN claimed_by TEXT;
+                    ALTER TABLE pending_changes ADD COLUMN claimed_until INTEGER;
+                    ALTER TABLE accounts ADD COLUMN time_zone TEXT;
+                    """)
+        }
         return migrator
     }
 }

@@ -34,12 +34,12 @@ extension SQLiteStore {
             try db.execute(
                 sql: """
                     UPDATE accounts SET trello_api_key = ?, trello_token = ?, trello_webhook_secret = ?, conflict_policy = ?, delete_mode = ?,
-                        updated_at = ?, needs_attention = ?
+                        updated_at = ?, needs_attention = ?, time_zone = ?
                     WHERE id = ?
                     """,
                 arguments: [
                     account.trelloAPIKey, account.trelloToken, account.trelloWebhookSecret, account.conflictPolicy, account.deleteMode,
-                    account.updatedAt, account.needsAttention, id,
+                    account.updatedAt, account.needsAttention, account.timeZone?.rawValue, id,
                 ])
             return account
         }

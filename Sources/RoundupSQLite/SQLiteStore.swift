@@ -225,6 +225,61 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
+    public func claimChanges<Sink: PendingChangeSink>(
+        accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
+    ) async throws
+        -> Sink?
+    {
+        try await pool.write { db in
+            guard
+                try Bool.fetchOne(
+                    db.cachedStatement(sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?"), arguments: [accountID, claim.deviceID])
+                    ?? false
+            else { return nil }
+            // The changes no other device holds (the same test in both statements, in one transaction: the rows the
+            // update hands over are the ones read).
+            func free(_ p: String) -> String { "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?))" }
+            let read = try Self.changes(
+                db, sink,
+                sql: """
+                    SELECT \(PendingChange.columns) FROM pending_changes p
+                    WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? AND p.id <= ? AND \(free("p.")) ORDER BY p.id LIMIT ?
+                    """,
+                arguments: [accountID, afterID, claim.throughID, claim.now, claim.deviceID, claim.includeOwn, limit])
+            if read.lastTaken > afterID {
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE pending_changes SET claimed_by = ?, claimed_until = ?
+                        WHERE account_id = ? AND superseded = 0 AND id > ? AND id <= ? AND \(free(""))
+                        """
+                ).execute(arguments: [
+                    claim.deviceID, claim.until, accountID, afterID, min(read.lastTaken, claim.throughID), claim.now, claim.deviceID,
+                    claim.includeOwn,
+                ])
+            }
+            return read
+        }
+    }
+
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int {
+        try await pool.write { db in
+            if let ids {
+                var released = 0
+                for id in ids {
+                    try db.cachedStatement(
+                        sql: "UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL WHERE account_id = ? AND claimed_by = ? AND id = ?"
+                    ).execute(arguments: [accountID, deviceID, id])
+                    released += db.changesCount
+                }
+                return released
+            }
+            try db.execute(
+                sql: "UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL WHERE account_id = ? AND claimed_by = ?",
+                arguments: [accountID, deviceID])
+            return db.changesCount
+        }
+    }
+
     /// The changes a query of `PendingChange.columns` selects, given to `sink` as their row is read: the hottest read of
     /// the API (`GET /changes`) takes each text column from SQLite in place (`sqlite3_column_text`), where GRDB's
     /// decoding would make a `String` of it first.

@@ -72,6 +72,17 @@ public protocol ChangeFeed: Sendable {
     /// them (`PendingChangeCells`): the changes page and the stream write each change's JSON from its stored bytes,
     /// with no `String` made per column. `pendingChanges(accountID:afterID:limit:)` keeps them as `PendingChange`s.
     func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink
+    /// `pendingChanges` for one device of the account: gives `sink` the changes after `afterID` (up to
+    /// `claim.throughID`) that no other device holds, and hands the ones it took to `claim.deviceID` until
+    /// `claim.until`, in one transaction (one statement more per read, none per change). A new change of a card takes
+    /// over its folded change's hold. Nil when the device is not one of the account's.
+    func claimChanges<Sink: PendingChangeSink>(
+        accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
+    ) async throws
+        -> Sink?
+    /// Gives back the device's holds (all, or those of `ids`): the changes go to the next device that pulls. Returns
+    /// how many were given back.
+    func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int
     /// The card's newest unacknowledged change, if any.
     func unackedChange(accountID: String, cardID: String) async throws -> PendingChange?
     /// Acks changes, recording reminder ids for creates; all or nothing.

@@ -67,6 +67,8 @@ public struct AccountDetails: Sendable, Equatable {
     public var updatedAt: String
     /// Why the account needs its user, or nil.
     public var needsAttention: AttentionReason? = nil
+    /// Where its all-day dates are written (`DayDate.instant(in:)`); nil: UTC.
+    public var timeZone: AccountTimeZone? = nil
 }
 
 /// Fields of `PUT /dailyroundup/account`; nil leaves a field as it is.
@@ -76,10 +78,12 @@ public struct AccountUpdate: Sendable, Equatable {
     public var trelloWebhookSecret: String?
     public var conflictPolicy: ConflictPolicy?
     public var deleteMode: DeleteMode?
+    public var timeZone: AccountTimeZone?
     public init(
         trelloAPIKey: String? = nil, trelloToken: String? = nil, trelloWebhookSecret: String? = nil, conflictPolicy: ConflictPolicy? = nil,
-        deleteMode: DeleteMode? = nil
+        deleteMode: DeleteMode? = nil, timeZone: AccountTimeZone? = nil
     ) {
+        self.timeZone = timeZone
         self.trelloAPIKey = trelloAPIKey
         self.trelloToken = trelloToken
         self.trelloWebhookSecret = trelloWebhookSecret

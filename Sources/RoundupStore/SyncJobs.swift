@@ -335,6 +335,8 @@ public struct SyncWrite: Sendable {
     public var reminderID: String?
     /// Stamps to set (fields written to Trello, and Trello values sent to the apps).
     public var stamps: [String: FieldStamp] = [:]
+    /// Stamps to remove (an all-day date's mark, once the app sets a time: `FieldStamps.dayDateKey`).
+    public var forget: Set<String> = []
     /// Marks the card gone from the list (deleted or archived by us).
     public var deleted: Bool = false
     /// The app's values that won over an unacknowledged Trello-side change: that change is rewritten with them,

@@ -72,6 +72,8 @@ public struct SyncEngine: Sendable {
         var credentials: TrelloCredentials
         var policy: ConflictPolicy
         var deleteMode: DeleteMode
+        /// Where the account's all-day dates are written (`AccountDetails.timeZone`).
+        var timeZone: AccountTimeZone = .utc
         var lists: [String: SyncListRecord]
         var priority: [String: PriorityField?] = [:]
         /// Board id → its labels, read when an app names a label its card does not carry.
@@ -221,11 +223,12 @@ public struct SyncEngine: Sendable {
         guard let account = try await store.account(id: accountID), let key = account.trelloAPIKey, let token = account.trelloToken else {
             throw ItemFailure(description: "the account has no Trello key and token")
         }
-        let settings = try await store.conflictPolicy(accountID: accountID)
+        let details = try await store.accountDetails(id: accountID)
+        let settings = details.map { ($0.conflictPolicy, $0.deleteMode) } ?? AccountDetails.missingAccountPolicy
         let lists = try await store.syncLists(accountID: accountID)
         return JobState(
-            jobID: jobID, credentials: TrelloCredentials(apiKey: key, token: token), policy: settings.policy, deleteMode: settings.deleteMode,
-            lists: Dictionary(lists.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
+            jobID: jobID, credentials: TrelloCredentials(apiKey: key, token: token), policy: settings.0, deleteMode: settings.1,
+            timeZone: details?.timeZone ?? .utc, lists: Dictionary(lists.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }))
     }
 
     private func processWithRetries(_ item: SyncItem, state: inout JobState, lost: NIOLockedValueBox<Bool>) async -> SyncItemResult? {
@@ -346,6 +349,39 @@ public struct SyncEngine: Sendable {
             return .skipped(
                 item, reason: "the list syncs \(list.settings.direction.rawValue): reminders made or deleted in the apps do not reach Trello")
         }
+        // An all-day date (a day, no time) is written as noon of that day in the account's time zone, and remembered
+        // on the card once written, so the date goes back to the apps as that day while the card holds that instant.
+        var days = DayDates()
+        for field in [SyncField.dueDate, SyncField.startDate] {
+            guard let value = item.fields[field.rawValue], item.op == .create || item.changedFields.contains(field.rawValue) else { continue }
+            let key = FieldStamps.dayDateKey(field)
+            if case .string(let text) = value, let day = DayDate(text) {
+                let instant = Timestamp.string(day.instant(in: state.timeZone.zone))
+                item.fields[field.rawValue] = .string(instant)
+                days.marks[key] = FieldStamps.dayDateStamp(day: day, instant: instant, time: Date().timeIntervalSince1970)
+            } else {
+                days.forget.insert(key)
+            }
+        }
+        let result = try await run(item, list: list, state: &state)
+        if !days.isEmpty, result.status == .ok, let cardID = result.trelloCardID {
+            var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: nil)
+            record.stamps = days.marks
+            record.forget = days.forget
+            _ = try await store.recordSyncWrite(record)
+        }
+        return result
+    }
+
+    /// The all-day dates an item sets (their marks) and the dates it makes timed again (marks to forget).
+    struct DayDates {
+        var marks: [String: FieldStamp] = [:]
+        var forget: Set<String> = []
+        var isEmpty: Bool { marks.isEmpty && forget.isEmpty }
+    }
+
+    /// One item, its values checked and its dates made instants.
+    private func run(_ item: SyncItem, list: SyncListRecord, state: inout JobState) async throws -> SyncItemResult {
         switch item.op {
         case .create:
             return try await create(item, list: list, state: &state)
@@ -550,8 +586,18 @@ public struct SyncEngine: Sendable {
         let existing = try await store.task(accountID: list.accountID, reminderID: item.reminderID)
         let allFields = item.changedFields.isEmpty ? Array(item.fields.keys) : item.changedFields
         if let existing, !existing.isPlaceholder, !existing.deleted, existing.syncListID == list.id {
-            // Already made (a resubmitted job, or the app did not see our result): update it instead.
-            return try await update(item, fields: item.fields, changed: allFields, cardID: existing.cardID, task: existing, list: list, state: &state)
+            // The reminder is mapped already: another device of the person sends the reminder iCloud brought it, or
+            // the app did not see our result. No card is made. Only a value that differs from the card as the server
+            // last saw it is written, as an update (an earlier attempt that died after making the card); a device
+            // sending what it was given writes nothing, and is answered the card.
+            let differing = allFields.filter { name in
+                guard let value = item.fields[name] else { return false }
+                return existing.stamps[name]?.hash != value.fieldHash
+            }
+            guard !differing.isEmpty else {
+                return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: existing.cardID)
+            }
+            return try await update(item, fields: item.fields, changed: differing, cardID: existing.cardID, task: existing, list: list, state: &state)
         }
         let title = item.fields[SyncField.title]?.stringValue ?? ""
         let due = item.fields[SyncField.dueDate]?.stringValue.flatMap(Timestamp.date)

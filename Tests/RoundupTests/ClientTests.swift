@@ -114,12 +114,16 @@ import Testing
         defer { Task { await stack.shutdown() } }
         let client = setup.client
         let list = setup.list.syncListId
-        let created = try await client.sync(
-            deviceID: "iphone",
-            changes: [
-                .init(op: .create, syncListId: list, reminderId: "R1", fields: .init(title: "Pay rent", notes: "by transfer"), modifiedAt: Date())
-            ])
+        // The app keeps the batch's key with it: posted again after a crash (before or after the answer), the same job.
+        let key = RoundupClient.makeIdempotencyKey()
+        let batch: [SyncChange] = [
+            .init(op: .create, syncListId: list, reminderId: "R1", fields: .init(title: "Pay rent", notes: "by transfer"), modifiedAt: Date())
+        ]
+        let first = try await client.submitSync(deviceID: "iphone", changes: batch, idempotencyKey: key)
+        let created = try await client.sync(deviceID: "iphone", changes: batch, idempotencyKey: key)
+        #expect(created.jobId == first.jobId, "a second post of the batch started a second job")
         #expect(created.status == .completed, "\(created)")
+        #expect(stack.trello.openCards(inList: "Lclient").count == 1, "the batch made a second card")
         let card = try #require(created.results.first?.trelloCardId)
         try await stack.quiet()
 
@@ -131,7 +135,7 @@ import Testing
                 .init(
                     op: .update, syncListId: list, reminderId: "R1", fields: .init(title: "Pay rent (app)"), changedFields: [.title],
                     modifiedAt: Date())
-            ])
+            ], idempotencyKey: RoundupClient.makeIdempotencyKey())
         #expect(job.status == .completed)
         let item = try #require(job.results.first)
         #expect(item.status == .conflict, "\(item)")
@@ -170,8 +174,8 @@ import Testing
         #expect(changes.count == 1 && changes.first?.changeType.known == .create, "\(changes)")
         let fields = try #require(changes.first?.fields)
         #expect(fields.title == "Renew passport" && fields.notes == "Photos first" && fields.completed == false)
-        #expect(fields.dueDate == ISO8601DateFormatter().date(from: "2026-12-10T08:30:00Z"))
-        #expect(fields.startDate == ISO8601DateFormatter().date(from: "2026-12-01T08:00:00Z"))
+        #expect(fields.dueDate == "2026-12-10T08:30:00.000Z")
+        #expect(fields.startDate == "2026-12-01T08:00:00.000Z")
         #expect(fields.priority == "low" && fields.priorityLevel == 9)
         #expect(fields.labels == [Label(id: "lab-1", name: "Home", color: "green")])
         #expect(
@@ -202,7 +206,7 @@ import Testing
                         priorityLevel: 1, labels: [LabelInput(name: "Work")],
                         checklists: [ChecklistInput(id: checklistID, items: [CheckItemInput(id: itemIDs[1], completed: true)])]),
                     changedFields: [.priorityLevel, .labels, .checklists, .dueReminderMinutes], modifiedAt: Date())
-            ])
+            ], idempotencyKey: RoundupClient.makeIdempotencyKey())
         #expect(job.status == .completed && job.results.first?.status.known == .ok, "\(job)")
         let after = try #require(stack.trello.cardValue(card))
         #expect(after["idLabels"] == .array(["lab-2"]) && after["customFieldItems"]?[0]?["idValue"] == "o-high")

@@ -15,17 +15,36 @@ public struct ChangeAck: Sendable, Hashable {
 extension RoundupClient {
     /// One page of pending changes after `after`.
     public func changesPage(after: Int, limit: Int) async throws -> (changes: [Change], hasMore: Bool) {
-        switch try await call({ try await api.listChanges(query: .init(afterId: after, limit: limit)) }) {
+        let page = try await changesPage(after: after, limit: limit, deviceID: nil)
+        return (page.changes, page.hasMore)
+    }
+
+    /// One page of pending changes after `after`. With `deviceID` (one of the account's devices), only the changes no
+    /// other device holds, which become this device's until `claimedUntil` (see `GET /dailyroundup/changes`).
+    public func changesPage(after: Int, limit: Int, deviceID: String?) async throws -> (changes: [Change], hasMore: Bool, claimedUntil: Date?) {
+        switch try await call({ try await api.listChanges(query: .init(deviceId: deviceID, afterId: after, limit: limit)) }) {
         case .ok(let ok):
             let page = try ok.body.json
-            return (page.changes, page.hasMore)
+            return (page.changes, page.hasMore, page.claimedUntil)
         case let other: throw Self.unexpected(other)
         }
     }
 
-    /// Every pending change after `after`, in id order, paging with `after_id` until `has_more` is false.
-    public func changes(after: Int = 0, pageSize: Int = 200) -> ChangePages {
-        ChangePages(client: self, after: after, pageSize: pageSize)
+    /// Every pending change after `after`, in id order, paging with `after_id` until `has_more` is false. With
+    /// `deviceID`, the ones no other device of the account holds, each becoming this device's (start from 0: a change
+    /// another device let go keeps its lower id).
+    public func changes(after: Int = 0, pageSize: Int = 200, deviceID: String? = nil) -> ChangePages {
+        ChangePages(client: self, after: after, pageSize: pageSize, deviceID: deviceID)
+    }
+
+    /// Gives back the changes `deviceID` holds (all of them, or those of `ids`), so the account's other devices get them
+    /// now rather than when the hold lapses; answers how many it held.
+    @discardableResult
+    public func releaseChanges(deviceID: String, ids: [Int]? = nil) async throws -> Int {
+        switch try await call({ try await api.releaseChanges(body: .json(.init(deviceId: deviceID, ids: ids))) }) {
+        case .ok(let ok): return try ok.body.json.released
+        case let other: throw Self.unexpected(other)
+        }
     }
 
     /// Acks one change (with the reminder made for it, for a create); answers the ids acked.
@@ -54,7 +73,9 @@ extension RoundupClient {
     /// when the task that iterates it is cancelled, or throws when the server refuses it for good (a bad token, an
     /// unknown device) or `reconnect`'s attempts in a row all fail.
     ///
-    /// With `deviceID`, that device gets no background pushes while it holds the stream.
+    /// With `deviceID`, that device gets no background pushes while it holds the stream, and the stream delivers only
+    /// the changes no other device holds, each becoming this device's; a change another device let go may come with a
+    /// lower id than the one before it (the stream resumes after the highest id delivered).
     public func liveChanges(
         after: Int = 0, deviceID: String? = nil, reconnect: RetryPolicy = RetryPolicy(attempts: .max, base: .milliseconds(500), ceiling: .seconds(30))
     ) -> AsyncThrowingStream<Change, any Error> {
@@ -70,10 +91,11 @@ extension RoundupClient {
                             of: Change.self, decoder: Self.eventDecoder)
                         for try await event in events {
                             guard let change = event.data else { continue }
-                            // A change at or before the position was delivered already (never expected; kept safe).
-                            guard change.id > last else { continue }
+                            // Without a device, a change at or before the position was delivered already (never
+                            // expected; kept safe). With one, a lower id is a change another device let go.
+                            guard deviceID != nil || change.id > last else { continue }
                             continuation.yield(change)
-                            last = change.id
+                            last = max(last, change.id)
                             failures = 0
                         }
                         // The server ended the stream (it is stopping): reconnect at once, then back off.
@@ -123,10 +145,12 @@ public struct ChangePages: AsyncSequence, Sendable {
     let client: RoundupClient
     let after: Int
     let pageSize: Int
+    var deviceID: String? = nil
 
     public struct AsyncIterator: AsyncIteratorProtocol {
         let client: RoundupClient
         let pageSize: Int
+        let deviceID: String?
         var last: Int
         var buffer: [Change] = []
         var done = false
@@ -134,7 +158,7 @@ public struct ChangePages: AsyncSequence, Sendable {
         public mutating func next() async throws -> Change? {
             while buffer.isEmpty {
                 if done { return nil }
-                let page = try await client.changesPage(after: last, limit: pageSize)
+                let page = try await client.changesPage(after: last, limit: pageSize, deviceID: deviceID)
                 buffer = page.changes.reversed()
                 done = !page.hasMore || page.changes.isEmpty
                 if let newest = page.changes.last { last = newest.id }
@@ -143,7 +167,7 @@ public struct ChangePages: AsyncSequence, Sendable {
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(client: client, pageSize: pageSize, last: after) }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(client: client, pageSize: pageSize, deviceID: deviceID, last: after) }
 
     /// Every change, in an array.
     public func collect() async throws -> [Change] {

@@ -1,12 +1,18 @@
-public import Foundation
+import Foundation
 import OpenAPIRuntime
 
 extension RoundupClient {
+    /// A new key for one batch of edits (`submitSync`). Store it with the batch before posting, and post the batch
+    /// again with the same key after a crash or a lost answer: the server answers the job the first post started, so
+    /// no card is made twice.
+    public static func makeIdempotencyKey() -> String { UUID().uuidString }
+
     /// Posts the app's edits as a sync job. While another job of the account runs (409 `job_running`), it waits as
-    /// the server asks (`Retry-After`) and posts again, for at most `busyFor`. The `Idempotency-Key` makes a retry
-    /// after a lost answer start no second job.
+    /// the server asks (`Retry-After`) and posts again, for at most `busyFor`. `idempotencyKey` (`makeIdempotencyKey`,
+    /// kept by the app with the batch across launches) makes a retry, in this process or after a crash, start no second
+    /// job.
     public func submitSync(
-        deviceID: String, changes: [SyncChange], idempotencyKey: String = UUID().uuidString, busyFor: Duration = .seconds(120)
+        deviceID: String, changes: [SyncChange], idempotencyKey: String, busyFor: Duration = .seconds(120)
     ) async throws -> JobStarted {
         let deadline = ContinuousClock.now + busyFor
         var attempt = 0
@@ -53,9 +59,9 @@ extension RoundupClient {
         }
     }
 
-    /// Posts the edits and waits for their job (`submitSync`, `waitForJob`).
-    public func sync(deviceID: String, changes: [SyncChange], timeout: Duration = .seconds(300)) async throws -> SyncJob {
-        let started = try await submitSync(deviceID: deviceID, changes: changes)
+    /// Posts the edits and waits for their job (`submitSync`, `waitForJob`); `idempotencyKey` as for `submitSync`.
+    public func sync(deviceID: String, changes: [SyncChange], idempotencyKey: String, timeout: Duration = .seconds(300)) async throws -> SyncJob {
+        let started = try await submitSync(deviceID: deviceID, changes: changes, idempotencyKey: idempotencyKey)
         return try await waitForJob(started.jobId, timeout: timeout)
     }
 }
@@ -66,8 +72,9 @@ extension Components.Schemas.SyncJob {
 }
 
 extension Components.Schemas.Change {
-    /// A field's value, when the change carries it, typed: `String`, `Date`, `Bool`, `Int`, `[Label]`, `[Checklist]`,
-    /// `[Attachment]` or `Location` (the same values as `fields.title` and the others). A field this version of the
+    /// A field's value, when the change carries it, typed: `String` (dates too: an ISO 8601 date-time, or
+    /// `YYYY-MM-DD` for an all-day date), `Bool`, `Int`, `[Label]`, `[Checklist]`, `[Attachment]` or `Location` (the
+    /// same values as `fields.title` and the others). A field this version of the
     /// client does not know is in `fields.additionalProperties`.
     public func value(of field: Roundup.FieldName) -> (any Sendable)? {
         switch field {

@@ -27,6 +27,8 @@ public struct Account: ResponseCodable, Sendable, Equatable {
     public var updatedAt: String
     /// Set when the user must act (`trello_token_revoked`: send a new trello_token); cleared by doing so.
     @Nullable public var needsAttention: AttentionReason?
+    /// The IANA time zone all-day dates are written in (UTC until set).
+    public var timeZone: String
 
     enum CodingKeys: String, CodingKey {
         case accountID = "account_id"
@@ -38,6 +40,7 @@ public struct Account: ResponseCodable, Sendable, Equatable {
         case createdAt = "created_at"
         case updatedAt = "updated_at"
         case needsAttention = "needs_attention"
+        case timeZone = "time_zone"
     }
 
     init(_ details: AccountDetails) {
@@ -50,6 +53,7 @@ public struct Account: ResponseCodable, Sendable, Equatable {
         createdAt = details.createdAt
         updatedAt = details.updatedAt
         needsAttention = details.needsAttention
+        timeZone = (details.timeZone ?? .utc).rawValue
     }
 }
 
@@ -60,6 +64,7 @@ public struct AccountChanges: Codable, Sendable, Equatable {
     public var trelloWebhookSecret: String?
     public var conflictPolicy: ConflictPolicy?
     public var deleteMode: DeleteMode?
+    public var timeZone: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case trelloAPIKey = "trello_api_key"
@@ -67,6 +72,7 @@ public struct AccountChanges: Codable, Sendable, Equatable {
         case trelloWebhookSecret = "trello_webhook_secret"
         case conflictPolicy = "conflict_policy"
         case deleteMode = "delete_mode"
+        case timeZone = "time_zone"
     }
 
     /// The body checked member by member: a wrong type is 400, a wrong value 422, an unknown member 422.
@@ -77,11 +83,17 @@ public struct AccountChanges: Codable, Sendable, Equatable {
         trelloWebhookSecret = try body.credential(CodingKeys.trelloWebhookSecret.rawValue, required: false, maxLength: 500)
         conflictPolicy = try body.oneOf(CodingKeys.conflictPolicy.rawValue, ConflictPolicy.self, required: false)
         deleteMode = try body.oneOf(CodingKeys.deleteMode.rawValue, DeleteMode.self, required: false)
+        if let zone = try body.string(CodingKeys.timeZone.rawValue, required: false, maxLength: 64) {
+            guard AccountTimeZone(rawValue: zone) != nil else {
+                throw APIError.unprocessable("time_zone must be an IANA time zone name such as Europe/Berlin or America/New_York (or UTC)")
+            }
+            timeZone = zone
+        }
     }
 
     var update: AccountUpdate {
         AccountUpdate(
             trelloAPIKey: trelloAPIKey, trelloToken: trelloToken, trelloWebhookSecret: trelloWebhookSecret, conflictPolicy: conflictPolicy,
-            deleteMode: deleteMode)
+            deleteMode: deleteMode, timeZone: timeZone.flatMap(AccountTimeZone.init(rawValue:)))
     }
 }

@@ -33,12 +33,43 @@ public struct ChangePage: Codable, Sendable, Equatable {
     public var changes: [Change]
     public var hasMore: Bool
     public var serverTime: String
+    /// With `device_id`: until when the page's changes are the device's (`ChangeClaim`).
+    public var claimedUntil: String?
 
     enum CodingKeys: String, CodingKey {
         case changes
         case hasMore = "has_more"
         case serverTime = "server_time"
+        case claimedUntil = "claimed_until"
     }
+}
+
+/// `POST /dailyroundup/changes/release`: a device gives back the changes it holds (all, or those of `ids`), so another
+/// device of the account gets them at its next pull instead of after the hold lapses.
+public struct ChangeReleaseBody: Sendable, Equatable {
+    public var deviceID: String
+    public var ids: [Int64]?
+
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case deviceID = "device_id"
+        case ids
+    }
+
+    init(_ body: JSONBody) throws {
+        try body.allowOnly(Set(CodingKeys.allCases.map(\.rawValue)))
+        deviceID = try body.requiredString(CodingKeys.deviceID.rawValue, maxLength: 200)
+        if let list = body.object[CodingKeys.ids.rawValue], list != .null {
+            guard case .array(let items) = list else { throw APIError.badRequest("ids must be an array of change ids") }
+            guard items.count <= ChangeAckBatch.maxAcks else { throw APIError.unprocessable("at most \(ChangeAckBatch.maxAcks) ids per request") }
+            ids = try items.enumerated().map { try JSONBody.integer($1, name: "ids[\($0)]") }
+        }
+    }
+}
+
+/// The answer to `POST /dailyroundup/changes/release`.
+public struct ReleasedChanges: ResponseCodable, Sendable, Equatable {
+    /// How many changes the device held and gave back.
+    public var released: Int
 }
 
 /// `POST /dailyroundup/changes/{id}/ack` (the body is optional).

@@ -137,7 +137,7 @@ struct AccountRoutes {
         let update = changes.update
         guard update != AccountUpdate() else {
             throw APIError.unprocessable(
-                "nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy or delete_mode")
+                "nothing to update: send trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode or time_zone")
         }
         guard let details = try await store.updateAccount(id: account, update) else { throw APIError.unauthorized("the account is gone") }
         if update.trelloWebhookSecret != nil {

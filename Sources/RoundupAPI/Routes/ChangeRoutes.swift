@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import Logging
 import NIOCore
@@ -5,12 +6,15 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupSync
 
 /// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
 struct ChangeRoutes {
     let store: any ChangeFeed & DeviceRepository & AccountRepository
     /// The open change streams, woken by new changes and revocations; a stream checks its token again as it runs.
     let signals: AccountSignals
+    /// How long the changes a device pulls are its own (`ROUNDUP_CHANGE_CLAIM_SECONDS`).
+    let claimFor: TimeInterval
     let logger: Logger
 
     var collection: RouteCollection<AuthenticatedContext> {
@@ -19,6 +23,7 @@ struct ChangeRoutes {
         routes.get("stream") { request, context in try await stream(context.account, request, context) }
         routes.post("{id}/ack") { request, context in try await ackOne(context.account, context.parameters.require("id"), request, context) }
         routes.post("ack") { request, context in try await ackMany(context.account, request, context) }
+        routes.post("release") { request, context in try await release(context.account, request, context) }
         return routes
     }
 
@@ -34,7 +39,19 @@ struct ChangeRoutes {
             limit = value
         }
         // One change more than the page holds tells whether there are more.
-        var page = try await store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
+        var page: ChangePage
+        if let device = try Self.deviceID(query["device_id"].map(String.init)) {
+            // The page's changes become the device's for `claimFor`; the one more is read, not held.
+            let claim = ChangeClaim(deviceID: device, holdFor: claimFor)
+            guard
+                var claimed = try await store.claimChanges(
+                    accountID: account, claim: claim, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
+            else { throw Self.unknownDevice }
+            claimed.claimedUntil = Timestamp.string(claim.untilDate)
+            page = claimed
+        } else {
+            page = try await store.pendingChanges(accountID: account, afterID: afterID, limit: limit + 1, into: ChangePage(limit: limit))
+        }
         let body = page.finish()
         return Response(
             status: .ok, headers: [.contentType: "application/json"],
@@ -50,6 +67,9 @@ struct ChangeRoutes {
         var maxBytes = ChangeRoutes.pageMaxBytes
         var count = 0
         var hasMore = false
+        var lastTaken: Int64 = 0
+        /// With `device_id`: the end of the device's hold, written after `server_time`.
+        var claimedUntil: String?
         // Empty until the first change: the store's copy of the page is the only one that writes, so nothing is copied.
         var out = ByteBuffer()
 
@@ -68,6 +88,7 @@ struct ChangeRoutes {
             }
             ChangeRoutes.write(change, to: &out)
             count += 1
+            lastTaken = change.id
         }
 
         /// The whole `ChangePage` body.
@@ -77,6 +98,10 @@ struct ChangeRoutes {
             out.writeString(hasMore ? "true" : "false")
             out.writeString(#","server_time":"#)
             out.writeJSONString(Timestamp.now())
+            if let claimedUntil {
+                out.writeString(#","claimed_until":"#)
+                out.writeJSONString(claimedUntil)
+            }
             out.writeString("}")
             return out
         }
@@ -84,6 +109,18 @@ struct ChangeRoutes {
 
     /// The size past which a page takes no more changes (1 MiB).
     static let pageMaxBytes = 1 << 20
+
+    /// `device_id` of a query: nil when absent (a pull that sees every change and holds none).
+    static func deviceID(_ text: String?) throws -> String? {
+        guard let text else { return nil }
+        guard !text.isEmpty, text.count <= 200, text.utf8.count <= 800 else {
+            throw APIError.unprocessable("device_id must be the id of a registered device (1 to 200 characters)")
+        }
+        return text
+    }
+
+    static let unknownDevice = APIError.unprocessable(
+        "device_id is not a device of this account (register it with POST /dailyroundup/devices)")
 
     /// `after_id` of a query: nil when absent.
     static func afterID(_ text: String?) throws -> Int64? {
@@ -136,6 +173,20 @@ struct ChangeRoutes {
     func ackMany(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> AckedChanges {
         let batch = try ChangeAckBatch(try await JSONBody.read(request, context: context))
         return try await acknowledge(account, batch.acknowledgements)
+    }
+
+    func release(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> ReleasedChanges {
+        let body = try ChangeReleaseBody(try await JSONBody.read(request, context: context))
+        guard try await store.devices(accountID: account).contains(where: { $0.deviceID == body.deviceID }) else { throw Self.unknownDevice }
+        let released = try await store.releaseClaims(accountID: account, deviceID: body.deviceID, ids: body.ids)
+        if released > 0 {
+            // The other devices learn at once that there is something for them: a push, and their open streams woken
+            // (a stream looks below its place at its next heartbeat).
+            signals.streams.wake(account: account)
+            _ = try? await signals.redis.pipeline(
+                NewChanges.commands(account: account, reason: .changes, excludeDevice: body.deviceID, keys: signals.keys), timeout: .seconds(2))
+        }
+        return ReleasedChanges(released: released)
     }
 
     private func acknowledge(_ account: String, _ acks: [ChangeAck]) async throws -> AckedChanges {

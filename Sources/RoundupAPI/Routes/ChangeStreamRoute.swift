@@ -14,7 +14,10 @@ import RoundupSync
 /// after the client's position (`Last-Event-ID`, or `after_id`), then each new one as the store gets it; each
 /// event's `id:` is the change id, so a client that reconnects with the last id it saw misses nothing and sees
 /// nothing twice. A superseded change is followed by its replacement (a new id). Comments (`: heartbeat`) keep
-/// proxies from closing a quiet stream.
+/// proxies from closing a quiet stream. Opened with `device_id`, it sends only the changes no other device of the
+/// account holds and hands each to this device (`ChangeClaim`, as a pull with `device_id`); at each heartbeat it also
+/// sends the changes below its place that another device gave back or let lapse (their ids are lower than the last
+/// one sent).
 extension ChangeRoutes {
     static let lastEventID = HTTPField.Name("Last-Event-ID")!
     /// Changes one read of the store takes at most.
@@ -30,6 +33,7 @@ extension ChangeRoutes {
         let logger = self.logger
         let redis = signals.redis
         let keys = signals.keys
+        let claimFor = self.claimFor
         // The device got no background pushes while it streamed, and the last events written may never have reached it
         // (a connection that died quietly takes them into its buffer): if changes still wait to be acknowledged once it
         // stops streaming, wake the account's devices once.
@@ -61,9 +65,28 @@ extension ChangeRoutes {
                     var signals = subscription.signals.makeAsyncIterator()
                     signalling: while let current = signal {
                         var wrote = false
+                        // With a device, each heartbeat also looks below the stream's place once, for changes another
+                        // device held and gave back or let lapse (a change this device holds was sent already).
+                        var sweep = device != nil && current == .heartbeat
+                        var below: Int64 = 0
                         while true {
-                            let events = try await store.pendingChanges(
-                                accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
+                            let events: ChangeEvents
+                            if let device {
+                                let claim = ChangeClaim(
+                                    deviceID: device, holdFor: claimFor, throughID: sweep ? last : .max, includeOwn: !sweep)
+                                guard
+                                    let read = try await store.claimChanges(
+                                        accountID: account, claim: claim, afterID: sweep ? below : last, limit: Self.streamBatch,
+                                        into: ChangeEvents())
+                                else {
+                                    // The device was deleted while it streamed: the client registers it again.
+                                    break signalling
+                                }
+                                events = read
+                            } else {
+                                events = try await store.pendingChanges(
+                                    accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
+                            }
                             // Read, then checked, at every wake-up (a revocation wakes the account's streams) and before every
                             // write: a change written after the token's revocation is never sent.
                             switch await token.check() {
@@ -76,12 +99,21 @@ extension ChangeRoutes {
                                 // Neither Redis nor the store could say: the client reconnects, and is authenticated anew.
                                 break signalling
                             }
+                            if events.count > 0 {
+                                try await writer.write(contentsOf: ResponsePieces.split(events.out))
+                                streams.wrote(subscription)
+                                Counter(label: "roundup_api_stream_events_total").increment(by: events.count)
+                                wrote = true
+                            }
+                            if sweep {
+                                // The sweep's changes are below `last`, which stays; then the usual read above it.
+                                below = events.last
+                                if events.full { continue }
+                                sweep = false
+                                continue
+                            }
                             guard events.count > 0 else { break }
-                            try await writer.write(contentsOf: ResponsePieces.split(events.out))
-                            streams.wrote(subscription)
                             last = events.last
-                            Counter(label: "roundup_api_stream_events_total").increment(by: events.count)
-                            wrote = true
                             if !events.full { break }
                         }
                         if current == .heartbeat && !wrote {
@@ -121,6 +153,7 @@ extension ChangeRoutes {
         /// Whether the read may have left changes behind: a whole batch, or `streamBatchBytes` reached.
         var full = false
         var isFull: Bool { full }
+        var lastTaken: Int64 { last }
         // Empty until the first change: the store's copy is the only one that writes, so nothing is copied.
         var out = ByteBuffer()
 

@@ -36,6 +36,8 @@ public protocol PendingChangeSink: Sendable {
     /// True once the sink takes nothing more (a page at its byte bound): the store stops reading, or at least stops
     /// making cells of the rows still arriving.
     var isFull: Bool { get }
+    /// The id of the last change it took (0: none): a claiming read hands the device the changes up to it.
+    var lastTaken: Int64 { get }
 }
 
 extension PendingChangeSink {
@@ -65,6 +67,8 @@ package struct PendingChangeList: PendingChangeSink {
     package mutating func take(_ change: PendingChangeCells) {
         changes.append(PendingChange(change, accountID: accountID))
     }
+
+    package var lastTaken: Int64 { changes.last?.id ?? 0 }
 }
 
 extension ChangeType {
@@ -85,5 +89,11 @@ extension ChangeFeed {
     /// The account's pending changes after `afterID`, oldest first, at most `limit`, each kept as a `PendingChange`.
     public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
         try await pendingChanges(accountID: accountID, afterID: afterID, limit: limit, into: PendingChangeList(accountID: accountID)).changes
+    }
+
+    /// `claimChanges` kept as `PendingChange`s; nil when the device is not the account's.
+    public func claimChanges(accountID: String, claim: ChangeClaim, afterID: Int64 = 0, limit: Int) async throws -> [PendingChange]? {
+        try await claimChanges(accountID: accountID, claim: claim, afterID: afterID, limit: limit, into: PendingChangeList(accountID: accountID))?
+            .changes
     }
 }

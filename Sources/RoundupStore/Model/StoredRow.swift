@@ -103,13 +103,13 @@ extension MappingRecord {
 extension AccountDetails {
     /// The columns `init(stored:)` reads, from `accounts`.
     package static let columns =
-        "id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at, needs_attention"
+        "id, trello_api_key, trello_token, trello_webhook_secret, conflict_policy, delete_mode, created_at, updated_at, needs_attention, time_zone"
 
     package init(stored r: some StoredRow) throws {
         self.init(
             id: try r.text(0), trelloAPIKey: try r.optionalText(1), trelloToken: try r.optionalText(2), trelloWebhookSecret: try r.optionalText(3),
             conflictPolicy: try r.value(4), deleteMode: try r.value(5), createdAt: try r.text(6), updatedAt: try r.text(7),
-            needsAttention: try r.optionalValue(8))
+            needsAttention: try r.optionalValue(8), timeZone: try r.optionalValue(9))
     }
 }
 
@@ -189,12 +189,13 @@ extension ChangeApplier.TaskRow {
 
 extension ChangeApplier.ChangeRow {
     /// The columns `init(stored:)` reads, from `pending_changes`.
-    package static var columns: String { "id, change_type, changed_fields, fields" }
+    package static var columns: String { "id, change_type, changed_fields, fields, claimed_by, COALESCE(claimed_until, 0)" }
 
     package init(stored r: some StoredRow) throws {
         self.init(
             id: try r.int64(0), type: try r.value(1), changedFields: PendingChangeCoding.changedFields(try r.text(2)),
-            fields: PendingChangeCoding.fields(try r.text(3)))
+            fields: PendingChangeCoding.fields(try r.text(3)),
+            claim: try r.optionalText(4).map { ChangeApplier.Hold(deviceID: $0, until: try r.int64(5)) })
     }
 }
 

@@ -16,6 +16,7 @@ extension AccountDetails {
         next.trelloWebhookSecret = update.trelloWebhookSecret ?? trelloWebhookSecret
         next.conflictPolicy = update.conflictPolicy ?? conflictPolicy
         next.deleteMode = update.deleteMode ?? deleteMode
+        next.timeZone = update.timeZone ?? timeZone
         next.updatedAt = now
         if update.changesCredentials { next.needsAttention = nil }
         return next

@@ -56,6 +56,15 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var type: ChangeType
         package var changedFields: [String]
         package var fields: [String: JSONValue]
+        /// The device holding the change (`ChangeClaim`), and until when (milliseconds since 1970).
+        package var claim: Hold? = nil
+    }
+
+    /// A device's hold on a change: a change folded into a newer one passes it on, so the card stays with the device
+    /// that may be applying it (another device would make a second reminder from the newer create).
+    package struct Hold: Equatable {
+        package var deviceID: String
+        package var until: Int64
     }
 
     package struct NewChange {
@@ -68,9 +77,11 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var actionID: String?
         package var changedFields: [String]
         package var fields: [String: JSONValue]
+        /// The hold of the change it replaces, if any.
+        package var claim: Hold? = nil
 
         /// The change as `latestChange` answers it, once written with `id`.
-        package func row(id: Int64) -> ChangeRow { ChangeRow(id: id, type: type, changedFields: changedFields, fields: fields) }
+        package func row(id: Int64) -> ChangeRow { ChangeRow(id: id, type: type, changedFields: changedFields, fields: fields, claim: claim) }
     }
 
     /// What a list's settings decide here: which fields reach the apps, and which cards become reminders.
@@ -174,7 +185,7 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 }
                 try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
                 let type: ChangeType = changed.count == 1 && changed[.completed] == .bool(true) ? .complete : .update
-                try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed)
+                try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed, stamps: stamps)
                 let settings = try rules(o.syncListID).settings
                 for (field, value) in changed.sorted(by: { $0.key < $1.key }) {
                     if settings.syncsToReminders(named: field) {
@@ -193,9 +204,11 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 guard try admitsNewCard(syncListID: o.syncListID, cardID: o.cardID, task: task) else { return }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
+                // The all-day dates we wrote stay known: a card back with the same instant is still all-day.
+                for (key, mark) in task?.stamps ?? [:] where FieldStamps.isDayDateKey(key) { stamps[key] = mark }
                 try rows.upsertTask(
                     accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
-                try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields)
+                try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields, stamps: stamps)
                 let settings = try rules(o.syncListID).settings
                 try noteTrello(
                     o, .create, reminderID: task?.reminderID, new: .object(fields.filter { settings.syncsToReminders(named: $0.key) }),
@@ -207,11 +220,16 @@ package struct ChangeApplier<Rows: ChangeRows> {
     /// Writes a change; an unacknowledged change of the same card is folded into it (one row, a new id). Every change
     /// for the apps passes here, so here the list's settings keep out what does not flow to Reminders: a field that
     /// does not sync that way, and a delete of a list that does not. Returns whether a change was written.
+    /// `stamps`, the card's stamps as they now are: a due or start date still at the instant we wrote for an all-day
+    /// date (`FieldStamps.dayDateKey`) goes to the apps as that day.
     @discardableResult
-    package mutating func writeChange(_ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue]) throws -> Bool {
+    package mutating func writeChange(
+        _ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue], stamps: [String: Stamp]? = nil
+    ) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
         var fields = fields.filter { settings.syncsToReminders(named: $0.key) }
+        if let stamps { FieldStamps.giveDays(&fields, stamps: stamps) }
         var changed = changed.filter { settings.syncsToReminders(named: $0) }
         switch type {
         case .delete:
@@ -222,7 +240,9 @@ package struct ChangeApplier<Rows: ChangeRows> {
             guard !changed.isEmpty else { return false }
             type = changed == [SyncField.completed.rawValue] && fields[.completed] == .bool(true) ? .complete : .update
         }
+        var claim: Hold?
         if let previous = try rows.latestChange(accountID: o.accountID, cardID: o.cardID) {
+            claim = previous.claim
             let previousType = previous.type
             let previousChanged = previous.changedFields
             let previousFields = previous.fields
@@ -249,7 +269,7 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 accountID: o.accountID, syncListID: o.syncListID, type: type,
                 changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
                 fieldsJSON: JSONValue.object(fields).canonicalJSON, cardID: o.cardID, actionID: o.actionID,
-                changedFields: changed, fields: fields),
+                changedFields: changed, fields: fields, claim: claim),
             now: now)
         written += 1
         accounts.insert(o.accountID)
@@ -276,6 +296,26 @@ package enum FieldStamps {
 
     /// The stamp that records when the card last entered or left the list.
     package static let membership = "_membership"
+
+    /// The stamp that remembers an all-day date the server wrote for `field` (due or start): its hash is
+    /// `<YYYY-MM-DD> <the instant written>`, its time when it was written. Another instant there (a time set in Trello)
+    /// makes the date a timed one again.
+    package static func dayDateKey(_ field: SyncField) -> String { "_day_" + field.rawValue }
+    package static func isDayDateKey(_ key: String) -> Bool { key.hasPrefix("_day_") }
+
+    package static func dayDateStamp(day: DayDate, instant: String, time: Double) -> Stamp {
+        Stamp(hash: "\(day) \(instant)", time: time)
+    }
+
+    /// Replaces each due or start date of `fields` that is still the instant written for an all-day date by its day.
+    package static func giveDays(_ fields: inout [String: JSONValue], stamps: [String: Stamp]) {
+        for field in [SyncField.dueDate, .startDate] {
+            guard case .string(let instant)? = fields[field.rawValue], let mark = stamps[dayDateKey(field)] else { continue }
+            let parts = mark.hash.split(separator: " ", maxSplits: 1)
+            guard parts.count == 2, parts[1] == instant else { continue }
+            fields[field.rawValue] = .string(String(parts[0]))
+        }
+    }
 
     /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`, the canonical JSON of that object (keys sorted), written
     /// directly: every event reads and rewrites its card's stamps, and building a `JSONValue` for them took 7% of the

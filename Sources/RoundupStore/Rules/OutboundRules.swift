@@ -53,6 +53,7 @@ extension ChangeApplier where Rows: OutboundRows {
         let existing = try rows.task(accountID: w.accountID, cardID: w.cardID)
         var stamps = existing?.stamps ?? [:]
         stamps.merge(w.stamps) { _, written in written }
+        for key in w.forget { stamps.removeValue(forKey: key) }
         if w.deleted {
             stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "removed", time: now.timeIntervalSince1970)
         } else if existing?.deleted ?? true {
@@ -70,12 +71,14 @@ extension ChangeApplier where Rows: OutboundRows {
             try rows.dropChanges(accountID: w.accountID, cardID: w.cardID)
         } else {
             if !w.winning.isEmpty, let previous = try rows.latestChange(accountID: w.accountID, cardID: w.cardID), previous.type != .delete {
-                let overlap = w.winning.filter { name, value in previous.fields[name].map { $0 != value } ?? false }
-                if !overlap.isEmpty { try writeChange(observation, type: .update, changed: overlap.keys.sorted(), fields: overlap) }
+                var winning = w.winning
+                FieldStamps.giveDays(&winning, stamps: stamps)
+                let overlap = winning.filter { name, value in previous.fields[name].map { $0 != value } ?? false }
+                if !overlap.isEmpty { try writeChange(observation, type: .update, changed: overlap.keys.sorted(), fields: overlap, stamps: stamps) }
             }
             if !w.toApps.isEmpty {
                 let type: ChangeType = w.toApps == [SyncField.completed.rawValue: .bool(true)] ? .complete : .update
-                try writeChange(observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps)
+                try writeChange(observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps, stamps: stamps)
             }
         }
 
@@ -108,13 +111,14 @@ extension ChangeApplier where Rows: OutboundRows {
             guard try admitsNewCard(syncListID: syncListID, cardID: card.cardID, task: task) else { continue }
             var stamps = card.fields.mapValues { FieldStamps.Stamp(hash: $0.fieldHash, time: now.timeIntervalSince1970) }
             stamps[FieldStamps.membership] = FieldStamps.Stamp(hash: "present", time: now.timeIntervalSince1970)
+            for (key, mark) in task?.stamps ?? [:] where FieldStamps.isDayDateKey(key) { stamps[key] = mark }
             try rows.putTask(
                 OutboundTask(
                     accountID: accountID, syncListID: syncListID, cardID: card.cardID, reminderID: nil, stamps: stamps, deleted: false, syncedAt: nil,
                     now: nowText))
             let observation = CardObservation(
                 accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
-            try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields)
+            try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields, stamps: stamps)
             let settings = try rules(syncListID).settings
             try note(
                 accountID,

@@ -51,7 +51,8 @@ public enum SyncFields {
         case (.completed, _):
             throw Invalid(description: "\(path) must be true or false")
         case (.dueDate, _), (.startDate, _):
-            throw Invalid(description: "\(path) must be an ISO 8601 date-time string such as 2026-11-23T09:00:00Z, or null")
+            throw Invalid(
+                description: "\(path) must be an ISO 8601 date-time string such as 2026-11-23T09:00:00Z, a date such as 2026-11-23, or null")
         case (.priority, _), (.url, _):
             throw Invalid(description: "\(path) must be a string or null")
         case (.priorityLevel, _):
@@ -150,8 +151,13 @@ public enum SyncFields {
             return value
         case .dueDate, .startDate:
             if value == .null { return .null }
+            // A day without a time (an all-day reminder) stays a day; the job writes it in the account's time zone.
+            if case .string(let text) = value, let day = DayDate(text) { return .string(day.description) }
             guard case .string(let text) = value, let date = Timestamp.date(text) else {
-                throw Invalid(description: "\(path) must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z, or null")
+                throw Invalid(
+                    description:
+                        "\(path) must be an ISO 8601 date-time such as 2026-11-23T09:00:00Z (any offset), a date such as 2026-11-23 (all day), or null"
+                )
             }
             return .string(Timestamp.string(date))
         case .completed:

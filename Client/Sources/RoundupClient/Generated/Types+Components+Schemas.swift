@@ -203,6 +203,10 @@ extension Components {
             public var conflictPolicy: Components.Schemas.ConflictPolicy
             /// - Remark: Generated from `#/components/schemas/Account/delete_mode`.
             public var deleteMode: Components.Schemas.DeleteMode
+            /// The IANA time zone the account's all-day dates are written in (`UTC` until set).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Account/time_zone`.
+            public var timeZone: Swift.String
             /// - Remark: Generated from `#/components/schemas/Account/created_at`.
             public var createdAt: Foundation.Date
             /// - Remark: Generated from `#/components/schemas/Account/updated_at`.
@@ -216,6 +220,7 @@ extension Components {
             ///   - trelloWebhookSecret:
             ///   - conflictPolicy:
             ///   - deleteMode:
+            ///   - timeZone: The IANA time zone the account's all-day dates are written in (`UTC` until set).
             ///   - createdAt:
             ///   - updatedAt:
             public init(
@@ -225,6 +230,7 @@ extension Components {
                 trelloWebhookSecret: Components.Schemas.MaskedSecret? = nil,
                 conflictPolicy: Components.Schemas.ConflictPolicy,
                 deleteMode: Components.Schemas.DeleteMode,
+                timeZone: Swift.String,
                 createdAt: Foundation.Date,
                 updatedAt: Foundation.Date
             ) {
@@ -234,6 +240,7 @@ extension Components {
                 self.trelloWebhookSecret = trelloWebhookSecret
                 self.conflictPolicy = conflictPolicy
                 self.deleteMode = deleteMode
+                self.timeZone = timeZone
                 self.createdAt = createdAt
                 self.updatedAt = updatedAt
             }
@@ -244,10 +251,20 @@ extension Components {
                 case trelloWebhookSecret = "trello_webhook_secret"
                 case conflictPolicy = "conflict_policy"
                 case deleteMode = "delete_mode"
+                case timeZone = "time_zone"
                 case createdAt = "created_at"
                 case updatedAt = "updated_at"
             }
         }
+        /// A due or start date: an ISO 8601 date-time (the server gives it in UTC with milliseconds, and takes any
+        /// offset, such as `2026-12-01T09:00:00+01:00`), or a date without a time, `YYYY-MM-DD`, for an all-day
+        /// reminder. Trello holds only date-times: for an all-day date the server writes noon of that day in the
+        /// account's `time_zone` (so Trello shows that day) and remembers it, so the card's date comes back as the day
+        /// for as long as the card holds that instant; a time set in Trello makes it a timed date again.
+        ///
+        ///
+        /// - Remark: Generated from `#/components/schemas/ReminderDate`.
+        public typealias ReminderDate = Swift.String
         /// All fields are optional, but at least one must be sent.
         ///
         /// - Remark: Generated from `#/components/schemas/AccountUpdate`.
@@ -262,6 +279,12 @@ extension Components {
             public var conflictPolicy: Components.Schemas.ConflictPolicy?
             /// - Remark: Generated from `#/components/schemas/AccountUpdate/delete_mode`.
             public var deleteMode: Components.Schemas.DeleteMode?
+            /// An IANA time zone name (`Europe/Berlin`, `America/New_York`, `UTC`): where the account's all-day dates
+            /// are written (noon of the day there). Anything else is 422.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/AccountUpdate/time_zone`.
+            public var timeZone: Swift.String?
             /// Creates a new `AccountUpdate`.
             ///
             /// - Parameters:
@@ -270,18 +293,21 @@ extension Components {
             ///   - trelloWebhookSecret:
             ///   - conflictPolicy:
             ///   - deleteMode:
+            ///   - timeZone: An IANA time zone name (`Europe/Berlin`, `America/New_York`, `UTC`): where the account's all-day dates
             public init(
                 trelloApiKey: Swift.String? = nil,
                 trelloToken: Swift.String? = nil,
                 trelloWebhookSecret: Swift.String? = nil,
                 conflictPolicy: Components.Schemas.ConflictPolicy? = nil,
-                deleteMode: Components.Schemas.DeleteMode? = nil
+                deleteMode: Components.Schemas.DeleteMode? = nil,
+                timeZone: Swift.String? = nil
             ) {
                 self.trelloApiKey = trelloApiKey
                 self.trelloToken = trelloToken
                 self.trelloWebhookSecret = trelloWebhookSecret
                 self.conflictPolicy = conflictPolicy
                 self.deleteMode = deleteMode
+                self.timeZone = timeZone
             }
             public enum CodingKeys: String, CodingKey {
                 case trelloApiKey = "trello_api_key"
@@ -289,6 +315,7 @@ extension Components {
                 case trelloWebhookSecret = "trello_webhook_secret"
                 case conflictPolicy = "conflict_policy"
                 case deleteMode = "delete_mode"
+                case timeZone = "time_zone"
             }
         }
         /// - Remark: Generated from `#/components/schemas/SyncList`.
@@ -794,14 +821,10 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/ChangeFields/notes`.
             public var notes: Swift.String?
-            /// The card's `due`, ISO 8601 in UTC with milliseconds.
-            ///
             /// - Remark: Generated from `#/components/schemas/ChangeFields/due_date`.
-            public var dueDate: Foundation.Date?
-            /// The card's `start`.
-            ///
+            public var dueDate: Components.Schemas.ReminderDate?
             /// - Remark: Generated from `#/components/schemas/ChangeFields/start_date`.
-            public var startDate: Foundation.Date?
+            public var startDate: Components.Schemas.ReminderDate?
             /// The card's `dueComplete`.
             ///
             /// - Remark: Generated from `#/components/schemas/ChangeFields/completed`.
@@ -851,8 +874,8 @@ extension Components {
             /// - Parameters:
             ///   - title: The card's `name`.
             ///   - notes: The card's `desc`.
-            ///   - dueDate: The card's `due`, ISO 8601 in UTC with milliseconds.
-            ///   - startDate: The card's `start`.
+            ///   - dueDate:
+            ///   - startDate:
             ///   - completed: The card's `dueComplete`.
             ///   - priority: The option of the board's "Priority" dropdown custom field, its text lower-cased, for display; null when none.
             ///   - priorityLevel: The same option on EventKit's scale: 0 none, 1 highest, 9 lowest. The options are ranked by their words
@@ -867,8 +890,8 @@ extension Components {
             public init(
                 title: Swift.String? = nil,
                 notes: Swift.String? = nil,
-                dueDate: Foundation.Date? = nil,
-                startDate: Foundation.Date? = nil,
+                dueDate: Components.Schemas.ReminderDate? = nil,
+                startDate: Components.Schemas.ReminderDate? = nil,
                 completed: Swift.Bool? = nil,
                 priority: Swift.String? = nil,
                 priorityLevel: Swift.Int? = nil,
@@ -924,11 +947,11 @@ extension Components {
                     forKey: .notes
                 )
                 self.dueDate = try container.decodeIfPresent(
-                    Foundation.Date.self,
+                    Components.Schemas.ReminderDate.self,
                     forKey: .dueDate
                 )
                 self.startDate = try container.decodeIfPresent(
-                    Foundation.Date.self,
+                    Components.Schemas.ReminderDate.self,
                     forKey: .startDate
                 )
                 self.completed = try container.decodeIfPresent(
@@ -1506,6 +1529,65 @@ extension Components {
                 case acked
             }
         }
+        /// - Remark: Generated from `#/components/schemas/ReleaseBody`.
+        public struct ReleaseBody: Codable, Hashable, Sendable {
+            /// The device giving its changes back.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ReleaseBody/device_id`.
+            public var deviceId: Swift.String
+            /// The changes to give back; absent, every change the device holds.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ReleaseBody/ids`.
+            public var ids: [Swift.Int]?
+            /// Creates a new `ReleaseBody`.
+            ///
+            /// - Parameters:
+            ///   - deviceId: The device giving its changes back.
+            ///   - ids: The changes to give back; absent, every change the device holds.
+            public init(
+                deviceId: Swift.String,
+                ids: [Swift.Int]? = nil
+            ) {
+                self.deviceId = deviceId
+                self.ids = ids
+            }
+            public enum CodingKeys: String, CodingKey {
+                case deviceId = "device_id"
+                case ids
+            }
+            public init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.deviceId = try container.decode(
+                    Swift.String.self,
+                    forKey: .deviceId
+                )
+                self.ids = try container.decodeIfPresent(
+                    [Swift.Int].self,
+                    forKey: .ids
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "device_id",
+                    "ids"
+                ])
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/ReleaseResult`.
+        public struct ReleaseResult: Codable, Hashable, Sendable {
+            /// How many changes the device held and gave back.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ReleaseResult/released`.
+            public var released: Swift.Int
+            /// Creates a new `ReleaseResult`.
+            ///
+            /// - Parameters:
+            ///   - released: How many changes the device held and gave back.
+            public init(released: Swift.Int) {
+                self.released = released
+            }
+            public enum CodingKeys: String, CodingKey {
+                case released
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/SyncFieldName`.
         @frozen public enum SyncFieldName: String, Codable, Hashable, Sendable, CaseIterable {
             case title = "title"
@@ -1541,9 +1623,9 @@ extension Components {
             /// - Remark: Generated from `#/components/schemas/SyncFields/notes`.
             public var notes: Swift.String?
             /// - Remark: Generated from `#/components/schemas/SyncFields/due_date`.
-            public var dueDate: Foundation.Date?
+            public var dueDate: Components.Schemas.ReminderDate?
             /// - Remark: Generated from `#/components/schemas/SyncFields/start_date`.
-            public var startDate: Foundation.Date?
+            public var startDate: Components.Schemas.ReminderDate?
             /// - Remark: Generated from `#/components/schemas/SyncFields/completed`.
             public var completed: Swift.Bool?
             /// The text of an option of the board's Priority dropdown (any case); null, or `none` on a board without such an option, clears it.
@@ -1600,8 +1682,8 @@ extension Components {
             public init(
                 title: Swift.String? = nil,
                 notes: Swift.String? = nil,
-                dueDate: Foundation.Date? = nil,
-                startDate: Foundation.Date? = nil,
+                dueDate: Components.Schemas.ReminderDate? = nil,
+                startDate: Components.Schemas.ReminderDate? = nil,
                 completed: Swift.Bool? = nil,
                 priority: Swift.String? = nil,
                 priorityLevel: Swift.Int? = nil,
@@ -1655,11 +1737,11 @@ extension Components {
                     forKey: .notes
                 )
                 self.dueDate = try container.decodeIfPresent(
-                    Foundation.Date.self,
+                    Components.Schemas.ReminderDate.self,
                     forKey: .dueDate
                 )
                 self.startDate = try container.decodeIfPresent(
-                    Foundation.Date.self,
+                    Components.Schemas.ReminderDate.self,
                     forKey: .startDate
                 )
                 self.completed = try container.decodeIfPresent(
@@ -1726,6 +1808,14 @@ extension Components {
             public var op: Components.Schemas.SyncOp
             /// - Remark: Generated from `#/components/schemas/SyncChange/sync_list_id`.
             public var syncListId: Swift.String
+            /// The reminder's EventKit `calendarItemExternalIdentifier`, the id iCloud
+            /// keeps the same on every device of the person. A `create` for a
+            /// reminder the account already maps to a card in the list (another device
+            /// made it from a change, and iCloud brought it here) makes no card: the
+            /// item's result is `ok` with that card's `trello_card_id`, and only the
+            /// values that differ from the card as the server last saw it are written.
+            ///
+            ///
             /// - Remark: Generated from `#/components/schemas/SyncChange/reminder_id`.
             public var reminderId: Swift.String
             /// The card the reminder is mapped to. Optional when the server knows the mapping.
@@ -1747,7 +1837,7 @@ extension Components {
             /// - Parameters:
             ///   - op:
             ///   - syncListId:
-            ///   - reminderId:
+            ///   - reminderId: The reminder's EventKit `calendarItemExternalIdentifier`, the id iCloud
             ///   - trelloCardId: The card the reminder is mapped to. Optional when the server knows the mapping.
             ///   - fields:
             ///   - changedFields: The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written.

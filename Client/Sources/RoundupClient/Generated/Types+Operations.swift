@@ -4610,6 +4610,16 @@ public enum Operations {
     /// last change received as `after_id`. While `has_more` is true, more
     /// changes are waiting.
     ///
+    /// With `device_id`, the page holds only the changes no other device of the
+    /// account holds, and they become this device's until `claimed_until`
+    /// (`ROUNDUP_CHANGE_CLAIM_SECONDS`, default 120): another device pulling
+    /// meanwhile is not given them. This device pulling again is given them
+    /// again (with a new `claimed_until`). The hold ends with the ack, with
+    /// `POST /dailyroundup/changes/release`, or when it lapses; a change that
+    /// replaces a held one (the card changed again before the ack) stays with
+    /// the same device. Start each pull without `after_id`: a change another
+    /// device let go keeps its id, which may be lower than the last one seen.
+    ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/changes`.
     /// - Remark: Generated from `#/paths//dailyroundup/changes/get(listChanges)`.
@@ -4618,6 +4628,14 @@ public enum Operations {
         public struct Input: Sendable, Hashable {
             /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/query`.
             public struct Query: Sendable, Hashable {
+                /// A device of the account (`POST /dailyroundup/devices`): the page's
+                /// changes become its own for `ROUNDUP_CHANGE_CLAIM_SECONDS`, and changes
+                /// another device holds are left out. Without it, every change is returned
+                /// and none is held. A device the account does not have is 422.
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/query/device_id`.
+                public var deviceId: Swift.String?
                 /// The id of the last change received. Only changes with a larger id are returned.
                 ///
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/query/after_id`.
@@ -4629,12 +4647,15 @@ public enum Operations {
                 /// Creates a new `Query`.
                 ///
                 /// - Parameters:
+                ///   - deviceId: A device of the account (`POST /dailyroundup/devices`): the page's
                 ///   - afterId: The id of the last change received. Only changes with a larger id are returned.
                 ///   - limit: The largest number of changes to return.
                 public init(
+                    deviceId: Swift.String? = nil,
                     afterId: Swift.Int? = nil,
                     limit: Swift.Int? = nil
                 ) {
+                    self.deviceId = deviceId
                     self.afterId = afterId
                     self.limit = limit
                 }
@@ -4695,25 +4716,33 @@ public enum Operations {
                         ///
                         /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/content/json/server_time`.
                         public var serverTime: Foundation.Date
+                        /// With `device_id`, when the device's hold on this page's changes lapses.
+                        ///
+                        /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/content/json/claimed_until`.
+                        public var claimedUntil: Foundation.Date?
                         /// Creates a new `JsonPayload`.
                         ///
                         /// - Parameters:
                         ///   - changes:
                         ///   - hasMore:
                         ///   - serverTime: The server's current time (ISO 8601).
+                        ///   - claimedUntil: With `device_id`, when the device's hold on this page's changes lapses.
                         public init(
                             changes: [Components.Schemas.Change],
                             hasMore: Swift.Bool,
-                            serverTime: Foundation.Date
+                            serverTime: Foundation.Date,
+                            claimedUntil: Foundation.Date? = nil
                         ) {
                             self.changes = changes
                             self.hasMore = hasMore
                             self.serverTime = serverTime
+                            self.claimedUntil = claimedUntil
                         }
                         public enum CodingKeys: String, CodingKey {
                             case changes
                             case hasMore = "has_more"
                             case serverTime = "server_time"
+                            case claimedUntil = "claimed_until"
                         }
                     }
                     /// - Remark: Generated from `#/paths/dailyroundup/changes/GET/responses/200/content/application\/json`.
@@ -4971,6 +5000,13 @@ public enum Operations {
     /// device named by `device_id` holds a stream, it gets no background
     /// pushes: it has the changes already.
     ///
+    /// With `device_id`, the stream sends only the changes no other device of
+    /// the account holds, and each change it sends becomes this device's as on
+    /// the page (`ROUNDUP_CHANGE_CLAIM_SECONDS`). At each heartbeat it also
+    /// sends the changes below its place that another device gave back or let
+    /// lapse: their ids are lower than the last one sent, so keep the highest
+    /// id seen for `Last-Event-ID`.
+    ///
     /// The stream holds only while its token does. When the token is rotated
     /// or the account deleted, the stream's last event is
     ///
@@ -4992,7 +5028,10 @@ public enum Operations {
                 ///
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/query/after_id`.
                 public var afterId: Swift.Int?
-                /// A device of the account (`POST /dailyroundup/devices`) that holds this stream; it gets no background pushes meanwhile.
+                /// A device of the account (`POST /dailyroundup/devices`) that holds this
+                /// stream: it gets no background pushes meanwhile, and the changes sent
+                /// become its own (see `GET /dailyroundup/changes`).
+                ///
                 ///
                 /// - Remark: Generated from `#/paths/dailyroundup/changes/stream/GET/query/device_id`.
                 public var deviceId: Swift.String?
@@ -5000,7 +5039,7 @@ public enum Operations {
                 ///
                 /// - Parameters:
                 ///   - afterId: The id of the last change received. Only changes with a larger id are sent.
-                ///   - deviceId: A device of the account (`POST /dailyroundup/devices`) that holds this stream; it gets no background pushes meanwhile.
+                ///   - deviceId: A device of the account (`POST /dailyroundup/devices`) that holds this
                 public init(
                     afterId: Swift.Int? = nil,
                     deviceId: Swift.String? = nil
@@ -5412,6 +5451,348 @@ public enum Operations {
             public static var allCases: [Self] {
                 [
                     .textEventStream,
+                    .json
+                ]
+            }
+        }
+    }
+    /// Give back the changes a device holds
+    ///
+    /// Ends the device's hold on the changes it was given (all of them, or
+    /// those of `ids`), so the account's other devices get them at their next
+    /// pull, or at their stream's next heartbeat, instead of after
+    /// `ROUNDUP_CHANGE_CLAIM_SECONDS`. An app calls it when it cannot apply
+    /// what it pulled (it is going to the background, or the list is not on
+    /// this device). The other devices get a background push. Ids the device
+    /// does not hold are ignored.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/changes/release`.
+    /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)`.
+    public enum ReleaseChanges {
+        public static let id: Swift.String = "releaseChanges"
+        public struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/header`.
+            public struct Headers: Sendable, Hashable {
+                public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ReleaseChanges.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                public init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ReleaseChanges.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            public var headers: Operations.ReleaseChanges.Input.Headers
+            /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/requestBody`.
+            @frozen public enum Body: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/requestBody/content/application\/json`.
+                case json(Components.Schemas.ReleaseBody)
+            }
+            public var body: Operations.ReleaseChanges.Input.Body
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - headers:
+            ///   - body:
+            public init(
+                headers: Operations.ReleaseChanges.Input.Headers = .init(),
+                body: Operations.ReleaseChanges.Input.Body
+            ) {
+                self.headers = headers
+                self.body = body
+            }
+        }
+        @frozen public enum Output: Sendable, Hashable {
+            public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ReleaseChanges.Output.Ok.Headers
+                /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/responses/200/content`.
+                @frozen public enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/dailyroundup/changes/release/POST/responses/200/content/application\/json`.
+                    case json(Components.Schemas.ReleaseResult)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    public var json: Components.Schemas.ReleaseResult {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                public var body: Operations.ReleaseChanges.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                public init(
+                    headers: Operations.ReleaseChanges.Output.Ok.Headers = .init(),
+                    body: Operations.ReleaseChanges.Output.Ok.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// What the device held of those changes is given back.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.ReleaseChanges.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            public var ok: Operations.ReleaseChanges.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Malformed JSON, a body that is not valid UTF-8, or a string holding the
+            /// NUL character (`invalid_json`); or a field with the wrong type
+            /// (`bad_request`). The message names the field.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            public var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The bearer token is missing or wrong (`unauthorized`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            public var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The path does not support this method (`method_not_allowed`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/405`.
+            ///
+            /// HTTP response code: `405 methodNotAllowed`.
+            case methodNotAllowed(Components.Responses.MethodNotAllowed)
+            /// The associated value of the enum case if `self` is `.methodNotAllowed`.
+            ///
+            /// - Throws: An error if `self` is not `.methodNotAllowed`.
+            /// - SeeAlso: `.methodNotAllowed`.
+            public var methodNotAllowed: Components.Responses.MethodNotAllowed {
+                get throws {
+                    switch self {
+                    case let .methodNotAllowed(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "methodNotAllowed",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request body is larger than 1 MiB (`payload_too_large`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/413`.
+            ///
+            /// HTTP response code: `413 contentTooLarge`.
+            case contentTooLarge(Components.Responses.PayloadTooLarge)
+            /// The associated value of the enum case if `self` is `.contentTooLarge`.
+            ///
+            /// - Throws: An error if `self` is not `.contentTooLarge`.
+            /// - SeeAlso: `.contentTooLarge`.
+            public var contentTooLarge: Components.Responses.PayloadTooLarge {
+                get throws {
+                    switch self {
+                    case let .contentTooLarge(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "contentTooLarge",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request has a body whose media type is neither application/json nor an application/…+json type (`unsupported_media_type`); parameters such as charset are allowed.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/415`.
+            ///
+            /// HTTP response code: `415 unsupportedMediaType`.
+            case unsupportedMediaType(Components.Responses.UnsupportedMediaType)
+            /// The associated value of the enum case if `self` is `.unsupportedMediaType`.
+            ///
+            /// - Throws: An error if `self` is not `.unsupportedMediaType`.
+            /// - SeeAlso: `.unsupportedMediaType`.
+            public var unsupportedMediaType: Components.Responses.UnsupportedMediaType {
+                get throws {
+                    switch self {
+                    case let .unsupportedMediaType(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unsupportedMediaType",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The JSON is well-formed but its values are invalid (`unprocessable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/422`.
+            ///
+            /// HTTP response code: `422 unprocessableContent`.
+            case unprocessableContent(Components.Responses.Unprocessable)
+            /// The associated value of the enum case if `self` is `.unprocessableContent`.
+            ///
+            /// - Throws: An error if `self` is not `.unprocessableContent`.
+            /// - SeeAlso: `.unprocessableContent`.
+            public var unprocessableContent: Components.Responses.Unprocessable {
+                get throws {
+                    switch self {
+                    case let .unprocessableContent(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unprocessableContent",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The account's request rate was exceeded (`rate_limited`), or this client
+            /// address sent too many bad tokens (account or bootstrap) in the last minute
+            /// (`too_many_failures`, before the request's own token is even looked at).
+            /// Retry after `Retry-After` seconds.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            public var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The store or Redis cannot be reached (`unavailable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            public var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        @frozen public enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            public init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            public var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            public static var allCases: [Self] {
+                [
                     .json
                 ]
             }

@@ -237,6 +237,16 @@ public protocol APIProtocol: Sendable {
     /// last change received as `after_id`. While `has_more` is true, more
     /// changes are waiting.
     ///
+    /// With `device_id`, the page holds only the changes no other device of the
+    /// account holds, and they become this device's until `claimed_until`
+    /// (`ROUNDUP_CHANGE_CLAIM_SECONDS`, default 120): another device pulling
+    /// meanwhile is not given them. This device pulling again is given them
+    /// again (with a new `claimed_until`). The hold ends with the ack, with
+    /// `POST /dailyroundup/changes/release`, or when it lapses; a change that
+    /// replaces a held one (the card changed again before the ack) stays with
+    /// the same device. Start each pull without `after_id`: a change another
+    /// device let go keeps its id, which may be lower than the last one seen.
+    ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/changes`.
     /// - Remark: Generated from `#/paths//dailyroundup/changes/get(listChanges)`.
@@ -267,6 +277,13 @@ public protocol APIProtocol: Sendable {
     /// device named by `device_id` holds a stream, it gets no background
     /// pushes: it has the changes already.
     ///
+    /// With `device_id`, the stream sends only the changes no other device of
+    /// the account holds, and each change it sends becomes this device's as on
+    /// the page (`ROUNDUP_CHANGE_CLAIM_SECONDS`). At each heartbeat it also
+    /// sends the changes below its place that another device gave back or let
+    /// lapse: their ids are lower than the last one sent, so keep the highest
+    /// id seen for `Last-Event-ID`.
+    ///
     /// The stream holds only while its token does. When the token is rotated
     /// or the account deleted, the stream's last event is
     ///
@@ -280,6 +297,20 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `GET /dailyroundup/changes/stream`.
     /// - Remark: Generated from `#/paths//dailyroundup/changes/stream/get(streamChanges)`.
     func streamChanges(_ input: Operations.StreamChanges.Input) async throws -> Operations.StreamChanges.Output
+    /// Give back the changes a device holds
+    ///
+    /// Ends the device's hold on the changes it was given (all of them, or
+    /// those of `ids`), so the account's other devices get them at their next
+    /// pull, or at their stream's next heartbeat, instead of after
+    /// `ROUNDUP_CHANGE_CLAIM_SECONDS`. An app calls it when it cannot apply
+    /// what it pulled (it is going to the background, or the list is not on
+    /// this device). The other devices get a background push. Ids the device
+    /// does not hold are ignored.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/changes/release`.
+    /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)`.
+    func releaseChanges(_ input: Operations.ReleaseChanges.Input) async throws -> Operations.ReleaseChanges.Output
     /// Acknowledge one change
     ///
     /// Marks a change as applied. The body is optional. For a `create` change,
@@ -752,6 +783,16 @@ extension APIProtocol {
     /// last change received as `after_id`. While `has_more` is true, more
     /// changes are waiting.
     ///
+    /// With `device_id`, the page holds only the changes no other device of the
+    /// account holds, and they become this device's until `claimed_until`
+    /// (`ROUNDUP_CHANGE_CLAIM_SECONDS`, default 120): another device pulling
+    /// meanwhile is not given them. This device pulling again is given them
+    /// again (with a new `claimed_until`). The hold ends with the ack, with
+    /// `POST /dailyroundup/changes/release`, or when it lapses; a change that
+    /// replaces a held one (the card changed again before the ack) stays with
+    /// the same device. Start each pull without `after_id`: a change another
+    /// device let go keeps its id, which may be lower than the last one seen.
+    ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/changes`.
     /// - Remark: Generated from `#/paths//dailyroundup/changes/get(listChanges)`.
@@ -790,6 +831,13 @@ extension APIProtocol {
     /// device named by `device_id` holds a stream, it gets no background
     /// pushes: it has the changes already.
     ///
+    /// With `device_id`, the stream sends only the changes no other device of
+    /// the account holds, and each change it sends becomes this device's as on
+    /// the page (`ROUNDUP_CHANGE_CLAIM_SECONDS`). At each heartbeat it also
+    /// sends the changes below its place that another device gave back or let
+    /// lapse: their ids are lower than the last one sent, so keep the highest
+    /// id seen for `Last-Event-ID`.
+    ///
     /// The stream holds only while its token does. When the token is rotated
     /// or the account deleted, the stream's last event is
     ///
@@ -809,6 +857,28 @@ extension APIProtocol {
         try await streamChanges(Operations.StreamChanges.Input(
             query: query,
             headers: headers
+        ))
+    }
+    /// Give back the changes a device holds
+    ///
+    /// Ends the device's hold on the changes it was given (all of them, or
+    /// those of `ids`), so the account's other devices get them at their next
+    /// pull, or at their stream's next heartbeat, instead of after
+    /// `ROUNDUP_CHANGE_CLAIM_SECONDS`. An app calls it when it cannot apply
+    /// what it pulled (it is going to the background, or the list is not on
+    /// this device). The other devices get a background push. Ids the device
+    /// does not hold are ignored.
+    ///
+    ///
+    /// - Remark: HTTP `POST /dailyroundup/changes/release`.
+    /// - Remark: Generated from `#/paths//dailyroundup/changes/release/post(releaseChanges)`.
+    public func releaseChanges(
+        headers: Operations.ReleaseChanges.Input.Headers = .init(),
+        body: Operations.ReleaseChanges.Input.Body
+    ) async throws -> Operations.ReleaseChanges.Output {
+        try await releaseChanges(Operations.ReleaseChanges.Input(
+            headers: headers,
+            body: body
         ))
     }
     /// Acknowledge one change
