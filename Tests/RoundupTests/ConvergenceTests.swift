@@ -37,6 +37,11 @@ final class SimulatedApp: @unchecked Sendable {
     let settings: SyncSettings
     /// Cards made in Trello's UI (a list that takes no Trello card never maps them).
     var trelloMade: Set<String> = []
+    /// The person's devices (an iPhone and a Mac on one iCloud account, sharing `reminders`), each pulling with its
+    /// `device_id`; none: one app pulling without it.
+    var devices: [String] = []
+    /// How many changes each device applied.
+    var pulledBy: [String: Int] = [:]
 
     static let fields = [SyncField.title, SyncField.notes, SyncField.completed]
     /// What else both sides edit: labels, a check item, the location, the due reminder, the priority.
@@ -261,8 +266,32 @@ final class SimulatedApp: @unchecked Sendable {
     }
 
     /// Pulls every change, applies it, acks (with the reminder made for a create).
-    func pull() async throws -> Int {
-        let changes = try await s.changes()
+    /// Registers the person's two devices; from then on each pull is one device's, with its `device_id`.
+    func useTwoDevices() async throws {
+        for (device, platform) in [("phone-\(seed)", "ios"), ("mac-\(seed)", "macos")] {
+            let body = JSONValue.object([
+                "device_id": .string(device), "apns_token": .string(String(repeating: "ab", count: 32)), "platform": .string(platform),
+                "environment": "sandbox",
+            ])
+            let response = try await s.stack.callAPI(.POST, "/dailyroundup/devices", token: s.token, body: body.canonicalJSON)
+            guard response.status == .created || response.status == .ok else { throw StackError("device: \(response.body)") }
+            devices.append(device)
+        }
+    }
+
+    /// One pull: by `device` (a random one of `devices` when nil), or without a device when the person has none.
+    func pull(device: String? = nil) async throws -> Int {
+        let changes: [JSONValue]
+        if devices.isEmpty {
+            changes = try await s.changes()
+        } else {
+            let device = device ?? devices[Int.random(in: 0..<devices.count, using: &rng)]
+            let response = try await s.stack.callAPI(.GET, "/dailyroundup/changes?limit=500&device_id=\(device)", token: s.token)
+            guard response.status == .ok else { throw StackError("pull by \(device): \(response.body)") }
+            changes = response.json["changes"]?.arrayValue ?? []
+            pulledBy[device, default: 0] += changes.count
+            if !changes.isEmpty { log.append("pull by \(device)") }
+        }
         var made: [String: String] = [:]
         for change in changes {
             guard let card = change["trello_card_id"]?.stringValue else { continue }
@@ -392,6 +421,8 @@ final class SimulatedApp: @unchecked Sendable {
                     SimulatedApp.prepare(stack.trello, board: "B\(seed)x")
                     let setup = try await SyncSetup.make(stack, list: "L\(seed)x", board: "B\(seed)x", policy: policy, listSettings: listSettings)
                     let app = SimulatedApp(setup, seed: seed, settings: try listSettings.map { try SyncSettings(json: $0) } ?? .default)
+                    // Every other person has an iPhone and a Mac, pulling in turn with their device ids.
+                    if seed % 2 == 0 { try await app.useTwoDevices() }
                     try await app.play(steps: steps)
                     return app
                 }
@@ -409,7 +440,14 @@ final class SimulatedApp: @unchecked Sendable {
         try await stack.quiet()
         for app in apps {
             var rounds = 0
-            while try await app.pull() > 0, rounds < 5 { rounds += 1 }
+            // Each device in turn: a change one device holds is given to it again, never lost to the other.
+            func drain() async throws -> Int {
+                guard !app.devices.isEmpty else { return try await app.pull() }
+                var pulled = 0
+                for device in app.devices { pulled += try await app.pull(device: device) }
+                return pulled
+            }
+            while try await drain() > 0, rounds < 5 { rounds += 1 }
         }
         try await stack.quiet()
         var failures: [String] = []
@@ -434,6 +472,11 @@ final class SimulatedApp: @unchecked Sendable {
         let richEdits = lines.filter { line in (SimulatedApp.rich + [SyncField.priorityLevel]).contains { line.contains(".\($0) = ") } }.count
         #expect(trelloEdits > seeds && appEdits > seeds / 2, "trello edits \(trelloEdits), app edits \(appEdits)")
         #expect(richEdits > seeds / 2, "edits of labels, check items, location, due reminder and priority: \(richEdits)")
+        // Both devices of the two-device people applied changes.
+        let byDevice = apps.filter { !$0.devices.isEmpty }.reduce(into: [String: Int]()) { totals, app in
+            for (device, count) in app.pulledBy { totals[device.hasPrefix("phone") ? "phone" : "mac", default: 0] += count }
+        }
+        #expect((byDevice["phone"] ?? 0) > 0 && (byDevice["mac"] ?? 0) > 0, "changes applied by device: \(byDevice)")
         print(
             "convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits (\(richEdits) of labels, check items, location, due reminder, priority), \(conflicts) manual conflicts"
         )
