@@ -14,6 +14,20 @@ public struct ListPairing: Sendable {
 
     public init(webhooks: WebhookRegistrar) { self.webhooks = webhooks }
 
+    /// The board's labels (`{id, name, color}`) and its Priority field, both read from Trello now: what the apps may
+    /// offer for a list's cards. A Priority field that changed since the store read it (an option added after pairing)
+    /// is stored, so the worker and the jobs map its options from then on.
+    public func boardVocabulary(
+        accountID: String, boardID: String, credentials: TrelloCredentials
+    ) async throws -> (labels: [[String: JSONValue]], priority: PriorityField?) {
+        let labels = try await webhooks.trello.boardLabels(boardID: boardID, credentials: credentials)
+        let field = try await webhooks.trello.priorityField(boardID: boardID, credentials: credentials)
+        if let field, try await store.priorityField(accountID: accountID, boardID: boardID) != field {
+            try await store.savePriorityField(accountID: accountID, boardID: boardID, field: field)
+        }
+        return (labels, field)
+    }
+
     /// The Trello member the account's token belongs to: whom `me` names among a list filter's members.
     public func tokenMember(_ credentials: TrelloCredentials) async throws -> String {
         try await webhooks.trello.memberID(credentials: credentials)

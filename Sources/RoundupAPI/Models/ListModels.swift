@@ -17,6 +17,12 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
     @Nullable public var lastReconcileError: String?
     /// How the list syncs (`SyncSettings.json`): every key, defaults filled in.
     public var settings: JSONValue
+    /// `GET /dailyroundup/lists/{id}` only: the board's labels (`{id, name, color}`) and its Priority field's options
+    /// (`{id, text, level}`, the level on EventKit's scale as the server maps it), for the apps to offer.
+    public var labels: [JSONValue]? = nil
+    public var priorityOptions: [JSONValue]? = nil
+    /// Why `labels` is missing (Trello could not be asked); the options are then the ones last stored.
+    public var vocabularyError: String? = nil
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"
@@ -27,6 +33,9 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
         case lastReconciledAt = "last_reconciled_at"
         case lastReconcileError = "last_reconcile_error"
         case settings
+        case labels
+        case priorityOptions = "priority_options"
+        case vocabularyError = "vocabulary_error"
     }
 
     init(_ list: SyncListRecord) {

@@ -30,9 +30,35 @@ struct ListRoutes {
         SyncListPage(lists: try await store.syncLists(accountID: account).map(SyncList.init))
     }
 
+    /// `GET /dailyroundup/lists/{id}`: the list, with its board's vocabulary (`ListPairing.boardVocabulary`: two Trello
+    /// reads, the labels and the Priority field, which is stored again when it changed). The list is answered whatever
+    /// Trello says: when it cannot be asked (no credentials, refused, unreachable), `labels` is null, the options are
+    /// the stored ones, and `vocabulary_error` says why.
     func get(_ account: String, _ id: String) async throws -> SyncList {
         guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
-        return SyncList(list)
+        var answer = SyncList(list)
+        func options(_ field: PriorityField?) -> [JSONValue] {
+            (field?.ordered ?? []).map { option in
+                .object(["id": .string(option.id), "text": .string(option.text), "level": .number(Double(field?.level(of: option.id) ?? 0))])
+            }
+        }
+        do {
+            guard let details = try await store.accountDetails(id: account), let credentials = API.credentials(details) else {
+                answer.vocabularyError = "the account has no Trello credentials: set trello_api_key and trello_token"
+                answer.priorityOptions = options(try await store.priorityField(accountID: account, boardID: list.trelloBoardID))
+                return answer
+            }
+            let vocabulary = try await pairing.boardVocabulary(accountID: account, boardID: list.trelloBoardID, credentials: credentials)
+            answer.labels = vocabulary.labels.map { label in
+                .object(["id": label["id"] ?? .null, "name": label["name"] ?? "", "color": label["color"] ?? .null])
+            }
+            answer.priorityOptions = options(vocabulary.priority)
+        } catch let error as TrelloError {
+            logger.info("board vocabulary unavailable", metadata: ["account": "\(account)", "list": "\(id)", "error": "\(error.message)"])
+            answer.vocabularyError = "Trello could not say the board's labels and Priority options: \(error.message)"
+            answer.priorityOptions = options(try await store.priorityField(accountID: account, boardID: list.trelloBoardID))
+        }
+        return answer
     }
 
     /// `POST /dailyroundup/lists`: pairs a Trello list (`ListPairing`: checked at Trello to be on the board named with

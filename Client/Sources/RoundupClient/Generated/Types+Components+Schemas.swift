@@ -340,6 +340,92 @@ extension Components {
             public var createdAt: Foundation.Date
             /// - Remark: Generated from `#/components/schemas/SyncList/settings`.
             public var settings: Components.Schemas.SyncSettings?
+            /// `GET /dailyroundup/lists/{id}` only, when Trello could not be asked (no credentials, refused,
+            /// unreachable): why `labels` is absent; `priority_options` are then the ones the server last stored.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/vocabulary_error`.
+            public var vocabularyError: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/SyncList/LabelsPayload`.
+            public struct LabelsPayloadPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/SyncList/LabelsPayload/id`.
+                public var id: Swift.String
+                /// - Remark: Generated from `#/components/schemas/SyncList/LabelsPayload/name`.
+                public var name: Swift.String
+                /// - Remark: Generated from `#/components/schemas/SyncList/LabelsPayload/color`.
+                public var color: Swift.String?
+                /// Creates a new `LabelsPayloadPayload`.
+                ///
+                /// - Parameters:
+                ///   - id:
+                ///   - name:
+                ///   - color:
+                public init(
+                    id: Swift.String,
+                    name: Swift.String,
+                    color: Swift.String? = nil
+                ) {
+                    self.id = id
+                    self.name = name
+                    self.color = color
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case id
+                    case name
+                    case color
+                }
+            }
+            /// `GET /dailyroundup/lists/{id}` only: the board's labels, for the apps to offer.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/labels`.
+            public typealias LabelsPayload = [Components.Schemas.SyncList.LabelsPayloadPayload]
+            /// `GET /dailyroundup/lists/{id}` only: the board's labels, for the apps to offer.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/labels`.
+            public var labels: Components.Schemas.SyncList.LabelsPayload?
+            /// - Remark: Generated from `#/components/schemas/SyncList/PriorityOptionsPayload`.
+            public struct PriorityOptionsPayloadPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/SyncList/PriorityOptionsPayload/id`.
+                public var id: Swift.String
+                /// - Remark: Generated from `#/components/schemas/SyncList/PriorityOptionsPayload/text`.
+                public var text: Swift.String
+                /// - Remark: Generated from `#/components/schemas/SyncList/PriorityOptionsPayload/level`.
+                public var level: Swift.Int
+                /// Creates a new `PriorityOptionsPayloadPayload`.
+                ///
+                /// - Parameters:
+                ///   - id:
+                ///   - text:
+                ///   - level:
+                public init(
+                    id: Swift.String,
+                    text: Swift.String,
+                    level: Swift.Int
+                ) {
+                    self.id = id
+                    self.text = text
+                    self.level = level
+                }
+                public enum CodingKeys: String, CodingKey {
+                    case id
+                    case text
+                    case level
+                }
+            }
+            /// `GET /dailyroundup/lists/{id}` only: the options of the board's "Priority" dropdown in the board's
+            /// order, each with the level on EventKit's scale (0 none, 1 highest … 9 lowest) the server maps it to.
+            /// Empty when the board has no such field.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/priority_options`.
+            public typealias PriorityOptionsPayload = [Components.Schemas.SyncList.PriorityOptionsPayloadPayload]
+            /// `GET /dailyroundup/lists/{id}` only: the options of the board's "Priority" dropdown in the board's
+            /// order, each with the level on EventKit's scale (0 none, 1 highest … 9 lowest) the server maps it to.
+            /// Empty when the board has no such field.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/priority_options`.
+            public var priorityOptions: Components.Schemas.SyncList.PriorityOptionsPayload?
             /// Creates a new `SyncList`.
             ///
             /// - Parameters:
@@ -351,6 +437,9 @@ extension Components {
             ///   - trelloBoardId:
             ///   - createdAt:
             ///   - settings:
+            ///   - vocabularyError: `GET /dailyroundup/lists/{id}` only, when Trello could not be asked (no credentials, refused,
+            ///   - labels: `GET /dailyroundup/lists/{id}` only: the board's labels, for the apps to offer.
+            ///   - priorityOptions: `GET /dailyroundup/lists/{id}` only: the options of the board's "Priority" dropdown in the board's
             public init(
                 lastReconciledAt: Foundation.Date? = nil,
                 lastReconcileError: Swift.String? = nil,
@@ -359,7 +448,10 @@ extension Components {
                 trelloListId: Swift.String,
                 trelloBoardId: Swift.String,
                 createdAt: Foundation.Date,
-                settings: Components.Schemas.SyncSettings? = nil
+                settings: Components.Schemas.SyncSettings? = nil,
+                vocabularyError: Swift.String? = nil,
+                labels: Components.Schemas.SyncList.LabelsPayload? = nil,
+                priorityOptions: Components.Schemas.SyncList.PriorityOptionsPayload? = nil
             ) {
                 self.lastReconciledAt = lastReconciledAt
                 self.lastReconcileError = lastReconcileError
@@ -369,6 +461,9 @@ extension Components {
                 self.trelloBoardId = trelloBoardId
                 self.createdAt = createdAt
                 self.settings = settings
+                self.vocabularyError = vocabularyError
+                self.labels = labels
+                self.priorityOptions = priorityOptions
             }
             public enum CodingKeys: String, CodingKey {
                 case lastReconciledAt = "last_reconciled_at"
@@ -379,6 +474,9 @@ extension Components {
                 case trelloBoardId = "trello_board_id"
                 case createdAt = "created_at"
                 case settings
+                case vocabularyError = "vocabulary_error"
+                case labels
+                case priorityOptions = "priority_options"
             }
         }
         /// - Remark: Generated from `#/components/schemas/SyncListCreate`.

@@ -132,7 +132,14 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `POST /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/post(createSyncList)`.
     func createSyncList(_ input: Operations.CreateSyncList.Input) async throws -> Operations.CreateSyncList.Output
-    /// Get a synced list
+    /// Get a synced list, with its board's labels and Priority options
+    ///
+    /// The list, and its board's vocabulary read from Trello now (two requests at the account's Trello rate):
+    /// `labels` and `priority_options`, what the apps may offer for the list's reminders. A Priority option added on
+    /// the board after pairing is known from then on (the stored field is read again). When Trello cannot be asked,
+    /// the list is still answered: `labels` is absent, `priority_options` are the stored ones, and
+    /// `vocabulary_error` says why.
+    ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/lists/{id}`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/get(getSyncList)`.
@@ -628,7 +635,14 @@ extension APIProtocol {
             body: body
         ))
     }
-    /// Get a synced list
+    /// Get a synced list, with its board's labels and Priority options
+    ///
+    /// The list, and its board's vocabulary read from Trello now (two requests at the account's Trello rate):
+    /// `labels` and `priority_options`, what the apps may offer for the list's reminders. A Priority option added on
+    /// the board after pairing is known from then on (the stored field is read again). When Trello cannot be asked,
+    /// the list is still answered: `labels` is absent, `priority_options` are the stored ones, and
+    /// `vocabulary_error` says why.
+    ///
     ///
     /// - Remark: HTTP `GET /dailyroundup/lists/{id}`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/get(getSyncList)`.
