@@ -31,7 +31,9 @@ import Testing
                 ]), "\(first)")
         #expect(
             first["priority_options"]
-                == .array([.object(["id": "o-high", "text": "High", "level": .number(1)]), .object(["id": "o-low", "text": "Low", "level": .number(9)])]),
+                == .array([
+                    .object(["id": "o-high", "text": "High", "level": .number(1)]), .object(["id": "o-low", "text": "Low", "level": .number(9)]),
+                ]),
             "\(first)")
         // The page of lists stays without them (no Trello read per list).
         let page = try await stack.callAPI(.GET, "/dailyroundup/lists", token: s.token)
