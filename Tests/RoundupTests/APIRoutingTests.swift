@@ -81,10 +81,11 @@ import Testing
             #expect(
                 Set(object.keys) == [
                     "account_id", "trello_api_key", "trello_token", "trello_webhook_secret", "conflict_policy", "delete_mode", "created_at",
-                    "updated_at", "needs_attention",
+                    "updated_at", "needs_attention", "time_zone",
                 ])
             #expect(object["trello_api_key"] == .null && object["needs_attention"] == .null)
             #expect(object["conflict_policy"] == "manual" && object["delete_mode"] == "archive", "\(details.body)")
+            #expect(object["time_zone"] == "UTC", "\(details.body)")
             // Keys sorted, slashes as they are: the bytes the API always wrote.
             #expect(details.body.hasPrefix(#"{"account_id":""#), "\(details.body)")
 

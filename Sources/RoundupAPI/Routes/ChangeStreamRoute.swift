@@ -70,19 +70,18 @@ extension ChangeRoutes {
                         var sweep = device != nil && current == .heartbeat
                         var below: Int64 = 0
                         while true {
-                            let events: ChangeEvents
+                            var events = ChangeEvents()
+                            var deviceGone = false
                             if let device {
                                 let claim = ChangeClaim(
                                     deviceID: device, holdFor: claimFor, throughID: sweep ? last : .max, includeOwn: !sweep)
-                                guard
-                                    let read = try await store.claimChanges(
-                                        accountID: account, claim: claim, afterID: sweep ? below : last, limit: Self.streamBatch,
-                                        into: ChangeEvents())
-                                else {
-                                    // The device was deleted while it streamed: the client registers it again.
-                                    break signalling
+                                if let read = try await store.claimChanges(
+                                    accountID: account, claim: claim, afterID: sweep ? below : last, limit: Self.streamBatch, into: ChangeEvents())
+                                {
+                                    events = read
+                                } else {
+                                    deviceGone = true
                                 }
-                                events = read
                             } else {
                                 events = try await store.pendingChanges(
                                     accountID: account, afterID: last, limit: Self.streamBatch, into: ChangeEvents())
@@ -99,6 +98,9 @@ extension ChangeRoutes {
                                 // Neither Redis nor the store could say: the client reconnects, and is authenticated anew.
                                 break signalling
                             }
+                            // The device was deleted while it streamed (its account still holds): the client registers
+                            // it again, and reconnects.
+                            if deviceGone { break signalling }
                             if events.count > 0 {
                                 try await writer.write(contentsOf: ResponsePieces.split(events.out))
                                 streams.wrote(subscription)
