@@ -1,5 +1,5 @@
 import AsyncHTTPClient
-import Foundation
+public import Foundation
 public import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -56,8 +56,10 @@ public final class FakeTrello: Sendable {
         public var webhooksInFlight = 0
         /// The date of the last action made. Trello dates actions in milliseconds, and two actions of one card never
         /// share a date there (each is a request of its own, which takes longer than that); calls of this fake a few
-        /// microseconds apart would, so each action is dated at least a millisecond after the one before.
-        var lastActionDate = Date.distantPast
+        /// microseconds apart would, so each action is dated at least a millisecond after the one before (and so may run a
+        /// few milliseconds ahead of the clock after a burst: a test that orders another side's edit after them waits
+        /// for the clock to pass it).
+        public internal(set) var lastActionDate = Date.distantPast
         /// Trello's per-token limit: at most this many requests in any 10 s window (nil: no limit).
         public var tokenLimit: Int?
         /// When each authorized request arrived (those answered 429 included), by token.

@@ -229,6 +229,14 @@ final class RaceHarness: @unchecked Sendable {
         var log: [String] = []
     }
 
+    /// Until the clock has passed both fakes' last action dates: a burst of Trello actions dates them a millisecond
+    /// apart, which can run ahead of the clock, and the app's edit that follows them in the schedule must be later
+    /// than they are on both sides alike (else one side sees it as older than a Trello action it followed).
+    func afterTrello() async throws {
+        let last = [batch, single].map { side in side.trello.state.withLockedValue { $0.lastActionDate } }.max() ?? .distantPast
+        while Date() <= last.addingTimeInterval(0.001) { try await Task.sleep(for: .milliseconds(1)) }
+    }
+
     /// Plays `steps` (card, step) on both sides, from each card live in L1 and known to the app.
     func run(cards: [String], steps: [(String, RaceStep)]) async throws -> Findings {
         var findings = Findings()
@@ -276,6 +284,7 @@ final class RaceHarness: @unchecked Sendable {
                 for side in [batch, single] { side.trello.userUpdateCard(id: card, ["closed": .bool(step == .archive)]) }
                 findings.log.append("\(card) \(step)")
             case .appTitle(let value), .appNotes(let value):
+                try await afterTrello()
                 let modified = Date()
                 let field: SyncField = if case .appTitle = step { .title } else { .notes }
                 let b = try await batch.appEdit(card: card, field: field, value: .string(value), at: modified)
@@ -283,6 +292,7 @@ final class RaceHarness: @unchecked Sendable {
                 findings.log.append("\(card) \(step) → \(b) / \(s)")
                 if b.hasPrefix("failed") || s.hasPrefix("failed") { findings.problems.append("\(card) \(step) → \(b) / \(s)") }
             case .appComplete(let completed):
+                try await afterTrello()
                 let modified = Date()
                 let b = try await batch.appEdit(card: card, field: .completed, value: .bool(completed), at: modified)
                 let s = try await single.appEdit(card: card, field: .completed, value: .bool(completed), at: modified)
