@@ -395,6 +395,14 @@ enum PostgresMigrations {
                 "ALTER TABLE accounts ADD COLUMN time_zone TEXT",
             ]
         ),
+        (
+            // Who gave a change back; the holds by when they lapse; the list a move left (SQLiteMigrations' v14 says why).
+            "v14-declined-and-moved-changes",
+            [
+                "ALTER TABLE pending_changes ADD COLUMN declined_by TEXT", "ALTER TABLE pending_changes ADD COLUMN from_sync_list_id TEXT",
+                "CREATE INDEX pending_changes_claimed ON pending_changes(claimed_until) WHERE claimed_until IS NOT NULL",
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

@@ -170,7 +170,15 @@ extension PostgresStore {
 
     public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
         try await write { [self] c in
-            try await c.run("DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) RETURNING 1", logger) > 0
+            let deleted = try await c.run("DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) RETURNING 1", logger) > 0
+            // Its holds lapse now: the worker's `HoldLapseWaker` wakes the other devices for them.
+            try await Self.lockAccounts(c, [accountID], logger: logger)
+            try await c.run(
+                """
+                UPDATE pending_changes SET claimed_by = NULL, claimed_until = \(ChangeClaim.milliseconds(Date()))
+                WHERE account_id = \(accountID) AND claimed_by = \(deviceID)
+                """, logger)
+            return deleted
         }
     }
 

@@ -188,6 +188,7 @@ extension PostgresStore: SyncStore {
                 SELECT \(unescaped: PendingChange.columns) FROM pending_changes p
                 WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) AND p.id <= \(claim.throughID)
                     AND (p.claimed_by IS NULL OR p.claimed_until <= \(claim.now) OR (p.claimed_by = \(claim.deviceID) AND \(claim.includeOwn)))
+                    AND (p.declined_by IS NULL OR p.declined_by <> \(claim.deviceID) OR p.claimed_until <= \(claim.now))
                 ORDER BY p.id LIMIT \(Int64(min(limit, Int(Int64.max))))
                 """, into: sink, logger)
             if read.lastTaken > afterID {
@@ -196,29 +197,46 @@ extension PostgresStore: SyncStore {
                     UPDATE pending_changes p SET claimed_by = \(claim.deviceID), claimed_until = \(claim.until)
                     WHERE p.account_id = \(accountID) AND NOT p.superseded AND p.id > \(afterID) AND p.id <= \(min(read.lastTaken, claim.throughID))
                         AND (p.claimed_by IS NULL OR p.claimed_until <= \(claim.now) OR (p.claimed_by = \(claim.deviceID) AND \(claim.includeOwn)))
+                        AND (p.declined_by IS NULL OR p.declined_by <> \(claim.deviceID) OR p.claimed_until <= \(claim.now))
                     """, logger)
             }
             return read
         }
     }
 
-    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int {
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
         try await write { [self] c in
+            // Under the account's lock, as a claim reads and holds: a claim never holds a change it did not read.
+            try await Self.lockAccounts(c, [accountID], logger: logger)
+            // For ids, the live change of each card named (a change folded into a newer one passed its hold on to it).
             let rows =
                 if let ids {
                     try await c.rows(
                         """
-                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL
-                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) AND id = ANY(\(ids)::int8[]) RETURNING id
+                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = \(declinedUntil), declined_by = \(deviceID)
+                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) AND NOT superseded AND trello_card_id IN (
+                            SELECT trello_card_id FROM pending_changes WHERE account_id = \(accountID) AND id = ANY(\(ids)::int8[]))
+                        RETURNING id
                         """, logger)
                 } else {
                     try await c.rows(
                         """
-                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL
-                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) RETURNING id
+                        UPDATE pending_changes SET claimed_by = NULL, claimed_until = \(declinedUntil), declined_by = \(deviceID)
+                        WHERE account_id = \(accountID) AND claimed_by = \(deviceID) AND NOT superseded RETURNING id
                         """, logger)
                 }
             return rows.count
+        }
+    }
+
+    public func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
+        try await read { [self] c in
+            try await c.rows(
+                """
+                SELECT DISTINCT account_id FROM pending_changes
+                WHERE claimed_until IS NOT NULL AND claimed_until > \(after) AND claimed_until <= \(through) AND NOT superseded
+                """, logger
+            ).map { try $0.text(0) }
         }
     }
 

@@ -109,6 +109,9 @@ public struct RedisKeys: Sendable {
     public var pusherGroup: String { "pushers" }
     /// Set while a device had a background push within the window.
     public func recentPush(account: String, device: String) -> String { prefix + "push:recent:" + Self.accountTag(account) + ":" + device }
+    /// Set by the worker that wakes the devices of the holds that lapsed in window `index` (`HoldLapseWaker`): one
+    /// worker a window. Expires after a few windows.
+    public func holdLapseWindow(_ index: Int64) -> String { prefix + "holds:lapsed:" + String(index) }
     /// Sorted set of "account|device" waiting for the end of their window (score: when, in ms).
     public var deferredPushes: String { prefix + "push:deferred" }
     /// Set: the distinct bearer or bootstrap tokens (hash prefixes) that failed from one client address (IPv4, or an

@@ -348,6 +348,18 @@ enum SQLiteMigrations {
                     ALTER TABLE accounts ADD COLUMN time_zone TEXT;
                     """)
         }
+        migrator.registerMigration("v14-declined-and-moved-changes") { db in
+            // The device that gave a change back (`ChangeFeed.releaseClaims`): not given it again until the hold it
+            // gave back (`claimed_until`) lapses, while every other device may take it. The holds by when they lapse,
+            // for the worker that wakes the account's devices then (`HoldLapseWaker`): only held rows. And the list a
+            // `move` change's card left (`from_sync_list_id`).
+            try db.execute(
+                sql: """
+                    ALTER TABLE pending_changes ADD COLUMN declined_by TEXT;
+                    ALTER TABLE pending_changes ADD COLUMN from_sync_list_id TEXT;
+                    CREATE INDEX pending_changes_claimed ON pending_changes(claimed_until) WHERE claimed_until IS NOT NULL;
+                    """)
+        }
         return migrator
     }
 }

@@ -151,7 +151,12 @@ extension SQLiteStore {
     public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID])
-            return db.changesCount > 0
+            let deleted = db.changesCount > 0
+            // Its holds lapse now: the worker's `HoldLapseWaker` wakes the other devices for them.
+            try db.execute(
+                sql: "UPDATE pending_changes SET claimed_by = NULL, claimed_until = ? WHERE account_id = ? AND claimed_by = ?",
+                arguments: [ChangeClaim.milliseconds(Date()), accountID, deviceID])
+            return deleted
         }
     }
 

@@ -238,14 +238,17 @@ public final class SQLiteStore: SyncStore {
             else { return nil }
             // The changes no other device holds (the same test in both statements, in one transaction: the rows the
             // update hands over are the ones read).
-            func free(_ p: String) -> String { "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?))" }
+            // A change the device gave back (`declined_by`) is not its own again until the hold it gave back lapses.
+            func free(_ p: String) -> String {
+                "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?)) AND (\(p)declined_by IS NULL OR \(p)declined_by <> ? OR \(p)claimed_until <= ?)"
+            }
             let read = try Self.changes(
                 db, sink,
                 sql: """
                     SELECT \(PendingChange.columns) FROM pending_changes p
                     WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? AND p.id <= ? AND \(free("p.")) ORDER BY p.id LIMIT ?
                     """,
-                arguments: [accountID, afterID, claim.throughID, claim.now, claim.deviceID, claim.includeOwn, limit])
+                arguments: [accountID, afterID, claim.throughID, claim.now, claim.deviceID, claim.includeOwn, claim.deviceID, claim.now, limit])
             if read.lastTaken > afterID {
                 try db.cachedStatement(
                     sql: """
@@ -254,29 +257,43 @@ public final class SQLiteStore: SyncStore {
                         """
                 ).execute(arguments: [
                     claim.deviceID, claim.until, accountID, afterID, min(read.lastTaken, claim.throughID), claim.now, claim.deviceID,
-                    claim.includeOwn,
+                    claim.includeOwn, claim.deviceID, claim.now,
                 ])
             }
             return read
         }
     }
 
-    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int {
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
         try await pool.write { db in
+            // The live change of each card named (a change folded into a newer one passed its hold on to it).
+            let release = """
+                UPDATE pending_changes SET claimed_by = NULL, claimed_until = ?, declined_by = ?
+                WHERE account_id = ? AND claimed_by = ? AND superseded = 0
+                """
             if let ids {
                 var released = 0
                 for id in ids {
                     try db.cachedStatement(
-                        sql: "UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL WHERE account_id = ? AND claimed_by = ? AND id = ?"
-                    ).execute(arguments: [accountID, deviceID, id])
+                        sql: release + " AND trello_card_id IN (SELECT trello_card_id FROM pending_changes WHERE account_id = ? AND id = ?)"
+                    ).execute(arguments: [declinedUntil, deviceID, accountID, deviceID, accountID, id])
                     released += db.changesCount
                 }
                 return released
             }
-            try db.execute(
-                sql: "UPDATE pending_changes SET claimed_by = NULL, claimed_until = NULL WHERE account_id = ? AND claimed_by = ?",
-                arguments: [accountID, deviceID])
+            try db.cachedStatement(sql: release).execute(arguments: [declinedUntil, deviceID, accountID, deviceID])
             return db.changesCount
+        }
+    }
+
+    public func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT DISTINCT account_id FROM pending_changes
+                    WHERE claimed_until IS NOT NULL AND claimed_until > ? AND claimed_until <= ? AND superseded = 0
+                    """, arguments: [after, through])
         }
     }
 

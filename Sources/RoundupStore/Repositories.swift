@@ -80,9 +80,13 @@ public protocol ChangeFeed: Sendable {
         accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
     ) async throws
         -> Sink?
-    /// Gives back the device's holds (all, or those of `ids`): the changes go to the next device that pulls. Returns
-    /// how many were given back.
-    func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?) async throws -> Int
+    /// Gives back the device's holds (all, or those of the cards whose changes `ids` names: a change folded into a
+    /// newer one passed its hold on to it): the changes go to the next other device that pulls; this device is not
+    /// given them again before `declinedUntil` (milliseconds since 1970). Returns how many live changes were given back.
+    func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int
+    /// The accounts with a live change whose hold lapsed in (`after`, `through`] (milliseconds since 1970): their
+    /// devices are woken then, or a change held by a device that vanished waits for an unrelated push.
+    func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String]
     /// The card's newest unacknowledged change, if any.
     func unackedChange(accountID: String, cardID: String) async throws -> PendingChange?
     /// Acks changes, recording reminder ids for creates; all or nothing.

@@ -32,6 +32,7 @@ extension SyncEngine {
             throw ResolveError.invalid("the conflict's field \(conflict.record.field) is no field this server knows")
         }
         var chosen: JSONValue?
+        var days = DayDates()
         switch choice {
         case .trello: chosen = nil
         case .reminders:
@@ -63,6 +64,12 @@ extension SyncEngine {
             }
             let priority = try await priorityField(list, state: &state)
             let current = CardMapper.fields(fromCard: card, priority: priority)[field] ?? .null
+            // An all-day date chosen (the day the app sent, or a day given as the value) is written as it is for a sync.
+            if let value = chosen {
+                var one = [field.rawValue: value]
+                days = DayDates(&one, only: nil, timeZone: state.timeZone)
+                chosen = one[field.rawValue]
+            }
             if let chosen {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field.rawValue, value: chosen)]
                 let written = try await writeFields([field.rawValue: chosen], card: card, list: list, marks: &marks, state: &state)
@@ -74,6 +81,7 @@ extension SyncEngine {
                 // next edit of the field is no conflict.
                 record.tell(written.values.filter { list.settings.syncsToReminders(named: $0.key) && $0.key != field.rawValue }, time: now)
                 record.tell([field.rawValue: written.values[field] ?? chosen], time: now)
+                days.record(into: &record, fields: [field.rawValue])
             } else {
                 record.toApps = [field.rawValue: current]
                 record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)
@@ -138,8 +146,11 @@ extension SyncEngine {
                 guard list.settings.direction.toTrello else {
                     throw ResolveError.invalid("the list syncs \(list.settings.direction.rawValue): keep_both would make a card; resolve with merge")
                 }
+                // The reminder's all-day dates, kept as days, written as for a sync.
+                var fields = duplicate.fields
+                let days = DayDates(&fields, only: nil, timeZone: state.timeZone)
                 _ = try await createCard(
-                    duplicate.fields, reminderID: reminderID, list: list, state: &state,
+                    fields, reminderID: reminderID, list: list, days: days, state: &state,
                     note: "possible duplicate \(id) kept as two by the user: a card was made for the reminder")
             }
         } catch {

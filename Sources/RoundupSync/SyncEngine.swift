@@ -87,6 +87,9 @@ public struct SyncEngine: Sendable {
         /// Fields an attempt of the item began writing (`item|field`): on its retry, the card's value is partly ours, not
         /// a Trello edit to weigh against the app's.
         var begun: Set<String> = []
+        /// The all-day dates of the item being processed: written with the item's own store write, for the fields the
+        /// card ends up holding the app's value of.
+        var days = DayDates()
     }
 
     public enum RunOutcome: Sendable, Equatable {
@@ -350,34 +353,59 @@ public struct SyncEngine: Sendable {
                 item, reason: "the list syncs \(list.settings.direction.rawValue): reminders made or deleted in the apps do not reach Trello")
         }
         // An all-day date (a day, no time) is written as noon of that day in the account's time zone, and remembered
-        // on the card once written, so the date goes back to the apps as that day while the card holds that instant.
-        var days = DayDates()
-        for field in [SyncField.dueDate, SyncField.startDate] {
-            guard let value = item.fields[field.rawValue], item.op == .create || item.changedFields.contains(field.rawValue) else { continue }
-            let key = FieldStamps.dayDateKey(field)
-            if case .string(let text) = value, let day = DayDate(text) {
-                let instant = Timestamp.string(day.instant(in: state.timeZone.zone))
-                item.fields[field.rawValue] = .string(instant)
-                days.marks[key] = FieldStamps.dayDateStamp(day: day, instant: instant, time: Date().timeIntervalSince1970)
-            } else {
-                days.forget.insert(key)
-            }
+        // on the card by the same store write (`DayDates`), so the date goes back to the apps as that day while the
+        // card holds that instant. Only a create or an update writes dates.
+        defer { state.days = DayDates() }
+        switch item.op {
+        case .create: state.days = DayDates(&item.fields, only: nil, timeZone: state.timeZone)
+        case .update: state.days = DayDates(&item.fields, only: Set(item.changedFields), timeZone: state.timeZone)
+        case .delete, .complete: state.days = DayDates()
         }
-        let result = try await run(item, list: list, state: &state)
-        if !days.isEmpty, result.status == .ok, let cardID = result.trelloCardID {
-            var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: nil)
-            record.stamps = days.marks
-            record.forget = days.forget
-            _ = try await store.recordSyncWrite(record)
-        }
-        return result
+        return try await run(item, list: list, state: &state)
     }
 
-    /// The all-day dates an item sets (their marks) and the dates it makes timed again (marks to forget).
+    /// The all-day dates an item sets (their marks, and the day the app sent), and the dates it makes timed again
+    /// (marks to forget): recorded with the store write of the fields the card then holds.
     struct DayDates {
         var marks: [String: FieldStamp] = [:]
         var forget: Set<String> = []
-        var isEmpty: Bool { marks.isEmpty && forget.isEmpty }
+        /// The app's value of each all-day date (the day), for a conflict or a duplicate kept to show and write later.
+        var days: [String: JSONValue] = [:]
+
+        init() {}
+
+        /// Makes each all-day due or start date of `fields` (of `only`, when given) its instant in `timeZone`.
+        init(_ fields: inout [String: JSONValue], only: Set<String>?, timeZone: AccountTimeZone) {
+            for field in [SyncField.dueDate, SyncField.startDate] {
+                guard let value = fields[field.rawValue], only?.contains(field.rawValue) ?? true else { continue }
+                let key = FieldStamps.dayDateKey(field)
+                if case .string(let text) = value, let day = DayDate(text) {
+                    let instant = Timestamp.string(day.instant(in: timeZone.zone))
+                    fields[field.rawValue] = .string(instant)
+                    marks[key] = FieldStamps.dayDateStamp(day: day, instant: instant, time: Date().timeIntervalSince1970)
+                    days[field.rawValue] = value
+                } else {
+                    forget.insert(key)
+                }
+            }
+        }
+
+        /// Adds to `record` the marks (and forgets) of the `fields` the card now holds the app's value of.
+        func record(into record: inout SyncWrite, fields: some Sequence<String>) {
+            for name in fields {
+                guard let field = SyncField(rawValue: name), field == .dueDate || field == .startDate else { continue }
+                let key = FieldStamps.dayDateKey(field)
+                if let mark = marks[key] {
+                    record.stamps[key] = mark
+                    record.forget.remove(key)
+                } else if forget.contains(key) {
+                    record.forget.insert(key)
+                }
+            }
+        }
+
+        /// `values` with each all-day date as the app sent it (its day).
+        func appValues(_ values: [String: JSONValue]) -> [String: JSONValue] { values.merging(days) { _, day in day } }
     }
 
     /// One item, its values checked and its dates made instants.
@@ -454,6 +482,7 @@ public struct SyncEngine: Sendable {
         var conflicts: [NewConflict] = []
         var agreed: [String: JSONValue] = [:]
         var activity: [NewActivity] = []
+        var holds: Set<String> = []
         func note(_ kind: ActivityKind, _ field: SyncField, old: JSONValue, new: JSONValue, rule: ConflictRule? = nil, kept: SyncSide? = nil) {
             activity.append(
                 NewActivity(
@@ -467,7 +496,10 @@ public struct SyncEngine: Sendable {
             let mine = appFields[field] ?? .null
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
-            var pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }
+            // An all-day date waits for the apps as its day: compared as the instant the card holds for it.
+            var pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }.map {
+                FieldStamps.takeDay(field, $0, stamps: task?.stamps ?? [:])
+            }
             // What our own write sent back to the apps (`SyncWrite.tell`) is theirs, not a Trello edit they have not seen;
             // once they change the field again, that value is rewritten with the new one, or it would undo it.
             var told = false
@@ -476,6 +508,7 @@ public struct SyncEngine: Sendable {
                 told = value != (mine == theirs ? theirs : mine)
             }
             if mine == theirs {
+                holds.insert(name)
                 // Both sides agree (an earlier attempt wrote it, say): make the stamp say so too.
                 if pendingValue == nil, stamp?.hash != theirs.fieldHash { agreed[field] = theirs }
                 if told { winning[field] = theirs }
@@ -485,6 +518,7 @@ public struct SyncEngine: Sendable {
             let ours = state.begun.contains("\(state.item)|\(field)")
             let trelloChanged = !ours && ((stamp.map { $0.hash != theirs.fieldHash } ?? false) || pendingValue != nil)
             if !trelloChanged {
+                holds.insert(name)
                 write[field] = mine
                 if told { winning[field] = mine }
                 note(.change, field, old: theirs, new: mine)
@@ -509,13 +543,15 @@ public struct SyncEngine: Sendable {
                 case .preferTrello: appWins = false
                 case .lww: appWins = appTime >= theirTime
                 case .manual:
-                    conflicts.append(NewConflict(field: field.rawValue, trelloValue: theirs, remindersValue: mine))
+                    // The app's own value (an all-day date as its day), as the user will be shown and may choose it.
+                    conflicts.append(NewConflict(field: field.rawValue, trelloValue: theirs, remindersValue: state.days.days[field.rawValue] ?? mine))
                     appWins = false
                 }
             }
             // The value set aside is `old`, the one that stands is `new`.
             note(.conflict, field, old: appWins ? theirs : mine, new: appWins ? mine : theirs, rule: rule, kept: appWins ? .reminders : .trello)
             if appWins {
+                holds.insert(name)
                 write[field] = mine
                 winning[field] = mine
             } else if pendingValue != theirs {
@@ -526,6 +562,9 @@ public struct SyncEngine: Sendable {
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
         record.conflicts = conflicts
         record.jobID = state.jobID
+        // The card holds the app's all-day dates it writes or already had: remembered with this write, so the changes
+        // it sends the apps carry the day.
+        state.days.record(into: &record, fields: holds)
         record.activity = activity
         // Dated when the card was read: a Trello edit made after that read still counts as newer.
         for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) {
@@ -590,14 +629,25 @@ public struct SyncEngine: Sendable {
             // the app did not see our result. No card is made. Only a value that differs from the card as the server
             // last saw it is written, as an update (an earlier attempt that died after making the card); a device
             // sending what it was given writes nothing, and is answered the card.
+            // A value older than the card's (a stale copy iCloud brought before a Trello edit reached it) is not.
             let differing = allFields.filter { name in
                 guard let value = item.fields[name] else { return false }
-                return existing.stamps[name]?.hash != value.fieldHash
+                guard let stamp = existing.stamps[name] else { return true }
+                return stamp.hash != value.fieldHash && item.modifiedAt.timeIntervalSince1970 > stamp.time
             }
             guard !differing.isEmpty else {
                 return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: existing.cardID)
             }
             return try await update(item, fields: item.fields, changed: differing, cardID: existing.cardID, task: existing, list: list, state: &state)
+        }
+        if let existing, !existing.isPlaceholder, existing.deleted, existing.syncListID == list.id,
+            try await store.unackedChange(accountID: list.accountID, cardID: existing.cardID)?.changeType == .delete
+        {
+            // The reminder's card left the list in Trello, and its delete is on its way to the apps: the device that
+            // sends it had it from iCloud before the delete reached it. No card is made.
+            return .skipped(
+                item, cardID: existing.cardID,
+                reason: "the card \(existing.cardID) was deleted, archived or moved out of the list in Trello: its delete is on its way")
         }
         let title = item.fields[SyncField.title]?.stringValue ?? ""
         let due = item.fields[SyncField.dueDate]?.stringValue.flatMap(Timestamp.date)
@@ -630,16 +680,18 @@ public struct SyncEngine: Sendable {
                 accountID: list.accountID,
                 NewDuplicate(
                     syncListID: list.id, reminderID: item.reminderID, cardID: cardID, title: title,
-                    dueDate: item.fields[SyncField.dueDate]?.stringValue, fields: item.fields, jobID: state.jobID))
+                    dueDate: state.days.appValues(item.fields)[SyncField.dueDate.rawValue]?.stringValue, fields: state.days.appValues(item.fields),
+                    jobID: state.jobID))
             return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .duplicate, trelloCardID: cardID, duplicateID: id)
         }
-        let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, state: &state)
+        let card = try await createCard(item.fields, reminderID: item.reminderID, list: list, days: state.days, state: &state)
         return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: card)
     }
 
     /// Makes the card and maps it to the reminder; returns its id. `note` explains the create in the history.
     func createCard(
-        _ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, state: inout JobState, note: String? = nil
+        _ appFields: [String: JSONValue], reminderID: String, list: SyncListRecord, days: DayDates = DayDates(), state: inout JobState,
+        note: String? = nil
     ) async throws -> String {
         // Only the fields that flow to Trello (the title always does: `SyncSettings.validate`).
         let fields = appFields.filter { list.settings.syncsToTrello(named: $0.key) }
@@ -675,6 +727,7 @@ public struct SyncEngine: Sendable {
         for (field, value) in CardMapper.fields(fromCard: card, priority: priority) {
             record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
         }
+        days.record(into: &record, fields: fields.keys)
         record.activity = [
             NewActivity(
                 kind: .create, syncListID: list.id, cardID: cardID, reminderID: reminderID, side: .reminders, newValue: .object(fields),

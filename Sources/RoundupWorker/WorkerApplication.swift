@@ -85,6 +85,9 @@ public enum WorkerApplication {
                 service: ActivityPruner(store: store, retentionDays: configuration.activityRetentionDays, logger: logger),
                 successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
             .init(
+                service: HoldLapseWaker(store: store, redis: redis, keys: configuration.redisKeys, logger: logger),
+                successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
+            .init(
                 service: RetryingTask(name: "publish routes", logger: logger, operation: publish), successTerminationBehavior: .ignore,
                 failureTerminationBehavior: .ignore),
         ]

@@ -118,4 +118,83 @@ import Testing
         #expect(bad["results"]?[0]?["status"] == "error" || bad["status"] == "failed", "\(bad)")
         await stack.shutdown()
     }
+
+    /// The day is remembered with the write that puts it on the card, whatever else the item meets: a conflict on
+    /// another field, a conflict on the date itself and its resolution; a delete naming a date revives nothing; a
+    /// date Trello sets to another instant and back is timed, not the day again.
+    @Test(arguments: StoreBackend.available) func theDayIsRememberedWithItsWriteThroughConflictsAndResolutions(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
+        defer { Task { await stack.shutdown() } }
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let s = try await SyncSetup.make(stack, list: "Ldayc", board: "Bdayc", policy: "manual")
+        #expect(try await stack.callAPI(.PUT, "/dailyroundup/account", token: s.token, body: #"{"time_zone":"Europe/Berlin"}"#).status == .ok)
+        func archivedAndBack(_ card: String) async throws -> JSONValue? {
+            stack.trello.userUpdateCard(id: card, ["closed": true])
+            try await stack.quiet()
+            stack.trello.userUpdateCard(id: card, ["closed": false])
+            try await stack.quiet()
+            return try await newest(s, card: card)
+        }
+
+        let card = try card(try await s.sync([s.change("create", reminder: "R-tax", fields: ["title": "Tax", "due_date": "2026-12-01"])]))
+        try await stack.quiet()
+        try await s.ack(try await s.changes())
+        // Trello renames it (not yet applied by the apps); the app renames it and makes it all-day on the 5th in one
+        // edit: the title is an open conflict, the date is written, and remembered as a day.
+        stack.trello.userUpdateCard(id: card, ["name": "Tax (Trello)"])
+        try await stack.quiet()
+        let both = try await s.sync([
+            s.change(
+                "update", reminder: "R-tax", fields: ["title": "Tax (app)", "due_date": "2026-12-05"], changed: ["title", "due_date"], card: card)
+        ])
+        #expect(both["results"]?[0]?["status"] == "conflict", "\(both)")
+        #expect(stack.trello.cardValue(card)?["due"] == "2026-12-05T11:00:00.000Z")
+        try await stack.quiet()
+        try await s.ack(try await s.changes())
+        let back = try #require(try await archivedAndBack(card))
+        #expect(back["fields"]?["due_date"] == "2026-12-05", "\(back)")
+
+        // Trello sets a time (not yet applied by the apps); the app makes it all-day on the 6th: a conflict on the date,
+        // shown with the app's day; resolved for the reminder, the card gets noon of the 6th and the apps the day.
+        stack.trello.userUpdateCard(id: card, ["due": "2026-12-02T08:00:00.000Z"])
+        try await stack.quiet()
+        let dated = try await s.sync([s.change("update", reminder: "R-tax", fields: ["due_date": "2026-12-06"], changed: ["due_date"], card: card)])
+        #expect(dated["results"]?[0]?["status"] == "conflict", "\(dated)")
+        let conflicts = try await stack.callAPI(.GET, "/dailyroundup/conflicts", token: s.token).json["conflicts"]?.arrayValue ?? []
+        let conflict = try #require(conflicts.first { $0["field"] == "due_date" && $0["status"] == "open" })
+        #expect(conflict["reminders_value"] == "2026-12-06", "\(conflict)")
+        let id = Int(conflict["id"]?.numberValue ?? 0)
+        let resolved = try await stack.callAPI(.POST, "/dailyroundup/conflicts/\(id)/resolve", token: s.token, body: #"{"choice":"reminders"}"#)
+        #expect(resolved.status == .ok, "\(resolved.body)")
+        #expect(stack.trello.cardValue(card)?["due"] == "2026-12-06T11:00:00.000Z")
+        try await stack.quiet()
+        let told = try await s.changes()
+        #expect(told.allSatisfy { $0["fields"]?["due_date"].map { $0 == "2026-12-06" } ?? true }, "\(told)")
+        try await s.ack(told)
+        let again = try #require(try await archivedAndBack(card))
+        #expect(again["fields"]?["due_date"] == "2026-12-06", "\(again)")
+
+        // Trello moves the date to another time and back to noon of the 6th: a timed date now, not the day again.
+        stack.trello.userUpdateCard(id: card, ["due": "2026-12-06T15:00:00.000Z"])
+        try await stack.quiet()
+        stack.trello.userUpdateCard(id: card, ["due": "2026-12-06T11:00:00.000Z"])
+        try await stack.quiet()
+        let timed = try #require(try await newest(s, card: card))
+        #expect(timed["fields"]?["due_date"] == "2026-12-06T11:00:00.000Z", "\(timed)")
+
+        // A delete that names a date archives the card and revives nothing: brought back in Trello, the card reaches the
+        // apps as a create (a reminder to make again), not as an update of a reminder they deleted.
+        let deleted = try await s.sync([s.change("delete", reminder: "R-tax", fields: ["due_date": "2026-12-07"], changed: ["due_date"], card: card)])
+        #expect(deleted["results"]?[0]?["status"] == "ok", "\(deleted)")
+        #expect(stack.trello.cardValue(card)?["closed"] == true)
+        try await stack.quiet()
+        try await s.ack(try await s.changes())
+        stack.trello.userUpdateCard(id: card, ["closed": false])
+        try await stack.quiet()
+        let revived = try #require(try await newest(s, card: card))
+        #expect(revived["change_type"] == "create", "\(revived)")
+        await stack.shutdown()
+    }
 }

@@ -178,7 +178,9 @@ struct ChangeRoutes {
     func release(_ account: String, _ request: Request, _ context: AuthenticatedContext) async throws -> ReleasedChanges {
         let body = try ChangeReleaseBody(try await JSONBody.read(request, context: context))
         guard try await store.devices(accountID: account).contains(where: { $0.deviceID == body.deviceID }) else { throw Self.unknownDevice }
-        let released = try await store.releaseClaims(accountID: account, deviceID: body.deviceID, ids: body.ids)
+        // Not given back to this device before a hold would have lapsed: the others take them meanwhile.
+        let released = try await store.releaseClaims(
+            accountID: account, deviceID: body.deviceID, ids: body.ids, declinedUntil: ChangeClaim(deviceID: body.deviceID, holdFor: claimFor).until)
         if released > 0 {
             // The other devices learn at once that there is something for them: a push, and their open streams woken
             // (a stream looks below its place at its next heartbeat).

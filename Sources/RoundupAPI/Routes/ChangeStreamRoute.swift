@@ -15,9 +15,10 @@ import RoundupSync
 /// event's `id:` is the change id, so a client that reconnects with the last id it saw misses nothing and sees
 /// nothing twice. A superseded change is followed by its replacement (a new id). Comments (`: heartbeat`) keep
 /// proxies from closing a quiet stream. Opened with `device_id`, it sends only the changes no other device of the
-/// account holds and hands each to this device (`ChangeClaim`, as a pull with `device_id`); at each heartbeat it also
-/// sends the changes below its place that another device gave back or let lapse (their ids are lower than the last
-/// one sent).
+/// account holds and hands each to this device (`ChangeClaim`, as a pull with `device_id`); at each heartbeat (and at
+/// a wake-up a heartbeat or more after the last look) it also sends the changes below its place that another device
+/// gave back or let lapse. Those carry no `id:` line (their ids, in the data, are lower than the stream's place, which
+/// an EventSource's `Last-Event-ID` keeps).
 extension ChangeRoutes {
     static let lastEventID = HTTPField.Name("Last-Event-ID")!
     /// Changes one read of the store takes at most.
@@ -63,11 +64,15 @@ extension ChangeRoutes {
                     var last = after
                     var signal: ChangeStreams.Signal? = .changed
                     var signals = subscription.signals.makeAsyncIterator()
+                    let heartbeat = streams.limits.heartbeat
+                    var nextSweep = ContinuousClock.now + heartbeat
                     signalling: while let current = signal {
                         var wrote = false
                         // With a device, each heartbeat also looks below the stream's place once, for changes another
-                        // device held and gave back or let lapse (a change this device holds was sent already).
-                        var sweep = device != nil && current == .heartbeat
+                        // device held and gave back or let lapse (a change this device holds was sent already). By the
+                        // clock too: on a busy account an announcement can take the place of a heartbeat's signal.
+                        var sweep = device != nil && (current == .heartbeat || ContinuousClock.now >= nextSweep)
+                        if sweep { nextSweep = ContinuousClock.now + heartbeat }
                         var below: Int64 = 0
                         while true {
                             var events = ChangeEvents()
@@ -76,7 +81,8 @@ extension ChangeRoutes {
                                 let claim = ChangeClaim(
                                     deviceID: device, holdFor: claimFor, throughID: sweep ? last : .max, includeOwn: !sweep)
                                 if let read = try await store.claimChanges(
-                                    accountID: account, claim: claim, afterID: sweep ? below : last, limit: Self.streamBatch, into: ChangeEvents())
+                                    accountID: account, claim: claim, afterID: sweep ? below : last, limit: Self.streamBatch,
+                                    into: ChangeEvents(withIDs: !sweep))
                                 {
                                     events = read
                                 } else {
@@ -158,13 +164,18 @@ extension ChangeRoutes {
         var lastTaken: Int64 { last }
         // Empty until the first change: the store's copy is the only one that writes, so nothing is copied.
         var out = ByteBuffer()
+        /// Whether each event carries its `id:` line (not for changes below the stream's place: `Last-Event-ID` stays).
+        var withIDs = true
 
         mutating func take(_ change: PendingChangeCells) {
             guard !full else { return }
             if count == 0 { out.reserveCapacity(ChangeRoutes.streamBatch * 540) }
-            out.writeString("id: ")
-            out.writeString(String(change.id))
-            out.writeString("\nevent: change\ndata: ")
+            if withIDs {
+                out.writeString("id: ")
+                out.writeString(String(change.id))
+                out.writeString("\n")
+            }
+            out.writeString("event: change\ndata: ")
             ChangeRoutes.write(change, to: &out)
             out.writeString("\n\n")
             last = change.id

@@ -56,6 +56,10 @@ public struct AccountTimeZone: Sendable, Hashable, RawRepresentable, CustomStrin
         self.rawValue = rawValue
     }
 
+    /// A name read back from the store, as stored: checked when it was set, by the API process. A process whose time
+    /// zone data lacks it (older or trimmed tzdata) still reads the account, and writes its dates in UTC (`zone`).
+    public init(stored name: String) { rawValue = name }
+
     public static let utc = AccountTimeZone(rawValue: "UTC")!
 
     public var zone: TimeZone { TimeZone(identifier: rawValue) ?? TimeZone(secondsFromGMT: 0)! }

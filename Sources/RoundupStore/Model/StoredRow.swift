@@ -109,7 +109,7 @@ extension AccountDetails {
         self.init(
             id: try r.text(0), trelloAPIKey: try r.optionalText(1), trelloToken: try r.optionalText(2), trelloWebhookSecret: try r.optionalText(3),
             conflictPolicy: try r.value(4), deleteMode: try r.value(5), createdAt: try r.text(6), updatedAt: try r.text(7),
-            needsAttention: try r.optionalValue(8), timeZone: try r.optionalValue(9))
+            needsAttention: try r.optionalValue(8), timeZone: try r.optionalText(9).map(AccountTimeZone.init(stored:)))
     }
 }
 

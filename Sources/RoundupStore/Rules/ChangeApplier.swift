@@ -171,6 +171,12 @@ package struct ChangeApplier<Rows: ChangeRows> {
                     }
                     stamps[name] = Stamp(hash: hash, time: time)
                     changed[name] = value
+                    // A date set in Trello to another instant than the all-day one we wrote: a timed date from now on.
+                    if let field = SyncField(rawValue: name), field == .dueDate || field == .startDate,
+                        let mark = stamps[FieldStamps.dayDateKey(field)], !mark.hash.hasSuffix(" " + (value.stringValue ?? "\u{0}"))
+                    {
+                        stamps.removeValue(forKey: FieldStamps.dayDateKey(field))
+                    }
                     // A Trello edit: what our own write once sent back for the field is no longer the apps' own value.
                     if stamps.count > 1, !name.hasPrefix("_") { stamps.removeValue(forKey: SyncWrite.toldStamp(name)) }
                 }
@@ -315,6 +321,15 @@ package enum FieldStamps {
             guard parts.count == 2, parts[1] == instant else { continue }
             fields[field.rawValue] = .string(String(parts[0]))
         }
+    }
+
+    /// `value` of a due or start date as the card holds it: the day of an all-day date whose mark names that day
+    /// becomes the instant written for it (the inverse of `giveDays`); any other value is as it is.
+    package static func takeDay(_ field: SyncField, _ value: JSONValue, stamps: [String: Stamp]) -> JSONValue {
+        guard field == .dueDate || field == .startDate, case .string(let text) = value, let mark = stamps[dayDateKey(field)] else { return value }
+        let parts = mark.hash.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0] == text else { return value }
+        return .string(String(parts[1]))
     }
 
     /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`, the canonical JSON of that object (keys sorted), written

@@ -58,8 +58,9 @@ import HTTPTypes
 /// `device_id` (registered with `POST /dailyroundup/devices`): each change it
 /// is given is its own for `ROUNDUP_CHANGE_CLAIM_SECONDS` (120) — the same
 /// device pulling again is given it again, another device is not, until the
-/// hold lapses (the device vanished), the device gives it back
-/// (`POST /dailyroundup/changes/release`) or acknowledges it. A device pulls
+/// hold lapses (the device vanished: the server then wakes the account's
+/// devices), the device gives it back (`POST /dailyroundup/changes/release`)
+/// or acknowledges it. A device pulls
 /// from the first change each time it wakes (without `after_id`, then pages
 /// with it): a change another device let go may have a lower id than the ones
 /// it saw. `reminder_id` is the identifier both devices know a reminder by:
@@ -4428,8 +4429,9 @@ public struct Client: APIProtocol {
     /// the account holds, and each change it sends becomes this device's as on
     /// the page (`ROUNDUP_CHANGE_CLAIM_SECONDS`). At each heartbeat it also
     /// sends the changes below its place that another device gave back or let
-    /// lapse: their ids are lower than the last one sent, so keep the highest
-    /// id seen for `Last-Event-ID`.
+    /// lapse. Those events carry no `id:` line (the change's id is in its
+    /// data), so an EventSource keeps the stream's place for `Last-Event-ID`
+    /// and a reconnect repeats nothing.
     ///
     /// The stream holds only while its token does. When the token is rotated
     /// or the account deleted, the stream's last event is
@@ -4723,12 +4725,16 @@ public struct Client: APIProtocol {
     /// Give back the changes a device holds
     ///
     /// Ends the device's hold on the changes it was given (all of them, or
-    /// those of `ids`), so the account's other devices get them at their next
-    /// pull, or at their stream's next heartbeat, instead of after
-    /// `ROUNDUP_CHANGE_CLAIM_SECONDS`. An app calls it when it cannot apply
-    /// what it pulled (it is going to the background, or the list is not on
-    /// this device). The other devices get a background push. Ids the device
-    /// does not hold are ignored.
+    /// the live change of each card whose changes `ids` names: a change that
+    /// replaced a held one took its hold over, and the older id names it), so
+    /// the account's other devices get them at their next pull, or at their
+    /// stream's next look below its place (at most a heartbeat), instead of
+    /// after `ROUNDUP_CHANGE_CLAIM_SECONDS`. This device is not given them
+    /// again for that long. An app calls it when it cannot apply what it
+    /// pulled (it is going to the background, or the list is not on this
+    /// device). The other devices get a background push when anything was
+    /// given back. Ids of changes the device does not hold give back
+    /// nothing.
     ///
     ///
     /// - Remark: HTTP `POST /dailyroundup/changes/release`.

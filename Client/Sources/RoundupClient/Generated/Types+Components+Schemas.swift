@@ -1671,14 +1671,14 @@ extension Components {
         }
         /// - Remark: Generated from `#/components/schemas/ReleaseResult`.
         public struct ReleaseResult: Codable, Hashable, Sendable {
-            /// How many changes the device held and gave back.
+            /// How many live changes (not replaced ones) the device held and gave back.
             ///
             /// - Remark: Generated from `#/components/schemas/ReleaseResult/released`.
             public var released: Swift.Int
             /// Creates a new `ReleaseResult`.
             ///
             /// - Parameters:
-            ///   - released: How many changes the device held and gave back.
+            ///   - released: How many live changes (not replaced ones) the device held and gave back.
             public init(released: Swift.Int) {
                 self.released = released
             }
@@ -1909,9 +1909,14 @@ extension Components {
             /// The reminder's EventKit `calendarItemExternalIdentifier`, the id iCloud
             /// keeps the same on every device of the person. A `create` for a
             /// reminder the account already maps to a card in the list (another device
-            /// made it from a change, and iCloud brought it here) makes no card: the
-            /// item's result is `ok` with that card's `trello_card_id`, and only the
-            /// values that differ from the card as the server last saw it are written.
+            /// made it from a change, and iCloud brought it here) makes no card. When
+            /// its values are the card's as the server last saw them, the item's
+            /// result is `ok` with that card's `trello_card_id`; a value the reminder
+            /// changed after the card's (by `modified_at`) goes through the update
+            /// rules, so the result may be `conflict` or `skipped` as for an update,
+            /// and an older value (a stale copy) is left out. For a reminder whose
+            /// card left the list in Trello, while its delete waits for the apps,
+            /// the result is `skipped` with the card's id.
             ///
             ///
             /// - Remark: Generated from `#/components/schemas/SyncChange/reminder_id`.
