@@ -330,16 +330,16 @@ struct PostgresChangeRows: ChangeRows {
         }
         for row in try await c.rows(
             """
-            SELECT p.id, p.change_type, p.changed_fields, p.fields, p.claimed_by, COALESCE(p.claimed_until, 0), u.a, u.k
+            SELECT p.id, p.change_type, p.changed_fields, p.fields, p.claimed_by, COALESCE(p.claimed_until, 0), p.from_sync_list_id, u.a, u.k
             FROM (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u
             CROSS JOIN LATERAL (
-                SELECT id, change_type, changed_fields, fields, claimed_by, claimed_until FROM pending_changes
+                SELECT id, change_type, changed_fields, fields, claimed_by, claimed_until, from_sync_list_id FROM pending_changes
                 WHERE account_id = u.a AND trello_card_id = u.k AND NOT superseded ORDER BY id DESC LIMIT 1
             ) p
             """, logger)
         {
             // The columns `ChangeRow` reads, then the key.
-            rows.latest[AccountScoped(try row.text(6), try row.text(7))] = try .init(stored: row)
+            rows.latest[AccountScoped(try row.text(7), try row.text(8))] = try .init(stored: row)
         }
         for row in try await c.rows(
             "SELECT created_at, settings, id FROM sync_lists WHERE account_id = ANY(\(Array(Set(accounts)))::text[])", logger)
@@ -481,14 +481,14 @@ struct PostgresChangeRows: ChangeRows {
                 """
                 INSERT INTO pending_changes
                     (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded, reminder_id,
-                     claimed_by, claimed_until)
+                     claimed_by, claimed_until, from_sync_list_id)
                 SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s,
                     (SELECT r.reminder_id FROM sync_tasks r WHERE r.account_id = u.a AND r.trello_card_id = u.k),  -- the task's as it is now (v11)
-                    NULLIF(cb, ''), NULLIF(cu, 0)
+                    NULLIF(cb, ''), NULLIF(cu, 0), NULLIF(fl, '')
                 FROM unnest(
                 """)
             let texts: [[String]] = [
-                changes.map(\.accountID), changes.map(\.syncListID), changes.map(\.type.rawValue), changes.map(\.changedFieldsJSON),
+                changes.map(\.accountID), changes.map(\.syncListID), changes.map(\.type.storedName), changes.map(\.changedFieldsJSON),
                 changes.map(\.fieldsJSON), changes.map(\.cardID), changes.map { $0.actionID ?? "" }, inserts.map(\.now),
             ]
             for array in texts {
@@ -501,7 +501,9 @@ struct PostgresChangeRows: ChangeRows {
             sql.appendInterpolation(changes.map { $0.claim?.deviceID ?? "" })
             sql.appendLiteral("::text[], ")
             sql.appendInterpolation(changes.map { $0.claim?.until ?? 0 })
-            sql.appendLiteral("::int8[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, cb, cu, o) ORDER BY o")
+            sql.appendLiteral("::int8[], ")
+            sql.appendInterpolation(changes.map { $0.fromSyncListID ?? "" })
+            sql.appendLiteral("::text[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, cb, cu, fl, o) ORDER BY o")
             try await c.run(PostgresQuery(stringInterpolation: sql), logger)
         }
     }

@@ -344,7 +344,7 @@ extension PendingChangeCells {
     /// all at once, so their bytes are copied one after another into `scratch` (kept from row to row: no allocation
     /// once it is large enough), and the cells point there.
     static func reading(_ row: PostgresRow, scratch: inout [UInt8], _ body: (PendingChangeCells) -> Void) throws {
-        let columns = 9
+        let columns = 10
         scratch.removeAll(keepingCapacity: true)
         var id: Int64 = 0
         // By position, through `PostgresRandomAccessRow`'s `data` subscript: it hands over the cell's bytes without a

@@ -174,6 +174,8 @@ public struct PendingChange: Sendable, Equatable {
     /// The reminder the card maps to (its task's), if any.
     public var reminderID: String?
     public var createdAt: String
+    /// The list a `move` left.
+    public var fromSyncListID: String? = nil
 
     public var changedFields: [String] { PendingChangeCoding.changedFields(changedFieldsJSON) }
     public var fields: [String: JSONValue] { PendingChangeCoding.fields(fieldsJSON) }
@@ -185,7 +187,7 @@ public struct PendingChange: Sendable, Equatable {
     /// changed or deleted. Reading it with the change saves the page a lookup in `sync_tasks` per change, which was
     /// most of PostgreSQL's time for a page (issue 19).
     package static let columns =
-        "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, p.reminder_id, p.created_at"
+        "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, p.reminder_id, p.created_at, p.from_sync_list_id"
 }
 
 /// One observation of a card, ready to compare with what the store has.

@@ -21,6 +21,12 @@ public struct EchoFingerprints: Sendable {
     }
 
     public static let removedField = "_removed"
+    /// The pseudo-field of a card's list: set before we move a card (`SyncEngine.move`) to the sync list it names.
+    public static let listField = "_list"
+
+    public func moveKey(account: String, card: String, syncList: String) -> String {
+        fieldKey(account: account, card: card, field: Self.listField, value: .string(syncList))
+    }
 
     public func fieldKey(account: String, card: String, field: String, value: JSONValue) -> String {
         keys.echo(account: account, card: card, field: field, hash: value.fieldHash)
@@ -80,6 +86,7 @@ extension EchoFingerprints {
                 if full, !isLive(o.accountID, o.cardID), let title = fields[SyncField.title]?.stringValue {
                     names.append(createKey(account: o.accountID, syncList: o.syncListID, title: title))
                 }
+                if full { names.append(moveKey(account: o.accountID, card: o.cardID, syncList: o.syncListID)) }
             }
             ranges.append(start..<names.count)
         }
@@ -105,7 +112,11 @@ extension EchoFingerprints {
                 }
             case .fields(let fields, let full):
                 let sortedNames = fields.keys.sorted()
-                if full, range.count > sortedNames.count, present[range.upperBound - 1] {
+                if full, present[range.upperBound - 1] {
+                    suppressed += 1  // the card arriving where we are moving it: the move's store write says so
+                    continue
+                }
+                if full, range.count > sortedNames.count + 1, present[range.upperBound - 2] {
                     suppressed += 1  // the create we are making
                     continue
                 }

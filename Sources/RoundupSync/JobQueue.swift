@@ -76,6 +76,9 @@ public enum SyncWrites {
     public static func estimate(_ item: SyncItem) -> Int {
         switch item.op {
         case .delete, .complete: return 1
+        case .move:
+            let changed = Set(item.changedFields)
+            return 1 + fieldWrites(item.fields.filter { changed.contains($0.key) }, create: false)
         case .create: return 1 + fieldWrites(item.fields, create: true)
         case .update:
             let changed = Set(item.changedFields)

@@ -149,10 +149,12 @@ public struct Reconciler: Sendable {
         // Every observation is dated when the reading began: a webhook for a later edit still wins, and a card
         // created after the reading began is not taken for gone.
         let started = Date()
-        var priority = try await store.priorityField(accountID: list.accountID, boardID: list.trelloBoardID)
-        if priority == nil {
-            priority = try await trello.priorityField(boardID: list.trelloBoardID, credentials: credentials)
-            if let priority { try await store.savePriorityField(accountID: list.accountID, boardID: list.trelloBoardID, field: priority) }
+        // The board's Priority field as Trello has it now (one request beside the list's pages): an option added or
+        // renamed since it was stored reaches the cards carrying it.
+        let stored = try await store.priorityField(accountID: list.accountID, boardID: list.trelloBoardID)
+        let priority = try await trello.priorityField(boardID: list.trelloBoardID, credentials: credentials) ?? stored
+        if let priority, priority != stored {
+            try await store.savePriorityField(accountID: list.accountID, boardID: list.trelloBoardID, field: priority)
         }
         var seen = Set<String>()
         var before: String?

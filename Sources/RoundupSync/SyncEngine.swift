@@ -358,7 +358,7 @@ public struct SyncEngine: Sendable {
         defer { state.days = DayDates() }
         switch item.op {
         case .create: state.days = DayDates(&item.fields, only: nil, timeZone: state.timeZone)
-        case .update: state.days = DayDates(&item.fields, only: Set(item.changedFields), timeZone: state.timeZone)
+        case .update, .move: state.days = DayDates(&item.fields, only: Set(item.changedFields), timeZone: state.timeZone)
         case .delete, .complete: state.days = DayDates()
         }
         return try await run(item, list: list, state: &state)
@@ -415,11 +415,17 @@ public struct SyncEngine: Sendable {
             return try await create(item, list: list, state: &state)
         case .delete:
             return try await delete(item, list: list, state: &state)
+        case .move:
+            return try await move(item, to: list, state: &state)
         case .update, .complete:
             let task = try await mappedTask(item, list: list)
             guard let task, !task.isPlaceholder else {
                 throw ItemFailure(description: "no Trello card is mapped to reminder \(item.reminderID); send a create")
             }
+            // The card moved to another synced list (in Trello, its move not yet applied by this app): the edit goes to
+            // the card there, under that list's settings.
+            var list = list
+            if !task.deleted, task.syncListID != list.id, let current = state.lists[task.syncListID] { list = current }
             // The card left the list in Trello meanwhile: its `delete` is on its way to the apps; nothing failed.
             if task.deleted {
                 return .skipped(item, cardID: task.cardID, reason: "the card \(task.cardID) was deleted, archived or moved out of the list in Trello")
@@ -434,11 +440,10 @@ public struct SyncEngine: Sendable {
         }
     }
 
+    /// The card the item names (or its reminder's), in whichever synced list of the account it is now.
     private func mappedTask(_ item: SyncItem, list: SyncListRecord) async throws -> SyncTaskRecord? {
         if let card = item.trelloCardID {
-            guard let task = try await store.task(accountID: list.accountID, cardID: card) else { return nil }
-            guard task.syncListID == list.id else { throw ItemFailure(description: "the card \(card) belongs to another list") }
-            return task
+            return try await store.task(accountID: list.accountID, cardID: card)
         }
         return try await store.task(accountID: list.accountID, reminderID: item.reminderID)
     }
@@ -451,6 +456,9 @@ public struct SyncEngine: Sendable {
         _ item: SyncItem, fields appFields: [String: JSONValue], changed: [String], cardID: String, task: SyncTaskRecord?,
         list: SyncListRecord, state: inout JobState
     ) async throws -> SyncItemResult {
+        // The list the store has the card in: its record stays there until the webhook of a move says otherwise.
+        let home = list.id
+        var list = list
         // A field that does not flow to Trello is never written there, whatever Trello holds.
         let skipped = Set(changed).filter { !list.settings.syncsToTrello(named: $0) }.sorted()
         if !skipped.isEmpty, skipped.count == Set(changed).count {
@@ -465,6 +473,13 @@ public struct SyncEngine: Sendable {
         // apps, so the edit is skipped, not failed.
         guard let card = try await trello.card(id: cardID, credentials: state.credentials) else {
             return .skipped(item, cardID: cardID, reason: "the card \(cardID) no longer exists in Trello")
+        }
+        if card["closed"]?.boolValue != true, card["idList"]?.stringValue != list.trelloListID,
+            let there = state.lists.values.first(where: { $0.trelloListID == card["idList"]?.stringValue })
+        {
+            // Moved in Trello a moment ago to another synced list (its move on its way to the apps): the edit is written
+            // there, under that list's settings.
+            list = there
         }
         if card["closed"]?.boolValue == true || card["idList"]?.stringValue != list.trelloListID {
             try await forgetSkipped(changed, cardID: cardID, item: item, list: list)
@@ -497,7 +512,10 @@ public struct SyncEngine: Sendable {
             let theirs = current[field] ?? .null
             let stamp = task?.stamps[field]
             // An all-day date waits for the apps as its day: compared as the instant the card holds for it.
-            var pendingValue = pending.flatMap { $0.changeType == .delete ? nil : $0.fields[field] }.map {
+            // A move carries every field; only those it names changed in Trello.
+            var pendingValue = pending.flatMap { p in
+                p.changeType == .delete || (p.changeType == .move && !p.changedFields.contains(name)) ? nil : p.fields[field]
+            }.map {
                 FieldStamps.takeDay(field, $0, stamps: task?.stamps ?? [:])
             }
             // What our own write sent back to the apps (`SyncWrite.tell`) is theirs, not a Trello edit they have not seen;
@@ -520,7 +538,10 @@ public struct SyncEngine: Sendable {
             if !trelloChanged {
                 holds.insert(name)
                 write[field] = mine
-                if told { winning[field] = mine }
+                // A move waiting for the apps carries the field's older value: it is rewritten with this one, or applying
+                // the move would undo the edit.
+                let carried = pending?.changeType == .move && pending?.fields[field] != nil
+                if told || carried { winning[field] = mine }
                 note(.change, field, old: theirs, new: mine)
                 continue
             }
@@ -559,7 +580,7 @@ public struct SyncEngine: Sendable {
             }
         }
 
-        var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
+        var record = SyncWrite(accountID: list.accountID, syncListID: home, cardID: cardID, reminderID: item.reminderID)
         record.conflicts = conflicts
         record.jobID = state.jobID
         // The card holds the app's all-day dates it writes or already had: remembered with this write, so the changes
@@ -783,6 +804,8 @@ public struct SyncEngine: Sendable {
         guard let task = try await mappedTask(item, list: list), !task.isPlaceholder else {
             return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, error: nil)  // nothing to delete
         }
+        // Moved to another synced list meanwhile: the card is deleted there.
+        let list = state.lists[task.syncListID] ?? list
         if task.deleted {
             return SyncItemResult(reminderID: item.reminderID, op: JobItemOp(item.op), status: .ok, trelloCardID: task.cardID)
         }

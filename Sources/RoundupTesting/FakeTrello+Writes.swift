@@ -410,6 +410,19 @@ extension FakeTrello.State {
         if listBefore != nil, let board = boardID(ofList: listID) { card["idBoard"] = .string(board) }
         card["dateLastActivity"] = .string(FakeTrello.timestamp())
         cards[id] = card
+        if listBefore != nil, card["idBoard"]?.stringValue != board, let listBefore {
+            // To a list of another board: as Trello does, the old board hears `moveCardFromBoard` (naming the list the card
+            // left) and the new one `moveCardToBoard` (naming the list it is in), and no `updateCard`.
+            var left = card
+            left["idBoard"] = .string(board)
+            let newBoard = card["idBoard"]?.stringValue ?? ""
+            let from = announce(
+                "moveCardFromBoard", card: left, data: ["list": listRef(listBefore), "boardTarget": boardRef(newBoard)], lists: [listBefore],
+                member: member)
+            let to = announce(
+                "moveCardToBoard", card: card, data: ["list": listRef(listID), "boardSource": boardRef(board)], lists: [listID], member: member)
+            return .success(FakeTrello.Write(body: .object(card), deliveries: from + to))
+        }
         var data: [String: JSONValue] = ["old": .object(old)]
         var watched = [listID]
         if let listBefore {

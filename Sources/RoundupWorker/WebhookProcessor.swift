@@ -148,6 +148,8 @@ public final class WebhookProcessor: Sendable {
     private let throttledLately = NIOLockedValueBox([String: ContinuousClock.Instant]())
     /// Boards whose Priority field was looked up recently (account/board → when).
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
+    /// When each board's Priority field was last read again for an option it lacked (`shouldRereadPriority`).
+    private let priorityReread = NIOLockedValueBox([AccountScoped: Date]())
     public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
         echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10, trelloWait: Duration = .seconds(1)
@@ -661,6 +663,14 @@ public final class WebhookProcessor: Sendable {
                             }
                             if let priority { learned = (AccountScoped(key.accountID, board), priority) }
                         }
+                        // An option the stored field lacks (added on the board since): the field is read again.
+                        if let known = priority, let board, CardMapper.namesUnknownOption(card, priority: known),
+                            self.shouldRereadPriority(AccountScoped(key.accountID, board)),
+                            let fresh = try await self.cards.priorityField(boardID: board, credentials: credentials)
+                        {
+                            priority = fresh
+                            learned = (AccountScoped(key.accountID, board), fresh)
+                        }
                         let fields = CardMapper.fields(fromCard: card, priority: priority)
                         return (
                             key,
@@ -689,7 +699,7 @@ public final class WebhookProcessor: Sendable {
                     stopped[key.accountID] = max(stopped[key.accountID] ?? .zero, error.wait ?? .seconds(1))
                     throttledLately.withLockedValue { $0[key.accountID] = .now }
                 }
-                if let (board, field) = learned, priorities[board] == nil {
+                if let (board, field) = learned, priorities[board] != field {
                     priorities[board] = field
                     try? await store.savePriorityField(accountID: board.accountID, boardID: board.id, field: field)
                 }
@@ -739,6 +749,15 @@ public final class WebhookProcessor: Sendable {
                             try? await store.savePriorityField(accountID: list.accountID, boardID: cardBoard, field: priority)
                         }
                     }
+                    if let known = priority, let cardBoard, CardMapper.namesUnknownOption(card, priority: known),
+                        shouldRereadPriority(AccountScoped(list.accountID, cardBoard)),
+                        let fresh = try await cards.priorityField(boardID: cardBoard, credentials: credentials)
+                    {
+                        // An option added on the board since the field was read.
+                        priority = fresh
+                        priorities[AccountScoped(list.accountID, cardBoard)] = fresh
+                        try? await store.savePriorityField(accountID: list.accountID, boardID: cardBoard, field: fresh)
+                    }
                     if wanting.contains(id) { foundCount += 1 }
                     read[id] = FetchedCard(
                         fields: CardMapper.fields(fromCard: card, priority: priority), listID: card["idList"]?.stringValue,
@@ -773,6 +792,16 @@ public final class WebhookProcessor: Sendable {
     /// A lookup that failed: the board is asked again at its next card.
     private func forgetPriorityLookup(_ board: AccountScoped) {
         _ = priorityChecked.withLockedValue { $0.removeValue(forKey: board) }
+    }
+
+    /// A board whose cards name an option its stored Priority field lacks is read again at most once a minute (a card
+    /// holding an option deleted since would otherwise ask at every read).
+    private func shouldRereadPriority(_ board: AccountScoped) -> Bool {
+        priorityReread.withLockedValue { reread in
+            if let last = reread[board], Date().timeIntervalSince(last) < 60 { return false }
+            reread[board] = Date()
+            return true
+        }
     }
 
     /// Boards without a Priority field are asked again at most every ten minutes.

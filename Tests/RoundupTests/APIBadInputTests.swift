@@ -552,9 +552,6 @@ import Testing
                 name: "sync: unknown card", path: syncPath, body: sync([change(["op": "complete", "trello_card_id": "no-such-card"])]),
                 expect: .unprocessableEntity),
             Case(
-                name: "sync: card of another list", path: syncPath,
-                body: sync([change(["op": "complete", "sync_list_id": .string(otherList.id), "trello_card_id": "C1"])]), expect: .unprocessableEntity),
-            Case(
                 name: "sync: good change then a bad one", path: syncPath, body: sync([change(), change(["op": "erase", "reminder_id": "R-2"])]),
                 expect: .unprocessableEntity),
         ]

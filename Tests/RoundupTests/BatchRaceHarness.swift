@@ -145,7 +145,7 @@ final class RaceHarness: @unchecked Sendable {
                     reminders[card] = AppReminder(
                         title: fields[.title]?.stringValue ?? "", notes: fields[.notes]?.stringValue ?? "",
                         completed: fields[.completed]?.boolValue ?? false)
-                case .update, .complete:
+                case .update, .complete, .move:
                     guard var reminder = reminders[card] else { continue }
                     if let title = fields[.title]?.stringValue { reminder.title = title }
                     if let notes = fields[.notes]?.stringValue { reminder.notes = notes }

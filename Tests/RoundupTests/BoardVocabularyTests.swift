@@ -57,4 +57,34 @@ import Testing
         #expect(missing.status == .notFound)
         await stack.shutdown()
     }
+
+    /// The second half: with no app asking for the list, a card that takes an option the stored field lacks makes the
+    /// worker read the board's Priority field again, and the card reaches the apps with that option, not as "no
+    /// priority"; a reconciliation reads the field again too.
+    @Test(arguments: StoreBackend.available) func theWorkerLearnsAnOptionAddedAfterPairing(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
+        defer { Task { await stack.shutdown() } }
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        stack.trello.setPriorityField(boardID: "Bopt", fieldID: "F2", options: [("o-high", "High"), ("o-low", "Low")])
+        let s = try await SyncSetup.make(stack, list: "Lopt", board: "Bopt")
+        // The worker learns the field with a first card.
+        let first = stack.trello.userCreateCard(listID: "Lopt", name: "First")
+        stack.trello.userSetPriority(cardID: first, fieldID: "F2", optionID: "o-high")
+        #expect(
+            try await TestSupport.eventually(timeout: .seconds(20)) {
+                try await s.changes().contains { $0["trello_card_id"]?.stringValue == first && $0["fields"]?["priority"] == "high" }
+            })
+        stack.trello.setPriorityField(boardID: "Bopt", fieldID: "F2", options: [("o-urgent", "Urgent"), ("o-high", "High"), ("o-low", "Low")])
+        let card = stack.trello.userCreateCard(listID: "Lopt", name: "Pay the tax")
+        stack.trello.userSetPriority(cardID: card, fieldID: "F2", optionID: "o-urgent")
+        #expect(
+            try await TestSupport.eventually(timeout: .seconds(20)) {
+                try await s.changes().contains { $0["trello_card_id"]?.stringValue == card && $0["fields"]?["priority"] == "urgent" }
+            })
+        let change = try await s.changes().last { $0["trello_card_id"]?.stringValue == card }
+        #expect(change?["fields"]?["priority_level"] == .number(1), "\(String(describing: change))")
+        await stack.shutdown()
+    }
 }

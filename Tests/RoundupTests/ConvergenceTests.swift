@@ -42,6 +42,12 @@ final class SimulatedApp: @unchecked Sendable {
     var devices: [String] = []
     /// How many changes each device applied.
     var pulledBy: [String: Int] = [:]
+    /// A second synced list of the board (some seeds): cards and reminders move between the two, both ways.
+    var second: (syncListID: String, trelloList: String)?
+    /// The sync list each reminder is in, as the app knows it.
+    var listOf: [String: String] = [:]
+    /// Moves made, by side.
+    var moves = (trello: 0, app: 0)
 
     static let fields = [SyncField.title, SyncField.notes, SyncField.completed]
     /// What else both sides edit: labels, a check item, the location, the due reminder, the priority.
@@ -126,6 +132,7 @@ final class SimulatedApp: @unchecked Sendable {
             return
         }
         cardOf[id] = card
+        listOf[id] = s.listID
         for field in Self.fields { lastApp[card, default: [:]][field] = fields[field] }
         lastApp[card, default: [:]][SyncField.labels] = Self.labelValue(["lab-a"])
     }
@@ -139,7 +146,7 @@ final class SimulatedApp: @unchecked Sendable {
         let value = value(for: field, step: step, side: "a")
         reminders[id]?[field] = value
         lastApp[cardOf[id]!, default: [:]][field] = value
-        let job = try await s.sync([s.change("update", reminder: id, fields: [field.rawValue: value], changed: [field.rawValue])])
+        let job = try await s.sync([change("update", reminder: id, fields: [field.rawValue: value], changed: [field.rawValue])])
         log.append("step \(step): app \(id).\(field) = \(value) → \(job["results"]?[0]?["status"] ?? .null)")
         let status = job["results"]?[0]?["status"]?.stringValue
         let expected: Set<String> = settings.syncsToTrello(field) ? ["ok", "conflict"] : ["skipped"]
@@ -195,7 +202,7 @@ final class SimulatedApp: @unchecked Sendable {
             reminders[id]?[name] = value
             lastApp[card, default: [:]][name] = value
         }
-        let job = try await s.sync([s.change("update", reminder: id, fields: [sentField.rawValue: sent], changed: [sentField.rawValue])])
+        let job = try await s.sync([change("update", reminder: id, fields: [sentField.rawValue: sent], changed: [sentField.rawValue])])
         log.append("step \(step): app \(id).\(sentField) = \(sent.canonicalJSON) → \(job["results"]?[0]?["status"] ?? .null)")
         let status = job["results"]?[0]?["status"]?.stringValue
         let expected: Set<String> = settings.syncsToTrello(sentField) ? ["ok", "conflict"] : ["skipped"]
@@ -265,6 +272,65 @@ final class SimulatedApp: @unchecked Sendable {
         log.append("step \(step): trello create \(card)")
     }
 
+    /// A change of the reminder, naming the list the app has it in.
+    func change(_ op: String, reminder id: String, fields: [String: JSONValue] = [:], changed: [String]? = nil) -> JSONValue {
+        var change = s.change(op, reminder: id, fields: fields, changed: changed)
+        if case .object(var object) = change, let list = listOf[id] {
+            object["sync_list_id"] = .string(list)
+            change = .object(object)
+        }
+        return change
+    }
+
+    /// Pairs a second list of the seed's board, syncing both ways.
+    func addSecondList() async throws {
+        let trelloList = "L\(seed)y"
+        s.stack.trello.addList(id: trelloList, boardID: s.board)
+        let body = #"{"name":"Later","trello_board_id":"\#(s.board)","trello_list_id":"\#(trelloList)"}"#
+        let response = try await s.stack.callAPI(.POST, "/dailyroundup/lists", token: s.token, body: body)
+        guard response.status == .created, let id = response.json["sync_list_id"]?.stringValue else { throw StackError("pair: \(response.body)") }
+        second = (id, trelloList)
+    }
+
+    /// The other synced list of `syncListID` (the seed has two).
+    func otherList(_ syncListID: String?) -> (syncListID: String, trelloList: String)? {
+        guard let second else { return nil }
+        return syncListID == second.syncListID ? (s.listID, s.trelloList) : second
+    }
+
+    /// A card dragged in Trello to the other synced list, or a reminder moved in the app to the other list.
+    func move(step: Int) async throws {
+        guard let second else { return }
+        if Bool.random(using: &rng) {
+            let cards = (s.stack.trello.openCards(inList: s.trelloList) + s.stack.trello.openCards(inList: second.trelloList))
+                .compactMap { card in card["id"]?.stringValue.map { ($0, card["idList"]?.stringValue ?? "") } }
+            guard !cards.isEmpty else { return }
+            let (card, list) = cards[Int.random(in: 0..<cards.count, using: &rng)]
+            let target = list == s.trelloList ? second.trelloList : s.trelloList
+            s.stack.trello.userUpdateCard(id: card, ["idList": .string(target)])
+            moves.trello += 1
+            log.append("step \(step): trello move \(card) to \(target)")
+            return
+        }
+        let mapped = cardOf.keys.sorted()
+        guard !mapped.isEmpty else { return }
+        let id = mapped[Int.random(in: 0..<mapped.count, using: &rng)]
+        guard let target = otherList(listOf[id]) else { return }
+        var move = s.change("move", reminder: id)
+        if case .object(var object) = move {
+            object["sync_list_id"] = .string(target.syncListID)
+            move = .object(object)
+        }
+        let job = try await s.sync([move])
+        log.append("step \(step): app move \(id) to \(target.syncListID) → \(job["results"]?[0] ?? .null)")
+        guard job["results"]?[0]?["status"] == "ok" else {
+            Issue.record("seed \(seed): move of \(id) answered \(job)")
+            return
+        }
+        listOf[id] = target.syncListID
+        moves.app += 1
+    }
+
     /// Pulls every change, applies it, acks (with the reminder made for a create).
     /// Registers the person's two devices; from then on each pull is one device's, with its `device_id`.
     func useTwoDevices() async throws {
@@ -311,6 +377,10 @@ final class SimulatedApp: @unchecked Sendable {
                     cardOf[id!] = card
                     made[card] = id!
                 }
+                // A create or a move says which list the reminder is in.
+                if change["change_type"] == "create" || change["change_type"] == "move", let list = change["sync_list_id"]?.stringValue {
+                    listOf[id!] = list
+                }
                 for (field, value) in change["fields"]?.objectValue ?? [:] { reminders[id!]?[field] = value }
             }
             log.append(
@@ -329,6 +399,7 @@ final class SimulatedApp: @unchecked Sendable {
             case 0...3: trelloEdit(step: step)
             case 4...6: try await appEdit(step: step)
             case 7: try await createReminder(step: step)
+            case 8 where second != nil: try await move(step: step)
             default: _ = try await pull()
             }
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...60, using: &rng)))
@@ -343,7 +414,7 @@ final class SimulatedApp: @unchecked Sendable {
     /// list that takes nothing from the apps leaves their reminders on the device.
     func check() -> [String] {
         var problems: [String] = []
-        let cards = s.stack.trello.openCards(inList: s.trelloList)
+        let cards = s.stack.trello.openCards(inList: s.trelloList) + (second.map { s.stack.trello.openCards(inList: $0.trelloList) } ?? [])
         let cardIDs = Set(cards.compactMap { $0["id"]?.stringValue })
         let mapped = Array(cardOf.values)
         let takesTrelloCards = settings.direction.toReminders && settings.initial == .openCards
@@ -354,6 +425,11 @@ final class SimulatedApp: @unchecked Sendable {
         for card in cards {
             guard let id = card["id"]?.stringValue, let reminder = cardOf.first(where: { $0.value == id })?.key, let fields = reminders[reminder]
             else { continue }
+            // Moved on either side: the reminder is in the list the card is in.
+            if let second {
+                let list = card["idList"]?.stringValue == second.trelloList ? second.syncListID : s.listID
+                if listOf[reminder] != list { problems.append("\(id) is in \(list), its reminder \(reminder) in \(listOf[reminder] ?? "no list")") }
+            }
             let trello = CardMapper.fields(fromCard: card, priority: Self.priority)
             for field in Self.rich where settings.direction(of: field) == .both {
                 // Labels, checklists, location, due reminder and priority: equal on both sides, and each the last
@@ -423,6 +499,8 @@ final class SimulatedApp: @unchecked Sendable {
                     let app = SimulatedApp(setup, seed: seed, settings: try listSettings.map { try SyncSettings(json: $0) } ?? .default)
                     // Every other person has an iPhone and a Mac, pulling in turn with their device ids.
                     if seed % 2 == 0 { try await app.useTwoDevices() }
+                    // Every sixth (two-way lists) has a second list, and moves cards and reminders between the two.
+                    if seed % 6 == 0 { try await app.addSecondList() }
                     try await app.play(steps: steps)
                     return app
                 }
@@ -477,8 +555,14 @@ final class SimulatedApp: @unchecked Sendable {
             for (device, count) in app.pulledBy { totals[device.hasPrefix("phone") ? "phone" : "mac", default: 0] += count }
         }
         #expect((byDevice["phone"] ?? 0) > 0 && (byDevice["mac"] ?? 0) > 0, "changes applied by device: \(byDevice)")
+        // Cards and reminders moved, on both sides.
+        let moves = apps.reduce(into: (trello: 0, app: 0)) {
+            $0.trello += $1.moves.trello
+            $0.app += $1.moves.app
+        }
+        #expect(moves.trello > 0 && moves.app > 0, "moves: \(moves)")
         print(
-            "convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits (\(richEdits) of labels, check items, location, due reminder, priority), \(conflicts) manual conflicts"
+            "convergence: \(seeds) seeds, \(trelloEdits) Trello edits, \(appEdits) app edits (\(richEdits) of labels, check items, location, due reminder, priority), \(conflicts) manual conflicts, \(moves.trello) Trello moves, \(moves.app) app moves"
         )
         let twoWay = apps.sorted { $0.seed < $1.seed }.first { $0.settings.direction(of: SyncField.title) == .both && !$0.cardOf.isEmpty }
         #expect(twoWay != nil)

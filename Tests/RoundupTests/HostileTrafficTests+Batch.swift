@@ -28,7 +28,8 @@ extension HostileTrafficTests {
             ("move out then edit", .live("L1"), [.move("L3"), .rename("Edited elsewhere")], ["delete L1 []"]),
             ("delete then edit", .live("L1"), [.delete, .rename("Edited after delete")], ["delete L1 []"]),
             ("edit then delete", .live("L1"), [.rename("Edited"), .delete], ["delete L1 []"]),
-            ("move out, back in, edit", .live("L1"), [.move("L3"), .move("L1"), .rename("Back")], ["create L1 \(BatchOrderHarness.allFields)"]),
+            // A move is read where the card is now: back in its list by then, it never left as far as the apps can tell.
+            ("move out, back in, edit", .live("L1"), [.move("L3"), .move("L1"), .rename("Back")], ["update L1 [\"title\"]"]),
             ("create then archive", .absent, [.create("L1", "Born archived"), .archive], []),
             ("create then edit", .absent, [.create("L1", "New"), .rename("Renamed"), .complete(true)], ["create L1 \(BatchOrderHarness.allFields)"]),
             ("unarchive then edit", .archived("L1"), [.unarchive, .rename("Restored")], ["create L1 \(BatchOrderHarness.allFields)"]),

@@ -31,15 +31,16 @@ where Known: RawRepresentable & CaseIterable & Hashable & Sendable, Known.RawVal
 
 /// The values this version of the client knows, for each set the server picks from (see `OpenEnum`).
 public enum Roundup {
-    public enum ChangeType: String, CaseIterable, Sendable { case create, update, complete, delete }
+    /// `move`: the card moved between two synced lists; the reminder goes to `syncListId` from `fromSyncListId`.
+    public enum ChangeType: String, CaseIterable, Sendable { case create, update, complete, delete, move }
     public enum FieldName: String, CaseIterable, Sendable {
         case title, notes, dueDate = "due_date", startDate = "start_date", completed, priority, priorityLevel = "priority_level", labels, checklists
         case url, location
         case attachments, trelloURL = "trello_url", dueReminderMinutes = "due_reminder_minutes"
     }
-    public enum JobItemOp: String, CaseIterable, Sendable { case create, update, complete, delete, reconcile }
+    public enum JobItemOp: String, CaseIterable, Sendable { case create, update, complete, delete, move, reconcile }
     public enum ItemStatus: String, CaseIterable, Sendable { case ok, conflict, duplicate, error, skipped }
-    public enum JobKind: String, CaseIterable, Sendable { case sync, `import`, reconcile }
+    public enum JobKind: String, CaseIterable, Sendable { case sync, `import`, reconcile, migrateLinks = "migrate_links" }
     public enum JobStatus: String, CaseIterable, Sendable { case queued, running, completed, error }
     public enum DevicePlatform: String, CaseIterable, Sendable { case ios, macos }
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }

@@ -92,11 +92,14 @@ extension RoundupClient {
         public var name: String
         public var trelloBoardID: String
         public var trelloListID: String
+        /// The list's sync settings (direction, fields, filter, initial cards); nil: the server's defaults.
+        public var settings: Components.Schemas.SyncSettingsInput?
 
-        public init(name: String, trelloBoardID: String, trelloListID: String) {
+        public init(name: String, trelloBoardID: String, trelloListID: String, settings: Components.Schemas.SyncSettingsInput? = nil) {
             self.name = name
             self.trelloBoardID = trelloBoardID
             self.trelloListID = trelloListID
+            self.settings = settings
         }
     }
 
@@ -153,7 +156,8 @@ extension RoundupClient {
     }
 
     public func pairList(_ list: ListPairing) async throws -> SyncList {
-        let body = Components.Schemas.SyncListCreate(name: list.name, trelloBoardId: list.trelloBoardID, trelloListId: list.trelloListID)
+        let body = Components.Schemas.SyncListCreate(
+            name: list.name, trelloBoardId: list.trelloBoardID, trelloListId: list.trelloListID, settings: list.settings)
         switch try await call({ try await api.createSyncList(body: .json(body)) }) {
         case .created(let created): return try created.body.json
         case let other: throw Self.unexpected(other)
@@ -171,12 +175,14 @@ extension RoundupClient {
 // MARK: Devices, conflicts, duplicates
 
 extension RoundupClient {
-    /// Registers (or updates) the device that gets the account's pushes.
+    /// Registers (or updates) the device that gets the account's pushes; `bundleID` names the app (one of the server's
+    /// `ROUNDUP_APP_BUNDLE_IDS`; nil: the server's default app).
     public func registerDevice(
-        id: String, apnsToken: String, platform: Roundup.DevicePlatform, environment: Roundup.APNsEnvironment = .production
+        id: String, apnsToken: String, platform: Roundup.DevicePlatform, environment: Roundup.APNsEnvironment = .production,
+        bundleID: String? = nil
     ) async throws -> Device {
         let body = Components.Schemas.DeviceRegistration(
-            deviceId: id, apnsToken: apnsToken, platform: OpenEnum(platform), environment: OpenEnum(environment))
+            deviceId: id, apnsToken: apnsToken, platform: OpenEnum(platform), environment: OpenEnum(environment), bundleId: bundleID)
         switch try await call({ try await api.registerDevice(body: .json(body)) }) {
         case .created(let created): return try created.body.json
         case .ok(let ok): return try ok.body.json

@@ -122,7 +122,7 @@ public struct SyncChange: Codable, Sendable, Equatable {
             }
         case .update:
             guard !changed.isEmpty else { throw APIError.unprocessable("\(path).changed_fields must name at least one field for an update") }
-        case .complete, .delete:
+        case .complete, .delete, .move:
             break
         }
         // A wrong JSON type refuses the request; a value that cannot be written fails only this item, in the job (its

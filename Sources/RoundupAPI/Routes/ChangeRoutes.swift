@@ -140,6 +140,11 @@ struct ChangeRoutes {
             w.writeJSONString(change.changeType.rawValue)
             w.write(#","sync_list_id":"#)
             w.writeJSONString(change.syncListID)
+            if let from = change.fromSyncListID {
+                // A move only: the list the card left.
+                w.write(#","from_sync_list_id":"#)
+                w.writeJSONString(from)
+            }
             w.write(#","trello_card_id":"#)
             w.writeJSONString(change.trelloCardID)
             w.write(#","reminder_id":"#)
@@ -161,7 +166,7 @@ struct ChangeRoutes {
         // 160: the object's keys and punctuation (113 bytes) with room to spare.
         return 160 + W.decimalBound + W.jsonStringBound(change.changeType.rawValue) + W.jsonStringBound(change.syncListID)
             + W.jsonStringBound(change.trelloCardID) + (change.reminderID.map(W.jsonStringBound) ?? 4) + W.rawBound(change.changedFieldsJSON)
-            + W.rawBound(change.fieldsJSON) + W.jsonStringBound(change.createdAt)
+            + W.rawBound(change.fieldsJSON) + W.jsonStringBound(change.createdAt) + (change.fromSyncListID.map { 24 + W.jsonStringBound($0) } ?? 0)
     }
 
     func ackOne(_ account: String, _ idText: String, _ request: Request, _ context: AuthenticatedContext) async throws -> AckedChanges {

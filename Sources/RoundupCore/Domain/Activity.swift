@@ -6,6 +6,9 @@ public enum ActivityKind: String, Sendable, Hashable, CaseIterable, Codable {
     case create
     /// An item left one side (deleted, archived, moved out, no longer matching the filter) and went from the other.
     case delete
+    /// An item moved between two synced lists of the account on one side and was moved on the other: `old_value` is
+    /// the sync list it left, `new_value` the one it is in.
+    case move
     /// Both sides changed a field: `rule` decided, `kept` says whose value stands, `old_value` is the one set aside.
     case conflict
     /// Trello told us of our own write: nothing changed, nothing was sent back.

@@ -5,16 +5,26 @@
 /// What a pending change tells the apps to do with a reminder.
 public enum ChangeType: String, Sendable, Hashable, CaseIterable, Codable {
     case create, update, complete, delete
+    /// The card moved from one synced list of the account to another (`from_sync_list_id`): the same reminder, in the
+    /// list `sync_list_id` names, with the card's every field.
+    case move
+
+    /// The `change_type` a store writes: a move is stored as an update whose `from_sync_list_id` is set (the column's
+    /// CHECK predates moves, and SQLite changes a CHECK only by rebuilding the table).
+    public var storedName: String { self == .move ? "update" : rawValue }
 }
 
 /// What an app asks the server to do to a card (`POST /dailyroundup/sync`).
 public enum SyncOp: String, Sendable, Hashable, CaseIterable, Codable {
     case create, update, complete, delete
+    /// The reminder moved to the list `sync_list_id` names: its card moves there (`idList`, and `idBoard` across
+    /// boards), then the fields the item names are written as an update's.
+    case move
 }
 
 /// The operation an item of a job's results stands for: an app's edit, or a reconciliation's summary.
 public enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
-    case create, update, complete, delete, reconcile
+    case create, update, complete, delete, move, reconcile
 
     public init(_ op: SyncOp) {
         switch op {
@@ -22,6 +32,7 @@ public enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
         case .update: self = .update
         case .complete: self = .complete
         case .delete: self = .delete
+        case .move: self = .move
         }
     }
 }

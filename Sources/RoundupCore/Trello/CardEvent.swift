@@ -49,16 +49,19 @@ public enum CardEventInterpreter {
         switch type {
         case .createCard, .copyCard, .convertToCardFromCheckItem, .moveCardToBoard:
             return [CardEvent(cardID: cardID, listID: list, boardID: board, kind: .fetch)]
-        case .deleteCard, .moveCardFromBoard:
+        case .moveCardFromBoard:
+            // The card is read where it is now: in a synced list of the other board, it moved (one change, whichever
+            // board's webhook comes first); anywhere else, it left the list it was in.
+            return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .fetch)]
+        case .deleteCard:
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .removed)]
         case .updateCard:
             let old = data.old ?? [:]
             let card = data.card ?? [:]
-            if old["idList"] != nil, let before = data.listBefore?.id, let after = data.listAfter?.id ?? card["idList"]?.stringValue {
-                return [
-                    CardEvent(cardID: cardID, listID: before, boardID: board, kind: .removed),
-                    CardEvent(cardID: cardID, listID: after, boardID: board, kind: .fetch),
-                ]
+            if old["idList"] != nil, data.listBefore?.id != nil, let after = data.listAfter?.id ?? card["idList"]?.stringValue {
+                // Moved to another list: the card is read where it is now. The list it left is the one the store has it
+                // in, so one read tells a move between synced lists (one change) from a card leaving or arriving.
+                return [CardEvent(cardID: cardID, listID: after, boardID: board, kind: .fetch)]
             }
             if old["closed"] != nil {
                 let closed = card["closed"]?.boolValue ?? true
@@ -91,7 +94,7 @@ public enum CardEventInterpreter {
             // Labels, checklists, check items, attachments, custom fields: the payload names what changed
             // but not the card's resulting value, so read the card.
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .fetch)]
-        case .updateLabel, .deleteLabel:
+        case .updateLabel, .deleteLabel, .updateCustomField:
             // A board's label: no card of its own (`WebhookHandler` queues the board's lists for reconciliation).
             return []
         }

@@ -170,6 +170,16 @@ public enum CardMapper {
     }
 
     /// The option of the board's Priority field the card holds (an option id the field no longer has: none).
+    /// Whether the card holds an option of the board's Priority field that `priority` (as the server read it) lacks:
+    /// an option added since, so the field is read again.
+    public static func namesUnknownOption(_ card: [String: JSONValue], priority: PriorityField) -> Bool {
+        for item in card["customFieldItems"]?.arrayValue ?? [] {
+            guard let object = item.objectValue, object["idCustomField"]?.stringValue == priority.fieldID else { continue }
+            if let optionID = object["idValue"]?.stringValue { return priority.option(id: optionID) == nil }
+        }
+        return false
+    }
+
     private static func priorityOption(_ items: [JSONValue], priority: PriorityField) -> PriorityField.Option? {
         for item in items {
             guard let object = item.objectValue, object["idCustomField"]?.stringValue == priority.fieldID else { continue }

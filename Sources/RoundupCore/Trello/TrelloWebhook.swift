@@ -12,12 +12,15 @@ public enum TrelloActionType: String, Sendable, CaseIterable {
     case addMemberToCard, removeMemberFromCard
     /// A board label renamed, recoloured or deleted: no card is named; the board's synced lists are reconciled.
     case updateLabel, deleteLabel
+    /// A board's custom field edited (an option added to Priority, renamed, reordered): as for a label, the board's
+    /// synced lists are reconciled, and reconciliation reads the board's Priority field again.
+    case updateCustomField
 
     /// Every case's name (the ingress's filter, one set lookup).
     public static let handled: Set<String> = Set(allCases.map(\.rawValue))
 
-    /// Actions on a board's labels: they change the cards carrying the label without naming any.
-    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel }
+    /// Actions on a board's labels or custom fields: they change the cards carrying the label or option without naming any.
+    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel || self == .updateCustomField }
     public static let boardLabelChanges: Set<String> = Set(allCases.filter(\.changesBoardLabels).map(\.rawValue))
 }
 

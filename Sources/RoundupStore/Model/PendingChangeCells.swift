@@ -13,6 +13,8 @@ public struct PendingChangeCells {
     public var trelloActionID: UTF8Cell?
     public var reminderID: UTF8Cell?
     public var createdAt: UTF8Cell
+    /// The list a `move` left (a move is stored as an update with it: `ChangeType.storedName`).
+    public var fromSyncListID: UTF8Cell?
 }
 
 extension PendingChangeCells {
@@ -23,9 +25,12 @@ extension PendingChangeCells {
             guard let cell = text(column) else { throw UnknownStoredValue.unexpected("text", "NULL in column \(column)") }
             return cell
         }
+        let from = text(9)
+        let type = try ChangeType.stored(required(2))
         self.init(
-            id: id, changeType: try ChangeType.stored(required(2)), syncListID: try required(1), changedFieldsJSON: try required(3),
-            fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6), reminderID: text(7), createdAt: try required(8))
+            id: id, changeType: from != nil && type == .update ? .move : type, syncListID: try required(1), changedFieldsJSON: try required(3),
+            fieldsJSON: try required(4), trelloCardID: try required(5), trelloActionID: text(6), reminderID: text(7), createdAt: try required(8),
+            fromSyncListID: from)
     }
 }
 
@@ -50,7 +55,8 @@ extension PendingChange {
         self.init(
             id: cells.id, accountID: accountID, syncListID: cells.syncListID.string, changeType: cells.changeType,
             changedFieldsJSON: cells.changedFieldsJSON.string, fieldsJSON: cells.fieldsJSON.string, trelloCardID: cells.trelloCardID.string,
-            trelloActionID: cells.trelloActionID?.string, reminderID: cells.reminderID?.string, createdAt: cells.createdAt.string)
+            trelloActionID: cells.trelloActionID?.string, reminderID: cells.reminderID?.string, createdAt: cells.createdAt.string,
+            fromSyncListID: cells.fromSyncListID?.string)
     }
 }
 

@@ -189,13 +189,15 @@ extension ChangeApplier.TaskRow {
 
 extension ChangeApplier.ChangeRow {
     /// The columns `init(stored:)` reads, from `pending_changes`.
-    package static var columns: String { "id, change_type, changed_fields, fields, claimed_by, COALESCE(claimed_until, 0)" }
+    package static var columns: String { "id, change_type, changed_fields, fields, claimed_by, COALESCE(claimed_until, 0), from_sync_list_id" }
 
     package init(stored r: some StoredRow) throws {
+        let from = try r.optionalText(6)
+        let type: ChangeType = try r.value(1)
         self.init(
-            id: try r.int64(0), type: try r.value(1), changedFields: PendingChangeCoding.changedFields(try r.text(2)),
+            id: try r.int64(0), type: from != nil && type == .update ? .move : type, changedFields: PendingChangeCoding.changedFields(try r.text(2)),
             fields: PendingChangeCoding.fields(try r.text(3)),
-            claim: try r.optionalText(4).map { ChangeApplier.Hold(deviceID: $0, until: try r.int64(5)) })
+            claim: try r.optionalText(4).map { ChangeApplier.Hold(deviceID: $0, until: try r.int64(5)) }, fromSyncListID: from)
     }
 }
 

@@ -58,6 +58,8 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var fields: [String: JSONValue]
         /// The device holding the change (`ChangeClaim`), and until when (milliseconds since 1970).
         package var claim: Hold? = nil
+        /// The list a `move` left.
+        package var fromSyncListID: String? = nil
     }
 
     /// A device's hold on a change: a change folded into a newer one passes it on, so the card stays with the device
@@ -79,9 +81,13 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var fields: [String: JSONValue]
         /// The hold of the change it replaces, if any.
         package var claim: Hold? = nil
+        /// The list a `move` left (stored with the move, which the store writes as an update: `ChangeType.storedName`).
+        package var fromSyncListID: String? = nil
 
         /// The change as `latestChange` answers it, once written with `id`.
-        package func row(id: Int64) -> ChangeRow { ChangeRow(id: id, type: type, changedFields: changedFields, fields: fields, claim: claim) }
+        package func row(id: Int64) -> ChangeRow {
+            ChangeRow(id: id, type: type, changedFields: changedFields, fields: fields, claim: claim, fromSyncListID: fromSyncListID)
+        }
     }
 
     /// What a list's settings decide here: which fields reach the apps, and which cards become reminders.
@@ -206,14 +212,40 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 // First sight of the card in this list (new, moved in, or back from the archive) — unless this action
                 // is older than the card's removal, delivered late.
                 if let task, task.deleted, let removed = task.stamps[Self.membership], removed.time > time { return }
-                // A card the list's settings keep out (a one-way list, a pairing that takes no existing card) gets no row.
-                guard try admitsNewCard(syncListID: o.syncListID, cardID: o.cardID, task: task) else { return }
+                // A card the list's settings keep out (a one-way list, a pairing that takes no existing card) gets no row;
+                // if it came from another synced list, it left that one.
+                guard try admitsNewCard(syncListID: o.syncListID, cardID: o.cardID, task: task) else {
+                    if let task, !task.deleted, task.syncListID != o.syncListID {
+                        var left = o
+                        left.syncListID = task.syncListID
+                        left.kind = .removed
+                        try apply(left)
+                    }
+                    return
+                }
+                // A move: the card's reminder is in another synced list of the account (the card is live there, or left
+                // it a moment ago and its delete has not reached the apps). The apps move that reminder.
+                var from: String?
+                if full, let task, task.reminderID != nil, task.syncListID != o.syncListID,
+                    try !task.deleted || rows.latestChange(accountID: o.accountID, cardID: o.cardID)?.type == .delete
+                {
+                    from = task.syncListID
+                }
                 var stamps = fields.mapValues { Stamp(hash: $0.fieldHash, time: time) }
                 stamps[Self.membership] = Stamp(hash: "present", time: time)
                 // The all-day dates we wrote stay known: a card back with the same instant is still all-day.
                 for (key, mark) in task?.stamps ?? [:] where FieldStamps.isDayDateKey(key) { stamps[key] = mark }
                 try rows.upsertTask(
                     accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
+                if let from {
+                    // Every field goes with the move; `changed_fields` names those Trello changed beside it (an edit
+                    // the apps then make to another field is no conflict with the move).
+                    let moved = fields.filter { task?.stamps[$0.key]?.hash != $0.value.fieldHash }.keys.sorted()
+                    try writeChange(o, type: .move, changed: moved, fields: fields, stamps: stamps, from: from)
+                    try noteTrello(
+                        o, .move, reminderID: task?.reminderID, old: .string(from), new: .string(o.syncListID), message: "the card moved in Trello")
+                    return
+                }
                 try writeChange(o, type: full ? .create : .update, changed: fields.keys.sorted(), fields: fields, stamps: stamps)
                 let settings = try rules(o.syncListID).settings
                 try noteTrello(
@@ -230,17 +262,18 @@ package struct ChangeApplier<Rows: ChangeRows> {
     /// date (`FieldStamps.dayDateKey`) goes to the apps as that day.
     @discardableResult
     package mutating func writeChange(
-        _ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue], stamps: [String: Stamp]? = nil
+        _ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue], stamps: [String: Stamp]? = nil, from: String? = nil
     ) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
         var fields = fields.filter { settings.syncsToReminders(named: $0.key) }
         if let stamps { FieldStamps.giveDays(&fields, stamps: stamps) }
         var changed = changed.filter { settings.syncsToReminders(named: $0) }
+        var from = from
         switch type {
         case .delete:
             guard settings.direction.toReminders else { return false }
-        case .create:
+        case .create, .move:
             break
         case .update, .complete:
             guard !changed.isEmpty else { return false }
@@ -259,11 +292,23 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 // an app may have applied the create without acking it yet, and a delete of an unknown reminder is harmless.
                 break
             case (.create, _):
+                // The apps have not made the reminder yet: they make it where the card is now.
                 type = .create
                 fields = previousFields.merging(fields) { _, new in new }
                 changed = Array(Set(previousChanged).union(changed)).sorted()
+                from = nil
+            case (.delete, .move):
+                break  // the card left its list and arrived in another: one move
             case (.delete, _):
                 break  // cannot happen: a deleted card's task is re-created with a create
+            case (.move, _), (_, .move):
+                // A move and an edit, in either order, are one move from the list the apps have the reminder in; a card
+                // moved back there before they applied the move is an update.
+                fields = previousFields.merging(fields) { _, new in new }
+                changed = Array(Set(previousChanged).union(changed)).sorted()
+                from = previous.fromSyncListID ?? from
+                type = from == o.syncListID ? .update : .move
+                if type == .update { from = nil }
             default:
                 fields = previousFields.merging(fields) { _, new in new }
                 changed = Array(Set(previousChanged).union(changed)).sorted()
@@ -275,7 +320,7 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 accountID: o.accountID, syncListID: o.syncListID, type: type,
                 changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
                 fieldsJSON: JSONValue.object(fields).canonicalJSON, cardID: o.cardID, actionID: o.actionID,
-                changedFields: changed, fields: fields, claim: claim),
+                changedFields: changed, fields: fields, claim: claim, fromSyncListID: type == .move ? from : nil),
             now: now)
         written += 1
         accounts.insert(o.accountID)

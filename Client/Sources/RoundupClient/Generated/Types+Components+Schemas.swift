@@ -129,14 +129,29 @@ extension Components {
         public typealias ConflictPolicy = OpenEnum<Roundup.ConflictPolicy>
         /// - Remark: Generated from `#/components/schemas/DeleteMode`.
         public typealias DeleteMode = OpenEnum<Roundup.DeleteMode>
+        /// `move`: the card moved in Trello between two synced lists of the account (within a board, or to another
+        /// board's): the same reminder (`reminder_id`) goes to the list `sync_list_id` names from `from_sync_list_id`,
+        /// and `fields` holds every field of the card (an app that lost the reminder makes it again there);
+        /// `changed_fields` names those Trello changed beside the move. A card moved
+        /// to a list the account does not sync is a `delete`; one moved in from such a list, a `create`.
+        ///
+        ///
         /// - Remark: Generated from `#/components/schemas/ChangeType`.
         public typealias ChangeType = OpenEnum<Roundup.ChangeType>
+        /// `move`: the reminder moved in the apps to the list `sync_list_id` names; its card moves there in Trello (the
+        /// same card, `idList`, and `idBoard` across boards), then the fields `changed_fields` names are written as an
+        /// update's. Its echo reaches no app. A list whose settings keep Trello's side (either list's `direction` is
+        /// `trello_to_reminders`), or whose filter the card does not pass, moves nothing: the item is `skipped`, its
+        /// `reason` naming the list the card stays in.
+        ///
+        ///
         /// - Remark: Generated from `#/components/schemas/SyncOp`.
         @frozen public enum SyncOp: String, Codable, Hashable, Sendable, CaseIterable {
             case create = "create"
             case update = "update"
             case complete = "complete"
             case delete = "delete"
+            case move = "move"
         }
         /// What a job did with an item (`reconcile` for a reconciliation's summary).
         ///
@@ -850,6 +865,10 @@ extension Components {
             public var changeType: Components.Schemas.ChangeType
             /// - Remark: Generated from `#/components/schemas/Change/sync_list_id`.
             public var syncListId: Swift.String
+            /// A `move` only: the synced list the card left (where the apps have the reminder).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Change/from_sync_list_id`.
+            public var fromSyncListId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/Change/trello_card_id`.
             public var trelloCardId: Swift.String
             /// The mapped reminder, or null if none is known yet (for example, for a create).
@@ -868,6 +887,7 @@ extension Components {
             ///   - id:
             ///   - changeType:
             ///   - syncListId:
+            ///   - fromSyncListId: A `move` only: the synced list the card left (where the apps have the reminder).
             ///   - trelloCardId:
             ///   - reminderId: The mapped reminder, or null if none is known yet (for example, for a create).
             ///   - changedFields:
@@ -877,6 +897,7 @@ extension Components {
                 id: Swift.Int,
                 changeType: Components.Schemas.ChangeType,
                 syncListId: Swift.String,
+                fromSyncListId: Swift.String? = nil,
                 trelloCardId: Swift.String,
                 reminderId: Swift.String? = nil,
                 changedFields: [Components.Schemas.FieldName],
@@ -886,6 +907,7 @@ extension Components {
                 self.id = id
                 self.changeType = changeType
                 self.syncListId = syncListId
+                self.fromSyncListId = fromSyncListId
                 self.trelloCardId = trelloCardId
                 self.reminderId = reminderId
                 self.changedFields = changedFields
@@ -896,6 +918,7 @@ extension Components {
                 case id
                 case changeType = "change_type"
                 case syncListId = "sync_list_id"
+                case fromSyncListId = "from_sync_list_id"
                 case trelloCardId = "trello_card_id"
                 case reminderId = "reminder_id"
                 case changedFields = "changed_fields"
@@ -1927,7 +1950,7 @@ extension Components {
             public var trelloCardId: Swift.String?
             /// - Remark: Generated from `#/components/schemas/SyncChange/fields`.
             public var fields: Components.Schemas.SyncFields?
-            /// The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written.
+            /// The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written. For `move`, optional (the edits written after the move).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncChange/changed_fields`.
             public var changedFields: [Components.Schemas.SyncFieldName]?
@@ -1943,7 +1966,7 @@ extension Components {
             ///   - reminderId: The reminder's EventKit `calendarItemExternalIdentifier`, the id iCloud
             ///   - trelloCardId: The card the reminder is mapped to. Optional when the server knows the mapping.
             ///   - fields:
-            ///   - changedFields: The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written.
+            ///   - changedFields: The fields that changed. Required for `update` (only these are read from `fields`). For `create`, every writable field given in `fields` is written. For `move`, optional (the edits written after the move).
             ///   - modifiedAt: When the user made the edit on the device. The `lww` conflict policy and the 2-second completion rule use it.
             public init(
                 op: Components.Schemas.SyncOp,
@@ -2535,7 +2558,9 @@ extension Components {
             public var id: Swift.Int
             /// `change`: a field changed on `side` and was carried to the other.
             /// `create` / `delete`: an item appeared or went on `side` and was
-            /// carried over. `conflict`: both sides changed `field`; `rule`
+            /// carried over. `move`: an item moved between two synced lists on
+            /// `side` and was moved on the other (`old_value` the sync list it
+            /// left, `new_value` the one it is in). `conflict`: both sides changed `field`; `rule`
             /// decided, `kept` stands (`new_value`) and `old_value` was set aside.
             /// `echo`: Trello reported our own write; nothing changed. `skipped`:
             /// the list's settings kept the change from the other side (or a
@@ -2548,6 +2573,7 @@ extension Components {
                 case change = "change"
                 case create = "create"
                 case delete = "delete"
+                case move = "move"
                 case conflict = "conflict"
                 case echo = "echo"
                 case skipped = "skipped"
@@ -2556,7 +2582,9 @@ extension Components {
             }
             /// `change`: a field changed on `side` and was carried to the other.
             /// `create` / `delete`: an item appeared or went on `side` and was
-            /// carried over. `conflict`: both sides changed `field`; `rule`
+            /// carried over. `move`: an item moved between two synced lists on
+            /// `side` and was moved on the other (`old_value` the sync list it
+            /// left, `new_value` the one it is in). `conflict`: both sides changed `field`; `rule`
             /// decided, `kept` stands (`new_value`) and `old_value` was set aside.
             /// `echo`: Trello reported our own write; nothing changed. `skipped`:
             /// the list's settings kept the change from the other side (or a
