@@ -145,6 +145,9 @@ public struct Reconciler: Sendable {
         }
     }
 
+    /// The most cards gone from a list one reconciliation looks for in the account's other synced lists.
+    static let movedLookups = 20
+
     func reconcileCards(_ list: SyncListRecord, credentials: TrelloCredentials, outcome: inout Outcome) async throws {
         // Every observation is dated when the reading began: a webhook for a later edit still wins, and a card
         // created after the reading began is not taken for gone.
@@ -177,7 +180,28 @@ public struct Reconciler: Sendable {
         }
         outcome.cards = seen.count
         let live = Set(try await store.liveCardIDs(accountID: list.accountID, syncListID: list.id))
-        for id in live where !seen.contains(id) {
+        let missing = live.subtracting(seen).sorted()
+        // A card gone from the list may have moved to another synced list of the account, its webhook not yet applied:
+        // read where it is, so the apps get the move, not a delete the move's webhook (older than this reading) could
+        // not undo. Up to `movedLookups` cards a run; past that (a list emptied at once) they are removed.
+        var others: [String: SyncListRecord] = [:]
+        if !missing.isEmpty, missing.count <= Self.movedLookups {
+            for other in try await store.syncLists(accountID: list.accountID) where other.id != list.id { others[other.trelloListID] = other }
+        }
+        for id in missing {
+            if !others.isEmpty, let card = try await trello.card(id: id, credentials: credentials), card["closed"]?.boolValue != true,
+                let listID = card["idList"]?.stringValue, let other = others[listID], other.settings.filter.admits(CardFacts(card: card))
+            {
+                outcome.trelloRequests += 1
+                let otherPriority =
+                    other.trelloBoardID == list.trelloBoardID
+                    ? priority : try await store.priorityField(accountID: list.accountID, boardID: other.trelloBoardID)
+                observations.append(
+                    CardObservation(
+                        accountID: list.accountID, syncListID: other.id, cardID: id, actionID: nil, actionDate: started,
+                        kind: .fields(CardMapper.fields(fromCard: card, priority: otherPriority), full: true)))
+                continue
+            }
             observations.append(
                 CardObservation(accountID: list.accountID, syncListID: list.id, cardID: id, actionID: nil, actionDate: started, kind: .removed))
         }

@@ -533,6 +533,14 @@ final class SimulatedApp: @unchecked Sendable {
             if try await app.pull() > 0 { app.log.append("late changes after quiet") }
             let problems = app.check()
             if !problems.isEmpty {
+                // What the server decided for the account, newest first: which action made which change.
+                let activity = try await stack.callAPI(.GET, "/dailyroundup/activity?limit=60", token: app.s.token).json["activity"]?.arrayValue ?? []
+                app.log.append("activity, newest first:")
+                for row in activity {
+                    app.log.append(
+                        "  \(row["created_at"] ?? .null) \(row["kind"] ?? .null) \(row["side"] ?? .null) \(row["trello_card_id"] ?? .null) \(row["sync_list_id"] ?? .null) \(row["field"] ?? .null) action \(row["trello_action_id"] ?? .null) \(row["message"] ?? .null)"
+                    )
+                }
                 failures.append(
                     "seed \(app.seed) (\(policies[Int(app.seed) % policies.count]), settings \(app.settings.json.canonicalJSON)): \(problems.joined(separator: "; "))\n\(app.log.joined(separator: "\n"))"
                 )

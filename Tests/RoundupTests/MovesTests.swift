@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
 import RoundupTesting
@@ -141,6 +142,30 @@ import Testing
                 Issue.record("activity: \(activity)")
             }
         }
+        await stack.shutdown()
+    }
+
+    /// A reconciliation of the list a card left, run before the move's webhook is applied (here: never delivered),
+    /// finds the card in the account's other synced list: the apps get the move, not a delete that the move's older
+    /// webhook could not undo.
+    @Test(arguments: StoreBackend.available) func aReconciliationThatMissesAMovedCardFindsItWhereItWent(backend: StoreBackend) async throws {
+        let stack = try await Stack(store: backend)
+        defer { Task { await stack.shutdown() } }
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let s = try await SyncSetup.make(stack, list: "Lleft", board: "Brec2")
+        let other = try await pair(s, name: "Other", list: "Lwent", board: "Brec2")
+        let card = stack.trello.userCreateCard(listID: "Lleft", name: "Wanderer")
+        _ = try await changes(s, card: card)
+        stack.trello.state.withLockedValue { $0.deliverWebhooks = false }
+        stack.trello.userUpdateCard(id: card, ["idList": "Lwent"])
+        let started = try await stack.callAPI(.POST, "/dailyroundup/lists/\(s.listID)/reconcile", token: s.token)
+        #expect(started.status == .accepted, "\(started.body)")
+        _ = try await s.wait(job: try #require(started.json["job_id"]?.stringValue))
+        let seen = try await changes(s, card: card)
+        #expect(seen.count == 1 && seen.first?["change_type"] == "move", "\(seen)")
+        #expect(seen.first?["sync_list_id"]?.stringValue == other && seen.first?["from_sync_list_id"]?.stringValue == s.listID, "\(seen)")
         await stack.shutdown()
     }
 }
