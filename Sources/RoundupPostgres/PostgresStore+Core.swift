@@ -382,13 +382,15 @@ struct PostgresChangeRows: ChangeRows {
     }
 
     /// Ids below zero are rows of this batch not yet written (-1 is the first).
-    mutating func supersede(changeID: Int64) {
+    mutating func supersede(changeID: Int64, accountID: String, cardID: String) {
         if changeID < 0 {
             inserts[Int(-changeID) - 1].superseded = true
         } else {
             supersededIDs.append(changeID)
         }
-        if let key = latest.first(where: { $0.value.id == changeID })?.key { latest[key] = nil }
+        // By its card, not by a walk over every card's latest change (that walk, copying each row, was quadratic in
+        // the batch's cards: a tenth of the worker's instructions on PostgreSQL).
+        latest[AccountScoped(accountID, cardID)] = nil
     }
 
     mutating func insertActivity(accountID: String, _ activity: NewActivity, now: String) {

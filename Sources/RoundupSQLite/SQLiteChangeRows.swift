@@ -53,7 +53,7 @@ struct SQLiteChangeRows: ChangeRows {
         ).map(ChangeApplier<Self>.ChangeRow.init(stored:))
     }
 
-    func supersede(changeID: Int64) throws {
+    func supersede(changeID: Int64, accountID: String, cardID: String) throws {
         try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [changeID])
     }
 

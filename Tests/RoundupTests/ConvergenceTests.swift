@@ -554,7 +554,7 @@ final class SimulatedApp: @unchecked Sendable {
         let lines = apps.flatMap(\.log)
         let trelloEdits = lines.filter { $0.contains(": trello ") && !$0.contains("create") }.count
         let appEdits = lines.filter { $0.contains(": app r") }.count
-        let conflicts = lines.filter { $0.hasSuffix("conflict") }.count
+        let conflicts = lines.filter { $0.hasSuffix("string(\"conflict\")") }.count
         let richEdits = lines.filter { line in (SimulatedApp.rich + [SyncField.priorityLevel]).contains { line.contains(".\($0) = ") } }.count
         #expect(trelloEdits > seeds && appEdits > seeds / 2, "trello edits \(trelloEdits), app edits \(appEdits)")
         #expect(richEdits > seeds / 2, "edits of labels, check items, location, due reminder and priority: \(richEdits)")

@@ -88,7 +88,7 @@ extension MemoryRows: ChangeRows {
         }
     }
 
-    mutating func supersede(changeID: Int64) throws {
+    mutating func supersede(changeID: Int64, accountID: String, cardID: String) throws {
         for index in changes.indices where changes[index].id == changeID { changes[index].superseded = true }
     }
 

@@ -13,7 +13,8 @@ package protocol ChangeRows {
         accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], actionID: String?, now: String) throws
     /// The card's newest change the apps have not acknowledged.
     mutating func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow?
-    mutating func supersede(changeID: Int64) throws
+    /// Marks the card's change `changeID` replaced (a newer one of the card is inserted next).
+    mutating func supersede(changeID: Int64, accountID: String, cardID: String) throws
     mutating func insertChange(_ change: ChangeApplier<Self>.NewChange, now: String) throws
     /// The list's settings and pairing time as stored now (nil: the list is gone).
     mutating func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules?
@@ -285,7 +286,7 @@ package struct ChangeApplier<Rows: ChangeRows> {
             let previousType = previous.type
             let previousChanged = previous.changedFields
             let previousFields = previous.fields
-            try rows.supersede(changeID: previous.id)
+            try rows.supersede(changeID: previous.id, accountID: o.accountID, cardID: o.cardID)
             switch (previousType, type) {
             case (_, .delete), (_, .create):
                 // The newer state replaces the older one whole. A create followed by a delete still sends the delete:
