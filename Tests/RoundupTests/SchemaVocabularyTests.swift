@@ -18,7 +18,8 @@ import Testing
     static let mirrors: [String: Set<String>] = [
         "accounts.conflict_policy": Set(ConflictPolicy.allCases.map(\.rawValue)),
         "accounts.delete_mode": Set(DeleteMode.allCases.map(\.rawValue)),
-        "pending_changes.change_type": Set(ChangeType.allCases.map(\.rawValue)),
+        // A move is stored as an update with the list it left (`ChangeType.storedName`).
+        "pending_changes.change_type": Set(ChangeType.allCases.map(\.storedName)),
         "devices.platform": Set(DevicePlatform.allCases.map(\.rawValue)),
         "devices.environment": Set(APNsEnvironment.allCases.map(\.rawValue)),
         "conflicts.status": Set(ConflictStatus.allCases.map(\.rawValue)),
