@@ -403,6 +403,15 @@ enum PostgresMigrations {
                 "CREATE INDEX pending_changes_claimed ON pending_changes(claimed_until) WHERE claimed_until IS NOT NULL",
             ]
         ),
+        (
+            // A card's values as last known (SQLiteMigrations' v15 says why); jsonb, so a write sets its fields with `||`.
+            // A list's cards are paged by id (`listCards`): the list's index carries it.
+            "v15-card-values",
+            [
+                "ALTER TABLE sync_tasks ADD COLUMN field_values JSONB", "CREATE INDEX sync_tasks_list_id ON sync_tasks(sync_list_id, id)",
+                "DROP INDEX sync_tasks_list",
+            ]
+        ),
     ]
 
     /// An arbitrary constant: the advisory lock migrations hold.

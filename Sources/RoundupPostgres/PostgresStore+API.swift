@@ -60,6 +60,18 @@ extension PostgresStore {
         }
     }
 
+    public func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
+        try await read { [self] c in
+            try await c.rows(
+                """
+                SELECT \(unescaped: ListCardRecord.columns(values: "field_values::text")) FROM sync_tasks
+                WHERE sync_list_id = \(syncListID) AND account_id = \(accountID) AND id > \(after) AND \(unescaped: ListCardRecord.live)
+                ORDER BY id LIMIT \(limit)
+                """, logger
+            ).map(ListCardRecord.init(stored:))
+        }
+    }
+
     public func syncLists(accountID: String) async throws -> [SyncListRecord] {
         try await read { [self] c in try await Self.syncLists(c, accountID: accountID, logger: logger) }
     }

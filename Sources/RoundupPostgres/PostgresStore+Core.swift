@@ -278,10 +278,16 @@ struct PostgresChangeRows: ChangeRows {
     private struct TaskWrite {
         var syncListID: String
         var stamps: String
+        /// The card's values to set (`FieldValues`), those of every write of the card in this batch.
+        var values: [String: JSONValue]
         var deleted: Bool
         var actionID: String?
         var now: String
     }
+
+    /// A task's values after a write (`FieldValues`): the write's over the stored, each field whole; none, unchanged.
+    static let valuesUpdate =
+        "CASE WHEN excluded.field_values IS NULL THEN sync_tasks.field_values ELSE COALESCE(sync_tasks.field_values, '{}'::jsonb) || excluded.field_values END"
 
     private var tasks: [AccountScoped: ChangeApplier<Self>.TaskRow] = [:]
     /// The settings of the lists the batch names, read up front; a list not read is read when asked for (`listRules`
@@ -321,12 +327,13 @@ struct PostgresChangeRows: ChangeRows {
         let accounts = keys.map(\.accountID), cards = keys.map(\.id)
         for row in try await c.rows(
             """
-            SELECT t.sync_list_id, t.field_hashes, t.deleted, t.reminder_id, t.account_id, t.trello_card_id FROM sync_tasks t
+            SELECT t.sync_list_id, t.field_hashes, t.deleted, t.reminder_id, t.field_values IS NOT NULL, t.account_id, t.trello_card_id
+            FROM sync_tasks t
             JOIN (SELECT DISTINCT a, k FROM unnest(\(accounts)::text[], \(cards)::text[]) AS u(a, k)) u ON t.account_id = u.a AND t.trello_card_id = u.k
             """, logger)
         {
             // The columns `TaskRow` reads, then the key.
-            rows.tasks[AccountScoped(try row.text(4), try row.text(5))] = try .init(stored: row)
+            rows.tasks[AccountScoped(try row.text(5), try row.text(6))] = try .init(stored: row)
         }
         for row in try await c.rows(
             """
@@ -356,25 +363,39 @@ struct PostgresChangeRows: ChangeRows {
     }
 
     private mutating func recordTask(_ key: AccountScoped, _ write: TaskWrite) {
-        if taskWrites.updateValue(write, forKey: key) == nil { taskOrder.append(key) }
+        var write = write
+        if let earlier = taskWrites[key] {
+            write.values = earlier.values.merging(write.values) { _, later in later }
+        } else {
+            taskOrder.append(key)
+        }
+        taskWrites[key] = write
     }
 
-    mutating func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) {
+    mutating func updateTask(
+        accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], deleted: Bool?, actionID: String?,
+        now: String
+    ) {
         let key = AccountScoped(accountID, cardID)
         guard var task = tasks[key] else { return }
         task.stamps = stamps
         if let deleted { task.deleted = deleted }
+        if !values.isEmpty { task.hasValues = true }
         tasks[key] = task
         recordTask(
-            key, TaskWrite(syncListID: task.syncListID, stamps: FieldStamps.encode(stamps), deleted: task.deleted, actionID: actionID, now: now))
+            key,
+            TaskWrite(
+                syncListID: task.syncListID, stamps: FieldStamps.encode(stamps), values: values, deleted: task.deleted, actionID: actionID, now: now))
     }
 
     mutating func upsertTask(
-        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String
+        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], actionID: String?,
+        now: String
     ) {
         let key = AccountScoped(accountID, cardID)
         tasks[key] = .init(syncListID: syncListID, stamps: stamps, deleted: false, reminderID: tasks[key]?.reminderID)
-        recordTask(key, TaskWrite(syncListID: syncListID, stamps: FieldStamps.encode(stamps), deleted: false, actionID: actionID, now: now))
+        recordTask(
+            key, TaskWrite(syncListID: syncListID, stamps: FieldStamps.encode(stamps), values: values, deleted: false, actionID: actionID, now: now))
     }
 
     func latestChange(accountID: String, cardID: String) -> ChangeApplier<Self>.ChangeRow? {
@@ -410,13 +431,16 @@ struct PostgresChangeRows: ChangeRows {
             // Arrays cannot hold NULL through these bindings: an absent reminder or sync time travels as "".
             try await c.run(
                 """
-                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
-                SELECT a, l, k, NULLIF(r, ''), h, d, NULLIF(s, ''), n, n
+                INSERT INTO sync_tasks
+                    (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, field_values, deleted, last_synced_at, created_at, updated_at)
+                SELECT a, l, k, NULLIF(r, ''), h, NULLIF(v, '')::jsonb, d, NULLIF(s, ''), n, n
                 FROM unnest(\(tasks.map(\.accountID))::text[], \(tasks.map(\.syncListID))::text[], \(tasks.map(\.cardID))::text[],
-                            \(tasks.map { $0.reminderID ?? "" })::text[], \(tasks.map { FieldStamps.encode($0.stamps) })::text[], \(tasks.map(\.deleted))::bool[],
-                            \(tasks.map { $0.syncedAt ?? "" })::text[], \(tasks.map(\.now))::text[]) AS t(a, l, k, r, h, d, s, n)
+                            \(tasks.map { $0.reminderID ?? "" })::text[], \(tasks.map { FieldStamps.encode($0.stamps) })::text[],
+                            \(tasks.map { FieldValues.patch($0.values) })::text[], \(tasks.map(\.deleted))::bool[],
+                            \(tasks.map { $0.syncedAt ?? "" })::text[], \(tasks.map(\.now))::text[]) AS t(a, l, k, r, h, v, d, s, n)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                    reminder_id = COALESCE(excluded.reminder_id, sync_tasks.reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
+                    reminder_id = COALESCE(excluded.reminder_id, sync_tasks.reminder_id), field_hashes = excluded.field_hashes,
+                    field_values = \(unescaped: Self.valuesUpdate), deleted = excluded.deleted,
                     last_synced_at = COALESCE(excluded.last_synced_at, sync_tasks.last_synced_at), updated_at = excluded.updated_at
                 """, logger)
         }
@@ -458,13 +482,14 @@ struct PostgresChangeRows: ChangeRows {
             // Arrays cannot hold NULL through these bindings: an absent action id travels as "".
             try await c.run(
                 """
-                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
-                SELECT a, l, k, h, d, NULLIF(x, ''), n, n
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, field_values, deleted, last_action_id, created_at, updated_at)
+                SELECT a, l, k, h, NULLIF(v, '')::jsonb, d, NULLIF(x, ''), n, n
                 FROM unnest(\(taskOrder.map(\.accountID))::text[], \(writes.map(\.syncListID))::text[], \(taskOrder.map(\.id))::text[],
-                            \(writes.map(\.stamps))::text[], \(writes.map(\.deleted))::bool[], \(writes.map { $0.actionID ?? "" })::text[],
-                            \(writes.map(\.now))::text[]) AS t(a, l, k, h, d, x, n)
+                            \(writes.map(\.stamps))::text[], \(writes.map { FieldValues.patch($0.values) })::text[], \(writes.map(\.deleted))::bool[],
+                            \(writes.map { $0.actionID ?? "" })::text[], \(writes.map(\.now))::text[]) AS t(a, l, k, h, v, d, x, n)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id, field_hashes = excluded.field_hashes,
-                    deleted = excluded.deleted, last_action_id = excluded.last_action_id, updated_at = excluded.updated_at
+                    field_values = \(unescaped: Self.valuesUpdate), deleted = excluded.deleted, last_action_id = excluded.last_action_id,
+                    updated_at = excluded.updated_at
                 """, logger)
         }
         if !supersededIDs.isEmpty {
@@ -515,8 +540,16 @@ extension PostgresChangeRows: OutboundRows {
     mutating func putTask(_ t: OutboundTask) {
         let key = AccountScoped(t.accountID, t.cardID)
         let previous = tasks[key]
-        tasks[key] = .init(syncListID: t.syncListID, stamps: t.stamps, deleted: t.deleted, reminderID: t.reminderID ?? previous?.reminderID)
-        if outboundTasks.updateValue(t, forKey: key) == nil { outboundOrder.append(key) }
+        tasks[key] = .init(
+            syncListID: t.syncListID, stamps: t.stamps, deleted: t.deleted, reminderID: t.reminderID ?? previous?.reminderID,
+            hasValues: !t.values.isEmpty || (previous?.hasValues ?? false))
+        var t = t
+        if let earlier = outboundTasks[key] {
+            t.values = earlier.values.merging(t.values) { _, later in later }
+        } else {
+            outboundOrder.append(key)
+        }
+        outboundTasks[key] = t
     }
 
     mutating func deleteTask(accountID: String, cardID: String) {

@@ -14,32 +14,50 @@ struct SQLiteChangeRows: ChangeRows {
         ).map(ChangeApplier<Self>.TaskRow.init(stored:))
     }
 
-    func updateTask(accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String) throws {
+    func updateTask(
+        accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], deleted: Bool?, actionID: String?,
+        now: String
+    ) throws {
+        let set = FieldValues.sqlite(over: "field_values", values)
+        var arguments: StatementArguments = [FieldStamps.encode(stamps)]
+        arguments += StatementArguments(set.arguments)
         if let deleted {
+            arguments += [deleted, actionID, now, accountID, cardID]
             try db.cachedStatement(
-                sql:
-                    "UPDATE sync_tasks SET deleted = ?, field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
-            )
-            .execute(arguments: [deleted, FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+                sql: """
+                    UPDATE sync_tasks SET field_hashes = ?, field_values = \(set.sql), deleted = ?, last_action_id = ?, updated_at = ?
+                    WHERE account_id = ? AND trello_card_id = ?
+                    """
+            ).execute(arguments: arguments)
         } else {
+            arguments += [actionID, now, accountID, cardID]
             try db.cachedStatement(
-                sql: "UPDATE sync_tasks SET field_hashes = ?, last_action_id = ?, updated_at = ? WHERE account_id = ? AND trello_card_id = ?"
-            )
-            .execute(arguments: [FieldStamps.encode(stamps), actionID, now, accountID, cardID])
+                sql: """
+                    UPDATE sync_tasks SET field_hashes = ?, field_values = \(set.sql), last_action_id = ?, updated_at = ?
+                    WHERE account_id = ? AND trello_card_id = ?
+                    """
+            ).execute(arguments: arguments)
         }
     }
 
-    func upsertTask(accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String) throws
-    {
+    func upsertTask(
+        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], actionID: String?,
+        now: String
+    ) throws {
+        let inserted = FieldValues.sqlite(over: nil, values), updated = FieldValues.sqlite(over: "sync_tasks.field_values", values)
+        var arguments: StatementArguments = [accountID, syncListID, cardID, FieldStamps.encode(stamps)]
+        arguments += StatementArguments(inserted.arguments)
+        arguments += [actionID, now, now]
+        arguments += StatementArguments(updated.arguments)
         try db.cachedStatement(
             sql: """
-                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, deleted, last_action_id, created_at, updated_at)
-                VALUES (?, ?, ?, ?, 0, ?, ?, ?)
+                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, field_values, deleted, last_action_id, created_at, updated_at)
+                VALUES (?, ?, ?, ?, \(inserted.sql), 0, ?, ?, ?)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                    field_hashes = excluded.field_hashes, deleted = 0, last_action_id = excluded.last_action_id,
+                    field_hashes = excluded.field_hashes, field_values = \(updated.sql), deleted = 0, last_action_id = excluded.last_action_id,
                     updated_at = excluded.updated_at
                 """
-        ).execute(arguments: [accountID, syncListID, cardID, FieldStamps.encode(stamps), actionID, now, now])
+        ).execute(arguments: arguments)
     }
 
     func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
@@ -86,15 +104,21 @@ struct SQLiteChangeRows: ChangeRows {
 
 extension SQLiteChangeRows: OutboundRows {
     func putTask(_ t: OutboundTask) throws {
+        let inserted = FieldValues.sqlite(over: nil, t.values), updated = FieldValues.sqlite(over: "sync_tasks.field_values", t.values)
+        var arguments: StatementArguments = [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps)]
+        arguments += StatementArguments(inserted.arguments)
+        arguments += [t.deleted, t.syncedAt, t.now, t.now]
+        arguments += StatementArguments(updated.arguments)
         try db.cachedStatement(
             sql: """
-                INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, deleted, last_synced_at, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO sync_tasks
+                    (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, field_values, deleted, last_synced_at, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, \(inserted.sql), ?, ?, ?, ?)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, deleted = excluded.deleted,
-                    last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
+                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, field_values = \(updated.sql),
+                    deleted = excluded.deleted, last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
                 """
-        ).execute(arguments: [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps), t.deleted, t.syncedAt, t.now, t.now])
+        ).execute(arguments: arguments)
     }
 
     func deleteTask(accountID: String, cardID: String) throws {
@@ -129,5 +153,24 @@ extension SQLiteChangeRows: OutboundRows {
             ConflictStatus.open, c.now, c.jobID,
         ])
         return db.lastInsertedRowID
+    }
+}
+
+extension FieldValues {
+    /// SQL setting `values` over the column `base` (nil: no stored values, a new row), with its arguments in order.
+    /// `json_set` replaces each value whole (`json_patch` would merge an object's keys and drop a null); the paths are
+    /// arguments, so the statement's text depends only on how many fields are set.
+    static func sqlite(over base: String?, _ values: [String: JSONValue]) -> (sql: String, arguments: [String]) {
+        let pairs = pairs(values)
+        guard !pairs.isEmpty else { return (base ?? "NULL", []) }
+        var sql = "json_set(" + (base.map { "COALESCE(\($0), '{}')" } ?? "'{}'")
+        var arguments: [String] = []
+        arguments.reserveCapacity(pairs.count * 2)
+        for pair in pairs {
+            sql += ", ?, json(?)"
+            arguments.append("$.\"" + pair.field + "\"")
+            arguments.append(pair.json)
+        }
+        return (sql + ")", arguments)
     }
 }

@@ -54,6 +54,19 @@ extension SQLiteStore {
         }
     }
 
+    public func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT \(ListCardRecord.columns()) FROM sync_tasks
+                        WHERE sync_list_id = ? AND account_id = ? AND id > ? AND \(ListCardRecord.live) ORDER BY id LIMIT ?
+                        """),
+                arguments: [syncListID, accountID, after, limit]
+            ).map(ListCardRecord.init(stored:))
+        }
+    }
+
     public func syncLists(accountID: String) async throws -> [SyncListRecord] {
         try await pool.read { db in try Self.syncLists(db, accountID: accountID) }
     }

@@ -47,6 +47,9 @@ public protocol ListRepository: Sendable {
     func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord?
     func priorityField(accountID: String, boardID: String) async throws -> PriorityField?
     func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws
+    /// The cards the store has live in the account's list, each with its reminder and values (`FieldValues`), in the
+    /// order the store first saw them: those after the card of row `after` (0: from the first), at most `limit`.
+    func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord]
 }
 
 extension ListRepository {

@@ -316,6 +316,18 @@ public struct SyncTaskRecord: Sendable, Equatable {
     public static let placeholderPrefix = "pending:"
 }
 
+/// A card the store has in a list, as the list's cards answer it (`ListRepository.listCards`).
+public struct ListCardRecord: Sendable, Equatable {
+    /// The row's id: the page's cursor.
+    public var id: Int64
+    public var cardID: String
+    public var reminderID: String?
+    /// `sync_tasks.field_values` as stored (nil: not yet known).
+    public var values: String?
+    public var stamps: [String: FieldStamp]
+    public var updatedAt: String
+}
+
 public struct NewConflict: Sendable, Equatable {
     public var field: String
     public var trelloValue: JSONValue
@@ -335,6 +347,9 @@ public struct SyncWrite: Sendable {
     public var reminderID: String?
     /// Stamps to set (fields written to Trello, and Trello values sent to the apps).
     public var stamps: [String: FieldStamp] = [:]
+    /// The card's values of the fields this write knows (what it wrote, read or told): kept for the list's cards
+    /// (`ListRepository.listCards`), over the values stored before. Set with their stamps by `stamp(_:_:time:)`.
+    public var values: [String: JSONValue] = [:]
     /// Stamps to remove (an all-day date's mark, once the app sets a time: `FieldStamps.dayDateKey`).
     public var forget: Set<String> = []
     /// Marks the card gone from the list (deleted or archived by us).
@@ -363,10 +378,19 @@ public struct SyncWrite: Sendable {
     /// apps' own edit, not Trello's: it makes no conflict with their next edit.
     public static func toldStamp(_ field: String) -> String { "_told:" + field }
 
+    /// The card holds `value` in `field` as of `time`: its stamp, and its value for the list's cards.
+    public mutating func stamp(_ field: String, _ value: JSONValue, time: Double) {
+        stamps[field] = FieldStamp(hash: value.fieldHash, time: time)
+        values[field] = value
+    }
+
+    public mutating func stamp(_ field: SyncField, _ value: JSONValue, time: Double) { stamp(field.rawValue, value, time: time) }
+
     /// Sends `values` to the apps as what our own write left on the card (`toldStamp`).
     public mutating func tell(_ values: [String: JSONValue], time: Double) {
         for (field, value) in values {
             toApps[field] = value
+            self.values[field] = value
             stamps[Self.toldStamp(field)] = FieldStamp(hash: value.fieldHash, time: time)
         }
     }

@@ -66,7 +66,7 @@ extension SyncEngine {
         let fields = CardMapper.fields(fromCard: moved, priority: priority)
         var told: [String: JSONValue] = [:]
         for (field, value) in fields {
-            record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
+            record.stamp(field, value, time: now)
             if let stamp = task.stamps[field], stamp.hash != value.fieldHash, list.settings.syncsToReminders(named: field) { told[field] = value }
         }
         record.toApps = told

@@ -74,6 +74,7 @@ extension SyncEngine {
                 marks = [echo.fieldKey(account: accountID, card: cardID, field: field.rawValue, value: chosen)]
                 let written = try await writeFields([field.rawValue: chosen], card: card, list: list, marks: &marks, state: &state)
                 record.stamps = written.stamps
+                record.values = written.values
                 record.winning = [field.rawValue: written.values[field] ?? chosen]
                 // The apps may have applied Trello's value meanwhile: send them the chosen one either way (as the card
                 // now holds it, with what changed with it).
@@ -84,7 +85,7 @@ extension SyncEngine {
                 days.record(into: &record, fields: [field.rawValue])
             } else {
                 record.toApps = [field.rawValue: current]
-                record.stamps[field] = FieldStamp(hash: current.fieldHash, time: now)
+                record.stamp(field, current, time: now)
             }
             let remindersValue = conflict.record.remindersValue.flatMap { try? JSONParser.parse(Array($0.utf8)) } ?? .null
             record.activity = [
@@ -134,7 +135,7 @@ extension SyncEngine {
                 let fields = CardMapper.fields(fromCard: card, priority: priority)
                 var record = SyncWrite(accountID: accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
                 let now = Date().timeIntervalSince1970
-                for (field, value) in fields { record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now) }
+                for (field, value) in fields { record.stamp(field, value, time: now) }
                 record.toApps = fields
                 record.activity = [
                     NewActivity(

@@ -589,11 +589,12 @@ public struct SyncEngine: Sendable {
         record.activity = activity
         // Dated when the card was read: a Trello edit made after that read still counts as newer.
         for (field, value) in toApps.merging(agreed, uniquingKeysWith: { a, _ in a }) {
-            record.stamps[field] = FieldStamp(hash: value.fieldHash, time: readTime)
+            record.stamp(field, value, time: readTime)
         }
         var marks = write.map { echo.fieldKey(account: list.accountID, card: cardID, field: $0.key, value: $0.value) }
         let written = try await writeFields(write, card: card, list: list, marks: &marks, state: &state)
         record.stamps.merge(written.stamps) { _, new in new }
+        record.values.merge(written.values) { _, new in new }
         // What the card holds now where it is not what the app sent (a label named, a new check item's id, the option a
         // level picked, the first link's attachment): every app gets it, the sender included.
         var told: [String: JSONValue] = [:]
@@ -691,7 +692,7 @@ public struct SyncEngine: Sendable {
                 var adopt = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: item.reminderID)
                 let now = Date().timeIntervalSince1970
                 for (field, value) in CardMapper.fields(fromCard: match, priority: priority) {
-                    adopt.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
+                    adopt.stamp(field, value, time: now)
                 }
                 _ = try await store.recordSyncWrite(adopt)
                 let task = try await store.task(accountID: list.accountID, cardID: cardID)
@@ -746,7 +747,7 @@ public struct SyncEngine: Sendable {
         var record = SyncWrite(accountID: list.accountID, syncListID: list.id, cardID: cardID, reminderID: reminderID)
         let now = Date().timeIntervalSince1970
         for (field, value) in CardMapper.fields(fromCard: card, priority: priority) {
-            record.stamps[field] = FieldStamp(hash: value.fieldHash, time: now)
+            record.stamp(field, value, time: now)
         }
         days.record(into: &record, fields: fields.keys)
         record.activity = [
@@ -775,6 +776,7 @@ public struct SyncEngine: Sendable {
         if !extra.isEmpty {
             let written = try await writeFields(extra, card: card, list: list, marks: &marks, state: &state)
             more.stamps = written.stamps
+            more.values = written.values
             for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(named: field) { told[field] = value }
         }
         more.tell(told, time: now)

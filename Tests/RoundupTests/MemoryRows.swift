@@ -15,6 +15,13 @@ struct MemoryRows {
         var reminderID: String?
         var actionID: String?
         var syncedAt: String?
+        /// `sync_tasks.field_values` (`FieldValues`): nil until a write gives some.
+        var values: [String: JSONValue]? = nil
+
+        mutating func set(_ written: [String: JSONValue]) {
+            guard !written.isEmpty else { return }
+            values = (values ?? [:]).merging(written) { _, new in new }
+        }
     }
 
     struct Change: Equatable {
@@ -55,28 +62,32 @@ struct MemoryRows {
 extension MemoryRows: ChangeRows {
     func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
         tasks[AccountScoped(accountID, cardID)].map {
-            .init(syncListID: $0.syncListID, stamps: $0.stamps, deleted: $0.deleted, reminderID: $0.reminderID)
+            .init(syncListID: $0.syncListID, stamps: $0.stamps, deleted: $0.deleted, reminderID: $0.reminderID, hasValues: $0.values != nil)
         }
     }
 
     mutating func updateTask(
-        accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], deleted: Bool?, actionID: String?, now: String
+        accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], deleted: Bool?, actionID: String?,
+        now: String
     ) throws {
         let key = AccountScoped(accountID, cardID)
         guard var task = tasks[key] else { return }
         task.stamps = stamps
+        task.set(values)
         if let deleted { task.deleted = deleted }
         task.actionID = actionID
         tasks[key] = task
     }
 
     mutating func upsertTask(
-        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], actionID: String?, now: String
+        accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], actionID: String?,
+        now: String
     ) throws {
         let key = AccountScoped(accountID, cardID)
         var task = tasks[key] ?? CardTask(syncListID: syncListID, stamps: [:], deleted: false)
         task.syncListID = syncListID
         task.stamps = stamps
+        task.set(values)
         task.deleted = false
         task.actionID = actionID
         tasks[key] = task
@@ -115,7 +126,8 @@ extension MemoryRows: OutboundRows {
         let old = tasks[key]
         tasks[key] = CardTask(
             syncListID: t.syncListID, stamps: t.stamps, deleted: t.deleted, reminderID: t.reminderID ?? old?.reminderID, actionID: old?.actionID,
-            syncedAt: t.syncedAt ?? old?.syncedAt)
+            syncedAt: t.syncedAt ?? old?.syncedAt, values: old?.values)
+        tasks[key]?.set(t.values)
     }
 
     mutating func deleteTask(accountID: String, cardID: String) throws { tasks[AccountScoped(accountID, cardID)] = nil }

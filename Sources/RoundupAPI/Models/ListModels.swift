@@ -104,3 +104,42 @@ enum SyncListSettingsBody {
         }
     }
 }
+
+/// One card of `GET /dailyroundup/lists/{id}/cards`: what the server maps and knows of it.
+public struct ListCard: Codable, Sendable, Equatable {
+    public var trelloCardID: String
+    /// The reminder an app made of the card; null while its `create` waits for the apps.
+    @Nullable public var reminderID: String?
+    /// Every field as a `create` change carries them (the list's settings apply, an all-day date is its day); null
+    /// when the server has not read the card since it began keeping its values (the list's next reconciliation does).
+    @Nullable public var fields: [String: JSONValue]?
+    /// When the server last wrote what it knows of the card.
+    public var updatedAt: String
+
+    enum CodingKeys: String, CodingKey {
+        case trelloCardID = "trello_card_id"
+        case reminderID = "reminder_id"
+        case fields
+        case updatedAt = "updated_at"
+    }
+
+    init(_ record: ListCardRecord, settings: SyncSettings) {
+        trelloCardID = record.cardID
+        reminderID = record.reminderID
+        fields = FieldValues.card(record.values, stamps: record.stamps, settings: settings)
+        updatedAt = record.updatedAt
+    }
+}
+
+/// `GET /dailyroundup/lists/{id}/cards`: a page of the list's cards, and the cursor of the next (null: the last page).
+public struct ListCardPage: ResponseCodable, Sendable, Equatable {
+    public var syncListID: String
+    public var cards: [ListCard]
+    @Nullable public var nextCursor: String?
+
+    enum CodingKeys: String, CodingKey {
+        case syncListID = "sync_list_id"
+        case cards
+        case nextCursor = "next_cursor"
+    }
+}

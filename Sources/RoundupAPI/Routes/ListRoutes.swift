@@ -18,6 +18,7 @@ struct ListRoutes {
         routes.get { _, context in try await list(context.account) }
         routes.post { request, context in try await create(context.account, request, context) }
         routes.get("{id}") { _, context in try await get(context.account, context.parameters.require("id")) }
+        routes.get("{id}/cards") { request, context in try await cards(context.account, context.parameters.require("id"), request) }
         routes.put("{id}") { request, context in try await update(context.account, context.parameters.require("id"), request, context) }
         routes.delete("{id}") { _, context in try await delete(context.account, context.parameters.require("id")) }
         routes.post("{id}/import") { _, context in try await importCards(context.account, context.parameters.require("id")) }
@@ -59,6 +60,45 @@ struct ListRoutes {
             answer.priorityOptions = options(try await store.priorityField(accountID: account, boardID: list.trelloBoardID))
         }
         return answer
+    }
+
+    /// The most bytes of stored values one page of `cards` holds (past it, the page ends early: a page's memory is
+    /// bounded whatever its cards hold).
+    static let cardPageBytes = 2 << 20
+
+    /// `GET /dailyroundup/lists/{id}/cards`: the cards the server has live in the list, from the store (no Trello
+    /// request), in pages of `limit` (1–500, default 200) from `cursor` (a page's `next_cursor`). What a new or
+    /// reinstalled device reads to learn which reminder is which card and every field as last synced. Every request
+    /// counts against the account's rate limit.
+    func cards(_ account: String, _ id: String, _ request: Request) async throws -> ListCardPage {
+        let query = request.uri.queryParameters
+        var after: Int64 = 0
+        if let text = query["cursor"] {
+            guard let value = Int64(String(text)), value >= 0 else {
+                throw APIError.badRequest("cursor must be a next_cursor this endpoint answered")
+            }
+            after = value
+        }
+        var limit = 200
+        if let text = query["limit"] {
+            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
+            guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
+            limit = value
+        }
+        guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
+        // One more than the page holds says whether there are more.
+        let records = try await store.listCards(accountID: account, syncListID: id, after: after, limit: limit + 1)
+        var cards: [ListCard] = []
+        var bytes = 0
+        var last: Int64?
+        for record in records.prefix(limit) {
+            if !cards.isEmpty, bytes + (record.values?.utf8.count ?? 0) > Self.cardPageBytes { break }
+            cards.append(ListCard(record, settings: list.settings))
+            bytes += record.values?.utf8.count ?? 0
+            last = record.id
+        }
+        let more = cards.count < records.count
+        return ListCardPage(syncListID: id, cards: cards, nextCursor: more ? last.map(String.init) : nil)
     }
 
     /// `POST /dailyroundup/lists`: pairs a Trello list (`ListPairing`: checked at Trello to be on the board named with

@@ -177,13 +177,29 @@ extension AckedChange {
     }
 }
 
-extension ChangeApplier.TaskRow {
-    /// The columns `init(stored:)` reads, from `sync_tasks`.
-    package static var columns: String { "sync_list_id, field_hashes, deleted, reminder_id" }
+extension ListCardRecord {
+    /// The columns `init(stored:)` reads, from `sync_tasks` (`field_values` as text); `live` picks a list's live cards
+    /// (no create placeholder).
+    package static func columns(values: String = "field_values") -> String {
+        "id, trello_card_id, reminder_id, \(values), field_hashes, updated_at"
+    }
+    package static let live = "deleted = \(false) AND trello_card_id NOT LIKE '\(SyncTaskRecord.placeholderPrefix)%'"
 
     package init(stored r: some StoredRow) throws {
         self.init(
-            syncListID: try r.text(0), stamps: FieldStamps.decodeStamps(try r.text(1)), deleted: try r.bool(2), reminderID: try r.optionalText(3))
+            id: try r.int64(0), cardID: try r.text(1), reminderID: try r.optionalText(2), values: try r.optionalText(3),
+            stamps: FieldStamps.decodeStamps(try r.text(4)), updatedAt: try r.text(5))
+    }
+}
+
+extension ChangeApplier.TaskRow {
+    /// The columns `init(stored:)` reads, from `sync_tasks`.
+    package static var columns: String { "sync_list_id, field_hashes, deleted, reminder_id, field_values IS NOT NULL" }
+
+    package init(stored r: some StoredRow) throws {
+        self.init(
+            syncListID: try r.text(0), stamps: FieldStamps.decodeStamps(try r.text(1)), deleted: try r.bool(2), reminderID: try r.optionalText(3),
+            hasValues: try r.bool(4))
     }
 }
 

@@ -5,12 +5,15 @@ package import RoundupCore
 /// its write transaction; PostgreSQL reads every row a batch needs up front and writes the result in a few statements.
 package protocol ChangeRows {
     mutating func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow?
-    /// Changes stamps (and `deleted`, when given) of an existing task.
+    /// Changes stamps (and `deleted`, when given) of an existing task, and sets the card's `values` of the fields named
+    /// over those stored (`FieldValues`).
     mutating func updateTask(
-        accountID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], deleted: Bool?, actionID: String?, now: String) throws
-    /// Creates the task, or puts an existing one (deleted, or in another list) back in `syncListID`.
+        accountID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], values: [String: JSONValue], deleted: Bool?,
+        actionID: String?, now: String) throws
+    /// Creates the task, or puts an existing one (deleted, or in another list) back in `syncListID`; `values` as above.
     mutating func upsertTask(
-        accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], actionID: String?, now: String) throws
+        accountID: String, syncListID: String, cardID: String, stamps: [String: ChangeApplier<Self>.Stamp], values: [String: JSONValue],
+        actionID: String?, now: String) throws
     /// The card's newest change the apps have not acknowledged.
     mutating func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow?
     /// Marks the card's change `changeID` replaced (a newer one of the card is inserted next).
@@ -43,12 +46,16 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var deleted: Bool
         /// The reminder the card maps to, once an app acknowledged its create.
         package var reminderID: String? = nil
+        /// Whether the store has the card's values (`FieldValues`); a task written before they were kept has none
+        /// until a full read of the card (a reconciliation) gives them.
+        package var hasValues = true
 
-        package init(syncListID: String, stamps: [String: Stamp], deleted: Bool, reminderID: String? = nil) {
+        package init(syncListID: String, stamps: [String: Stamp], deleted: Bool, reminderID: String? = nil, hasValues: Bool = true) {
             self.syncListID = syncListID
             self.stamps = stamps
             self.deleted = deleted
             self.reminderID = reminderID
+            self.hasValues = hasValues
         }
     }
 
@@ -153,7 +160,7 @@ package struct ChangeApplier<Rows: ChangeRows> {
             if let latest = task.stamps.values.map(\.time).max(), latest > time { return }
             var stamps = task.stamps
             stamps[Self.membership] = Stamp(hash: "removed", time: time)
-            try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: true, actionID: o.actionID, now: now)
+            try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, values: [:], deleted: true, actionID: o.actionID, now: now)
             if try writeChange(o, type: .delete, changed: [], fields: [:]) {
                 try noteTrello(o, .delete, reminderID: task.reminderID)
             } else {
@@ -167,14 +174,15 @@ package struct ChangeApplier<Rows: ChangeRows> {
             if let task, !task.deleted, task.syncListID == o.syncListID {
                 var stamps = task.stamps
                 var changed: [String: JSONValue] = [:]
+                // The values this action may set (for a task whose values the store lacks: `TaskRow.hasValues`).
+                var current: [String: JSONValue] = [:]
                 for (name, value) in fields {
                     let hash = value.fieldHash
-                    if let stamp = stamps[name] {
-                        if stamp.time > time { continue }  // an older action than the one that set this field
-                        if stamp.hash == hash {
-                            stamps[name] = Stamp(hash: hash, time: time)
-                            continue
-                        }
+                    if let stamp = stamps[name], stamp.time > time { continue }  // an older action than the one that set this field
+                    if !task.hasValues { current[name] = value }
+                    if stamps[name]?.hash == hash {
+                        stamps[name] = Stamp(hash: hash, time: time)
+                        continue
                     }
                     stamps[name] = Stamp(hash: hash, time: time)
                     changed[name] = value
@@ -187,16 +195,20 @@ package struct ChangeApplier<Rows: ChangeRows> {
                     // A Trello edit: what our own write once sent back for the field is no longer the apps' own value.
                     if stamps.count > 1, !name.hasPrefix("_") { stamps.removeValue(forKey: SyncWrite.toldStamp(name)) }
                 }
+                // The card's values as now known: the changed ones; all of a full read when the store has none yet.
+                let values = full && !task.hasValues ? current : changed
                 guard !changed.isEmpty else {
                     // Nothing for the apps, but a value the store has may now be dated later: a value read from the
                     // card is dated with the (older) action that made us read it, and this action confirms it at its
                     // own time. That time is kept, or an older edit delivered after this one would count as newer.
-                    if stamps != task.stamps {
-                        try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
+                    if stamps != task.stamps || !values.isEmpty {
+                        try rows.updateTask(
+                            accountID: o.accountID, cardID: o.cardID, stamps: stamps, values: values, deleted: nil, actionID: o.actionID, now: now)
                     }
                     return
                 }
-                try rows.updateTask(accountID: o.accountID, cardID: o.cardID, stamps: stamps, deleted: nil, actionID: o.actionID, now: now)
+                try rows.updateTask(
+                    accountID: o.accountID, cardID: o.cardID, stamps: stamps, values: values, deleted: nil, actionID: o.actionID, now: now)
                 let type: ChangeType = changed.count == 1 && changed[.completed] == .bool(true) ? .complete : .update
                 try writeChange(o, type: type, changed: changed.keys.sorted(), fields: changed, stamps: stamps)
                 let settings = try rules(o.syncListID).settings
@@ -237,7 +249,8 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 // The all-day dates we wrote stay known: a card back with the same instant is still all-day.
                 for (key, mark) in task?.stamps ?? [:] where FieldStamps.isDayDateKey(key) { stamps[key] = mark }
                 try rows.upsertTask(
-                    accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, actionID: o.actionID, now: now)
+                    accountID: o.accountID, syncListID: o.syncListID, cardID: o.cardID, stamps: stamps, values: fields, actionID: o.actionID, now: now
+                )
                 if let from {
                     // Every field goes with the move; `changed_fields` names those Trello changed beside it (an edit
                     // the apps then make to another field is no conflict with the move).

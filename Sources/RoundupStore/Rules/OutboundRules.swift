@@ -9,6 +9,8 @@ package struct OutboundTask: Sendable, Equatable {
     /// Nil keeps the reminder the card maps to.
     package var reminderID: String?
     package var stamps: [String: FieldStamps.Stamp]
+    /// The card's values of the fields named, set over those stored (`FieldValues`).
+    package var values: [String: JSONValue] = [:]
     package var deleted: Bool
     /// When we last wrote the card to Trello; nil keeps the earlier time.
     package var syncedAt: String?
@@ -61,8 +63,8 @@ extension ChangeApplier where Rows: OutboundRows {
         }
         try rows.putTask(
             OutboundTask(
-                accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, reminderID: w.reminderID, stamps: stamps, deleted: w.deleted,
-                syncedAt: nowText, now: nowText))
+                accountID: w.accountID, syncListID: w.syncListID, cardID: w.cardID, reminderID: w.reminderID, stamps: stamps, values: w.values,
+                deleted: w.deleted, syncedAt: nowText, now: nowText))
         if let reminder = w.reminderID { try rows.deleteTask(accountID: w.accountID, cardID: SyncTaskRecord.placeholderPrefix + reminder) }
 
         let observation = CardObservation(
@@ -114,8 +116,8 @@ extension ChangeApplier where Rows: OutboundRows {
             for (key, mark) in task?.stamps ?? [:] where FieldStamps.isDayDateKey(key) { stamps[key] = mark }
             try rows.putTask(
                 OutboundTask(
-                    accountID: accountID, syncListID: syncListID, cardID: card.cardID, reminderID: nil, stamps: stamps, deleted: false, syncedAt: nil,
-                    now: nowText))
+                    accountID: accountID, syncListID: syncListID, cardID: card.cardID, reminderID: nil, stamps: stamps, values: card.fields,
+                    deleted: false, syncedAt: nil, now: nowText))
             let observation = CardObservation(
                 accountID: accountID, syncListID: syncListID, cardID: card.cardID, actionID: nil, actionDate: now, kind: .removed)
             try writeChange(observation, type: .create, changed: card.fields.keys.sorted(), fields: card.fields, stamps: stamps)
