@@ -24,13 +24,15 @@ public enum AccountsReport {
     }
 }
 
-/// `roundupctl lists`: every synced list with its last reconciliation with Trello.
+/// `roundupctl lists`: every synced list with its last reconciliation with Trello, and whether it is paused (its Trello
+/// list archived).
 public enum ListsReport {
     public static func json(_ list: SyncListRecord, needsAttention: Bool) -> JSONValue {
         .object([
             "sync_list_id": .string(list.id), "account_id": .string(list.accountID), "name": .string(list.name),
             "trello_list_id": .string(list.trelloListID), "last_reconciled_at": list.lastReconciledAt.map(JSONValue.string) ?? .null,
             "last_reconcile_error": list.lastReconcileError.map(JSONValue.string) ?? .null, "account_needs_attention": .bool(needsAttention),
+            "archived_at": list.archivedAt.map(JSONValue.string) ?? .null,
         ])
     }
 
@@ -38,7 +40,8 @@ public enum ListsReport {
     public static func line(_ list: SyncListRecord, needsAttention: Bool, now: Date = Date()) -> String {
         let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", now.timeIntervalSince($0)) } ?? "never"
         let error = list.lastReconcileError.map { "  (last error: \(TerminalText.printable($0)))" } ?? ""
+        let paused = list.archivedAt.map { "  PAUSED: trello list archived \(TerminalText.printable($0))" } ?? ""
         return
-            "\(list.id)  \(TerminalText.printable(list.name))  trello \(TerminalText.printable(list.trelloListID))  reconciled \(last)\(error)\(needsAttention ? "  ACCOUNT NEEDS ATTENTION" : "")"
+            "\(list.id)  \(TerminalText.printable(list.name))  trello \(TerminalText.printable(list.trelloListID))  reconciled \(last)\(error)\(paused)\(needsAttention ? "  ACCOUNT NEEDS ATTENTION" : "")"
     }
 }

@@ -404,12 +404,14 @@ enum PostgresMigrations {
             ]
         ),
         (
-            // A card's values as last known (SQLiteMigrations' v15 says why); jsonb, so a write sets its fields with `||`.
+            // A card's values as last known, and the Trello list's name and archive (SQLiteMigrations' v15 says why); the values
+            // jsonb, so a write sets its fields with `||`.
             // A list's cards are paged by id (`listCards`): the list's index carries it.
-            "v15-card-values",
+            "v15-card-values-and-list-state",
             [
                 "ALTER TABLE sync_tasks ADD COLUMN field_values JSONB", "CREATE INDEX sync_tasks_list_id ON sync_tasks(sync_list_id, id)",
-                "DROP INDEX sync_tasks_list",
+                "DROP INDEX sync_tasks_list", "ALTER TABLE sync_lists ADD COLUMN trello_list_name TEXT",
+                "ALTER TABLE sync_lists ADD COLUMN archived_at TEXT",
             ]
         ),
     ]

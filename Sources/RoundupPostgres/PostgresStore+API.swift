@@ -82,7 +82,7 @@ extension PostgresStore {
             rows = try await c.rows(
                 """
                 SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error,
-                       settings
+                       settings, trello_list_name, archived_at
                 FROM sync_lists WHERE account_id = \(accountID) AND id = \(id) ORDER BY created_at, id
                 """,
                 logger)
@@ -90,7 +90,7 @@ extension PostgresStore {
             rows = try await c.rows(
                 """
                 SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error,
-                       settings
+                       settings, trello_list_name, archived_at
                 FROM sync_lists WHERE account_id = \(accountID) ORDER BY created_at, id
                 """,
                 logger)
@@ -99,7 +99,25 @@ extension PostgresStore {
             try SyncListRecord(
                 id: row.text(0), accountID: accountID, name: row.text(1), trelloBoardID: row.text(2), trelloListID: row.text(3),
                 listWebhookID: row.optionalText(4), boardWebhookID: row.optionalText(5), createdAt: row.optionalText(6),
-                lastReconciledAt: row.optionalText(7), lastReconcileError: row.optionalText(8), settings: SyncSettings(stored: row.optionalText(9)))
+                lastReconciledAt: row.optionalText(7), lastReconcileError: row.optionalText(8), settings: SyncSettings(stored: row.optionalText(9)),
+                trelloListName: row.optionalText(10), archivedAt: row.optionalText(11))
+        }
+    }
+
+    public func setTrelloListState(
+        accountID: String, id: String, name: String?, trelloListName: String, archivedAt: String?
+    ) async throws
+        -> SyncListRecord?
+    {
+        let now = Timestamp.now()
+        return try await write { [self] c in
+            try await c.run(
+                """
+                UPDATE sync_lists SET name = COALESCE(\(name)::text, name), trello_list_name = \(trelloListName), archived_at = \(archivedAt)::text,
+                    updated_at = \(now)
+                WHERE account_id = \(accountID) AND id = \(id)
+                """, logger)
+            return try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first
         }
     }
 

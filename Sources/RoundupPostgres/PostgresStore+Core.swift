@@ -30,9 +30,9 @@ extension PostgresStore: SyncStore {
             try await write { [self] c in
                 try await c.run(
                     """
-                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
+                    INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings, trello_list_name)
                     VALUES (\(list.id), \(list.accountID), \(list.name), \(list.trelloBoardID), \(list.trelloListID), \(list.createdAt),
-                        \(list.createdAt), \(text))
+                        \(list.createdAt), \(text), \(list.trelloListName))
                     """, logger)
             }
         } catch  where Self.sqlState(error) == "23505" {

@@ -11,7 +11,7 @@ extension PostgresStore: ReconcileStore {
             try await c.rows(
                 """
                 SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
-                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL, l.settings
+                       l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL, l.settings, l.trello_list_name, l.archived_at
                 FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
                 """,
                 logger
@@ -21,7 +21,7 @@ extension PostgresStore: ReconcileStore {
                         id: row.text(0), accountID: row.text(1), name: row.text(2), trelloBoardID: row.text(3), trelloListID: row.text(4),
                         listWebhookID: row.optionalText(5), boardWebhookID: row.optionalText(6), createdAt: row.optionalText(7),
                         lastReconciledAt: row.optionalText(8), lastReconcileError: row.optionalText(9),
-                        settings: SyncSettings(stored: row.optionalText(11))),
+                        settings: SyncSettings(stored: row.optionalText(11)), trelloListName: row.optionalText(12), archivedAt: row.optionalText(13)),
                     needsAttention: row.bool(10)
                 )
             }

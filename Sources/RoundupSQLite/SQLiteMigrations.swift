@@ -360,11 +360,18 @@ enum SQLiteMigrations {
                     CREATE INDEX pending_changes_claimed ON pending_changes(claimed_until) WHERE claimed_until IS NOT NULL;
                     """)
         }
-        migrator.registerMigration("v15-card-values") { db in
+        migrator.registerMigration("v15-card-values-and-list-state") { db in
             // A card's values as the server last knew them (`FieldValues`), for the list's cards a new device reads
             // (`GET /dailyroundup/lists/{id}/cards`): one JSON object beside the stamps, set by the writes that stamp
             // fields. NULL for a task written before: its list's next reconciliation reads the card and fills it.
-            try db.execute(sql: "ALTER TABLE sync_tasks ADD COLUMN field_values TEXT")
+            // And what reconciliation reads of each Trello list: its name (a new one renames the sync list) and whether
+            // it is archived (the pairing paused: `SyncListRecord.archivedAt`).
+            try db.execute(
+                sql: """
+                    ALTER TABLE sync_tasks ADD COLUMN field_values TEXT;
+                    ALTER TABLE sync_lists ADD COLUMN trello_list_name TEXT;
+                    ALTER TABLE sync_lists ADD COLUMN archived_at TEXT;
+                    """)
         }
         return migrator
     }

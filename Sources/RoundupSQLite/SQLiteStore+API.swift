@@ -74,7 +74,7 @@ extension SQLiteStore {
     static func syncLists(_ db: Database, accountID: String, id: String? = nil) throws -> [SyncListRecord] {
         var sql = """
             SELECT id, name, trello_board_id, trello_list_id, list_webhook_id, board_webhook_id, created_at, last_reconciled_at, last_reconcile_error,
-                   settings
+                   settings, trello_list_name, archived_at
             FROM sync_lists WHERE account_id = ?
             """
         var arguments: StatementArguments = [accountID]
@@ -85,7 +85,24 @@ extension SQLiteStore {
         return try Row.fetchAll(db, sql: sql + " ORDER BY created_at, id", arguments: arguments).map {
             SyncListRecord(
                 id: $0[0], accountID: accountID, name: $0[1], trelloBoardID: $0[2], trelloListID: $0[3], listWebhookID: $0[4],
-                boardWebhookID: $0[5], createdAt: $0[6], lastReconciledAt: $0[7], lastReconcileError: $0[8], settings: SyncSettings(stored: $0[9]))
+                boardWebhookID: $0[5], createdAt: $0[6], lastReconciledAt: $0[7], lastReconcileError: $0[8], settings: SyncSettings(stored: $0[9]),
+                trelloListName: $0[10], archivedAt: $0[11])
+        }
+    }
+
+    public func setTrelloListState(
+        accountID: String, id: String, name: String?, trelloListName: String, archivedAt: String?
+    ) async throws
+        -> SyncListRecord?
+    {
+        try await pool.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE sync_lists SET name = COALESCE(?, name), trello_list_name = ?, archived_at = ?, updated_at = ?
+                    WHERE account_id = ? AND id = ?
+                    """,
+                arguments: [name, trelloListName, archivedAt, Timestamp.now(), accountID, id])
+            return try Self.syncLists(db, accountID: accountID, id: id).first
         }
     }
 

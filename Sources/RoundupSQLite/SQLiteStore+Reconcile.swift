@@ -10,7 +10,7 @@ extension SQLiteStore: ReconcileStore {
                 db,
                 sql: """
                     SELECT l.id, l.account_id, l.name, l.trello_board_id, l.trello_list_id, l.list_webhook_id, l.board_webhook_id, l.created_at,
-                           l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL, l.settings
+                           l.last_reconciled_at, l.last_reconcile_error, a.needs_attention IS NOT NULL, l.settings, l.trello_list_name, l.archived_at
                     FROM sync_lists l JOIN accounts a ON a.id = l.account_id ORDER BY l.created_at, l.id
                     """
             ).map { row in
@@ -18,7 +18,7 @@ extension SQLiteStore: ReconcileStore {
                     SyncListRecord(
                         id: row[0], accountID: row[1], name: row[2], trelloBoardID: row[3], trelloListID: row[4], listWebhookID: row[5],
                         boardWebhookID: row[6], createdAt: row[7], lastReconciledAt: row[8], lastReconcileError: row[9],
-                        settings: SyncSettings(stored: row[11])), row[10]
+                        settings: SyncSettings(stored: row[11]), trelloListName: row[12], archivedAt: row[13]), row[10]
                 )
             }
         }

@@ -103,12 +103,12 @@ public final class SQLiteStore: SyncStore {
             try await pool.write { db in
                 try db.execute(
                     sql: """
-                        INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO sync_lists (id, account_id, name, trello_board_id, trello_list_id, created_at, updated_at, settings, trello_list_name)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         list.id, list.accountID, list.name, list.trelloBoardID, list.trelloListID, list.createdAt, list.createdAt,
-                        list.settings.storedText,
+                        list.settings.storedText, list.trelloListName,
                     ])
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {

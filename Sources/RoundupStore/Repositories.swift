@@ -50,14 +50,23 @@ public protocol ListRepository: Sendable {
     /// The cards the store has live in the account's list, each with its reminder and values (`FieldValues`), in the
     /// order the store first saw them: those after the card of row `after` (0: from the first), at most `limit`.
     func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord]
+    /// What reconciliation read of the Trello list: its name (`name` too when given: a rename in Trello) and whether it
+    /// is archived (`archivedAt`, nil when open). Returns the list as it is now; nil when it is gone.
+    func setTrelloListState(
+        accountID: String, id: String, name: String?, trelloListName: String, archivedAt: String?
+    ) async throws
+        -> SyncListRecord?
 }
 
 extension ListRepository {
     /// Pairs a Trello list: a new list record (its id and pairing time made here, once for both stores), stored.
     public func createSyncList(
-        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings = .default
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings = .default,
+        trelloListName: String? = nil
     ) async throws -> SyncListRecord {
-        let list = SyncListRecord.new(accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
+        let list = SyncListRecord.new(
+            accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings,
+            trelloListName: trelloListName)
         try await insertSyncList(list)
         return list
     }

@@ -25,12 +25,23 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var lastReconcileError: String? = nil
     /// How the list syncs (`sync_lists.settings`, canonical JSON; NULL is the defaults).
     public var settings: SyncSettings = .default
+    /// The Trello list's name as last read (at pairing, then by reconciliation); a new one there renames the list.
+    /// Nil for a list paired before it was kept (the next reconciliation reads it, renaming nothing).
+    public var trelloListName: String? = nil
+    /// When the Trello list was found archived: the pairing is paused (no job runs against it, nothing is deleted)
+    /// until it is restored, which reconciles it.
+    public var archivedAt: String? = nil
+
+    /// Whether the pairing is paused because the Trello list is archived.
+    public var archived: Bool { archivedAt != nil }
 
     package init(
         id: String, accountID: String, name: String, trelloBoardID: String, trelloListID: String, listWebhookID: String? = nil,
         boardWebhookID: String? = nil, createdAt: String? = nil, lastReconciledAt: String? = nil, lastReconcileError: String? = nil,
-        settings: SyncSettings = .default
+        settings: SyncSettings = .default, trelloListName: String? = nil, archivedAt: String? = nil
     ) {
+        self.trelloListName = trelloListName
+        self.archivedAt = archivedAt
         self.id = id
         self.accountID = accountID
         self.name = name
@@ -48,10 +59,12 @@ public struct SyncListRecord: Sendable, Equatable, Hashable {
     public var pairedAt: Date? { createdAt.flatMap(Timestamp.date) }
 
     /// A new pairing of a Trello list, before the store writes it.
-    package static func new(accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings) -> Self {
+    package static func new(
+        accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings, trelloListName: String? = nil
+    ) -> Self {
         Self(
             id: Hex.lowercase(UUID()), accountID: accountID, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID,
-            createdAt: Timestamp.now(), settings: settings)
+            createdAt: Timestamp.now(), settings: settings, trelloListName: trelloListName)
     }
 }
 

@@ -59,11 +59,12 @@ public struct ListPairing: Sendable {
     ) async throws(Failure) -> SyncListRecord {
         // The list must be the board's: the board's webhook and routes are made with it, and a list on another board
         // would be paired with events of a board it is not on (and none of its own board's label or custom-field edits).
-        try await check(trelloListID: trelloListID, onBoard: trelloBoardID, credentials: credentials)
+        let found = try await check(trelloListID: trelloListID, onBoard: trelloBoardID, credentials: credentials)
         let list: SyncListRecord
         do {
             list = try await store.createSyncList(
-                accountID: account, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings)
+                accountID: account, name: name, trelloBoardID: trelloBoardID, trelloListID: trelloListID, settings: settings,
+                trelloListName: found.name)
         } catch StoreError.duplicateList {
             throw .alreadyPaired(trelloListID: trelloListID)
         } catch {
@@ -99,7 +100,8 @@ public struct ListPairing: Sendable {
     }
 
     /// Asks Trello for the list (`GET /1/lists/{id}`) before anything is made: it must exist, be on `board` and be open.
-    func check(trelloListID: String, onBoard board: String, credentials: TrelloCredentials) async throws(Failure) {
+    @discardableResult
+    func check(trelloListID: String, onBoard board: String, credentials: TrelloCredentials) async throws(Failure) -> TrelloClient.ListInfo {
         let found: TrelloClient.ListInfo?
         do {
             found = try await webhooks.trello.list(id: trelloListID, credentials: credentials)
@@ -113,6 +115,7 @@ public struct ListPairing: Sendable {
             throw .listNotOnBoard(trelloListID: trelloListID, trelloBoardID: board, actualBoardID: found.boardID)
         }
         guard !found.closed else { throw .listArchived(trelloListID: trelloListID) }
+        return found
     }
 
     /// Unpairs a list: its webhooks removed at Trello (its board's only when no other list of the account shares it;

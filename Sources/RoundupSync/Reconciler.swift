@@ -20,12 +20,14 @@ public struct Reconciler: Sendable {
         public var changes: [ChangeType: Int] = [:]
         public var webhooksRegistered = 0
         public var trelloRequests = 0
+        /// The Trello list is archived: its pairing is paused, its cards left as they are.
+        public var archived = false
 
         public var summary: [String: JSONValue] {
             [
                 "cards": .number(Double(cards)),
                 "changes": .object(Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
-                "webhooks_registered": .number(Double(webhooksRegistered)),
+                "webhooks_registered": .number(Double(webhooksRegistered)), "archived": .bool(archived),
             ]
         }
     }
@@ -110,6 +112,14 @@ public struct Reconciler: Sendable {
         let credentials = TrelloCredentials(apiKey: key, token: token)
         do {
             var outcome = Outcome()
+            let list = try await follow(list, credentials: credentials)
+            outcome.trelloRequests += 1
+            if list.archived {
+                // Paused: no card is read or removed (the archive removed none from the list), nothing is registered.
+                outcome.archived = true
+                try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
+                return outcome
+            }
             outcome.webhooksRegistered = try await webhooks.repair(list, callbackToken: account.webhookToken, credentials: credentials)
             try await reconcileCards(list, credentials: credentials, outcome: &outcome)
             try await store.markReconciled(syncListID: list.id, succeeded: true, error: nil)
@@ -143,6 +153,33 @@ public struct Reconciler: Sendable {
             Counter(label: "roundup_reconcile_runs_total", dimensions: [("result", "error")]).increment()
             throw error
         }
+    }
+
+    /// Reads the Trello list (one request) and keeps the pairing in step with it: a new name in Trello renames the sync
+    /// list; an archived list pauses the pairing (`SyncListRecord.archivedAt`: no job runs against it, no reminder is
+    /// deleted) and a restored one resumes it (this run then reconciles its cards). Either way the account's devices
+    /// are woken (a push with reason `list_changed`, and their streams), so the apps read their lists again. A list
+    /// Trello no longer shows is left to the card pass.
+    func follow(_ list: SyncListRecord, credentials: TrelloCredentials) async throws -> SyncListRecord {
+        guard let found = try await trello.list(id: list.trelloListID, credentials: credentials) else { return list }
+        let renamed = list.trelloListName.map { $0 != found.name } ?? false
+        let archivedAt = found.closed ? list.archivedAt ?? Timestamp.now() : nil
+        guard renamed || list.trelloListName == nil || archivedAt != list.archivedAt else { return list }
+        guard
+            let updated = try await store.setTrelloListState(
+                accountID: list.accountID, id: list.id, name: renamed ? found.name : nil, trelloListName: found.name, archivedAt: archivedAt)
+        else { return list }
+        let paused = archivedAt != nil && list.archivedAt == nil, resumed = archivedAt == nil && list.archivedAt != nil
+        guard renamed || paused || resumed else { return updated }
+        logger.info(
+            "trello list changed", metadata: ["list": "\(list.id)", "renamed": "\(renamed)", "archived": "\(paused)", "restored": "\(resumed)"])
+        Counter(label: "roundup_list_changes_total", dimensions: [("change", renamed ? "renamed" : paused ? "archived" : "restored")]).increment()
+        do {
+            _ = try await redis.pipeline(NewChanges.commands(account: list.accountID, reason: .listChanged, keys: keys), timeout: .seconds(2))
+        } catch {
+            logger.warning("devices not woken for a list change", metadata: ["list": "\(list.id)", "error": "\(error)"])
+        }
+        return updated
     }
 
     /// The most cards gone from a list one reconciliation looks for in the account's other synced lists.

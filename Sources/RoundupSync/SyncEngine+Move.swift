@@ -30,6 +30,7 @@ extension SyncEngine {
         guard let source = state.lists[task.syncListID] else {
             throw ItemFailure(description: "the card \(task.cardID) is in a list that is no longer synced")
         }
+        if source.archived { return .skipped(item, cardID: task.cardID, reason: Self.archivedReason(source)) }
         for side in [source, list] where !side.settings.direction.toTrello {
             return .skipped(
                 item, cardID: task.cardID,

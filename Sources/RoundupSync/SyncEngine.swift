@@ -304,6 +304,11 @@ public struct SyncEngine: Sendable {
         var readAt: Date
     }
 
+    /// Why nothing is written to a list whose Trello list is archived.
+    static func archivedReason(_ list: SyncListRecord) -> String {
+        "the Trello list of \(list.id) is archived: its sync is paused until the list is restored in Trello"
+    }
+
     /// A job over one list's open cards (an import, a link migration): the list its payload names, its board's Priority
     /// field, then `body` for each page of open cards, newest first, 100 a request; `body` ends the walk early by
     /// returning an outcome. A shutdown or a job given up as stale ends it between pages; a failure ends the job
@@ -315,6 +320,7 @@ public struct SyncEngine: Sendable {
         guard let listID = job.payload["sync_list_id"]?.stringValue, let list = state.lists[listID] else {
             return .failed("the list is no longer synced")
         }
+        if list.archived { return .failed(Self.archivedReason(list)) }
         do {
             let priority = try await priorityField(list, state: &state)
             var before: String?
@@ -338,6 +344,11 @@ public struct SyncEngine: Sendable {
 
     func process(_ item: SyncItem, state: inout JobState) async throws -> SyncItemResult {
         guard let list = state.lists[item.syncListID] else { throw ItemFailure(description: "the list \(item.syncListID) is no longer synced") }
+        // A paused pairing (its Trello list archived): nothing is written to the list until it is restored; the app
+        // keeps its reminder and sends the change again then.
+        if list.archived {
+            return .skipped(item, reason: Self.archivedReason(list))
+        }
         // A value that cannot be written fails this item alone, naming the field (the API took it as sent).
         var item = item
         for field in item.changedFields {

@@ -611,7 +611,7 @@ extension FakeTrello.State {
     }
 
     func listRef(_ listID: String) -> JSONValue {
-        .object(["id": .string(listID), "name": .string(FakeTrello.listName(listID))])
+        .object(["id": .string(listID), "name": .string(listName(listID))])
     }
 
     func boardRef(_ boardID: String) -> JSONValue {
@@ -621,7 +621,7 @@ extension FakeTrello.State {
     /// A list webhook's `model` (its `idBoard` is how a receiver tells a list from a board).
     func listModel(_ listID: String) -> JSONValue {
         .object([
-            "id": .string(listID), "name": .string(FakeTrello.listName(listID)), "closed": .bool(false),
+            "id": .string(listID), "name": .string(listName(listID)), "closed": .bool(closedLists.contains(listID)),
             "idBoard": .string(boardID(ofList: listID) ?? ""), "pos": .number(65535),
         ])
     }

@@ -30,6 +30,8 @@ public final class FakeTrello: Sendable {
         public var lists: [String: String] = [:]
         /// Known lists that are archived (`closed: true` in `GET /1/lists/{id}`).
         public var closedLists: Set<String> = []
+        /// Lists renamed (`userUpdateList`); the others are named `FakeTrello.listName`.
+        public var listNames: [String: String] = [:]
         /// How long each request under /1/cards/ takes (a slow Trello).
         public var cardDelay: Duration = .zero
         /// How long every authorized request takes (a slow Trello for every path).
@@ -433,7 +435,7 @@ extension FakeTrello.State {
         guard let board = boardID(ofList: id) else { return .failure(.notFound) }
         let closed = closedLists.contains(id)
         let values: [String: JSONValue] = [
-            "id": .string(id), "name": .string(FakeTrello.listName(id)), "closed": .bool(closed), "color": .null, "idBoard": .string(board),
+            "id": .string(id), "name": .string(listName(id)), "closed": .bool(closed), "color": .null, "idBoard": .string(board),
             "pos": .number(65535), "subscribed": .bool(false), "softLimit": .null,
         ]
         let asked = params["fields"]?.stringValue ?? "all"

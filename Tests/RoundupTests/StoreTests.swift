@@ -56,7 +56,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
                     "v1-reference-schema", "v2-superseded-changes", "v3-sync-jobs", "v4-reconciliation", "v5-resolution-claims",
                     "v6-webhook-callback-tokens", "v7-list-settings", "v8-activity", "v9-device-apps",
                     "v10-changes-by-card-and-id", "v11-changes-carry-reminder", "v12-drop-unused-card-tables", "v13-several-devices",
-                    "v14-declined-and-moved-changes", "v15-card-values",
+                    "v14-declined-and-moved-changes", "v15-card-values-and-list-state",
                 ])
         }
         try await f.store.migrate()  // a second run changes nothing and does not fail

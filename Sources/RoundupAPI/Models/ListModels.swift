@@ -23,6 +23,10 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
     public var priorityOptions: [JSONValue]? = nil
     /// Why `labels` is missing (Trello could not be asked); the options are then the ones last stored.
     public var vocabularyError: String? = nil
+    /// The Trello list is archived: the sync is paused (no reminder deleted, no change written to Trello) until it is
+    /// restored there. `archived_at`: when the server found it so.
+    public var archived: Bool
+    @Nullable public var archivedAt: String?
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"
@@ -36,6 +40,8 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
         case labels
         case priorityOptions = "priority_options"
         case vocabularyError = "vocabulary_error"
+        case archived
+        case archivedAt = "archived_at"
     }
 
     init(_ list: SyncListRecord) {
@@ -47,6 +53,8 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
         lastReconciledAt = list.lastReconciledAt
         lastReconcileError = list.lastReconcileError
         settings = list.settings.json
+        archived = list.archived
+        archivedAt = list.archivedAt
     }
 }
 

@@ -227,7 +227,11 @@ struct ListRoutes {
 
     /// A job about one of the account's lists, queued for the workers.
     private func submitListJob(_ account: String, _ id: String, kind: JobKind, total: Int) async throws -> EditedResponse<JobStarted> {
-        guard try await store.syncList(accountID: account, id: id) != nil else { throw APIError.notFound("no list \(id)") }
+        guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
+        // A paused list takes no job that writes or reads its cards; a reconciliation is how it notices a restore.
+        if list.archived, kind != .reconcile {
+            throw APIError.conflict("the Trello list of \(id) is archived: its sync is paused until the list is restored in Trello")
+        }
         return try await jobs.queue { jobs in
             try await jobs.submit(accountID: account, kind: kind, payload: .object(["sync_list_id": .string(id)]), total: total)
         }

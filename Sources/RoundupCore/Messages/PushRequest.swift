@@ -22,6 +22,8 @@ public struct PushRequest: StreamMessage, Equatable {
         case conflict
         /// Trello refused the account's token.
         case trelloTokenRevoked = "trello_token_revoked"
+        /// A synced list was renamed, archived or restored in Trello: the apps read their lists again.
+        case listChanged = "list_changed"
     }
 
     /// The approximate bound writers keep the push stream to (`MAXLEN ~`).

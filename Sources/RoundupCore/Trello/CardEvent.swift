@@ -94,8 +94,8 @@ public enum CardEventInterpreter {
             // Labels, checklists, check items, attachments, custom fields: the payload names what changed
             // but not the card's resulting value, so read the card.
             return [CardEvent(cardID: cardID, listID: data.list?.id ?? modelList, boardID: board, kind: .fetch)]
-        case .updateLabel, .deleteLabel, .updateCustomField:
-            // A board's label: no card of its own (`WebhookHandler` queues the board's lists for reconciliation).
+        case .updateLabel, .deleteLabel, .updateCustomField, .updateList:
+            // A board's label, field or list: no card of its own (the consumer queues the board's lists for reconciliation).
             return []
         }
     }

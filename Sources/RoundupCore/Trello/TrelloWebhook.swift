@@ -15,12 +15,16 @@ public enum TrelloActionType: String, Sendable, CaseIterable {
     /// A board's custom field edited (an option added to Priority, renamed, reordered): as for a label, the board's
     /// synced lists are reconciled, and reconciliation reads the board's Priority field again.
     case updateCustomField
+    /// A list renamed, archived or restored: as for a label, the board's synced lists are reconciled, and
+    /// reconciliation reads each Trello list first (a new name renames the sync list; archived, its pairing pauses).
+    case updateList
 
     /// Every case's name (the ingress's filter, one set lookup).
     public static let handled: Set<String> = Set(allCases.map(\.rawValue))
 
-    /// Actions on a board's labels or custom fields: they change the cards carrying the label or option without naming any.
-    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel || self == .updateCustomField }
+    /// Actions on a board's labels, custom fields or lists: they change the cards carrying the label or option, or the
+    /// list, without naming a card; the board's synced lists are reconciled.
+    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel || self == .updateCustomField || self == .updateList }
     public static let boardLabelChanges: Set<String> = Set(allCases.filter(\.changesBoardLabels).map(\.rawValue))
 }
 
