@@ -508,10 +508,10 @@ struct PostgresChangeRows: ChangeRows {
                 """
                 INSERT INTO pending_changes
                     (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, superseded, reminder_id,
-                     claimed_by, claimed_until, from_sync_list_id)
+                     claimed_by, claimed_until, from_sync_list_id, declined_by)
                 SELECT a, l, t, cf, f, k, NULLIF(x, ''), n, s,
                     (SELECT r.reminder_id FROM sync_tasks r WHERE r.account_id = u.a AND r.trello_card_id = u.k),  -- the task's as it is now (v11)
-                    NULLIF(cb, ''), NULLIF(cu, 0), NULLIF(fl, '')
+                    NULLIF(cb, ''), NULLIF(cu, 0), NULLIF(fl, ''), NULLIF(db, '')
                 FROM unnest(
                 """)
             let texts: [[String]] = [
@@ -527,10 +527,13 @@ struct PostgresChangeRows: ChangeRows {
             // A hold passed on from a folded change (none: "" and 0, as arrays cannot hold NULL through these bindings).
             sql.appendInterpolation(changes.map { $0.claim?.deviceID ?? "" })
             sql.appendLiteral("::text[], ")
-            sql.appendInterpolation(changes.map { $0.claim?.until ?? 0 })
+            sql.appendInterpolation(changes.map { $0.claim?.until ?? $0.declined?.until ?? 0 })
             sql.appendLiteral("::int8[], ")
             sql.appendInterpolation(changes.map { $0.fromSyncListID ?? "" })
-            sql.appendLiteral("::text[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, cb, cu, fl, o) ORDER BY o")
+            sql.appendLiteral("::text[], ")
+            // A device the change is not handed to until `claimed_until` (none: "").
+            sql.appendInterpolation(changes.map { $0.declined?.deviceID ?? "" })
+            sql.appendLiteral("::text[]) WITH ORDINALITY AS u(a, l, t, cf, f, k, x, n, s, cb, cu, fl, db, o) ORDER BY o")
             try await c.run(PostgresQuery(stringInterpolation: sql), logger)
         }
     }

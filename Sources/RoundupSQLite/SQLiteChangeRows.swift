@@ -91,13 +91,14 @@ struct SQLiteChangeRows: ChangeRows {
             sql: """
                 INSERT INTO pending_changes
                     (account_id, sync_list_id, change_type, changed_fields, fields, trello_card_id, trello_action_id, created_at, reminder_id,
-                     claimed_by, claimed_until, from_sync_list_id)
+                     claimed_by, claimed_until, from_sync_list_id, declined_by)
                 VALUES (
-                    ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT reminder_id FROM sync_tasks WHERE account_id = ?1 AND trello_card_id = ?6), ?9, ?10, ?11)
+                    ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT reminder_id FROM sync_tasks WHERE account_id = ?1 AND trello_card_id = ?6), ?9, ?10, ?11,
+                    ?12)
                 """
         ).execute(arguments: [
             c.accountID, c.syncListID, c.type.storedName, c.changedFieldsJSON, c.fieldsJSON, c.cardID, c.actionID, now, c.claim?.deviceID,
-            c.claim?.until, c.fromSyncListID,
+            c.claim?.until ?? c.declined?.until, c.fromSyncListID, c.declined?.deviceID,
         ])
     }
 }

@@ -60,6 +60,10 @@ public struct SyncItemResult: Sendable, Equatable {
     public var skippedFields: [String] = []
     /// Why the item was skipped, for `ItemStatus.skipped`.
     public var reason: String?
+    /// What the card holds that the app did not send, or sent in another form (its `trello_url`, label ids, the ids
+    /// Trello gave new check items and links, what a move to another board dropped): the device that sent the item
+    /// learns them here, not from a change.
+    public var fields: [String: JSONValue]?
 
     public init(
         reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [],
@@ -84,6 +88,7 @@ public struct SyncItemResult: Sendable, Equatable {
         if let summary { object["summary"] = .object(summary) }
         if !skippedFields.isEmpty { object["skipped_fields"] = .array(skippedFields.map(JSONValue.string)) }
         if let reason { object["reason"] = .string(reason) }
+        if let fields { object["fields"] = .object(fields) }
         return .object(object)
     }
 
@@ -136,6 +141,7 @@ public struct SyncItemResult: Sendable, Equatable {
         self.summary = json["summary"]?.objectValue
         self.skippedFields = json["skipped_fields"]?.arrayValue?.compactMap(\.stringValue) ?? []
         self.reason = json["reason"]?.stringValue
+        self.fields = json["fields"]?.objectValue
     }
 
     /// An item the list's settings keep from Trello whole.
@@ -359,6 +365,10 @@ public struct SyncWrite: Sendable {
     public var winning: [String: JSONValue] = [:]
     /// Trello's values the apps must receive (the conflict policy kept Trello's side).
     public var toApps: [String: JSONValue] = [:]
+    /// `toApps` are only what the device `sender` learns from its job's result (`SyncItemResult.fields`): their change
+    /// is not handed to that device until `until` (milliseconds since 1970; as a declined hold, `ChangeClaim`), while
+    /// the account's other devices may take it.
+    public var toldOnly: (sender: String, until: Int64)? = nil
     public var conflicts: [NewConflict] = []
     public var jobID: String?
     /// Drop unacknowledged changes of this card (the app deleted its reminder).

@@ -70,7 +70,7 @@ extension SyncEngine {
             record.stamp(field, value, time: now)
             if let stamp = task.stamps[field], stamp.hash != value.fieldHash, list.settings.syncsToReminders(named: field) { told[field] = value }
         }
-        record.toApps = told
+        tell(told, into: &record, time: now, state: &state)
         record.activity = [
             NewActivity(
                 kind: .move, syncListID: list.id, cardID: task.cardID, reminderID: task.reminderID, side: .reminders, oldValue: .string(source.id),
@@ -78,7 +78,7 @@ extension SyncEngine {
         ]
         _ = try await store.recordSyncWrite(record)
         await echo.clear([mark])
-        if !told.isEmpty { await announceChanges(account: list.accountID, excludeDevice: nil, reason: .sync) }
+        if !record.toApps.isEmpty { await announceChanges(account: list.accountID, excludeDevice: state.deviceID, reason: .sync) }
         guard !changed.isEmpty else { return SyncItemResult(reminderID: item.reminderID, op: .move, status: .ok, trelloCardID: task.cardID) }
         return try await movedEdits(item, cardID: task.cardID, list: list, state: &state)
     }

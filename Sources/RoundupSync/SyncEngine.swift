@@ -90,6 +90,8 @@ public struct SyncEngine: Sendable {
         /// The all-day dates of the item being processed: written with the item's own store write, for the fields the
         /// card ends up holding the app's value of.
         var days = DayDates()
+        /// What the item being processed left on the card that the app did not send (`SyncItemResult.fields`).
+        var told: [String: JSONValue] = [:]
     }
 
     public enum RunOutcome: Sendable, Equatable {
@@ -372,7 +374,28 @@ public struct SyncEngine: Sendable {
         case .update, .move: state.days = DayDates(&item.fields, only: Set(item.changedFields), timeZone: state.timeZone)
         case .delete, .complete: state.days = DayDates()
         }
-        return try await run(item, list: list, state: &state)
+        state.told = [:]
+        var result = try await run(item, list: list, state: &state)
+        if !state.told.isEmpty { result.fields = state.told }
+        return result
+    }
+
+    /// How long the change that tells the other devices what an item left on its card is not handed to the device that
+    /// sent the item (it has the values from its result): a day, long past any app's reading of its job; a device that
+    /// never read the result gets the change then (an update of values it may already have: harmless).
+    static let toldDeclineSeconds: TimeInterval = 86_400
+
+    /// Tells what the item left on the card that the app did not send (`told`): to the sender in its result, and to the
+    /// account's other devices by a change the sender is not handed (`toldDeclineSeconds`; a pull without `device_id`
+    /// sees it as before). A write that also sends Trello's kept values (`toApps`) is a change for every device.
+    func tell(_ told: [String: JSONValue], into record: inout SyncWrite, time: Double, state: inout JobState) {
+        guard !told.isEmpty else { return }
+        state.told.merge(told) { _, later in later }
+        let keepsTrellosValues = !record.toApps.isEmpty
+        record.tell(told, time: time)
+        if let sender = state.deviceID, !keepsTrellosValues {
+            record.toldOnly = (sender, Int64((Date().timeIntervalSince1970 + Self.toldDeclineSeconds) * 1000))
+        }
     }
 
     /// The all-day dates an item sets (their marks, and the day the app sent), and the dates it makes timed again
@@ -612,7 +635,7 @@ public struct SyncEngine: Sendable {
         for (field, value) in written.values where value != write[field] && list.settings.syncsToReminders(named: field) { told[field] = value }
         record.winning = winning.merging(written.values.filter { winning[$0.key] != nil }) { _, held in held }
         record.toApps = toApps
-        record.tell(told, time: Date().timeIntervalSince1970)
+        tell(told, into: &record, time: Date().timeIntervalSince1970, state: &state)
         let conflictIDs = try await store.recordSyncWrite(record)
         await echo.clear(marks)
         // Trello's side was kept for some fields: the other devices learn it from the change just written.
@@ -790,7 +813,7 @@ public struct SyncEngine: Sendable {
             more.values = written.values
             for (field, value) in written.values where value != fields[field] && list.settings.syncsToReminders(named: field) { told[field] = value }
         }
-        more.tell(told, time: now)
+        tell(told, into: &more, time: now, state: &state)
         if !more.stamps.isEmpty { _ = try await store.recordSyncWrite(more) }
         await echo.clear(marks)
         await echo.clear([createMark])

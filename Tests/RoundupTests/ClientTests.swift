@@ -75,6 +75,41 @@ import Testing
         await stack.shutdown()
     }
 
+    /// A new device with the client: the board's vocabulary typed, the list's cards paged through, dates typed.
+    @Test(arguments: StoreBackend.available) func aNewDeviceReadsTheVocabularyAndTheCardsTyped(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let client = setup.client
+        stack.trello.setBoardLabels(boardID: "Bclient", [("lab-1", "Errand", "blue")])
+        stack.trello.setPriorityField(boardID: "Bclient", fieldID: "F1", options: [("o-high", "High"), ("o-low", "Low")])
+        let list = try await client.list(setup.list.syncListId)
+        #expect(list.labels?.map(\.name) == ["Errand"] && list.priorityOptions?.map(\.text) == ["High", "Low"], "\(list)")
+        #expect(list.priorityOptions?.map(\.level) == [1, 9])
+
+        var made: [String] = []
+        for n in 0..<5 {
+            made.append(stack.trello.userCreateCard(listID: "Lclient", name: "Card \(n)", due: n == 0 ? "2026-12-03T09:30:00.000Z" : nil))
+        }
+        #expect(try await TestSupport.eventually { try await client.changes().collect().count == 5 })
+        let changes = try await client.changes().collect()
+        _ = try await client.ack(changes.map { ChangeAck(id: $0.id, reminderID: "R-\($0.trelloCardId)") })
+
+        let cards = try await client.listCards(setup.list.syncListId, pageSize: 2)
+        #expect(cards.map(\.trelloCardId).sorted() == made.sorted())
+        let first = try #require(cards.first { $0.trelloCardId == made[0] })
+        #expect(first.reminderId == "R-\(made[0])" && first.fields?.title == "Card 0")
+        #expect(first.fields?.due == .instant(Date(timeIntervalSince1970: 1_796_290_200)), "\(String(describing: first.fields?.dueDate))")
+
+        // A day and an instant, both ways.
+        #expect(ReminderDateValue("2026-12-01") == .day(year: 2026, month: 12, day: 1))
+        #expect(ReminderDateValue("2026-12-01")?.description == "2026-12-01")
+        #expect(ReminderDateValue("2026-12-01T10:00:00+01:00") == .instant(Date(timeIntervalSince1970: 1_796_115_600)))
+        #expect(ReminderDateValue("2026-13-01") == nil && ReminderDateValue("soon") == nil)
+        #expect(ReminderDateValue(DateComponents(year: 2026, month: 12, day: 1)) == .day(year: 2026, month: 12, day: 1))
+        #expect(ReminderDateValue.day(year: 2026, month: 12, day: 1).dateComponents().hour == nil)
+        await stack.shutdown()
+    }
+
     @Test(arguments: StoreBackend.available) func liveChangesFollowNewOnesAndResumeAfterTheServerEndsTheStream(backend: StoreBackend) async throws {
         let (stack, setup) = try await start(backend)
         defer { Task { await stack.shutdown() } }

@@ -91,6 +91,8 @@ package struct ChangeApplier<Rows: ChangeRows> {
         package var claim: Hold? = nil
         /// The list a `move` left (stored with the move, which the store writes as an update: `ChangeType.storedName`).
         package var fromSyncListID: String? = nil
+        /// A device not to hand the change to until then (`ChangeClaim`'s decline), when nobody holds it.
+        package var declined: Hold? = nil
 
         /// The change as `latestChange` answers it, once written with `id`.
         package func row(id: Int64) -> ChangeRow {
@@ -273,10 +275,12 @@ package struct ChangeApplier<Rows: ChangeRows> {
     /// for the apps passes here, so here the list's settings keep out what does not flow to Reminders: a field that
     /// does not sync that way, and a delete of a list that does not. Returns whether a change was written.
     /// `stamps`, the card's stamps as they now are: a due or start date still at the instant we wrote for an all-day
-    /// date (`FieldStamps.dayDateKey`) goes to the apps as that day.
+    /// date (`FieldStamps.dayDateKey`) goes to the apps as that day. `declined`: a device the change is not handed to
+    /// for a while (it learned the values otherwise), unless the change it replaces is held.
     @discardableResult
     package mutating func writeChange(
-        _ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue], stamps: [String: Stamp]? = nil, from: String? = nil
+        _ o: CardObservation, type: ChangeType, changed: [String], fields: [String: JSONValue], stamps: [String: Stamp]? = nil, from: String? = nil,
+        declined: Hold? = nil
     ) throws -> Bool {
         let settings = try rules(o.syncListID).settings
         var type = type
@@ -334,7 +338,8 @@ package struct ChangeApplier<Rows: ChangeRows> {
                 accountID: o.accountID, syncListID: o.syncListID, type: type,
                 changedFieldsJSON: JSONValue.array(changed.map(JSONValue.string)).canonicalJSON,
                 fieldsJSON: JSONValue.object(fields).canonicalJSON, cardID: o.cardID, actionID: o.actionID,
-                changedFields: changed, fields: fields, claim: claim, fromSyncListID: type == .move ? from : nil),
+                changedFields: changed, fields: fields, claim: claim, fromSyncListID: type == .move ? from : nil,
+                declined: claim == nil ? declined : nil),
             now: now)
         written += 1
         accounts.insert(o.accountID)

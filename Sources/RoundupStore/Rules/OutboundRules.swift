@@ -80,7 +80,9 @@ extension ChangeApplier where Rows: OutboundRows {
             }
             if !w.toApps.isEmpty {
                 let type: ChangeType = w.toApps == [SyncField.completed.rawValue: .bool(true)] ? .complete : .update
-                try writeChange(observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps, stamps: stamps)
+                try writeChange(
+                    observation, type: type, changed: w.toApps.keys.sorted(), fields: w.toApps, stamps: stamps,
+                    declined: w.toldOnly.map { Hold(deviceID: $0.sender, until: $0.until) })
             }
         }
 

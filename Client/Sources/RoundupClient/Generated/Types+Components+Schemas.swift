@@ -333,8 +333,94 @@ extension Components {
                 case timeZone = "time_zone"
             }
         }
+        /// - Remark: Generated from `#/components/schemas/ListCardPage`.
+        public struct ListCardPage: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/ListCardPage/sync_list_id`.
+            public var syncListId: Swift.String
+            /// - Remark: Generated from `#/components/schemas/ListCardPage/cards`.
+            public var cards: [Components.Schemas.ListCard]
+            /// The `cursor` of the next page; null on the last.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ListCardPage/next_cursor`.
+            public var nextCursor: Swift.String?
+            /// Creates a new `ListCardPage`.
+            ///
+            /// - Parameters:
+            ///   - syncListId:
+            ///   - cards:
+            ///   - nextCursor: The `cursor` of the next page; null on the last.
+            public init(
+                syncListId: Swift.String,
+                cards: [Components.Schemas.ListCard],
+                nextCursor: Swift.String? = nil
+            ) {
+                self.syncListId = syncListId
+                self.cards = cards
+                self.nextCursor = nextCursor
+            }
+            public enum CodingKeys: String, CodingKey {
+                case syncListId = "sync_list_id"
+                case cards
+                case nextCursor = "next_cursor"
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/ListCard`.
+        public struct ListCard: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/ListCard/trello_card_id`.
+            public var trelloCardId: Swift.String
+            /// The reminder an app made of the card; null while its `create` waits for the apps.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ListCard/reminder_id`.
+            public var reminderId: Swift.String?
+            /// Every field as a `create` carries them; always present, null when the server has not read the card since
+            /// it began keeping values.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/ListCard/fields`.
+            public var fields: Components.Schemas.ChangeFields?
+            /// When the server last wrote what it knows of the card.
+            ///
+            /// - Remark: Generated from `#/components/schemas/ListCard/updated_at`.
+            public var updatedAt: Foundation.Date
+            /// Creates a new `ListCard`.
+            ///
+            /// - Parameters:
+            ///   - trelloCardId:
+            ///   - reminderId: The reminder an app made of the card; null while its `create` waits for the apps.
+            ///   - fields: Every field as a `create` carries them; always present, null when the server has not read the card since
+            ///   - updatedAt: When the server last wrote what it knows of the card.
+            public init(
+                trelloCardId: Swift.String,
+                reminderId: Swift.String? = nil,
+                fields: Components.Schemas.ChangeFields? = nil,
+                updatedAt: Foundation.Date
+            ) {
+                self.trelloCardId = trelloCardId
+                self.reminderId = reminderId
+                self.fields = fields
+                self.updatedAt = updatedAt
+            }
+            public enum CodingKeys: String, CodingKey {
+                case trelloCardId = "trello_card_id"
+                case reminderId = "reminder_id"
+                case fields
+                case updatedAt = "updated_at"
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/SyncList`.
         public struct SyncList: Codable, Hashable, Sendable {
+            /// The Trello list is archived: the list's sync is paused. No reminder is deleted for it, nothing the apps
+            /// send for it is written to Trello (its items are `skipped`, naming the archive), an import or a link
+            /// migration is refused (409). Restored in Trello, the list resumes with a reconciliation; the apps are woken
+            /// by a background push either way.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/archived`.
+            public var archived: Swift.Bool
+            /// When the server found the Trello list archived; null while it is open.
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncList/archived_at`.
+            public var archivedAt: Foundation.Date?
             /// When the list was last compared with Trello successfully (null until the first run).
             ///
             /// - Remark: Generated from `#/components/schemas/SyncList/last_reconciled_at`.
@@ -444,6 +530,8 @@ extension Components {
             /// Creates a new `SyncList`.
             ///
             /// - Parameters:
+            ///   - archived: The Trello list is archived: the list's sync is paused. No reminder is deleted for it, nothing the apps
+            ///   - archivedAt: When the server found the Trello list archived; null while it is open.
             ///   - lastReconciledAt: When the list was last compared with Trello successfully (null until the first run).
             ///   - lastReconcileError: Why the last run failed, if it did.
             ///   - syncListId:
@@ -456,6 +544,8 @@ extension Components {
             ///   - labels: `GET /dailyroundup/lists/{id}` only: the board's labels, for the apps to offer.
             ///   - priorityOptions: `GET /dailyroundup/lists/{id}` only: the options of the board's "Priority" dropdown in the board's
             public init(
+                archived: Swift.Bool,
+                archivedAt: Foundation.Date? = nil,
                 lastReconciledAt: Foundation.Date? = nil,
                 lastReconcileError: Swift.String? = nil,
                 syncListId: Swift.String,
@@ -468,6 +558,8 @@ extension Components {
                 labels: Components.Schemas.SyncList.LabelsPayload? = nil,
                 priorityOptions: Components.Schemas.SyncList.PriorityOptionsPayload? = nil
             ) {
+                self.archived = archived
+                self.archivedAt = archivedAt
                 self.lastReconciledAt = lastReconciledAt
                 self.lastReconcileError = lastReconcileError
                 self.syncListId = syncListId
@@ -481,6 +573,8 @@ extension Components {
                 self.priorityOptions = priorityOptions
             }
             public enum CodingKeys: String, CodingKey {
+                case archived
+                case archivedAt = "archived_at"
                 case lastReconciledAt = "last_reconciled_at"
                 case lastReconcileError = "last_reconcile_error"
                 case syncListId = "sync_list_id"
@@ -2128,6 +2222,14 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/SyncJobResult/reason`.
             public var reason: Swift.String?
+            /// What the card holds that the app did not send, or sent in another form: a new card's `trello_url`, label
+            /// ids for labels named, the ids Trello gave new check items and links, what a move to another board dropped.
+            /// The device that sent the item learns them here: a pull or stream with its `device_id` is not handed the
+            /// change that tells the account's other devices, for a day. Absent when there is nothing to learn.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/SyncJobResult/fields`.
+            public var fields: Components.Schemas.ChangeFields?
             /// Creates a new `SyncJobResult`.
             ///
             /// - Parameters:
@@ -2141,6 +2243,7 @@ extension Components {
             ///   - summary: For a `reconcile` job, its figures (`cards`, `changes` by type, `webhooks_registered`); for a `migrate_links` job, the card's (`links_moved`, `notes_written`, and `links_kept` when links stayed attachments for Trello's description limit).
             ///   - skippedFields: Fields of the edit the list's settings keep from Trello; the others were written.
             ///   - reason: Why the item was `skipped`.
+            ///   - fields: What the card holds that the app did not send, or sent in another form: a new card's `trello_url`, label
             public init(
                 reminderId: Swift.String? = nil,
                 op: Components.Schemas.JobItemOp,
@@ -2151,7 +2254,8 @@ extension Components {
                 duplicateId: Swift.Int? = nil,
                 summary: Components.Schemas.SyncJobResult.SummaryPayload? = nil,
                 skippedFields: [Components.Schemas.FieldName]? = nil,
-                reason: Swift.String? = nil
+                reason: Swift.String? = nil,
+                fields: Components.Schemas.ChangeFields? = nil
             ) {
                 self.reminderId = reminderId
                 self.op = op
@@ -2163,6 +2267,7 @@ extension Components {
                 self.summary = summary
                 self.skippedFields = skippedFields
                 self.reason = reason
+                self.fields = fields
             }
             public enum CodingKeys: String, CodingKey {
                 case reminderId = "reminder_id"
@@ -2175,6 +2280,7 @@ extension Components {
                 case summary
                 case skippedFields = "skipped_fields"
                 case reason
+                case fields
             }
         }
         /// - Remark: Generated from `#/components/schemas/SyncJob`.

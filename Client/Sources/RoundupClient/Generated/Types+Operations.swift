@@ -2079,6 +2079,12 @@ public enum Operations {
     }
     /// List synced lists
     ///
+    /// The account's lists as the server keeps them in step with Trello: a list renamed in Trello has Trello's new
+    /// name here; an archived one is `archived` (its sync paused). The server notices either at the list's
+    /// reconciliation, which Trello's `updateList` webhook starts within seconds, and wakes the apps with a
+    /// background push: an app reads its lists again whenever it is woken.
+    ///
+    ///
     /// - Remark: HTTP `GET /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/get(listSyncLists)`.
     public enum ListSyncLists {
@@ -3618,6 +3624,364 @@ public enum Operations {
             /// The store or Redis cannot be reached (`unavailable`).
             ///
             /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/delete(deleteSyncList)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            public var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        @frozen public enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            public init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            public var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            public static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
+    /// The list's cards as the server knows them, for a new device
+    ///
+    /// Every card the server has live in the list, in pages, read from the store (no Trello request): each with
+    /// its `reminder_id` (null while its `create` waits for the apps) and its `fields` as a `create` change carries
+    /// them, as Trello's edits and the apps' writes left them (the list's settings apply; an all-day date is its
+    /// day). What a new or reinstalled device reads to learn which of its reminders is which card, and every field
+    /// as last synced, without waiting for changes that were acknowledged long ago. A card with a null
+    /// `reminder_id` is on its way as a `create` change: leave it to the change feed, or two devices make it twice.
+    /// `fields` is null for a card the server has not read since it began keeping values (before v15); the list's
+    /// next reconciliation fills it. A card deleted, archived or moved out of the list is not listed. Pages end
+    /// after `limit` cards, or earlier when their values pass 2 MiB; follow `next_cursor` until it is null. Each
+    /// request counts against the account's rate limit.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/lists/{id}/cards`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)`.
+    public enum ListCards {
+        public static let id: Swift.String = "listCards"
+        public struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/path`.
+            public struct Path: Sendable, Hashable {
+                /// The `sync_list_id`.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/path/id`.
+                public var id: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - id: The `sync_list_id`.
+                public init(id: Swift.String) {
+                    self.id = id
+                }
+            }
+            public var path: Operations.ListCards.Input.Path
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/query`.
+            public struct Query: Sendable, Hashable {
+                /// The `next_cursor` of the page before; absent for the first page.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/query/cursor`.
+                public var cursor: Swift.String?
+                /// The largest number of cards to return.
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/query/limit`.
+                public var limit: Swift.Int?
+                /// Creates a new `Query`.
+                ///
+                /// - Parameters:
+                ///   - cursor: The `next_cursor` of the page before; absent for the first page.
+                ///   - limit: The largest number of cards to return.
+                public init(
+                    cursor: Swift.String? = nil,
+                    limit: Swift.Int? = nil
+                ) {
+                    self.cursor = cursor
+                    self.limit = limit
+                }
+            }
+            public var query: Operations.ListCards.Input.Query
+            /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/header`.
+            public struct Headers: Sendable, Hashable {
+                public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ListCards.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                public init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.ListCards.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            public var headers: Operations.ListCards.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - query:
+            ///   - headers:
+            public init(
+                path: Operations.ListCards.Input.Path,
+                query: Operations.ListCards.Input.Query = .init(),
+                headers: Operations.ListCards.Input.Headers = .init()
+            ) {
+                self.path = path
+                self.query = query
+                self.headers = headers
+            }
+        }
+        @frozen public enum Output: Sendable, Hashable {
+            public struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/responses/200/headers`.
+                public struct Headers: Sendable, Hashable {
+                    /// The request's id; also `error.request_id` in an error body.
+                    ///
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/responses/200/headers/X-Request-Id`.
+                    public var xRequestId: Components.Headers.RequestID?
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - xRequestId: The request's id; also `error.request_id` in an error body.
+                    public init(xRequestId: Components.Headers.RequestID? = nil) {
+                        self.xRequestId = xRequestId
+                    }
+                }
+                /// Received HTTP response headers
+                public var headers: Operations.ListCards.Output.Ok.Headers
+                /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/responses/200/content`.
+                @frozen public enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/dailyroundup/lists/{id}/cards/GET/responses/200/content/application\/json`.
+                    case json(Components.Schemas.ListCardPage)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    public var json: Components.Schemas.ListCardPage {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                public var body: Operations.ListCards.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                public init(
+                    headers: Operations.ListCards.Output.Ok.Headers = .init(),
+                    body: Operations.ListCards.Output.Ok.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// A page of the list's cards.
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.ListCards.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            public var ok: Operations.ListCards.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Malformed JSON, a body that is not valid UTF-8, or a string holding the
+            /// NUL character (`invalid_json`); or a field with the wrong type
+            /// (`bad_request`). The message names the field.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            public var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The bearer token is missing or wrong (`unauthorized`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            public var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The resource does not exist or belongs to another account (`not_found`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Components.Responses.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            public var notFound: Components.Responses.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The path does not support this method (`method_not_allowed`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/405`.
+            ///
+            /// HTTP response code: `405 methodNotAllowed`.
+            case methodNotAllowed(Components.Responses.MethodNotAllowed)
+            /// The associated value of the enum case if `self` is `.methodNotAllowed`.
+            ///
+            /// - Throws: An error if `self` is not `.methodNotAllowed`.
+            /// - SeeAlso: `.methodNotAllowed`.
+            public var methodNotAllowed: Components.Responses.MethodNotAllowed {
+                get throws {
+                    switch self {
+                    case let .methodNotAllowed(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "methodNotAllowed",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The JSON is well-formed but its values are invalid (`unprocessable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/422`.
+            ///
+            /// HTTP response code: `422 unprocessableContent`.
+            case unprocessableContent(Components.Responses.Unprocessable)
+            /// The associated value of the enum case if `self` is `.unprocessableContent`.
+            ///
+            /// - Throws: An error if `self` is not `.unprocessableContent`.
+            /// - SeeAlso: `.unprocessableContent`.
+            public var unprocessableContent: Components.Responses.Unprocessable {
+                get throws {
+                    switch self {
+                    case let .unprocessableContent(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unprocessableContent",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The account's request rate was exceeded (`rate_limited`), or this client
+            /// address sent too many bad tokens (account or bootstrap) in the last minute
+            /// (`too_many_failures`, before the request's own token is even looked at).
+            /// Retry after `Retry-After` seconds.
+            ///
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            public var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The store or Redis cannot be reached (`unavailable`).
+            ///
+            /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)/responses/503`.
             ///
             /// HTTP response code: `503 serviceUnavailable`.
             case serviceUnavailable(Components.Responses.Unavailable)

@@ -111,6 +111,12 @@ public protocol APIProtocol: Sendable {
     func exportAccount(_ input: Operations.ExportAccount.Input) async throws -> Operations.ExportAccount.Output
     /// List synced lists
     ///
+    /// The account's lists as the server keeps them in step with Trello: a list renamed in Trello has Trello's new
+    /// name here; an archived one is `archived` (its sync paused). The server notices either at the list's
+    /// reconciliation, which Trello's `updateList` webhook starts within seconds, and wakes the apps with a
+    /// background push: an app reads its lists again whenever it is woken.
+    ///
+    ///
     /// - Remark: HTTP `GET /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/get(listSyncLists)`.
     func listSyncLists(_ input: Operations.ListSyncLists.Input) async throws -> Operations.ListSyncLists.Output
@@ -169,6 +175,23 @@ public protocol APIProtocol: Sendable {
     /// - Remark: HTTP `DELETE /dailyroundup/lists/{id}`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/delete(deleteSyncList)`.
     func deleteSyncList(_ input: Operations.DeleteSyncList.Input) async throws -> Operations.DeleteSyncList.Output
+    /// The list's cards as the server knows them, for a new device
+    ///
+    /// Every card the server has live in the list, in pages, read from the store (no Trello request): each with
+    /// its `reminder_id` (null while its `create` waits for the apps) and its `fields` as a `create` change carries
+    /// them, as Trello's edits and the apps' writes left them (the list's settings apply; an all-day date is its
+    /// day). What a new or reinstalled device reads to learn which of its reminders is which card, and every field
+    /// as last synced, without waiting for changes that were acknowledged long ago. A card with a null
+    /// `reminder_id` is on its way as a `create` change: leave it to the change feed, or two devices make it twice.
+    /// `fields` is null for a card the server has not read since it began keeping values (before v15); the list's
+    /// next reconciliation fills it. A card deleted, archived or moved out of the list is not listed. Pages end
+    /// after `limit` cards, or earlier when their values pass 2 MiB; follow `next_cursor` until it is null. Each
+    /// request counts against the account's rate limit.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/lists/{id}/cards`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)`.
+    func listCards(_ input: Operations.ListCards.Input) async throws -> Operations.ListCards.Output
     /// Import a Trello list's open cards
     ///
     /// Starts a background job (`kind` `import`) and returns its id at once. No
@@ -609,6 +632,12 @@ extension APIProtocol {
     }
     /// List synced lists
     ///
+    /// The account's lists as the server keeps them in step with Trello: a list renamed in Trello has Trello's new
+    /// name here; an archived one is `archived` (its sync paused). The server notices either at the list's
+    /// reconciliation, which Trello's `updateList` webhook starts within seconds, and wakes the apps with a
+    /// background push: an app reads its lists again whenever it is woken.
+    ///
+    ///
     /// - Remark: HTTP `GET /dailyroundup/lists`.
     /// - Remark: Generated from `#/paths//dailyroundup/lists/get(listSyncLists)`.
     public func listSyncLists(headers: Operations.ListSyncLists.Input.Headers = .init()) async throws -> Operations.ListSyncLists.Output {
@@ -700,6 +729,33 @@ extension APIProtocol {
     ) async throws -> Operations.DeleteSyncList.Output {
         try await deleteSyncList(Operations.DeleteSyncList.Input(
             path: path,
+            headers: headers
+        ))
+    }
+    /// The list's cards as the server knows them, for a new device
+    ///
+    /// Every card the server has live in the list, in pages, read from the store (no Trello request): each with
+    /// its `reminder_id` (null while its `create` waits for the apps) and its `fields` as a `create` change carries
+    /// them, as Trello's edits and the apps' writes left them (the list's settings apply; an all-day date is its
+    /// day). What a new or reinstalled device reads to learn which of its reminders is which card, and every field
+    /// as last synced, without waiting for changes that were acknowledged long ago. A card with a null
+    /// `reminder_id` is on its way as a `create` change: leave it to the change feed, or two devices make it twice.
+    /// `fields` is null for a card the server has not read since it began keeping values (before v15); the list's
+    /// next reconciliation fills it. A card deleted, archived or moved out of the list is not listed. Pages end
+    /// after `limit` cards, or earlier when their values pass 2 MiB; follow `next_cursor` until it is null. Each
+    /// request counts against the account's rate limit.
+    ///
+    ///
+    /// - Remark: HTTP `GET /dailyroundup/lists/{id}/cards`.
+    /// - Remark: Generated from `#/paths//dailyroundup/lists/{id}/cards/get(listCards)`.
+    public func listCards(
+        path: Operations.ListCards.Input.Path,
+        query: Operations.ListCards.Input.Query = .init(),
+        headers: Operations.ListCards.Input.Headers = .init()
+    ) async throws -> Operations.ListCards.Output {
+        try await listCards(Operations.ListCards.Input(
+            path: path,
+            query: query,
             headers: headers
         ))
     }
