@@ -14,50 +14,58 @@ struct SQLiteChangeRows: ChangeRows {
         ).map(ChangeApplier<Self>.TaskRow.init(stored:))
     }
 
+    /// The statements `updateTask` runs, by how many values they set (`FieldValues.sqliteSet`) and whether they set
+    /// `deleted`: made once, the hottest write of the worker.
+    private static let updateStatements: [[String]] = (0...SyncField.allCases.count).map { count in
+        [false, true].map { deleted in
+            """
+            UPDATE sync_tasks SET field_hashes = ?, field_values = \(FieldValues.sqliteSet(over: "field_values", count: count))\(deleted ? ", deleted = ?" : ""),
+                last_action_id = ?, updated_at = ?
+            WHERE account_id = ? AND trello_card_id = ?
+            """
+        }
+    }
+
     func updateTask(
         accountID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], deleted: Bool?, actionID: String?,
         now: String
     ) throws {
-        let set = FieldValues.sqlite(over: "field_values", values)
-        var arguments: StatementArguments = [FieldStamps.encode(stamps)]
-        arguments += StatementArguments(set.arguments)
-        if let deleted {
-            arguments += [deleted, actionID, now, accountID, cardID]
-            try db.cachedStatement(
-                sql: """
-                    UPDATE sync_tasks SET field_hashes = ?, field_values = \(set.sql), deleted = ?, last_action_id = ?, updated_at = ?
-                    WHERE account_id = ? AND trello_card_id = ?
-                    """
-            ).execute(arguments: arguments)
-        } else {
-            arguments += [actionID, now, accountID, cardID]
-            try db.cachedStatement(
-                sql: """
-                    UPDATE sync_tasks SET field_hashes = ?, field_values = \(set.sql), last_action_id = ?, updated_at = ?
-                    WHERE account_id = ? AND trello_card_id = ?
-                    """
-            ).execute(arguments: arguments)
-        }
+        let pairs = FieldValues.pairs(values)
+        var arguments: [(any DatabaseValueConvertible)?] = [FieldStamps.encode(stamps)]
+        arguments.reserveCapacity(6 + 2 * pairs.count)
+        FieldValues.appendSQLite(pairs, to: &arguments)
+        if let deleted { arguments.append(deleted) }
+        arguments += [actionID, now, accountID, cardID]
+        let sql =
+            pairs.count < Self.updateStatements.count
+            ? Self.updateStatements[pairs.count][deleted == nil ? 0 : 1]
+            : """
+            UPDATE sync_tasks SET field_hashes = ?, field_values = \(FieldValues.sqliteSet(over: "field_values", count: pairs.count))\(deleted == nil ? "" : ", deleted = ?"),
+                last_action_id = ?, updated_at = ?
+            WHERE account_id = ? AND trello_card_id = ?
+            """
+        try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments))
     }
 
     func upsertTask(
         accountID: String, syncListID: String, cardID: String, stamps: [String: FieldStamps.Stamp], values: [String: JSONValue], actionID: String?,
         now: String
     ) throws {
-        let inserted = FieldValues.sqlite(over: nil, values), updated = FieldValues.sqlite(over: "sync_tasks.field_values", values)
-        var arguments: StatementArguments = [accountID, syncListID, cardID, FieldStamps.encode(stamps)]
-        arguments += StatementArguments(inserted.arguments)
+        let pairs = FieldValues.pairs(values)
+        var arguments: [(any DatabaseValueConvertible)?] = [accountID, syncListID, cardID, FieldStamps.encode(stamps)]
+        arguments.reserveCapacity(7 + 4 * pairs.count)
+        FieldValues.appendSQLite(pairs, to: &arguments)
         arguments += [actionID, now, now]
-        arguments += StatementArguments(updated.arguments)
+        FieldValues.appendSQLite(pairs, to: &arguments)
         try db.cachedStatement(
             sql: """
                 INSERT INTO sync_tasks (account_id, sync_list_id, trello_card_id, field_hashes, field_values, deleted, last_action_id, created_at, updated_at)
-                VALUES (?, ?, ?, ?, \(inserted.sql), 0, ?, ?, ?)
+                VALUES (?, ?, ?, ?, \(FieldValues.sqliteSet(over: nil, count: pairs.count)), 0, ?, ?, ?)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                    field_hashes = excluded.field_hashes, field_values = \(updated.sql), deleted = 0, last_action_id = excluded.last_action_id,
-                    updated_at = excluded.updated_at
+                    field_hashes = excluded.field_hashes, field_values = \(FieldValues.sqliteSet(over: "sync_tasks.field_values", count: pairs.count)),
+                    deleted = 0, last_action_id = excluded.last_action_id, updated_at = excluded.updated_at
                 """
-        ).execute(arguments: arguments)
+        ).execute(arguments: StatementArguments(arguments))
     }
 
     func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
@@ -105,21 +113,23 @@ struct SQLiteChangeRows: ChangeRows {
 
 extension SQLiteChangeRows: OutboundRows {
     func putTask(_ t: OutboundTask) throws {
-        let inserted = FieldValues.sqlite(over: nil, t.values), updated = FieldValues.sqlite(over: "sync_tasks.field_values", t.values)
-        var arguments: StatementArguments = [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps)]
-        arguments += StatementArguments(inserted.arguments)
+        let pairs = FieldValues.pairs(t.values)
+        var arguments: [(any DatabaseValueConvertible)?] = [t.accountID, t.syncListID, t.cardID, t.reminderID, FieldStamps.encode(t.stamps)]
+        arguments.reserveCapacity(9 + 4 * pairs.count)
+        FieldValues.appendSQLite(pairs, to: &arguments)
         arguments += [t.deleted, t.syncedAt, t.now, t.now]
-        arguments += StatementArguments(updated.arguments)
+        FieldValues.appendSQLite(pairs, to: &arguments)
         try db.cachedStatement(
             sql: """
                 INSERT INTO sync_tasks
                     (account_id, sync_list_id, trello_card_id, reminder_id, field_hashes, field_values, deleted, last_synced_at, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, \(inserted.sql), ?, ?, ?, ?)
+                VALUES (?, ?, ?, ?, ?, \(FieldValues.sqliteSet(over: nil, count: pairs.count)), ?, ?, ?, ?)
                 ON CONFLICT (account_id, trello_card_id) DO UPDATE SET sync_list_id = excluded.sync_list_id,
-                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes, field_values = \(updated.sql),
+                    reminder_id = COALESCE(excluded.reminder_id, reminder_id), field_hashes = excluded.field_hashes,
+                    field_values = \(FieldValues.sqliteSet(over: "sync_tasks.field_values", count: pairs.count)),
                     deleted = excluded.deleted, last_synced_at = COALESCE(excluded.last_synced_at, last_synced_at), updated_at = excluded.updated_at
                 """
-        ).execute(arguments: arguments)
+        ).execute(arguments: StatementArguments(arguments))
     }
 
     func deleteTask(accountID: String, cardID: String) throws {
@@ -158,20 +168,22 @@ extension SQLiteChangeRows: OutboundRows {
 }
 
 extension FieldValues {
-    /// SQL setting `values` over the column `base` (nil: no stored values, a new row), with its arguments in order.
-    /// `json_set` replaces each value whole (`json_patch` would merge an object's keys and drop a null); the paths are
-    /// arguments, so the statement's text depends only on how many fields are set.
-    static func sqlite(over base: String?, _ values: [String: JSONValue]) -> (sql: String, arguments: [String]) {
-        let pairs = pairs(values)
-        guard !pairs.isEmpty else { return (base ?? "NULL", []) }
-        var sql = "json_set(" + (base.map { "COALESCE(\($0), '{}')" } ?? "'{}'")
-        var arguments: [String] = []
-        arguments.reserveCapacity(pairs.count * 2)
+    /// SQL setting `count` values over the column `base` (nil: no stored values, a new row): `json_set` replaces each
+    /// value whole (`json_patch` would merge an object's keys and drop a null). Each value takes two arguments, its path
+    /// and its JSON (`appendSQLite`), so a statement's text depends only on how many values it sets.
+    static func sqliteSet(over base: String?, count: Int) -> String {
+        guard count > 0 else { return base ?? "NULL" }
+        return "json_set(" + (base.map { "COALESCE(\($0), '{}')" } ?? "'{}'") + String(repeating: ", ?, json(?)", count: count) + ")"
+    }
+
+    /// Each field's JSON path (`$."due_date"`), made once.
+    private static let paths: [String: String] = Dictionary(uniqueKeysWithValues: SyncField.allCases.map { ($0.rawValue, "$.\"\($0.rawValue)\"") })
+
+    /// The arguments of `sqliteSet` for these values, in order.
+    static func appendSQLite(_ pairs: [(field: String, json: String)], to arguments: inout [(any DatabaseValueConvertible)?]) {
         for pair in pairs {
-            sql += ", ?, json(?)"
-            arguments.append("$.\"" + pair.field + "\"")
+            arguments.append(paths[pair.field] ?? "$.\"" + pair.field + "\"")
             arguments.append(pair.json)
         }
-        return (sql + ")", arguments)
     }
 }
