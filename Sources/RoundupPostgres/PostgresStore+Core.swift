@@ -363,13 +363,21 @@ struct PostgresChangeRows: ChangeRows {
     }
 
     private mutating func recordTask(_ key: AccountScoped, _ write: TaskWrite) {
+        Self.keep(write, key, in: &taskWrites, order: &taskOrder, values: \.values)
+    }
+
+    /// Keeps a card's latest write (its first in `order`), with the values of every write of the card in the batch.
+    fileprivate static func keep<Write>(
+        _ write: Write, _ key: AccountScoped, in writes: inout [AccountScoped: Write], order: inout [AccountScoped],
+        values: WritableKeyPath<Write, [String: JSONValue]>
+    ) {
         var write = write
-        if let earlier = taskWrites[key] {
-            write.values = earlier.values.merging(write.values) { _, later in later }
+        if let earlier = writes[key] {
+            write[keyPath: values] = earlier[keyPath: values].merging(write[keyPath: values]) { _, later in later }
         } else {
-            taskOrder.append(key)
+            order.append(key)
         }
-        taskWrites[key] = write
+        writes[key] = write
     }
 
     mutating func updateTask(
@@ -546,13 +554,7 @@ extension PostgresChangeRows: OutboundRows {
         tasks[key] = .init(
             syncListID: t.syncListID, stamps: t.stamps, deleted: t.deleted, reminderID: t.reminderID ?? previous?.reminderID,
             hasValues: !t.values.isEmpty || (previous?.hasValues ?? false))
-        var t = t
-        if let earlier = outboundTasks[key] {
-            t.values = earlier.values.merging(t.values) { _, later in later }
-        } else {
-            outboundOrder.append(key)
-        }
-        outboundTasks[key] = t
+        Self.keep(t, key, in: &outboundTasks, order: &outboundOrder, values: \.values)
     }
 
     mutating func deleteTask(accountID: String, cardID: String) {
