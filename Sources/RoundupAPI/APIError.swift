@@ -44,3 +44,11 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     static func badGateway(_ message: String) -> APIError { APIError(.badGateway, "bad_gateway", message) }
     static func unavailable(_ message: String) -> APIError { APIError(.serviceUnavailable, "unavailable", message) }
 }
+
+/// A page's `limit` query parameter: `standard` when absent; 400 when not an integer, 422 outside 1…`most`.
+func pageLimit(_ text: (some StringProtocol)?, standard: Int, most: Int) throws -> Int {
+    guard let text else { return standard }
+    guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
+    guard (1...most).contains(value) else { throw APIError.unprocessable("limit must be between 1 and \(most)") }
+    return value
+}

@@ -182,7 +182,7 @@ extension FieldValues {
     /// The arguments of `sqliteSet` for these values, in order.
     static func appendSQLite(_ pairs: [(field: String, json: String)], to arguments: inout [(any DatabaseValueConvertible)?]) {
         for pair in pairs {
-            arguments.append(paths[pair.field] ?? "$.\"" + pair.field + "\"")
+            arguments.append(paths[pair.field])  // every pair is a field's (`pairs`)
             arguments.append(pair.json)
         }
     }

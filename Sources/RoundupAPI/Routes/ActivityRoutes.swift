@@ -28,12 +28,7 @@ struct ActivityRoutes {
             guard value > 0 else { throw APIError.unprocessable("before_id must be positive") }
             query.beforeID = value
         }
-        var limit = 50
-        if let text = parameters["limit"] {
-            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
-            guard (1...200).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 200") }
-            limit = value
-        }
+        let limit = try pageLimit(parameters["limit"], standard: 50, most: 200)
         query.limit = limit + 1
         let rows = try await activity.activity(accountID: account, query)
         let page = rows.prefix(limit)

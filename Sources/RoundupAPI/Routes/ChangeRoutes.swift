@@ -32,12 +32,7 @@ struct ChangeRoutes {
     func page(_ account: String, _ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
         let afterID = try Self.afterID(query["after_id"].map(String.init)) ?? 0
-        var limit = 200
-        if let text = query["limit"] {
-            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
-            guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
-            limit = value
-        }
+        let limit = try pageLimit(query["limit"], standard: 200, most: 500)
         // One change more than the page holds tells whether there are more.
         var page: ChangePage
         if let device = try Self.deviceID(query["device_id"].map(String.init)) {

@@ -79,12 +79,7 @@ struct ListRoutes {
             }
             after = value
         }
-        var limit = 200
-        if let text = query["limit"] {
-            guard let value = Int(String(text)) else { throw APIError.badRequest("limit must be an integer") }
-            guard (1...500).contains(value) else { throw APIError.unprocessable("limit must be between 1 and 500") }
-            limit = value
-        }
+        let limit = try pageLimit(query["limit"], standard: 200, most: 500)
         guard let list = try await store.syncList(accountID: account, id: id) else { throw APIError.notFound("no list \(id)") }
         // One more than the page holds says whether there are more.
         let records = try await store.listCards(accountID: account, syncListID: id, after: after, limit: limit + 1)

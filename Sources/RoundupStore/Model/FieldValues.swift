@@ -17,13 +17,9 @@ package enum FieldValues {
         return values
     }
 
-    /// The values to set, in a stable order: each field's name and its canonical JSON.
+    /// The values to set, in a stable order: each field's name and its canonical JSON (fields only: `SyncField`).
     package static func pairs(_ values: [String: JSONValue]) -> [(field: String, json: String)] {
-        values.keys.sorted().compactMap { key in
-            // Field names are ours (`SyncField`); anything else would not survive as a JSON path.
-            guard key.utf8.allSatisfy({ $0 == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) }) else { return nil }
-            return (key, values[key]!.canonicalJSON)
-        }
+        values.sorted { $0.key < $1.key }.compactMap { key, value in SyncField(rawValue: key) == nil ? nil : (key, value.canonicalJSON) }
     }
 
     /// `values` as one JSON object to set over the stored one (PostgreSQL's `||`); "" when there are none.
