@@ -176,17 +176,21 @@ extension FairWebhooksTests {
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: ["ROUNDUP_RECONCILE_INTERVAL_SECONDS": "0"])
 
         // Three accounts: two on one shard, one on another.
+        // (Made until both are found: the first two accounts may share a shard, and then the third is still to come.)
         var made: [(account: String, token: String)] = []
         var pair: (Int, Int)?
-        while pair == nil, made.count < 200 {
+        func otherShard() -> Int? {
+            pair.flatMap { pair in made.indices.first { WebhookShard(account: made[$0].account) != WebhookShard(account: made[pair.0].account) } }
+        }
+        while pair == nil || otherShard() == nil, made.count < 200 {
             let next = try await newAccount(stack)
-            if let same = made.firstIndex(where: { WebhookShard(account: $0.account) == WebhookShard(account: next.account) }) {
+            if pair == nil, let same = made.firstIndex(where: { WebhookShard(account: $0.account) == WebhookShard(account: next.account) }) {
                 pair = (same, made.count)
             }
             made.append(next)
         }
         let (f, n) = try #require(pair)
-        let o = try #require(made.indices.first { WebhookShard(account: made[$0].account) != WebhookShard(account: made[f].account) })
+        let o = try #require(otherShard())
         let flooder = try await setUp(stack, made[f], list: "Lflood", board: "Bflood")
         let neighbour = try await setUp(stack, made[n], list: "Lnear", board: "Bnear")
         let other = try await setUp(stack, made[o], list: "Lfar", board: "Bfar")
