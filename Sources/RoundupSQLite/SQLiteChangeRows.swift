@@ -7,11 +7,10 @@ import RoundupStore
 struct SQLiteChangeRows: ChangeRows {
     let db: Database
 
+    private static let taskSQL = "SELECT \(ChangeApplier<Self>.TaskRow.columns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"
+
     func task(accountID: String, cardID: String) throws -> ChangeApplier<Self>.TaskRow? {
-        try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT \(ChangeApplier<Self>.TaskRow.columns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?"),
-            arguments: [accountID, cardID]
-        ).map(ChangeApplier<Self>.TaskRow.init(stored:))
+        try db.first(Self.taskSQL, [accountID, cardID], ChangeApplier<Self>.TaskRow.init(stored:))
     }
 
     /// The statements `updateTask` runs, by how many values they set (`FieldValues.sqliteSet`) and whether they set
@@ -68,25 +67,23 @@ struct SQLiteChangeRows: ChangeRows {
         ).execute(arguments: StatementArguments(arguments))
     }
 
+    private static let latestChangeSQL = """
+        SELECT \(ChangeApplier<Self>.ChangeRow.columns) FROM pending_changes
+        WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1
+        """
+
     func latestChange(accountID: String, cardID: String) throws -> ChangeApplier<Self>.ChangeRow? {
-        try Row.fetchOne(
-            db.cachedStatement(
-                sql: """
-                    SELECT \(ChangeApplier<Self>.ChangeRow.columns) FROM pending_changes
-                    WHERE account_id = ? AND trello_card_id = ? AND superseded = 0 ORDER BY id DESC LIMIT 1
-                    """),
-            arguments: [accountID, cardID]
-        ).map(ChangeApplier<Self>.ChangeRow.init(stored:))
+        try db.first(Self.latestChangeSQL, [accountID, cardID], ChangeApplier<Self>.ChangeRow.init(stored:))
     }
 
     func supersede(changeID: Int64, accountID: String, cardID: String) throws {
         try db.cachedStatement(sql: "UPDATE pending_changes SET superseded = 1 WHERE id = ?").execute(arguments: [changeID])
     }
 
+    private static let listRulesSQL = "SELECT \(ChangeApplier<Self>.ListRules.columns) FROM sync_lists WHERE id = ?"
+
     func listRules(syncListID: String) throws -> ChangeApplier<Self>.ListRules? {
-        try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT \(ChangeApplier<Self>.ListRules.columns) FROM sync_lists WHERE id = ?"), arguments: [syncListID]
-        ).map(ChangeApplier<Self>.ListRules.init(stored:))
+        try db.first(Self.listRulesSQL, [syncListID], ChangeApplier<Self>.ListRules.init(stored:))
     }
 
     func insertActivity(accountID: String, _ activity: NewActivity, now: String) throws {

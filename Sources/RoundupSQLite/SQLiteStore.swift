@@ -150,18 +150,16 @@ public final class SQLiteStore: SyncStore {
                 }
                 let taskKey = AccountScoped(item.accountID, item.cardID)
                 if context.tasks[taskKey] == nil,
-                    let row = try Row.fetchOne(
-                        db.cachedStatement(
-                            sql: """
-                                SELECT t.sync_list_id, t.deleted, l.settings FROM sync_tasks t LEFT JOIN sync_lists l ON l.id = t.sync_list_id
-                                WHERE t.account_id = ? AND t.trello_card_id = ?
-                                """),
-                        arguments: [item.accountID, item.cardID])
+                    let row = try db.first(
+                        """
+                        SELECT t.sync_list_id, t.deleted, l.settings FROM sync_tasks t LEFT JOIN sync_lists l ON l.id = t.sync_list_id
+                        WHERE t.account_id = ? AND t.trello_card_id = ?
+                        """, [item.accountID, item.cardID],
+                        { cells in (syncListID: try cells.text(0), deleted: try cells.bool(1), settings: try cells.optionalText(2)) })
                 {
-                    let syncListID: String = row[0]
-                    let filtered = listFiltered[syncListID] ?? !SyncSettings(stored: row[2]).filter.isEmpty
-                    listFiltered[syncListID] = filtered
-                    context.tasks[taskKey] = TaskState(syncListID: syncListID, deleted: row[1], listFiltered: filtered)
+                    let filtered = listFiltered[row.syncListID] ?? !SyncSettings(stored: row.settings).filter.isEmpty
+                    listFiltered[row.syncListID] = filtered
+                    context.tasks[taskKey] = TaskState(syncListID: row.syncListID, deleted: row.deleted, listFiltered: filtered)
                 }
             }
             for account in accounts {

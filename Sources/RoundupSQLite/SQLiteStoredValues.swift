@@ -1,4 +1,5 @@
 public import GRDB
+import GRDBSQLite
 public import RoundupCore
 public import RoundupStore
 
@@ -27,6 +28,59 @@ extension Row: StoredRow {
     package func optionalText(_ column: Int) throws -> String? { try decode(String?.self, atIndex: column) }
     package func int64(_ column: Int) throws -> Int64 { try decode(Int64.self, atIndex: column) }
     package func bool(_ column: Int) throws -> Bool { try decode(Bool.self, atIndex: column) }
+}
+
+/// The row a statement stands on, read in place (`sqlite3_column_*`): for the worker's reads of one row per card, where
+/// GRDB's `Row` would first build a dictionary of the statement's column names and copy every value (a third of each
+/// read's instructions). Valid until the statement steps again or is reset (`Database.first`).
+struct StatementCells: StoredRow {
+    let statement: SQLiteStatement
+
+    func text(_ column: Int) throws -> String {
+        guard let text = try optionalText(column) else { throw UnknownStoredValue.unexpected("text", "NULL") }
+        return text
+    }
+
+    func optionalText(_ column: Int) throws -> String? {
+        // Text first, then its length (SQLite's advice); a NULL has no text.
+        guard let start = sqlite3_column_text(statement, Int32(column)) else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: start, count: Int(sqlite3_column_bytes(statement, Int32(column)))), as: UTF8.self)
+    }
+
+    func int64(_ column: Int) throws -> Int64 {
+        guard sqlite3_column_type(statement, Int32(column)) != SQLITE_NULL else { throw UnknownStoredValue.unexpected("integer", "NULL") }
+        return sqlite3_column_int64(statement, Int32(column))
+    }
+
+    func bool(_ column: Int) throws -> Bool { try int64(column) != 0 }
+}
+
+extension Database {
+    /// The first row `sql` selects, made by `make` from the statement's cells (`StatementCells`); nil when there is none.
+    func first<Value>(_ sql: String, _ arguments: StatementArguments, _ make: (StatementCells) throws -> Value) throws -> Value? {
+        let statement = try cachedStatement(sql: sql)
+        let cursor = try FirstRowCursor(statement, arguments: arguments)
+        guard try cursor.next() != nil else { return nil }
+        return try make(StatementCells(statement: statement.sqliteStatement))
+    }
+}
+
+/// Steps a statement for `Database.first` through GRDB (its errors, its checks): GRDB's own plain cursor cannot be
+/// made outside it.
+private final class FirstRowCursor: DatabaseCursor {
+    typealias Element = Void
+    let _statement: Statement
+    var _isDone = false
+
+    init(_ statement: Statement, arguments: StatementArguments) throws {
+        _statement = statement
+        try statement.setArguments(arguments)  // resets it, binds the arguments and checks their count
+    }
+
+    func _element(sqliteStatement: SQLiteStatement) {}
+
+    // As GRDB's cursors end: the statement reset, no longer busy.
+    deinit { sqlite3_reset(_statement.sqliteStatement) }
 }
 
 /// SQLite's result codes, classified once here: constraint (a trigger's `RAISE(ABORT, …)` included), type mismatch,

@@ -55,4 +55,46 @@ import Testing
             #expect(FieldStamps.decodeStamps(text) == Self.treeDecoded(text), "\(text)")
         }
     }
+
+    /// The old rule for a number (the integer below 10^15 of an integral value, Swift's shortest round-trip form of any
+    /// other): `writeCanonical(number:)` writes a whole number of milliseconds without the formatter, byte for byte
+    /// the same.
+    @Test func numbersAreWrittenAsTheShortestFormWas() {
+        func old(_ n: Double) -> String { n.rounded() == n && abs(n) < 1e15 ? String(Int64(n)) : String(n) }
+        func written(_ n: Double) -> String {
+            var out: [UInt8] = []
+            JSONValue.writeCanonical(number: n, into: &out)
+            return String(decoding: out, as: UTF8.self)
+        }
+        var rng = SplitMix64(seed: 44)
+        var numbers: [Double] = [0, -0.0, 1, -1, 1.5, -1.5, 0.001, 0.999, 1.001, 999_999_999_999.999, 1e12, 1e12 + 0.5, 1e15 - 1, 1e15, 0.1, 1e-7]
+        for _ in 0..<20_000 {
+            let milliseconds = Int64.random(in: -1_000_000_000_000_000...1_000_000_000_000_000, using: &rng)
+            numbers.append(Double(milliseconds) / 1000)  // a time to the millisecond, as Trello's dates make them
+            numbers.append(Double(milliseconds) / 1000 + 978_307_200 - 978_307_200)  // and back from Foundation's reference date
+            numbers.append(Double(Int64.random(in: 1...99_999, using: &rng)) / 100)
+            numbers.append(Double.random(in: -2e12...2e12, using: &rng))
+            numbers.append(Double(bitPattern: UInt64.random(in: 0...UInt64.max, using: &rng)))
+        }
+        for n in numbers where n.isFinite {
+            #expect(written(n) == old(n), "\(n.bitPattern)")
+        }
+    }
+
+    /// Stamps' times read back as Double(_:) reads them (the scanner's own reading of a millisecond time), for the
+    /// times `encode` writes and for the digits it never writes.
+    @Test func timesReadBackAsDoubleReadsThem() {
+        var rng = SplitMix64(seed: 45)
+        var texts = [
+            "0", "-0", "1", "-1", "12.5", "0.001", "-0.001", "1795641585.537", "1795641585.5374303", "123456789012345", "1234567890123456",
+            "12345678901234.5", "123456789012.345", "1.0", "1e3", "-2.5E-3", "007", "1.2345",
+        ]
+        for _ in 0..<5_000 {
+            texts.append(String(Double(Int64.random(in: 0...4_000_000_000_000, using: &rng)) / 1000))
+        }
+        for text in texts {
+            let stamps = FieldStamps.decodeStamps(#"{"title":["h",\#(text)]}"#)
+            #expect(stamps["title"]?.time.bitPattern == Double(text)?.bitPattern, "\(text)")
+        }
+    }
 }

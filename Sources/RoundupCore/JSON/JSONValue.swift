@@ -103,7 +103,48 @@ public enum JSONValue: Sendable, Hashable, Codable {
     /// reads back. The API refuses such numbers where it reads a body; this is the last guard for other paths.
     public static func writeCanonical(number n: Double, into out: inout [UInt8]) {
         guard n.isFinite else { return out.append(contentsOf: "null".utf8) }
-        if n.rounded() == n, abs(n) < 1e15 { out.append(contentsOf: String(Int64(n)).utf8) } else { out.append(contentsOf: String(n).utf8) }
+        if n.rounded() == n, abs(n) < 1e15 { return writeDecimal(Int64(n), fractionDigits: 0, into: &out) }
+        // A number of whole milliseconds (a time from Trello's dates, as every field stamp holds one) is written as that
+        // decimal without the shortest-form formatter: it is the shortest form, since it reads back as the same number
+        // and numbers of this size lie less than a millisecond apart, so no shorter decimal does.
+        if abs(n) >= 1, abs(n) < 1e12 {
+            let milliseconds = (n * 1000).rounded()
+            if milliseconds / 1000 == n { return writeDecimal(Int64(milliseconds), fractionDigits: 3, into: &out) }
+        }
+        out.append(contentsOf: String(n).utf8)
+    }
+
+    /// `value` / 10^`fractionDigits` in decimal, the fraction's trailing zeros left out.
+    private static func writeDecimal(_ value: Int64, fractionDigits: Int, into out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var fraction: UInt64 = 0
+        var fractionScale: UInt64 = 1
+        for _ in 0..<fractionDigits { fractionScale *= 10 }
+        (magnitude, fraction) = magnitude.quotientAndRemainder(dividingBy: fractionScale)
+        writeDigits(magnitude, into: &out)
+        guard fraction > 0 else { return }
+        out.append(UInt8(ascii: "."))
+        var digits = fractionDigits
+        while fraction % 10 == 0 {
+            fraction /= 10
+            digits -= 1
+        }
+        var divisor: UInt64 = 1
+        for _ in 1..<digits { divisor *= 10 }
+        while divisor > 0 {
+            out.append(UInt8(ascii: "0") + UInt8(fraction / divisor % 10))
+            divisor /= 10
+        }
+    }
+
+    private static func writeDigits(_ value: UInt64, into out: inout [UInt8]) {
+        var divisor: UInt64 = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
+        } while divisor > 0
     }
 
     /// A string literal as `canonicalJSON` writes it, quotes included.

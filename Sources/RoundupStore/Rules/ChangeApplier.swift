@@ -403,8 +403,7 @@ package enum FieldStamps {
         var out: [UInt8] = []
         out.reserveCapacity(stamps.count * 64 + 2)
         out.append(UInt8(ascii: "{"))
-        for (index, name) in stamps.keys.sorted().enumerated() {
-            let stamp = stamps[name]!
+        for (index, (name, stamp)) in stamps.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONValue.writeCanonical(string: name, into: &out)
             out.append(contentsOf: ":[".utf8)
@@ -456,6 +455,36 @@ package enum FieldStamps {
         }
         func number() -> Double? {
             let start = i
+            // At most 15 digits, at most 3 after the point (a time to the millisecond, as `encode` writes stamps): the
+            // integer they make is exact, and dividing it by a power of ten rounds once, to the Double nearest the
+            // decimal, which is what Double(_:) reads (without its string and strtod).
+            var negative = false
+            var digits = 0
+            var fractionDigits = -1
+            var integer: Int64 = 0
+            if i < bytes.count, bytes[i] == UInt8(ascii: "-") {
+                negative = true
+                i += 1
+            }
+            while i < bytes.count {
+                let byte = bytes[i]
+                if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits < 15 {
+                    integer = integer * 10 + Int64(byte - UInt8(ascii: "0"))
+                    digits += 1
+                    if fractionDigits >= 0 { fractionDigits += 1 }
+                } else if byte == UInt8(ascii: "."), fractionDigits < 0 {
+                    fractionDigits = 0
+                } else {
+                    break
+                }
+                i += 1
+            }
+            if digits > 0, fractionDigits != 0, fractionDigits <= 3, i < bytes.count, bytes[i] == UInt8(ascii: "]") {
+                let scale: Double = fractionDigits == 3 ? 1000 : fractionDigits == 2 ? 100 : fractionDigits == 1 ? 10 : 1
+                let value = Double(integer) / scale
+                return negative ? -value : value
+            }
+            i = start
             while i < bytes.count, bytes[i] != UInt8(ascii: "]") { i += 1 }
             guard i > start else { return nil }
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self)
@@ -464,6 +493,7 @@ package enum FieldStamps {
             return Double(text)
         }
         var stamps: [String: Stamp] = [:]
+        stamps.reserveCapacity(24)  // every field, the membership and a few marks: no growing on the way
         guard take(UInt8(ascii: "{")) else { return nil }
         if take(UInt8(ascii: "}")) { return i == bytes.count ? stamps : nil }
         repeat {
