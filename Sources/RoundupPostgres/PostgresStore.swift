@@ -331,12 +331,18 @@ extension PostgresConnection {
 /// Rows are read by column position through `PostgresRandomAccessRow`, made once per row: `PostgresRow` has no cheap
 /// access by position (each `PostgresRandomAccessRow(row)` copies all the row's cells), so reading a row column by
 /// column through it cost work quadratic in its columns — a quarter of the API's instructions per changes page.
+/// A column past the row's end is a damaged row (an error), not PostgresNIO's out-of-range trap, which ends the process.
 extension PostgresRandomAccessRow: StoredRow {
-    package func text(_ column: Int) throws -> String { try self[column].decode(String.self) }
-    package func optionalText(_ column: Int) throws -> String? { try self[column].decode(String?.self) }
-    package func int64(_ column: Int) throws -> Int64 { try self[column].decode(Int64.self) }
-    func int(_ column: Int) throws -> Int { try self[column].decode(Int.self) }
-    package func bool(_ column: Int) throws -> Bool { try self[column].decode(Bool.self) }
+    package func text(_ column: Int) throws -> String { try cell(column).decode(String.self) }
+    package func optionalText(_ column: Int) throws -> String? { try cell(column).decode(String?.self) }
+    package func int64(_ column: Int) throws -> Int64 { try cell(column).decode(Int64.self) }
+    func int(_ column: Int) throws -> Int { try cell(column).decode(Int.self) }
+    package func bool(_ column: Int) throws -> Bool { try cell(column).decode(Bool.self) }
+
+    private func cell(_ column: Int) throws -> PostgresCell {
+        guard column >= 0, column < count else { throw UnknownStoredValue.unexpected("row", "\(count) columns, no column \(column)") }
+        return self[column]
+    }
 }
 
 extension PendingChangeCells {

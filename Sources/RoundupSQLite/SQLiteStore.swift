@@ -228,18 +228,24 @@ public final class SQLiteStore: SyncStore {
     ) async throws
         -> Sink?
     {
-        try await pool.write { db in
-            guard
-                try Bool.fetchOne(
-                    db.cachedStatement(sql: "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?"), arguments: [accountID, claim.deviceID])
-                    ?? false
-            else { return nil }
-            // The changes no other device holds (the same test in both statements, in one transaction: the rows the
-            // update hands over are the ones read).
-            // A change the device gave back (`declined_by`) is not its own again until the hold it gave back lapses.
-            func free(_ p: String) -> String {
-                "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?)) AND (\(p)declined_by IS NULL OR \(p)declined_by <> ? OR \(p)claimed_until <= ?)"
-            }
+        let free = Self.free
+        let device = "SELECT 1 FROM devices WHERE account_id = ? AND device_id = ?"
+        // Most wake-ups of an account's streams find nothing free (the device the change went to holds it): a read says
+        // so without taking the one writer's lock that the worker's batches need. Something free, the write reads it
+        // again and hands it over.
+        let anyFree = try await pool.read { db -> Bool? in
+            guard try Bool.fetchOne(db.cachedStatement(sql: device), arguments: [accountID, claim.deviceID]) ?? false else { return nil }
+            return try Bool.fetchOne(
+                db.cachedStatement(
+                    sql:
+                        "SELECT 1 FROM pending_changes p WHERE p.account_id = ? AND p.superseded = 0 AND p.id > ? AND p.id <= ? AND \(free("p.")) LIMIT 1"
+                ),
+                arguments: [accountID, afterID, claim.throughID, claim.now, claim.deviceID, claim.includeOwn, claim.deviceID, claim.now]) ?? false
+        }
+        guard let anyFree else { return nil }
+        guard anyFree else { return sink }
+        return try await pool.write { db in
+            guard try Bool.fetchOne(db.cachedStatement(sql: device), arguments: [accountID, claim.deviceID]) ?? false else { return nil }
             let read = try Self.changes(
                 db, sink,
                 sql: """
@@ -260,6 +266,13 @@ public final class SQLiteStore: SyncStore {
             }
             return read
         }
+    }
+
+    /// The changes no other device holds (the same test in every statement of `claimChanges`; in its write, in one
+    /// transaction: the rows the update hands over are the ones read). A change the device gave back (`declined_by`)
+    /// is not its own again until the hold it gave back lapses.
+    private static func free(_ p: String) -> String {
+        "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?)) AND (\(p)declined_by IS NULL OR \(p)declined_by <> ? OR \(p)claimed_until <= ?)"
     }
 
     public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {

@@ -75,6 +75,19 @@ import Testing
         }
     }
 
+    /// A row read past its last column is a damaged row (an error: the entry that met it is isolated), never
+    /// PostgresNIO's out-of-range trap, which would end the process.
+    @Test func aRowReadPastItsLastColumnIsAnErrorNotATrap() async throws {
+        let url = try await TestStore.makeURL(.postgres, in: try TestSupport.temporaryDirectory("pg-width"))
+        let store = try #require(try await TestStore.open(url: url) as? PostgresStore)
+        let rows = try await store.client.withConnection { try await $0.rows("SELECT 'a', 1::bigint", store.logger) }
+        let row = try #require(rows.first)
+        #expect(try row.text(0) == "a")
+        #expect(try row.int64(1) == 1)
+        #expect(throws: UnknownStoredValue.self) { try row.text(2) }
+        #expect(throws: UnknownStoredValue.self) { try row.optionalText(-1) }
+    }
+
     @Test func twoAPIsAndTwoWorkersApplyABurstExactlyOnce() async throws {
         let stack = try await Stack(store: .postgres)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)
