@@ -156,7 +156,7 @@ let package = Package(
         ),
         // The outbound path: sync jobs, conflicts, duplicates, echo fingerprints, shared Trello rate limits.
         .target(
-            name: "RoundupSync",
+            name: "RoundupJobs",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -201,7 +201,7 @@ let package = Package(
         .target(
             name: "RoundupAPI",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -226,7 +226,7 @@ let package = Package(
         .target(
             name: "RoundupOps",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupSync", "RoundupPush",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupJobs", "RoundupPush",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
@@ -250,7 +250,7 @@ let package = Package(
             dependencies: [
                 "RoundupOps", "RoundupDashboard",
                 .product(name: "Hummingbird", package: "hummingbird"), "RoundupCore", "RoundupRuntime", "RoundupPush", "RoundupRedis", "RoundupStore",
-                "RoundupSync",
+                "RoundupJobs",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -276,7 +276,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupSync",
+                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -331,7 +331,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupSync", "RoundupTrello",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupJobs", "RoundupTrello",
                 "RoundupPush",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -358,7 +358,7 @@ let package = Package(
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupSQLite", "RoundupPostgres", "RoundupDatabase",
                 "RoundupTrello", "RoundupIngress",
-                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupSync", "RoundupPush", "RoundupDashboard",
+                "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupJobs", "RoundupPush", "RoundupDashboard",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -2,10 +2,10 @@ public import Foundation
 public import Hummingbird
 public import Logging
 public import RoundupCore
+public import RoundupJobs
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
-public import RoundupSync
 public import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.

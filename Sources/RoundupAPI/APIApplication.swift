@@ -8,10 +8,10 @@ import NIOHTTPTypes
 public import Prometheus
 import RoundupCore
 import RoundupDatabase
+import RoundupJobs
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTrello
 import ServiceLifecycle
 

@@ -3,10 +3,10 @@ import Logging
 import Metrics
 import NIOCore
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTrello
 
 extension API {

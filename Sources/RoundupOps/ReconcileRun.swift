@@ -1,7 +1,7 @@
 public import Foundation
 import RoundupCore
+public import RoundupJobs
 public import RoundupStore
-public import RoundupSync
 
 /// `roundupctl reconcile`: a reconciliation job for one list or every list, queued through `JobQueue` as the API
 /// queues one (a worker runs it), and, when asked, waited for.

@@ -3,10 +3,10 @@ public import Logging
 import Metrics
 import NIOCore
 import RoundupCore
+import RoundupJobs
 public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
-import RoundupSync
 public import ServiceLifecycle
 
 /// Wakes an account's devices when a device's hold on its changes lapses (`ChangeClaim`): the device that pulled them

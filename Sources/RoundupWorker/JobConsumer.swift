@@ -4,10 +4,10 @@ import Metrics
 import NIOConcurrencyHelpers
 public import NIOCore
 import RoundupCore
+public import RoundupJobs
 public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
-public import RoundupSync
 public import ServiceLifecycle
 
 /// The worker's consumer of the job stream: the one stream consumer (`StreamConsumer`) running up to `concurrency`

@@ -2,10 +2,10 @@ public import Foundation
 public import Logging
 import Metrics
 import RoundupCore
+public import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-public import RoundupSync
 public import ServiceLifecycle
 
 /// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all

@@ -3,10 +3,10 @@ public import Logging
 import Metrics
 public import NIOCore
 import RoundupCore
+import RoundupJobs
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
-import RoundupSync
 public import ServiceLifecycle
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that

@@ -3,9 +3,9 @@ public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 public import RoundupCore
+public import RoundupJobs
 public import RoundupRedis
 public import RoundupStore
-public import RoundupSync
 public import RoundupTrello
 
 /// Reads full cards and board custom fields from Trello. A protocol so the processor can be driven in

@@ -7,10 +7,10 @@ import NIOHTTP1
 public import Prometheus
 import RoundupCore
 import RoundupDatabase
+import RoundupJobs
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTrello
 import ServiceLifecycle
 

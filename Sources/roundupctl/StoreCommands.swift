@@ -4,11 +4,11 @@ import Foundation
 import Logging
 import RoundupCore
 import RoundupDatabase
+import RoundupJobs
 import RoundupOps
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 struct Jobs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -3,11 +3,11 @@ import ArgumentParser
 import Foundation
 import Logging
 import RoundupCore
+import RoundupJobs
 import RoundupOps
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 struct Queues: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

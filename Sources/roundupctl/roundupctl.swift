@@ -4,12 +4,12 @@ import Logging
 import NIOCore
 import RoundupCore
 import RoundupDashboard
+import RoundupJobs
 import RoundupOps
 import RoundupPush
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 /// The operators' command line. Reads the same environment as the servers.
 /// Exit codes: 0 ok, 1 a check failed, 2 usage error.

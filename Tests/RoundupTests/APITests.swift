@@ -2,10 +2,10 @@ import Foundation
 import NIOHTTP1
 import RoundupAPI
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTesting
 import Testing
 

@@ -13,7 +13,7 @@ import RoundupTrello
 import RoundupWorker
 import Testing
 
-@testable import RoundupSync
+@testable import RoundupJobs
 
 /// One step of a race over a card: a person's edit in Trello (its webhook waits in the stream: the worker is down), or
 /// the app's edit of its reminder, synced at once (a sync job run by the real `SyncEngine` against the card in Trello).

@@ -2,7 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
-import RoundupSync
+import RoundupJobs
 import RoundupTesting
 import Testing
 

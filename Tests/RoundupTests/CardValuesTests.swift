@@ -1,5 +1,5 @@
 import RoundupCore
-import RoundupSync
+import RoundupJobs
 import Testing
 
 /// The rules behind the fields the apps write, without a server: priority levels, checklist edits, value checks.

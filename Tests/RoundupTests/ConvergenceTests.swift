@@ -2,8 +2,8 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
+import RoundupJobs
 import RoundupStore
-import RoundupSync
 import RoundupTesting
 import Testing
 

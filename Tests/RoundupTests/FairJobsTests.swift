@@ -1,9 +1,9 @@
 import Foundation
 import NIOHTTP1
 import RoundupCore
+import RoundupJobs
 import RoundupOps
 import RoundupRuntime
-import RoundupSync
 import RoundupTesting
 import Testing
 

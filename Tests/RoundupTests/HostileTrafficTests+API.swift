@@ -7,10 +7,10 @@ import NIOCore
 import NIOHTTP1
 import PostgresNIO
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTesting
 import Testing
 

@@ -3,12 +3,12 @@ import GRDB
 import Logging
 import NIOHTTP1
 import RoundupCore
+import RoundupJobs
 import RoundupPostgres
 import RoundupRedis
 import RoundupRuntime
 import RoundupSQLite
 import RoundupStore
-import RoundupSync
 import RoundupTesting
 import Testing
 

@@ -1,5 +1,5 @@
 import RoundupCore
-import RoundupSync
+import RoundupJobs
 import Testing
 
 /// What counts as a link the description holds already (issue 43, item 2): a whole URL, never part of a longer one, and

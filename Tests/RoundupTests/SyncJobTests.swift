@@ -2,10 +2,10 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 import RoundupTesting
 import Testing
 

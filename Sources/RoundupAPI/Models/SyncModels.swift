@@ -1,8 +1,8 @@
 import Foundation
 import Metrics
 public import RoundupCore
+import RoundupJobs
 import RoundupStore
-import RoundupSync
 
 // The body of `POST /dailyroundup/sync` (docs/openapi.yaml: SyncRequest, SyncChange).
 

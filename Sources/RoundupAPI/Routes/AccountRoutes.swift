@@ -2,10 +2,10 @@ import Hummingbird
 import Logging
 import NIOCore
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 /// `/dailyroundup/account`: creation with the bootstrap token (`bootstrap`), then the account's own routes behind its
 /// token (`collection`).

@@ -3,10 +3,10 @@ import Hummingbird
 import Logging
 import NIOCore
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 /// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
 struct ChangeRoutes {

@@ -1,8 +1,8 @@
 import Hummingbird
 import Logging
 import RoundupCore
+import RoundupJobs
 import RoundupStore
-import RoundupSync
 import RoundupTrello
 
 /// `/dailyroundup/lists`: pairing Trello lists, and the jobs that import or reconcile one.

@@ -1,6 +1,6 @@
 import Hummingbird
+import RoundupJobs
 import RoundupStore
-import RoundupSync
 
 /// `/dailyroundup/conflicts`: fields both sides changed, and the user's choice for each.
 struct ConflictRoutes: ReviewRoutes {

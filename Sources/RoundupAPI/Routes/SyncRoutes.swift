@@ -3,10 +3,10 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import RoundupCore
+import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-import RoundupSync
 
 /// `/dailyroundup/sync`: the apps' edits as a job, and the jobs' progress.
 struct SyncRoutes {
