@@ -8,7 +8,9 @@ let package = Package(
     name: "RoundupClient",
     platforms: [.iOS(.v17), .macOS(.v14)],
     products: [
-        .library(name: "RoundupClient", targets: ["RoundupClient"])
+        .library(name: "RoundupClient", targets: ["RoundupClient"]),
+        // The apps' sync loop over RoundupClient (no EventKit: the app's adapter is a `RemindersStore`).
+        .library(name: "RoundupSync", targets: ["RoundupSync"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-openapi-runtime", from: "1.13.4"),
@@ -21,7 +23,11 @@ let package = Package(
                 .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                 .product(name: "OpenAPIURLSession", package: "swift-openapi-urlsession"),
             ],
-            swiftSettings: [.enableUpcomingFeature("ExistentialAny")])
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]),
+        .target(
+            name: "RoundupSync",
+            dependencies: ["RoundupClient"],
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]),
     ],
     swiftLanguageModes: [.v6]
 )

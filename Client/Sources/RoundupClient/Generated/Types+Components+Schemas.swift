@@ -2133,16 +2133,10 @@ extension Components {
         public struct JobStarted: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/JobStarted/job_id`.
             public var jobId: Swift.String
-            /// `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
+            /// `running` for every job just accepted, one waiting for a worker too (polled, that job says `queued`). A repeat with the same `Idempotency-Key` answers the job that key started, as it is now: `completed` or `error` when it has ended (an app that crashed after posting learns so from the repeat).
             ///
             /// - Remark: Generated from `#/components/schemas/JobStarted/status`.
-            @frozen public enum StatusPayload: String, Codable, Hashable, Sendable, CaseIterable {
-                case running = "running"
-            }
-            /// `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
-            ///
-            /// - Remark: Generated from `#/components/schemas/JobStarted/status`.
-            public var status: Components.Schemas.JobStarted.StatusPayload
+            public var status: Components.Schemas.JobStatus
             /// The number of items the job will process, as far as it is known when the job starts (0 for an import).
             ///
             /// - Remark: Generated from `#/components/schemas/JobStarted/total`.
@@ -2151,11 +2145,11 @@ extension Components {
             ///
             /// - Parameters:
             ///   - jobId:
-            ///   - status: `running` for every job accepted, one waiting for a worker too (polled, that job says `queued`).
+            ///   - status: `running` for every job just accepted, one waiting for a worker too (polled, that job says `queued`). A repeat with the same `Idempotency-Key` answers the job that key started, as it is now: `completed` or `error` when it has ended (an app that crashed after posting learns so from the repeat).
             ///   - total: The number of items the job will process, as far as it is known when the job starts (0 for an import).
             public init(
                 jobId: Swift.String,
-                status: Components.Schemas.JobStarted.StatusPayload,
+                status: Components.Schemas.JobStatus,
                 total: Swift.Int
             ) {
                 self.jobId = jobId

@@ -1,0 +1,314 @@
+import Foundation
+public import RoundupClient
+
+/// The apps' sync loop: pulls the server's changes into the app's reminders and sends the person's edits back, so
+/// that a crash at any step makes nothing twice.
+///
+/// Made from a `RoundupClient`, the app's `RemindersStore` and the state saved last (`SyncState`, nil on a new
+/// device). The engine hands a new state to `saveState` before every step that could not be repeated safely without it
+/// (and as `Event.stateUpdate`): the app writes it where it survives a crash, and returns when it has.
+///
+/// - `fetchChanges()`: the changes this device may apply (the server hands each change to one device of the person:
+///   its `device_id`), applied to the store, then acknowledged in bulk. Each change's result is in the state before
+///   its acknowledgement: a crash between the two acknowledges it at the next fetch, without applying it again.
+/// - `sendChanges(_:)`: the person's edits, found by comparing each reminder with the state's copy as last synced
+///   (what the engine itself wrote is in that copy, so EventKit's report of the engine's own write sends nothing),
+///   posted as one sync job whose batch and idempotency key are in the state until its results are: a crash after the
+///   post posts the same batch with the same key, and the server starts no second job.
+public actor RoundupSyncEngine {
+    public enum Event: Sendable {
+        /// A new state to persist (the same one `saveState` was given).
+        case stateUpdate(SyncState)
+        /// A fetch ended: what it applied.
+        case fetched(FetchSummary)
+        /// A batch of edits ended: each item's outcome.
+        case sent(SendSummary)
+        /// Edits the server recorded as conflicts (their ids: `RoundupClient.conflicts()`, `resolveConflict`).
+        case conflicts([Int])
+        /// Something the person or the app must look at: an item the server refused, a reminder it could not apply.
+        case needsAttention(String)
+    }
+
+    public struct FetchSummary: Sendable, Hashable {
+        /// Changes applied, by type (`create`, `update`, `complete`, `move`, `delete`).
+        public var applied: [String: Int] = [:]
+        /// Changes for a reminder this device does not have (another device made it and iCloud has not brought it yet):
+        /// given back to the server for the person's other devices, and fetched again later.
+        public var deferred: [Int] = []
+        public var total: Int { applied.values.reduce(0, +) }
+    }
+
+    public struct SendSummary: Sendable, Hashable {
+        /// Each reminder sent, with its item's status (`ok`, `conflict`, `duplicate`, `error`, `skipped`).
+        public var statuses: [String: String] = [:]
+        public var count: Int { statuses.count }
+    }
+
+    public nonisolated let events: AsyncStream<Event>
+    private let continuation: AsyncStream<Event>.Continuation
+    private let client: RoundupClient
+    private let store: any RemindersStore
+    /// This device's id, as registered with the server (`RoundupClient.registerDevice`).
+    public nonisolated let deviceID: String
+    private let saveState: @Sendable (SyncState) async throws -> Void
+    /// The state as last saved (or being saved).
+    public private(set) var state: SyncState
+
+    public init(
+        client: RoundupClient, store: any RemindersStore, deviceID: String, state: SyncState? = nil,
+        saveState: @escaping @Sendable (SyncState) async throws -> Void
+    ) throws {
+        if let state, state.version > SyncState.currentVersion {
+            throw SyncStateError(description: "the saved state is version \(state.version); this engine reads up to \(SyncState.currentVersion)")
+        }
+        (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(100))
+        self.client = client
+        self.store = store
+        self.deviceID = deviceID
+        self.state = state ?? SyncState()
+        self.saveState = saveState
+    }
+
+    deinit { continuation.finish() }
+
+    /// Sends the person's edits, then fetches the server's changes (what a background push or an app launch does).
+    public func sync() async throws {
+        _ = try await sendChanges()
+        _ = try await fetchChanges()
+    }
+
+    private func save() async throws {
+        try await saveState(state)
+        continuation.yield(.stateUpdate(state))
+    }
+
+    // MARK: Inbound
+
+    /// Applies the changes the server has for this device, then acknowledges them.
+    @discardableResult
+    public func fetchChanges() async throws -> FetchSummary {
+        try await finishCreate()
+        try await acknowledgeApplied()
+        var summary = FetchSummary()
+        var after = 0
+        while true {
+            let page = try await client.changesPage(after: after, limit: 200, deviceID: deviceID)
+            for change in page.changes { try await apply(change, into: &summary) }
+            try await acknowledgeApplied()
+            guard page.hasMore, let last = page.changes.last else { break }
+            after = last.id
+        }
+        if !summary.deferred.isEmpty { _ = try? await client.releaseChanges(deviceID: deviceID, ids: summary.deferred) }
+        continuation.yield(.fetched(summary))
+        return summary
+    }
+
+    /// The reminder a change is about: the one it names, or the one the state maps to its card.
+    private func reminderID(for change: Change) -> String? {
+        if let id = change.reminderId, state.reminders[id] != nil { return id }
+        if let mapped = state.reminders.first(where: { $0.value.cardID == change.trelloCardId })?.key { return mapped }
+        return change.reminderId
+    }
+
+    private func apply(_ change: Change, into summary: inout FetchSummary) async throws {
+        let type = change.changeType.known
+        let id = reminderID(for: change)
+        let current: Reminder? = if let id { try await store.reminder(id) } else { nil }
+        let changed = Set(change.changedFields.map(\.rawValue))
+        switch type {
+        case .create?, .move?:
+            if let current {
+                // A create for a reminder the store has (iCloud brought it from the device that made it), or a move.
+                // A create carries every field of the card; a move names those Trello changed beside it.
+                let values = current.values.applying(change.fields, only: type == .create ? nil : changed)
+                if current.listID != change.syncListId { try await store.move(current.id, toList: change.syncListId) }
+                if values != current.values { try await store.update(current.id, values) }
+                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed) ?? values
+                state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: synced)
+                state.appliedChanges[change.id] = .init(reminderID: current.id, created: type == .create)
+            } else if let id, state.reminders[id] != nil {
+                // Deleted here, not yet sent: the delete goes out with the next edits.
+                state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
+            } else {
+                let values = ReminderValues(change.fields)
+                state.creating = .init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: values)
+                try await save()
+                let made = try await store.create(values, inList: change.syncListId)
+                state.creating = nil
+                state.reminders[made] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: values)
+                state.appliedChanges[change.id] = .init(reminderID: made, created: true)
+            }
+        case .update?, .complete?:
+            if let current {
+                let values = current.values.applying(change.fields, only: changed)
+                if values != current.values { try await store.update(current.id, values) }
+                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed) ?? values
+                state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: current.listID, values: synced)
+                state.appliedChanges[change.id] = .init(reminderID: current.id, created: false)
+            } else if let id, state.reminders[id] != nil {
+                state.appliedChanges[change.id] = .init(reminderID: nil, created: false)  // deleted here: the delete goes out
+            } else {
+                summary.deferred.append(change.id)
+                return
+            }
+        case .delete?:
+            if let current { try await store.delete(current.id) }
+            if let id { state.reminders[id] = nil }
+            state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
+        case nil:
+            // A change type a newer server knows: left for an app that knows it.
+            continuation.yield(.needsAttention("change \(change.id) is of a type this engine does not know (\(change.changeType.rawValue))"))
+            return
+        }
+        summary.applied[change.changeType.rawValue, default: 0] += 1
+        try await save()
+    }
+
+    /// A create cut short by a crash: the store may hold the reminder it made (an unmapped reminder of the list with
+    /// the change's values). Found, it is the change's; not found, the change (still this device's, unacknowledged)
+    /// comes again and is made then.
+    private func finishCreate() async throws {
+        guard let pending = state.creating else { return }
+        let mapped = Set(state.reminders.keys)
+        if let made = try await store.reminders(inList: pending.listID).first(where: { !mapped.contains($0.id) && $0.values == pending.values }) {
+            state.reminders[made.id] = .init(cardID: pending.cardID, listID: pending.listID, values: pending.values)
+            state.appliedChanges[pending.changeID] = .init(reminderID: made.id, created: true)
+        }
+        state.creating = nil
+        try await save()
+    }
+
+    private func acknowledgeApplied() async throws {
+        guard !state.appliedChanges.isEmpty else { return }
+        let acks = state.appliedChanges.sorted { $0.key < $1.key }.map {
+            ChangeAck(id: $0.key, reminderID: $0.value.created ? $0.value.reminderID : nil)
+        }
+        do {
+            _ = try await client.ack(acks)
+        } catch let error as RoundupError where error.status == 404 {
+            // One of them was acknowledged already (a crash after the acknowledgement, before the state was saved):
+            // the others one by one.
+            for ack in acks {
+                do { _ = try await client.ack(ack.id, reminderID: ack.reminderID) } catch let error as RoundupError where error.status == 404 {}
+            }
+        }
+        state.appliedChanges = [:]
+        try await save()
+    }
+
+    // MARK: Outbound
+
+    /// Sends the person's edits: of the reminders named (those EventKit reported changed), or of every reminder of
+    /// the account's synced lists when nil. Reminders the state knows and the store no longer has are deleted.
+    @discardableResult
+    public func sendChanges(_ reminderIDs: Set<String>? = nil) async throws -> SendSummary {
+        var summary = SendSummary()
+        if let batch = state.outbound { try await finish(batch, into: &summary) }
+        var candidates: [Reminder] = []
+        var gone: [String] = []
+        if let reminderIDs {
+            for id in reminderIDs.sorted() {
+                if let reminder = try await store.reminder(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
+            }
+        } else {
+            let lists = Set(try await client.lists().map(\.syncListId)).union(state.reminders.values.map(\.listID))
+            for list in lists.sorted() { candidates += try await store.reminders(inList: list) }
+            let present = Set(candidates.map(\.id))
+            for id in state.reminders.keys.sorted() where !present.contains(id) {
+                if try await store.reminder(id) == nil { gone.append(id) }
+            }
+        }
+        var changes: [SyncChange] = []
+        var sent: [String: ReminderValues] = [:]
+        let now = Date()
+        for reminder in candidates {
+            let synced = state.reminders[reminder.id]
+            guard let synced, let cardID = synced.cardID else {
+                changes.append(
+                    SyncChange(op: .create, syncListId: reminder.listID, reminderId: reminder.id, fields: reminder.values.syncFields, modifiedAt: now)
+                )
+                sent[reminder.id] = reminder.values
+                continue
+            }
+            let fields = reminder.values.fields(differingFrom: synced.values)
+            let op: Components.Schemas.SyncOp
+            if reminder.listID != synced.listID {
+                op = .move
+            } else if fields.isEmpty {
+                continue
+            } else {
+                op = fields == [.completed] && reminder.values.completed ? .complete : .update
+            }
+            changes.append(
+                SyncChange(
+                    op: op, syncListId: reminder.listID, reminderId: reminder.id, trelloCardId: cardID, fields: reminder.values.syncFields,
+                    changedFields: fields, modifiedAt: now))
+            sent[reminder.id] = reminder.values
+        }
+        for id in gone {
+            guard let synced = state.reminders[id] else { continue }
+            guard let cardID = synced.cardID else {
+                state.reminders[id] = nil  // never reached Trello
+                continue
+            }
+            changes.append(SyncChange(op: .delete, syncListId: synced.listID, reminderId: id, trelloCardId: cardID, modifiedAt: now))
+        }
+        guard !changes.isEmpty else {
+            if summary.count > 0 { continuation.yield(.sent(summary)) }
+            return summary
+        }
+        let batch = SyncState.OutboundBatch(idempotencyKey: RoundupClient.makeIdempotencyKey(), changes: changes, sentValues: sent, jobID: nil)
+        state.outbound = batch
+        try await save()
+        try await finish(batch, into: &summary)
+        continuation.yield(.sent(summary))
+        return summary
+    }
+
+    /// Posts the batch (again, after a crash: the same key), waits for its job and records each item's outcome.
+    private func finish(_ batch: SyncState.OutboundBatch, into summary: inout SendSummary) async throws {
+        var batch = batch
+        var job: SyncJob
+        while true {
+            let jobID: String
+            if let known = batch.jobID {
+                jobID = known
+            } else {
+                jobID = try await client.submitSync(deviceID: deviceID, changes: batch.changes, idempotencyKey: batch.idempotencyKey).jobId
+                batch.jobID = jobID
+                state.outbound = batch
+                try await save()
+            }
+            job = try await client.waitForJob(jobID)
+            guard job.isStale else { break }
+            // Its worker stopped: the same edits, posted again as a new job (the server maps what it made already).
+            batch.idempotencyKey = RoundupClient.makeIdempotencyKey()
+            batch.jobID = nil
+        }
+        var conflicts: [Int] = []
+        for result in job.results {
+            guard let id = result.reminderId, let change = batch.changes.first(where: { $0.reminderId == id }) else { continue }
+            summary.statuses[id] = result.status.rawValue
+            switch result.status.known {
+            case .ok?, .conflict?, .skipped?, .duplicate?:
+                if change.op == .delete {
+                    state.reminders[id] = nil
+                } else if let values = batch.sentValues[id] {
+                    // What was sent is what is synced now: a conflict or a skip comes back as a change when settled.
+                    let cardID = result.trelloCardId ?? change.trelloCardId ?? state.reminders[id]?.cardID
+                    state.reminders[id] = .init(cardID: cardID, listID: change.syncListId, values: values)
+                }
+                if let ids = result.conflictIds { conflicts += ids }
+                if result.status.known == .skipped, let reason = result.reason {
+                    continuation.yield(.needsAttention("reminder \(id): \(reason)"))
+                }
+            case .error?, nil:
+                // Left as it was: sent again with the next edits.
+                continuation.yield(.needsAttention("reminder \(id): \(result.error ?? result.status.rawValue)"))
+            }
+        }
+        state.outbound = nil
+        try await save()
+        if !conflicts.isEmpty { continuation.yield(.conflicts(conflicts)) }
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+public import RoundupClient
+
+/// What the engine keeps between launches: save it whenever the engine hands a new one (the `saveState` it was made
+/// with, and `RoundupSyncEngine.Event.stateUpdate`), and give the last one saved to the engine at the next launch.
+///
+/// Small: one entry per reminder the engine has synced (its card and its values as last synced, for the three-way
+/// comparison that finds the person's edits), plus the work in flight — the changes applied but not yet acknowledged,
+/// and the one batch of edits posted but not yet answered. No history.
+public struct SyncState: Sendable, Hashable, Codable {
+    /// The version of this shape; a state of a newer version is refused (`SyncStateError`), an older one read.
+    public var version: Int = SyncState.currentVersion
+    public static let currentVersion = 1
+
+    /// Each reminder the engine has synced, by its id.
+    public var reminders: [String: SyncedReminder] = [:]
+    /// Changes from the server already applied to the store, not yet acknowledged: acknowledged first at the next
+    /// fetch (a crash after applying a change never applies it twice). The value is the reminder the change made or
+    /// changed (nil for a delete).
+    public var appliedChanges: [Int: AppliedChange] = [:]
+    /// A create the engine is making in the store: recorded before the store is asked, so a crash before the state
+    /// knows the new reminder's id finds it again (an unmapped reminder of the list with these values) rather than
+    /// making a second one.
+    public var creating: PendingCreate?
+    /// The batch of the person's edits posted to the server and not yet answered: posted again with the same key after
+    /// a crash, so the server starts no second job (and makes no second card).
+    public var outbound: OutboundBatch?
+
+    public init() {}
+
+    public struct SyncedReminder: Sendable, Hashable, Codable {
+        /// The card (nil while its create waits for the server's answer).
+        public var cardID: String?
+        public var listID: String
+        /// The values as last synced, either way.
+        public var values: ReminderValues
+    }
+
+    public struct AppliedChange: Sendable, Hashable, Codable {
+        public var reminderID: String?
+        /// Whether the change was a create (its acknowledgement names the reminder made).
+        public var created: Bool
+    }
+
+    public struct PendingCreate: Sendable, Hashable, Codable {
+        public var changeID: Int
+        public var cardID: String
+        public var listID: String
+        public var values: ReminderValues
+    }
+
+    public struct OutboundBatch: Sendable, Hashable, Codable {
+        public var idempotencyKey: String
+        public var changes: [SyncChange]
+        /// The values each reminder had when the batch was made: what the state records as synced once it is `ok`.
+        public var sentValues: [String: ReminderValues]
+        public var jobID: String?
+    }
+}
+
+/// A saved state the engine cannot use.
+public struct SyncStateError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+}

@@ -1,0 +1,219 @@
+import Foundation
+import HTTPTypes
+import NIOConcurrencyHelpers
+import OpenAPIAsyncHTTPClient
+import OpenAPIRuntime
+import RoundupClient
+import RoundupCore
+import RoundupSync
+import RoundupTesting
+import Testing
+
+/// RoundupSync, the apps' sync loop, against the real roundup-api, ingress and worker with the fake Trello, through the
+/// engine only: the flows a person makes, and a crash at the steps that could make something twice.
+@Suite(.serialized) struct SyncEngineTests {
+    /// Where a test's engine saves its state (the app's file), and the last state saved.
+    final class SavedState: Sendable {
+        private let box = NIOLockedValueBox<SyncState?>(nil)
+        var last: SyncState? { box.withLockedValue { $0 } }
+        var save: @Sendable (SyncState) async throws -> Void { { state in self.box.withLockedValue { $0 = state } } }
+    }
+
+    /// A transport that ends the process's work at one operation, as a crash would: before the request leaves
+    /// (`before`), or after the server answered it, the answer lost (`after`).
+    struct CrashingTransport: ClientTransport {
+        enum When: Sendable { case before, after }
+        let operation: String
+        let when: When
+        let inner: any ClientTransport
+
+        func send(_ request: HTTPRequest, body: HTTPBody?, baseURL: URL, operationID: String) async throws -> (HTTPResponse, HTTPBody?) {
+            if operationID == operation, when == .before { throw Crash() }
+            let answer = try await inner.send(request, body: body, baseURL: baseURL, operationID: operationID)
+            if operationID == operation { throw Crash() }
+            return answer
+        }
+    }
+
+    struct Crash: Error {}
+
+    /// A store that crashes once after it made a reminder (before the engine learns its id).
+    actor CrashAfterCreate: RemindersStore {
+        let inner: InMemoryRemindersStore
+        var crashed = false
+        init(_ inner: InMemoryRemindersStore) { self.inner = inner }
+        func reminders(inList listID: String) async throws -> [Reminder] { await inner.reminders(inList: listID) }
+        func reminder(_ id: String) async throws -> Reminder? { await inner.reminder(id) }
+        func create(_ values: ReminderValues, inList listID: String) async throws -> String {
+            let id = await inner.create(values, inList: listID)
+            if !crashed {
+                crashed = true
+                throw Crash()
+            }
+            return id
+        }
+        func update(_ id: String, _ values: ReminderValues) async throws { await inner.update(id, values) }
+        func move(_ id: String, toList listID: String) async throws { await inner.move(id, toList: listID) }
+        func delete(_ id: String) async throws { await inner.delete(id) }
+    }
+
+    func start(_ backend: StoreBackend) async throws -> (Stack, RoundupClient.Setup) {
+        let stack = try await Stack(store: backend)
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1")
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        stack.trello.addList(id: "Lsync", boardID: "Bsync")
+        let setup = try await RoundupClient.setUp(
+            serverURL: URL(string: "http://127.0.0.1:\(stack.apiPort)")!, bootstrapToken: SyncSetup.bootstrap,
+            trello: .init(apiKey: "test-api-key", webhookSecret: stack.trello.webhookSecret, token: "test-token"),
+            list: .init(name: "Errands", trelloBoardID: "Bsync", trelloListID: "Lsync"), transport: ClientTests.transport)
+        return (stack, setup)
+    }
+
+    func device(_ setup: RoundupClient.Setup, _ id: String) async throws -> String {
+        _ = try await setup.client.registerDevice(id: id, apnsToken: String(repeating: "ab", count: 32), platform: .ios)
+        return id
+    }
+
+    /// The client of the same account through another transport (one that crashes).
+    func client(_ setup: RoundupClient.Setup, _ transport: any ClientTransport) -> RoundupClient {
+        RoundupClient(serverURL: setup.client.serverURL, token: setup.token, transport: transport)
+    }
+
+    @Test(arguments: StoreBackend.available) func theSeedFlowsEndToEndThroughTheEngine(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+
+        // Cards made and edited in Trello reach the store.
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Buy milk", desc: "2 litres", due: "2026-12-03T09:30:00.000Z")
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        var reminders = await store.all
+        #expect(reminders.count == 1)
+        let milk = try #require(reminders.first)
+        #expect(milk.listID == list && milk.values.title == "Buy milk" && milk.values.notes == "2 litres")
+        #expect(milk.values.dueDate == .instant(Date(timeIntervalSince1970: 1_796_290_200)))
+        #expect(try await setup.client.changes().collect().isEmpty, "the engine acknowledged the create")
+        #expect(saved.last?.reminders[milk.id]?.cardID == card && saved.last?.appliedChanges.isEmpty == true)
+        stack.trello.userUpdateCard(id: card, ["name": "Buy oat milk"])
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        #expect(await store.reminder(milk.id)?.values.title == "Buy oat milk")
+        // What the engine wrote is not sent back.
+        #expect(try await engine.sendChanges().count == 0)
+
+        // Reminders made, edited, completed and deleted in the store reach Trello.
+        let bread = await store.create(ReminderValues(title: "Bread", dueDate: .day(year: 2026, month: 12, day: 4)), inList: list)
+        var sent = try await engine.sendChanges()
+        #expect(sent.statuses == [bread: "ok"])
+        let breadCard = try #require(await engine.state.reminders[bread]?.cardID)
+        #expect(stack.trello.cardValue(breadCard)?["name"]?.stringValue == "Bread")
+        #expect(stack.trello.openCards(inList: "Lsync").count == 2)
+        await store.edit(milk.id) { $0.notes = "oat, 1 litre" }
+        await store.edit(bread) { $0.completed = true }
+        sent = try await engine.sendChanges([milk.id, bread])
+        #expect(sent.statuses == [milk.id: "ok", bread: "ok"])
+        #expect(stack.trello.cardValue(card)?["desc"]?.stringValue == "oat, 1 litre")
+        #expect(stack.trello.cardValue(breadCard)?["dueComplete"]?.boolValue == true)
+        await store.delete(bread)
+        sent = try await engine.sendChanges()
+        #expect(sent.statuses == [bread: "ok"])
+        #expect(stack.trello.openCards(inList: "Lsync").map { $0["id"]?.stringValue } == [card])
+        // The server's echoes of those writes reach the apps as nothing, and nothing waits.
+        try await Task.sleep(for: .seconds(1))
+        #expect(try await engine.fetchChanges().total == 0)
+        reminders = await store.all
+        #expect(reminders.map(\.id) == [milk.id])
+        #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
+
+    /// A crash after applying changes, before acknowledging them: the engine restarted from the last state saved makes
+    /// no second reminder, and the changes are acknowledged.
+    @Test(arguments: StoreBackend.available) func aCrashBetweenApplyingAndAcknowledgingMakesNoSecondReminder(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let device = try await device(setup, "mac")
+        let cards = (1...3).map { stack.trello.userCreateCard(listID: "Lsync", name: "Card \($0)") }
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 3 })
+
+        for when in [CrashingTransport.When.before, .after] {
+            let crashing = try RoundupSyncEngine(
+                client: client(setup, CrashingTransport(operation: "ackChanges", when: when, inner: ClientTests.transport)), store: store,
+                deviceID: device, state: saved.last, saveState: saved.save)
+            await #expect(throws: Crash.self) { try await crashing.fetchChanges() }
+            #expect(await store.all.count == 3, "each card made once before the crash (\(when))")
+            #expect(saved.last?.appliedChanges.count == (when == .before ? 3 : 3))
+            if when == .before { continue }
+            // Restarted: the acknowledgement (already made, its answer lost) is made again, nothing applied twice.
+            let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: device, state: saved.last, saveState: saved.save)
+            #expect(try await engine.fetchChanges().total == 0)
+            #expect(saved.last?.appliedChanges.isEmpty == true)
+        }
+        let reminders = await store.all
+        #expect(reminders.count == 3)
+        #expect(Set(cards) == Set(reminders.compactMap { saved.last?.reminders[$0.id]?.cardID }))
+        #expect(try await setup.client.changes().collect().isEmpty)
+        // And the cards know their reminders: an edit in Trello reaches the same reminder.
+        stack.trello.userUpdateCard(id: cards[0], ["name": "Card 1, renamed"])
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: device, state: saved.last, saveState: saved.save)
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        #expect(await store.all.count == 3)
+        #expect(await store.all.contains { $0.values.title == "Card 1, renamed" })
+        await stack.shutdown()
+    }
+
+    /// A crash after the store made a reminder, before the engine learned its id: the restarted engine finds it (an
+    /// unmapped reminder of the list with the change's values) and makes no second one.
+    @Test(arguments: StoreBackend.available) func aCrashWhileMakingAReminderMakesNoSecondOne(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let memory = InMemoryRemindersStore()
+        let saved = SavedState()
+        let device = try await device(setup, "iphone")
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Call the plumber")
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
+        let crashing = try RoundupSyncEngine(client: setup.client, store: CrashAfterCreate(memory), deviceID: device, saveState: saved.save)
+        await #expect(throws: Crash.self) { try await crashing.fetchChanges() }
+        #expect(saved.last?.creating?.cardID == card && saved.last?.reminders.isEmpty == true)
+        let engine = try RoundupSyncEngine(client: setup.client, store: memory, deviceID: device, state: saved.last, saveState: saved.save)
+        #expect(try await engine.fetchChanges().total == 0)
+        let reminders = await memory.all
+        #expect(reminders.count == 1)
+        #expect(saved.last?.reminders[reminders[0].id]?.cardID == card && saved.last?.creating == nil)
+        #expect(try await setup.client.changes().collect().isEmpty, "acknowledged with the reminder found")
+        await stack.shutdown()
+    }
+
+    /// A crash after posting the person's edits, before the server's answer: the restarted engine posts the same
+    /// batch with the same key, and Trello gets one card.
+    @Test(arguments: StoreBackend.available) func aCrashAfterPostingMakesNoSecondCard(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let device = try await device(setup, "iphone")
+        let made = await store.create(ReminderValues(title: "Renew passport", notes: "before March"), inList: list)
+        let crashing = try RoundupSyncEngine(
+            client: client(setup, CrashingTransport(operation: "submitSync", when: .after, inner: ClientTests.transport)), store: store,
+            deviceID: device, saveState: saved.save)
+        await #expect(throws: Crash.self) { try await crashing.sendChanges() }
+        let batch = try #require(saved.last?.outbound)
+        #expect(batch.changes.map(\.reminderId) == [made] && batch.jobID == nil)
+        // The job the lost answer named runs meanwhile; restarted, the engine posts the batch again with its key.
+        try await Task.sleep(for: .seconds(1))
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: device, state: saved.last, saveState: saved.save)
+        let sent = try await engine.sendChanges()
+        #expect(sent.statuses == [made: "ok"])
+        #expect(stack.trello.openCards(inList: "Lsync").count == 1)
+        #expect(stack.trello.cardsCreated == 1)
+        #expect(saved.last?.outbound == nil && saved.last?.reminders[made]?.cardID != nil)
+        #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
+}
