@@ -103,6 +103,14 @@ import Testing
         #expect(await store.reminder(milk.id)?.values.title == "Buy oat milk")
         // What the engine wrote is not sent back.
         #expect(try await engine.sendChanges().count == 0)
+        // A Trello edit the server has and the app has not fetched yet is not taken for the person's: a send before the
+        // fetch leaves it, and the fetch brings it.
+        stack.trello.userUpdateCard(id: card, ["name": "Buy oat milk and eggs"])
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
+        #expect(try await engine.sendChanges().count == 0)
+        #expect(stack.trello.cardValue(card)?["name"]?.stringValue == "Buy oat milk and eggs")
+        #expect(try await engine.fetchChanges().total == 1)
+        #expect(await store.reminder(milk.id)?.values.title == "Buy oat milk and eggs")
 
         // Reminders made, edited, completed and deleted in the store reach Trello.
         let bread = await store.create(ReminderValues(title: "Bread", dueDate: .day(year: 2026, month: 12, day: 4)), inList: list)
@@ -213,6 +221,100 @@ import Testing
         #expect(stack.trello.openCards(inList: "Lsync").count == 1)
         #expect(stack.trello.cardsCreated == 1)
         #expect(saved.last?.outbound == nil && saved.last?.reminders[made]?.cardID != nil)
+        #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
+
+    /// The iPhone and the Mac, one person's reminders shared through iCloud, woken together by the same push: each
+    /// change is applied by one of them, iCloud brings each reminder to the other, and the other learns its card from
+    /// the server (a create for a reminder the account maps makes no card). No duplicate reminder, no duplicate card.
+    @Test(arguments: StoreBackend.available) func twoDevicesWokenTogetherConvergeWithoutDuplicates(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let cloud = SharedReminders()
+        let (iphone, mac) = (await cloud.device("iphone"), await cloud.device("mac"))
+        let (iphoneState, macState) = (SavedState(), SavedState())
+        let iphoneEngine = try RoundupSyncEngine(
+            client: setup.client, store: iphone, deviceID: try await device(setup, "iphone"), saveState: iphoneState.save)
+        let macEngine = try RoundupSyncEngine(client: setup.client, store: mac, deviceID: try await device(setup, "mac"), saveState: macState.save)
+
+        let cards = (1...8).map { stack.trello.userCreateCard(listID: "Lsync", name: "Card \($0)") }
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 8 })
+        async let onIPhone = iphoneEngine.fetchChanges()
+        async let onMac = macEngine.fetchChanges()
+        let (fromIPhone, fromMac) = try await (onIPhone, onMac)
+        #expect(fromIPhone.total + fromMac.total == 8, "each change applied by one device: \(fromIPhone.total) + \(fromMac.total)")
+        #expect(try await setup.client.changes().collect().isEmpty)
+        await cloud.propagate()
+        #expect(await iphone.all.count == 8)
+        #expect(await mac.all.count == 8)
+
+        // Each device sends what it sees: the other's reminders are new to it, and the server's cards name them.
+        async let sentByIPhone = iphoneEngine.sendChanges()
+        _ = try await sentByIPhone
+        _ = try await macEngine.sendChanges()
+        #expect(stack.trello.cardsCreated == 0, "no card made for a reminder iCloud brought")
+        #expect(stack.trello.openCards(inList: "Lsync").count == 8)
+        for state in [iphoneState, macState] {
+            #expect(Set(state.last?.reminders.values.compactMap(\.cardID) ?? []) == Set(cards))
+        }
+
+        // A reminder made on the Mac reaches Trello once; a Trello edit reaches the reminder whichever device applies it.
+        let made = await mac.create(ReminderValues(title: "Made on the Mac"), inList: list)
+        #expect(try await macEngine.sendChanges().statuses == [made: "ok"])
+        await cloud.propagate()
+        #expect(try await iphoneEngine.sendChanges().count == 0, "the iPhone learns the card from the server")
+        #expect(iphoneState.last?.reminders[made]?.cardID != nil)
+        #expect(stack.trello.openCards(inList: "Lsync").count == 9 && stack.trello.cardsCreated == 1)
+        let madeCard = try #require(macState.last?.reminders[made]?.cardID)
+        stack.trello.userUpdateCard(id: madeCard, ["name": "Renamed in Trello"])
+        // (Both may fetch more than the rename: the server told the iPhone what Trello keeps of the Mac's new card.)
+        #expect(
+            try await TestSupport.eventually {
+                async let a = iphoneEngine.fetchChanges()
+                async let b = macEngine.fetchChanges()
+                _ = try await (a, b)
+                await cloud.propagate()
+                return await iphone.reminder(made)?.values.title == "Renamed in Trello"
+            })
+        for device in [iphone, mac] {
+            let all = await device.all
+            #expect(all.count == 9)
+            #expect(all.first { $0.id == made }?.values.title == "Renamed in Trello")
+        }
+        #expect(try await iphoneEngine.sendChanges().count == 0, "no echo")
+        #expect(try await macEngine.sendChanges().count == 0, "no echo")
+        await stack.shutdown()
+    }
+
+    /// A reminder moved between two synced lists in the app moves its card (the same card), and a card moved in Trello
+    /// moves the reminder (the same reminder).
+    @Test(arguments: StoreBackend.available) func movesBothWaysKeepOneCardAndOneReminder(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        stack.trello.addList(id: "Lsync2", boardID: "Bsync")
+        let later = try await setup.client.pairList(.init(name: "Later", trelloBoardID: "Bsync", trelloListID: "Lsync2")).syncListId
+        let today = setup.list.syncListId
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Water the plants")
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        let reminder = try #require(await store.all.first)
+
+        await store.move(reminder.id, toList: later)
+        #expect(try await engine.sendChanges().statuses == [reminder.id: "ok"])
+        #expect(stack.trello.cardValue(card)?["idList"]?.stringValue == "Lsync2")
+        #expect(stack.trello.cardsCreated == 0 && stack.trello.openCards(inList: "Lsync2").count == 1)
+        try await Task.sleep(for: .seconds(1))
+        #expect(try await engine.fetchChanges().total == 0, "the move's echo is nothing")
+
+        stack.trello.userUpdateCard(id: card, ["idList": "Lsync"])
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().applied["move"] == 1 })
+        let all = await store.all
+        #expect(all.count == 1 && all.first?.id == reminder.id && all.first?.listID == today)
+        #expect(saved.last?.reminders[reminder.id]?.listID == today)
         #expect(try await engine.sendChanges().count == 0)
         await stack.shutdown()
     }

@@ -42,6 +42,19 @@ public struct ReminderValues: Sendable, Hashable, Codable {
         return fields
     }
 
+    /// These values, with each field `local` holds as `card` does taken from `card`.
+    func adopting(_ card: ReminderValues, heldBy local: ReminderValues) -> ReminderValues {
+        var values = self
+        if local.title == card.title { values.title = card.title }
+        if local.notes == card.notes { values.notes = card.notes }
+        if local.dueDate == card.dueDate { values.dueDate = card.dueDate }
+        if local.startDate == card.startDate { values.startDate = card.startDate }
+        if local.completed == card.completed { values.completed = card.completed }
+        if local.priority == card.priority { values.priority = card.priority }
+        if local.url == card.url { values.url = card.url }
+        return values
+    }
+
     /// What the server sends, as a sync's fields.
     var syncFields: SyncFields {
         SyncFields(

@@ -218,10 +218,37 @@ public actor RoundupSyncEngine {
                 if try await store.reminder(id) == nil { gone.append(id) }
             }
         }
+        // A reminder that differs from the state's copy may not hold the person's edit: another device of the person
+        // applied a change from the server and iCloud brought the result here, or made the reminder and its card. The
+        // server's view of the lists' cards (`GET /lists/{id}/cards`, read once a list) says: a value the card has is
+        // synced, not sent back.
+        let differing = candidates.filter { reminder in
+            state.reminders[reminder.id].map { $0.cardID == nil || $0.listID != reminder.listID || $0.values != reminder.values } ?? true
+        }
+        var server: [String: (cardID: String, listID: String, values: ReminderValues)] = [:]
+        for list in Set(differing.map(\.listID)).sorted() {
+            for card in try await client.listCards(list) {
+                guard let reminderID = card.reminderId, let fields = card.fields else { continue }
+                server[reminderID] = (card.trelloCardId, list, ReminderValues(fields))
+            }
+        }
+        var learned = false
+        for reminder in differing {
+            guard let card = server[reminder.id] else { continue }
+            // Three ways: a field the reminder holds as the card does is synced (whoever wrote it); any other keeps the
+            // state's copy, so a Trello edit not yet fetched is not taken for the person's (and sent back over it). A
+            // reminder the state lacks (another device's) starts from the card.
+            let base = state.reminders[reminder.id]
+            let values = (base?.values ?? card.values).adopting(card.values, heldBy: reminder.values)
+            let listID = card.listID == reminder.listID ? reminder.listID : base?.listID ?? reminder.listID
+            state.reminders[reminder.id] = .init(cardID: card.cardID, listID: listID, values: values)
+            learned = true
+        }
+        if learned { try await save() }
         var changes: [SyncChange] = []
         var sent: [String: ReminderValues] = [:]
         let now = Date()
-        for reminder in candidates {
+        for reminder in differing {
             let synced = state.reminders[reminder.id]
             guard let synced, let cardID = synced.cardID else {
                 changes.append(
