@@ -318,4 +318,65 @@ import Testing
         #expect(try await engine.sendChanges().count == 0)
         await stack.shutdown()
     }
+
+    /// A push from the server, as the app hands it over: the engine reads the lists (a list archived in Trello is an
+    /// event, and its reminders' edits wait until it is restored) and syncs.
+    @Test(arguments: StoreBackend.available) func aPushSyncsAndAnArchivedListHoldsItsEditsUntilRestored(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let events = Task { () -> [String] in
+            var seen: [String] = []
+            for await event in engine.events {
+                if case .listChanged(let list) = event { seen.append("\(list.name) archived=\(list.archived)") }
+            }
+            return seen
+        }
+        #expect(try await engine.handleRemoteNotification(["aps": ["content-available": 1], "roundup": ["sync": 1]]))
+        #expect(try await !engine.handleRemoteNotification(["aps": ["alert": "someone else's"]]))
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Pick up parcel")
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
+        #expect(try await engine.handleRemoteNotification(["roundup": ["sync": 1]]))
+        let reminder = try #require(await store.all.first)
+
+        stack.trello.userUpdateList(id: "Lsync", closed: true)
+        #expect(try await TestSupport.eventually { try await setup.client.lists().first?.archived == true })
+        try await engine.handleRemoteNotification(["roundup": ["sync": 1]])
+        #expect(saved.last?.lists[setup.list.syncListId]?.archived == true)
+        await store.edit(reminder.id) { $0.notes = "at the post office" }
+        #expect(try await engine.sendChanges().count == 0, "paused: the edit waits")
+        stack.trello.userUpdateList(id: "Lsync", closed: false)
+        #expect(try await TestSupport.eventually { try await setup.client.lists().first?.archived == false })
+        try await engine.handleRemoteNotification(["roundup": ["sync": 1]])
+        #expect(stack.trello.cardValue(card)?["desc"]?.stringValue == "at the post office")
+        #expect(saved.last?.reminders[reminder.id]?.values.notes == "at the post office")
+        events.cancel()
+        #expect(await events.value == ["Errands archived=true", "Errands archived=false"])
+        await stack.shutdown()
+    }
+
+    /// A new device, or the app reinstalled: an empty state over reminders the store already has (iCloud brought
+    /// them). The engine learns their cards from the server and sends nothing; a card it had no reminder for stays one.
+    @Test(arguments: StoreBackend.available) func anEmptyStateOverExistingRemindersMakesNothingTwice(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let first = try RoundupSyncEngine(
+            client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: SavedState().save)
+        for n in 1...5 { _ = stack.trello.userCreateCard(listID: "Lsync", name: "Card \(n)") }
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 5 })
+        #expect(try await first.fetchChanges().total == 5)
+
+        let saved = SavedState()
+        let reinstalled = try RoundupSyncEngine(
+            client: setup.client, store: store, deviceID: try await device(setup, "iphone-2"), saveState: saved.save)
+        #expect(try await reinstalled.sendChanges().count == 0)
+        #expect(saved.last?.reminders.count == 5 && saved.last?.reminders.values.allSatisfy { $0.cardID != nil } == true)
+        #expect(try await reinstalled.fetchChanges().total == 0)
+        #expect(await store.all.count == 5)
+        #expect(stack.trello.cardsCreated == 0 && stack.trello.openCards(inList: "Lsync").count == 5)
+        await stack.shutdown()
+    }
 }

@@ -25,8 +25,11 @@ public actor RoundupSyncEngine {
         case sent(SendSummary)
         /// Edits the server recorded as conflicts (their ids: `RoundupClient.conflicts()`, `resolveConflict`).
         case conflicts([Int])
-        /// Something the person or the app must look at: an item the server refused, a reminder it could not apply.
+        /// Something the person or the app must look at: an item the server refused, a change it could not apply,
+        /// Trello refusing the account's token (`account.needs_attention`: the person signs in to Trello again).
         case needsAttention(String)
+        /// A synced list renamed, archived (its pairing paused) or restored in Trello, as the server now has it.
+        case listChanged(SyncList)
     }
 
     public struct FetchSummary: Sendable, Hashable {
@@ -75,6 +78,41 @@ public actor RoundupSyncEngine {
     public func sync() async throws {
         _ = try await sendChanges()
         _ = try await fetchChanges()
+    }
+
+    /// A remote notification (`userInfo` of `application(_:didReceiveRemoteNotification:)`, its keys as strings): when
+    /// it is the server's (`roundup`), reads the lists and the account again (`refreshLists`), then `sync()`. Returns
+    /// whether it was the server's; the app completes the background fetch when this returns.
+    @discardableResult
+    public func handleRemoteNotification(_ userInfo: [String: any Sendable]) async throws -> Bool {
+        guard userInfo["roundup"] != nil else { return false }
+        _ = try await refreshLists()
+        try await sync()
+        return true
+    }
+
+    /// Reads the account's lists and the account: a list renamed, archived or restored in Trello since the last look
+    /// is a `listChanged` event; an account that needs the person (`needs_attention`) a `needsAttention` one.
+    @discardableResult
+    public func refreshLists() async throws -> [SyncList] {
+        let lists = try await client.lists()
+        var changed = false
+        for list in lists {
+            let seen = SyncState.ListSeen(name: list.name, archived: list.archived)
+            guard state.lists[list.syncListId] != seen else { continue }
+            if state.lists[list.syncListId] != nil { continuation.yield(.listChanged(list)) }
+            state.lists[list.syncListId] = seen
+            changed = true
+        }
+        for id in state.lists.keys.sorted() where !lists.contains(where: { $0.syncListId == id }) {
+            state.lists[id] = nil  // unpaired
+            changed = true
+        }
+        if let reason = try await client.account().needsAttention {
+            continuation.yield(.needsAttention("the account needs the person: \(reason.rawValue)"))
+        }
+        if changed { try await save() }
+        return lists
     }
 
     private func save() async throws {
@@ -211,7 +249,7 @@ public actor RoundupSyncEngine {
                 if let reminder = try await store.reminder(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
             }
         } else {
-            let lists = Set(try await client.lists().map(\.syncListId)).union(state.reminders.values.map(\.listID))
+            let lists = Set(try await refreshLists().map(\.syncListId)).union(state.reminders.values.map(\.listID))
             for list in lists.sorted() { candidates += try await store.reminders(inList: list) }
             let present = Set(candidates.map(\.id))
             for id in state.reminders.keys.sorted() where !present.contains(id) {
@@ -222,9 +260,13 @@ public actor RoundupSyncEngine {
         // applied a change from the server and iCloud brought the result here, or made the reminder and its card. The
         // server's view of the lists' cards (`GET /lists/{id}/cards`, read once a list) says: a value the card has is
         // synced, not sent back.
+        // A list archived in Trello is paused: its reminders' edits wait (sent, they would be skipped) until it is back.
+        let paused = Set(state.lists.filter(\.value.archived).keys)
         let differing = candidates.filter { reminder in
-            state.reminders[reminder.id].map { $0.cardID == nil || $0.listID != reminder.listID || $0.values != reminder.values } ?? true
+            guard !paused.contains(reminder.listID), !paused.contains(state.reminders[reminder.id]?.listID ?? "") else { return false }
+            return state.reminders[reminder.id].map { $0.cardID == nil || $0.listID != reminder.listID || $0.values != reminder.values } ?? true
         }
+        gone.removeAll { paused.contains(state.reminders[$0]?.listID ?? "") }
         var server: [String: (cardID: String, listID: String, values: ReminderValues)] = [:]
         for list in Set(differing.map(\.listID)).sorted() {
             for card in try await client.listCards(list) {

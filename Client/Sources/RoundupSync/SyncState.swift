@@ -26,7 +26,17 @@ public struct SyncState: Sendable, Hashable, Codable {
     /// a crash, so the server starts no second job (and makes no second card).
     public var outbound: OutboundBatch?
 
+    /// Each synced list as last read (`RoundupSyncEngine.refreshLists`): a rename or an archive in Trello since is an
+    /// event.
+    public var lists: [String: ListSeen] = [:]
+
     public init() {}
+
+    public struct ListSeen: Sendable, Hashable, Codable {
+        public var name: String
+        /// Archived in Trello: its pairing is paused; the person's edits of its reminders wait until it is restored.
+        public var archived: Bool
+    }
 
     public struct SyncedReminder: Sendable, Hashable, Codable {
         /// The card (nil while its create waits for the server's answer).

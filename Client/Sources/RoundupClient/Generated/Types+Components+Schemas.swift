@@ -206,6 +206,13 @@ extension Components {
         }
         /// - Remark: Generated from `#/components/schemas/Account`.
         public struct Account: Codable, Hashable, Sendable {
+            /// Set when the user must act (null otherwise): `trello_token_revoked` means Trello refuses the stored
+            /// token (the list is not reconciled and an alert push went to the devices); sending a new `trello_token`
+            /// with `PUT /dailyroundup/account` clears it.
+            ///
+            ///
+            /// - Remark: Generated from `#/components/schemas/Account/needs_attention`.
+            public var needsAttention: Components.Schemas.AttentionReason?
             /// - Remark: Generated from `#/components/schemas/Account/account_id`.
             public var accountId: Swift.String
             /// - Remark: Generated from `#/components/schemas/Account/trello_api_key`.
@@ -229,6 +236,7 @@ extension Components {
             /// Creates a new `Account`.
             ///
             /// - Parameters:
+            ///   - needsAttention: Set when the user must act (null otherwise): `trello_token_revoked` means Trello refuses the stored
             ///   - accountId:
             ///   - trelloApiKey:
             ///   - trelloToken:
@@ -239,6 +247,7 @@ extension Components {
             ///   - createdAt:
             ///   - updatedAt:
             public init(
+                needsAttention: Components.Schemas.AttentionReason? = nil,
                 accountId: Swift.String,
                 trelloApiKey: Components.Schemas.MaskedSecret? = nil,
                 trelloToken: Components.Schemas.MaskedSecret? = nil,
@@ -249,6 +258,7 @@ extension Components {
                 createdAt: Foundation.Date,
                 updatedAt: Foundation.Date
             ) {
+                self.needsAttention = needsAttention
                 self.accountId = accountId
                 self.trelloApiKey = trelloApiKey
                 self.trelloToken = trelloToken
@@ -260,6 +270,7 @@ extension Components {
                 self.updatedAt = updatedAt
             }
             public enum CodingKeys: String, CodingKey {
+                case needsAttention = "needs_attention"
                 case accountId = "account_id"
                 case trelloApiKey = "trello_api_key"
                 case trelloToken = "trello_token"
