@@ -57,10 +57,10 @@ import Testing
         func delete(_ id: String) async throws { await inner.delete(id) }
     }
 
-    func start(_ backend: StoreBackend) async throws -> (Stack, RoundupClient.Setup) {
+    func start(_ backend: StoreBackend, worker: [String: String] = [:]) async throws -> (Stack, RoundupClient.Setup) {
         let stack = try await Stack(store: backend)
         try await stack.startIngress()
-        try await stack.startWorker(name: "w1")
+        try await stack.startWorker(name: "w1", extra: worker)
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
         stack.trello.addList(id: "Lsync", boardID: "Bsync")
         let setup = try await RoundupClient.setUp(
@@ -187,12 +187,12 @@ import Testing
         #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
         let crashing = try RoundupSyncEngine(client: setup.client, store: CrashAfterCreate(memory), deviceID: device, saveState: saved.save)
         await #expect(throws: Crash.self) { try await crashing.fetchChanges() }
-        #expect(saved.last?.creating?.cardID == card && saved.last?.reminders.isEmpty == true)
+        #expect(saved.last?.creating.map(\.cardID) == [card] && saved.last?.reminders.isEmpty == true)
         let engine = try RoundupSyncEngine(client: setup.client, store: memory, deviceID: device, state: saved.last, saveState: saved.save)
         #expect(try await engine.fetchChanges().total == 0)
         let reminders = await memory.all
         #expect(reminders.count == 1)
-        #expect(saved.last?.reminders[reminders[0].id]?.cardID == card && saved.last?.creating == nil)
+        #expect(saved.last?.reminders[reminders[0].id]?.cardID == card && saved.last?.creating.isEmpty == true)
         #expect(try await setup.client.changes().collect().isEmpty, "acknowledged with the reminder found")
         await stack.shutdown()
     }
@@ -377,6 +377,46 @@ import Testing
         #expect(try await reinstalled.fetchChanges().total == 0)
         #expect(await store.all.count == 5)
         #expect(stack.trello.cardsCreated == 0 && stack.trello.openCards(inList: "Lsync").count == 5)
+        await stack.shutdown()
+    }
+
+    /// The state is bounded by the reminders, not by history: a full sync of 1,000 reminders (sent in jobs of 100),
+    /// then rounds of edits of every card in Trello fetched and applied, leave it the same size (a reminder's values as
+    /// long as they were). `ROUNDUP_TEST_ENGINE_ROUNDS` (default 2) sets the rounds: 10 is 10,000 synced changes
+    /// (docs/BENCHMARKS.md).
+    @Test func theStateStaysTheSizeOfTheRemindersOverManyChanges() async throws {
+        let rounds = Int(ProcessInfo.processInfo.environment["ROUNDUP_TEST_ENGINE_ROUNDS"] ?? "") ?? 2
+        // The fake Trello has no rate limit; ours (100 requests per 10 s per token) would pace the 1,000 cards' writes.
+        let (stack, setup) = try await start(.sqlite, worker: ["ROUNDUP_TRELLO_TOKEN_LIMIT": "100000", "ROUNDUP_TRELLO_KEY_LIMIT": "100000"])
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "mac"), saveState: saved.save)
+        for n in 0..<1_000 { _ = await store.create(ReminderValues(title: "Reminder \(n)", notes: "note \(n)"), inList: list) }
+        let sent = try await engine.sendChanges()
+        #expect(sent.count == 1_000 && Set(sent.statuses.values) == ["ok"])
+        #expect(stack.trello.openCards(inList: "Lsync").count == 1_000)
+        func size() throws -> Int { try JSONEncoder().encode(saved.last ?? SyncState()).count }
+        let afterFullSync = try size()
+        print("sync engine state: \(afterFullSync) bytes after a full sync of 1,000 reminders")
+        let cards = saved.last?.reminders.values.compactMap { $0.cardID } ?? []
+        #expect(cards.count == 1_000)
+        for round in 1...rounds {
+            for (n, card) in cards.enumerated() { stack.trello.userUpdateCard(id: card, ["name": .string("R\(round) \(n)")]) }
+            var applied = 0
+            #expect(
+                try await TestSupport.eventually(timeout: .seconds(120)) {
+                    applied += try await engine.fetchChanges().total
+                    return applied >= 1_000
+                })
+            let now = try size()
+            print("sync engine state: \(now) bytes after \(round * 1_000) changes applied")
+            // Each title is as long as before, give or take its digits.
+            #expect(abs(now - afterFullSync) < 20_000, "round \(round): \(now) against \(afterFullSync)")
+            #expect(saved.last?.reminders.count == 1_000 && saved.last?.appliedChanges.isEmpty == true && saved.last?.creating.isEmpty == true)
+        }
+        #expect(await store.all.count == 1_000)
         await stack.shutdown()
     }
 }

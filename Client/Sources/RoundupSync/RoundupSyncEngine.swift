@@ -131,7 +131,13 @@ public actor RoundupSyncEngine {
         var after = 0
         while true {
             let page = try await client.changesPage(after: after, limit: 200, deviceID: deviceID)
+            // The page's creates are recorded before the store is asked, its results before it is acknowledged: three
+            // saves a page, not one a change (the state is written whole each time).
+            state.creating = try await creates(in: page.changes)
+            if !state.creating.isEmpty { try await save() }
             for change in page.changes { try await apply(change, into: &summary) }
+            state.creating = []
+            try await save()
             try await acknowledgeApplied()
             guard page.hasMore, let last = page.changes.last else { break }
             after = last.id
@@ -146,6 +152,21 @@ public actor RoundupSyncEngine {
         if let id = change.reminderId, state.reminders[id] != nil { return id }
         if let mapped = state.reminders.first(where: { $0.value.cardID == change.trelloCardId })?.key { return mapped }
         return change.reminderId
+    }
+
+    /// The changes of a page that will make a reminder: a create or a move of a card whose reminder the store lacks
+    /// (and did not delete).
+    private func creates(in changes: [Change]) async throws -> [SyncState.PendingCreate] {
+        var creates: [SyncState.PendingCreate] = []
+        for change in changes where change.changeType.known == .create || change.changeType.known == .move {
+            let id = reminderID(for: change)
+            if let id {
+                if state.reminders[id] != nil { continue }
+                if try await store.reminder(id) != nil { continue }
+            }
+            creates.append(.init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: ReminderValues(change.fields)))
+        }
+        return creates
     }
 
     private func apply(_ change: Change, into summary: inout FetchSummary) async throws {
@@ -169,10 +190,7 @@ public actor RoundupSyncEngine {
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             } else {
                 let values = ReminderValues(change.fields)
-                state.creating = .init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: values)
-                try await save()
                 let made = try await store.create(values, inList: change.syncListId)
-                state.creating = nil
                 state.reminders[made] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: values)
                 state.appliedChanges[change.id] = .init(reminderID: made, created: true)
             }
@@ -199,20 +217,24 @@ public actor RoundupSyncEngine {
             return
         }
         summary.applied[change.changeType.rawValue, default: 0] += 1
-        try await save()
     }
 
     /// A create cut short by a crash: the store may hold the reminder it made (an unmapped reminder of the list with
     /// the change's values). Found, it is the change's; not found, the change (still this device's, unacknowledged)
     /// comes again and is made then.
     private func finishCreate() async throws {
-        guard let pending = state.creating else { return }
-        let mapped = Set(state.reminders.keys)
-        if let made = try await store.reminders(inList: pending.listID).first(where: { !mapped.contains($0.id) && $0.values == pending.values }) {
+        guard !state.creating.isEmpty else { return }
+        var mapped = Set(state.reminders.keys)
+        var lists: [String: [Reminder]] = [:]
+        for pending in state.creating {
+            if lists[pending.listID] == nil { lists[pending.listID] = try await store.reminders(inList: pending.listID) }
+            // Two cards with the same values: each takes its own reminder, or none (it is made when its change comes again).
+            guard let made = lists[pending.listID]?.first(where: { !mapped.contains($0.id) && $0.values == pending.values }) else { continue }
+            mapped.insert(made.id)
             state.reminders[made.id] = .init(cardID: pending.cardID, listID: pending.listID, values: pending.values)
             state.appliedChanges[pending.changeID] = .init(reminderID: made.id, created: true)
         }
-        state.creating = nil
+        state.creating = []
         try await save()
     }
 
@@ -326,13 +348,23 @@ public actor RoundupSyncEngine {
             if summary.count > 0 { continuation.yield(.sent(summary)) }
             return summary
         }
-        let batch = SyncState.OutboundBatch(idempotencyKey: RoundupClient.makeIdempotencyKey(), changes: changes, sentValues: sent, jobID: nil)
-        state.outbound = batch
-        try await save()
-        try await finish(batch, into: &summary)
+        // Jobs of at most `batchSize` changes (the server takes 500, and bounds the Trello writes one job implies): a
+        // crash between them leaves the rest differing, sent by the next call.
+        for start in stride(from: 0, to: changes.count, by: Self.batchSize) {
+            let part = Array(changes[start..<min(start + Self.batchSize, changes.count)])
+            let ids = Set(part.map(\.reminderId))
+            let batch = SyncState.OutboundBatch(
+                idempotencyKey: RoundupClient.makeIdempotencyKey(), changes: part, sentValues: sent.filter { ids.contains($0.key) }, jobID: nil)
+            state.outbound = batch
+            try await save()
+            try await finish(batch, into: &summary)
+        }
         continuation.yield(.sent(summary))
         return summary
     }
+
+    /// The most changes one sync job carries.
+    static let batchSize = 100
 
     /// Posts the batch (again, after a crash: the same key), waits for its job and records each item's outcome.
     private func finish(_ batch: SyncState.OutboundBatch, into summary: inout SendSummary) async throws {

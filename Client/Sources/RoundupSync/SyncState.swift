@@ -18,10 +18,10 @@ public struct SyncState: Sendable, Hashable, Codable {
     /// fetch (a crash after applying a change never applies it twice). The value is the reminder the change made or
     /// changed (nil for a delete).
     public var appliedChanges: [Int: AppliedChange] = [:]
-    /// A create the engine is making in the store: recorded before the store is asked, so a crash before the state
-    /// knows the new reminder's id finds it again (an unmapped reminder of the list with these values) rather than
-    /// making a second one.
-    public var creating: PendingCreate?
+    /// The creates the engine is making in the store (a page's): recorded before the store is asked, so a crash
+    /// before the state knows a new reminder's id finds it again (an unmapped reminder of the list with these values)
+    /// rather than making a second one.
+    public var creating: [PendingCreate] = []
     /// The batch of the person's edits posted to the server and not yet answered: posted again with the same key after
     /// a crash, so the server starts no second job (and makes no second card).
     public var outbound: OutboundBatch?
