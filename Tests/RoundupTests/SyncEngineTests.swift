@@ -334,22 +334,22 @@ import Testing
             }
             return seen
         }
-        #expect(try await engine.handleRemoteNotification(["aps": ["content-available": 1], "roundup": ["sync": 1]]))
-        #expect(try await !engine.handleRemoteNotification(["aps": ["alert": "someone else's"]]))
+        #expect(RoundupSyncEngine.isServerNotification(["aps": ["content-available": 1], "roundup": ["sync": 1]]))
+        #expect(!RoundupSyncEngine.isServerNotification(["aps": ["alert": "someone else's"]]))
         let card = stack.trello.userCreateCard(listID: "Lsync", name: "Pick up parcel")
         #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
-        #expect(try await engine.handleRemoteNotification(["roundup": ["sync": 1]]))
+        try await engine.handleRemoteNotification()
         let reminder = try #require(await store.all.first)
 
         stack.trello.userUpdateList(id: "Lsync", closed: true)
         #expect(try await TestSupport.eventually { try await setup.client.lists().first?.archived == true })
-        try await engine.handleRemoteNotification(["roundup": ["sync": 1]])
+        try await engine.handleRemoteNotification()
         #expect(saved.last?.lists[setup.list.syncListId]?.archived == true)
         await store.edit(reminder.id) { $0.notes = "at the post office" }
         #expect(try await engine.sendChanges().count == 0, "paused: the edit waits")
         stack.trello.userUpdateList(id: "Lsync", closed: false)
         #expect(try await TestSupport.eventually { try await setup.client.lists().first?.archived == false })
-        try await engine.handleRemoteNotification(["roundup": ["sync": 1]])
+        try await engine.handleRemoteNotification()
         #expect(stack.trello.cardValue(card)?["desc"]?.stringValue == "at the post office")
         #expect(saved.last?.reminders[reminder.id]?.values.notes == "at the post office")
         events.cancel()

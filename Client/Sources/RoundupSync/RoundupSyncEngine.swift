@@ -80,15 +80,15 @@ public actor RoundupSyncEngine {
         _ = try await fetchChanges()
     }
 
-    /// A remote notification (`userInfo` of `application(_:didReceiveRemoteNotification:)`, its keys as strings): when
-    /// it is the server's (`roundup`), reads the lists and the account again (`refreshLists`), then `sync()`. Returns
-    /// whether it was the server's; the app completes the background fetch when this returns.
-    @discardableResult
-    public func handleRemoteNotification(_ userInfo: [String: any Sendable]) async throws -> Bool {
-        guard userInfo["roundup"] != nil else { return false }
+    /// Whether a remote notification (`userInfo` of `application(_:didReceiveRemoteNotification:)`) is the server's:
+    /// then hand it to `handleRemoteNotification()`.
+    public nonisolated static func isServerNotification(_ userInfo: [AnyHashable: Any]) -> Bool { userInfo["roundup"] != nil }
+
+    /// The server's push: reads the lists and the account again (`refreshLists`), then `sync()`. The app completes the
+    /// background fetch when this returns.
+    public func handleRemoteNotification() async throws {
         _ = try await refreshLists()
         try await sync()
-        return true
     }
 
     /// Reads the account's lists and the account: a list renamed, archived or restored in Trello since the last look
