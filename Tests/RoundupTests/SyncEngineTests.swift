@@ -88,9 +88,14 @@ import Testing
         let saved = SavedState()
         let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
 
-        // Cards made and edited in Trello reach the store.
+        // Cards made and edited in Trello reach the store; calls made at once (a push and the app's launch) take turns.
         let card = stack.trello.userCreateCard(listID: "Lsync", name: "Buy milk", desc: "2 litres", due: "2026-12-03T09:30:00.000Z")
-        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        #expect(try await TestSupport.eventually { try await setup.client.changes().collect().count == 1 })
+        async let fetchedByPush = engine.fetchChanges()
+        async let fetchedAtLaunch = engine.fetchChanges()
+        async let sentAtLaunch = engine.sendChanges()
+        let (byPush, atLaunch, sentFirst) = try await (fetchedByPush, fetchedAtLaunch, sentAtLaunch)
+        #expect(byPush.total + atLaunch.total == 1 && sentFirst.count == 0)
         var reminders = await store.all
         #expect(reminders.count == 1)
         let milk = try #require(reminders.first)

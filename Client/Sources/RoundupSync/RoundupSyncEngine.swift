@@ -76,8 +76,28 @@ public actor RoundupSyncEngine {
 
     /// Sends the person's edits, then fetches the server's changes (what a background push or an app launch does).
     public func sync() async throws {
-        _ = try await sendChanges()
-        _ = try await fetchChanges()
+        try await exclusively {
+            _ = try await send(nil)
+            _ = try await fetch()
+        }
+    }
+
+    // One operation at a time: an actor runs another call at each `await` of the one before, and two fetches (or a
+    // fetch and a send) interleaved would apply a change twice or send a value half applied. Calls wait their turn,
+    // in order.
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    private func exclusively<T: Sendable>(_ operation: () async throws -> T) async throws -> T {
+        if busy {
+            await withCheckedContinuation { waiting.append($0) }
+        } else {
+            busy = true
+        }
+        defer {
+            if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+        }
+        return try await operation()
     }
 
     /// Whether a remote notification (`userInfo` of `application(_:didReceiveRemoteNotification:)`) is the server's:
@@ -87,14 +107,19 @@ public actor RoundupSyncEngine {
     /// The server's push: reads the lists and the account again (`refreshLists`), then `sync()`. The app completes the
     /// background fetch when this returns.
     public func handleRemoteNotification() async throws {
-        _ = try await refreshLists()
-        try await sync()
+        try await exclusively {
+            _ = try await refresh()
+            _ = try await send(nil)
+            _ = try await fetch()
+        }
     }
 
     /// Reads the account's lists and the account: a list renamed, archived or restored in Trello since the last look
     /// is a `listChanged` event; an account that needs the person (`needs_attention`) a `needsAttention` one.
     @discardableResult
-    public func refreshLists() async throws -> [SyncList] {
+    public func refreshLists() async throws -> [SyncList] { try await exclusively { try await refresh() } }
+
+    private func refresh() async throws -> [SyncList] {
         let lists = try await client.lists()
         var changed = false
         for list in lists {
@@ -124,7 +149,9 @@ public actor RoundupSyncEngine {
 
     /// Applies the changes the server has for this device, then acknowledges them.
     @discardableResult
-    public func fetchChanges() async throws -> FetchSummary {
+    public func fetchChanges() async throws -> FetchSummary { try await exclusively { try await fetch() } }
+
+    private func fetch() async throws -> FetchSummary {
         try await finishCreate()
         try await acknowledgeApplied()
         var summary = FetchSummary()
@@ -262,6 +289,10 @@ public actor RoundupSyncEngine {
     /// the account's synced lists when nil. Reminders the state knows and the store no longer has are deleted.
     @discardableResult
     public func sendChanges(_ reminderIDs: Set<String>? = nil) async throws -> SendSummary {
+        try await exclusively { try await send(reminderIDs) }
+    }
+
+    private func send(_ reminderIDs: Set<String>?) async throws -> SendSummary {
         var summary = SendSummary()
         if let batch = state.outbound { try await finish(batch, into: &summary) }
         var candidates: [Reminder] = []
@@ -271,7 +302,7 @@ public actor RoundupSyncEngine {
                 if let reminder = try await store.reminder(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
             }
         } else {
-            let lists = Set(try await refreshLists().map(\.syncListId)).union(state.reminders.values.map(\.listID))
+            let lists = Set(try await refresh().map(\.syncListId)).union(state.reminders.values.map(\.listID))
             for list in lists.sorted() { candidates += try await store.reminders(inList: list) }
             let present = Set(candidates.map(\.id))
             for id in state.reminders.keys.sorted() where !present.contains(id) {
