@@ -424,4 +424,30 @@ import Testing
         #expect(await store.all.count == 1_000)
         await stack.shutdown()
     }
+
+    /// A repeating reminder completed in Trello: the store (EventKit) opens its next occurrence, and the engine sends
+    /// what the store reports, so the card comes back open with the next due date.
+    @Test(arguments: StoreBackend.available) func aRepeatingReminderCompletedInTrelloComesBackWithItsNextDate(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let engine = try RoundupSyncEngine(
+            client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: SavedState().save)
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Water the plants", due: "2026-12-01T08:00:00.000Z")
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        let reminder = try #require(await store.all.first)
+        await store.setRepeating(reminder.id, everyDays: 7)
+
+        stack.trello.userUpdateCard(id: card, ["dueComplete": true])
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        let next = try #require(await store.reminder(reminder.id))
+        #expect(!next.values.completed && next.values.dueDate == .instant(Date(timeIntervalSince1970: 1_796_112_000 + 7 * 86_400)))
+        #expect(try await engine.sendChanges().statuses == [reminder.id: "ok"])
+        #expect(stack.trello.cardValue(card)?["dueComplete"]?.boolValue == false)
+        #expect(stack.trello.cardValue(card)?["due"]?.stringValue == "2026-12-08T08:00:00.000Z")
+        try await Task.sleep(for: .seconds(1))
+        #expect(try await engine.fetchChanges().total == 0, "the echo of the next occurrence is nothing")
+        #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import RoundupClient
 
 /// A `RemindersStore` in memory, for tests (the engine's, and an app's own): reminders by id, each in a list.
 public actor InMemoryRemindersStore: RemindersStore {
@@ -22,7 +23,21 @@ public actor InMemoryRemindersStore: RemindersStore {
         return id
     }
 
-    public func update(_ id: String, _ values: ReminderValues) { reminders[id]?.values = values }
+    public func update(_ id: String, _ values: ReminderValues) {
+        var values = values
+        // A repeating reminder completed is EventKit's next occurrence: open, due the next time.
+        if let days = repeating[id], values.completed, reminders[id]?.values.completed == false, let due = values.dueDate {
+            values.completed = false
+            values.dueDate = due.adding(days: days)
+        }
+        reminders[id]?.values = values
+    }
+
+    private var repeating: [String: Int] = [:]
+
+    /// Makes the reminder repeat every `days` days, as EventKit's recurrence rule would: completing it then leaves it
+    /// open, due `days` later.
+    public func setRepeating(_ id: String, everyDays days: Int) { repeating[id] = days }
     public func move(_ id: String, toList listID: String) { reminders[id]?.listID = listID }
 
     public func delete(_ id: String) {
@@ -30,10 +45,26 @@ public actor InMemoryRemindersStore: RemindersStore {
         order.removeAll { $0 == id }
     }
 
-    /// The person's edit, as EventKit would report it: `change` applied to the reminder's values.
+    /// The person's edit, as EventKit would report it: `change` applied to the reminder's values (a repeating one
+    /// completed moves to its next occurrence, as `update`).
     public func edit(_ id: String, _ change: (inout ReminderValues) -> Void) {
         guard var values = reminders[id]?.values else { return }
         change(&values)
-        reminders[id]?.values = values
+        update(id, values)
+    }
+}
+
+extension ReminderDateValue {
+    /// The same kind of date, `days` days later (a day stays a day; an instant moves by whole days).
+    func adding(days: Int) -> ReminderDateValue {
+        switch self {
+        case .instant(let date): return .instant(date.addingTimeInterval(Double(days) * 86_400))
+        case .day(let year, let month, let day):
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = TimeZone(identifier: "UTC")!
+            let date = calendar.date(from: DateComponents(year: year, month: month, day: day))!.addingTimeInterval(Double(days) * 86_400)
+            let parts = calendar.dateComponents([.year, .month, .day], from: date)
+            return .day(year: parts.year!, month: parts.month!, day: parts.day!)
+        }
     }
 }
