@@ -18,7 +18,7 @@ public actor InMemoryRemindersStore: RemindersStore {
     public func create(_ values: ReminderValues, inList listID: String) -> String {
         made += 1
         let id = "\(prefix)-\(made)"
-        reminders[id] = Reminder(id: id, listID: listID, values: values)
+        reminders[id] = Reminder(id: id, listID: listID, values: values, modifiedAt: Date())
         order.append(id)
         return id
     }
@@ -31,6 +31,7 @@ public actor InMemoryRemindersStore: RemindersStore {
             values.dueDate = due.adding(days: days)
         }
         reminders[id]?.values = values
+        reminders[id]?.modifiedAt = Date()
     }
 
     private var repeating: [String: Int] = [:]
@@ -38,7 +39,10 @@ public actor InMemoryRemindersStore: RemindersStore {
     /// Makes the reminder repeat every `days` days, as EventKit's recurrence rule would: completing it then leaves it
     /// open, due `days` later.
     public func setRepeating(_ id: String, everyDays days: Int) { repeating[id] = days }
-    public func move(_ id: String, toList listID: String) { reminders[id]?.listID = listID }
+    public func move(_ id: String, toList listID: String) {
+        reminders[id]?.listID = listID
+        reminders[id]?.modifiedAt = Date()
+    }
 
     public func delete(_ id: String) {
         reminders[id] = nil

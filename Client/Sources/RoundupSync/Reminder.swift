@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import RoundupClient
 
 /// The values of a reminder the engine keeps in sync with its card, typed as EventKit holds them.
@@ -90,11 +90,15 @@ public struct Reminder: Sendable, Hashable, Codable {
     /// The sync list (`sync_list_id`) the reminder's list is paired with.
     public var listID: String
     public var values: ReminderValues
+    /// When the person (or any device) last changed it: EventKit's `lastModifiedDate`. Sent as the edit's
+    /// `modified_at`, by which the server tells a stale copy (older than Trello's edit) from a newer edit.
+    public var modifiedAt: Date?
 
-    public init(id: String, listID: String, values: ReminderValues) {
+    public init(id: String, listID: String, values: ReminderValues, modifiedAt: Date? = nil) {
         self.id = id
         self.listID = listID
         self.values = values
+        self.modifiedAt = modifiedAt
     }
 }
 

@@ -76,10 +76,15 @@ public actor RoundupSyncEngine {
 
     /// Sends the person's edits, then fetches the server's changes (what a background push or an app launch does).
     public func sync() async throws {
-        try await exclusively {
-            _ = try await send(nil)
-            _ = try await fetch()
-        }
+        try await exclusively { try await sendThenFetch() }
+    }
+
+    /// The send, then the fetch even when the send failed (a server that refuses the edits still has changes to give).
+    private func sendThenFetch() async throws {
+        var failure: (any Error)?
+        do { _ = try await send(nil) } catch { failure = error }
+        _ = try await fetch()
+        if let failure { throw failure }
     }
 
     // One operation at a time: an actor runs another call at each `await` of the one before, and two fetches (or a
@@ -109,8 +114,7 @@ public actor RoundupSyncEngine {
     public func handleRemoteNotification() async throws {
         try await exclusively {
             _ = try await refresh()
-            _ = try await send(nil)
-            _ = try await fetch()
+            try await sendThenFetch()
         }
     }
 
@@ -125,12 +129,18 @@ public actor RoundupSyncEngine {
         for list in lists {
             let seen = SyncState.ListSeen(name: list.name, archived: list.archived)
             guard state.lists[list.syncListId] != seen else { continue }
-            if state.lists[list.syncListId] != nil { continuation.yield(.listChanged(list)) }
+            if let before = state.lists[list.syncListId] {
+                continuation.yield(.listChanged(list))
+                // Restored: the edits its pause held (and any the server skipped meanwhile) go out now.
+                if before.archived && !list.archived { state.held = [:] }
+            }
             state.lists[list.syncListId] = seen
             changed = true
         }
         for id in state.lists.keys.sorted() where !lists.contains(where: { $0.syncListId == id }) {
-            state.lists[id] = nil  // unpaired
+            // Unpaired: its reminders are no longer synced (nothing is sent for them, nothing deleted).
+            state.lists[id] = nil
+            state.reminders = state.reminders.filter { $0.value.listID != id }
             changed = true
         }
         if let reason = try await client.account().needsAttention {
@@ -217,7 +227,12 @@ public actor RoundupSyncEngine {
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             } else {
                 let values = ReminderValues(change.fields)
-                let made = try await store.create(values, inList: change.syncListId)
+                // The reminder may be here already: another device made it for this change (its hold lapsed before it
+                // acknowledged) and iCloud brought it, or the person made the same one. Taken, not made twice.
+                let mapped = Set(state.reminders.keys)
+                let same = try await store.reminders(inList: change.syncListId).first { !mapped.contains($0.id) && $0.values == values }
+                let made: String
+                if let same { made = same.id } else { made = try await store.create(values, inList: change.syncListId) }
                 state.reminders[made] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: values)
                 state.appliedChanges[change.id] = .init(reminderID: made, created: true)
             }
@@ -226,7 +241,9 @@ public actor RoundupSyncEngine {
                 let values = current.values.applying(change.fields, only: changed)
                 if values != current.values { try await store.update(current.id, values) }
                 let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed) ?? values
-                state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: current.listID, values: synced)
+                // The list as synced: a move the person made here and has not sent yet is still sent.
+                let listID = state.reminders[current.id]?.listID ?? change.syncListId
+                state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: listID, values: synced)
                 state.appliedChanges[change.id] = .init(reminderID: current.id, created: false)
             } else if let id, state.reminders[id] != nil {
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)  // deleted here: the delete goes out
@@ -294,6 +311,8 @@ public actor RoundupSyncEngine {
 
     private func send(_ reminderIDs: Set<String>?) async throws -> SendSummary {
         var summary = SendSummary()
+        // A reminder made for a change before a crash is that change's, not the person's new one.
+        try await finishCreate()
         if let batch = state.outbound { try await finish(batch, into: &summary) }
         var candidates: [Reminder] = []
         var gone: [String] = []
@@ -302,7 +321,7 @@ public actor RoundupSyncEngine {
                 if let reminder = try await store.reminder(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
             }
         } else {
-            let lists = Set(try await refresh().map(\.syncListId)).union(state.reminders.values.map(\.listID))
+            let lists = Set(try await refresh().map(\.syncListId))
             for list in lists.sorted() { candidates += try await store.reminders(inList: list) }
             let present = Set(candidates.map(\.id))
             for id in state.reminders.keys.sorted() where !present.contains(id) {
@@ -317,6 +336,7 @@ public actor RoundupSyncEngine {
         let paused = Set(state.lists.filter(\.value.archived).keys)
         let differing = candidates.filter { reminder in
             guard !paused.contains(reminder.listID), !paused.contains(state.reminders[reminder.id]?.listID ?? "") else { return false }
+            if state.held[reminder.id] == reminder.values { return false }  // refused as it is
             return state.reminders[reminder.id].map { $0.cardID == nil || $0.listID != reminder.listID || $0.values != reminder.values } ?? true
         }
         gone.removeAll { paused.contains(state.reminders[$0]?.listID ?? "") }
@@ -334,6 +354,10 @@ public actor RoundupSyncEngine {
             // state's copy, so a Trello edit not yet fetched is not taken for the person's (and sent back over it). A
             // reminder the state lacks (another device's) starts from the card.
             let base = state.reminders[reminder.id]
+            // Without a copy of its own, a reminder that differs from its card may be a stale copy (iCloud behind the
+            // device that applied Trello's edit): it goes as a `create` with its `modified_at`, and the server keeps
+            // only what is newer than the card's values.
+            if base == nil && card.values != reminder.values { continue }
             let values = (base?.values ?? card.values).adopting(card.values, heldBy: reminder.values)
             let listID = card.listID == reminder.listID ? reminder.listID : base?.listID ?? reminder.listID
             state.reminders[reminder.id] = .init(cardID: card.cardID, listID: listID, values: values)
@@ -347,7 +371,9 @@ public actor RoundupSyncEngine {
             let synced = state.reminders[reminder.id]
             guard let synced, let cardID = synced.cardID else {
                 changes.append(
-                    SyncChange(op: .create, syncListId: reminder.listID, reminderId: reminder.id, fields: reminder.values.syncFields, modifiedAt: now)
+                    SyncChange(
+                        op: .create, syncListId: reminder.listID, reminderId: reminder.id, fields: reminder.values.syncFields,
+                        modifiedAt: reminder.modifiedAt ?? now)
                 )
                 sent[reminder.id] = reminder.values
                 continue
@@ -364,10 +390,10 @@ public actor RoundupSyncEngine {
             changes.append(
                 SyncChange(
                     op: op, syncListId: reminder.listID, reminderId: reminder.id, trelloCardId: cardID, fields: reminder.values.syncFields,
-                    changedFields: fields, modifiedAt: now))
+                    changedFields: fields, modifiedAt: reminder.modifiedAt ?? now))
             sent[reminder.id] = reminder.values
         }
-        for id in gone {
+        for id in gone where state.held[id] != Self.deleted {
             guard let synced = state.reminders[id] else { continue }
             guard let cardID = synced.cardID else {
                 state.reminders[id] = nil  // never reached Trello
@@ -401,46 +427,76 @@ public actor RoundupSyncEngine {
     private func finish(_ batch: SyncState.OutboundBatch, into summary: inout SendSummary) async throws {
         var batch = batch
         var job: SyncJob
+        var stale = 0
         while true {
             let jobID: String
             if let known = batch.jobID {
                 jobID = known
             } else {
-                jobID = try await client.submitSync(deviceID: deviceID, changes: batch.changes, idempotencyKey: batch.idempotencyKey).jobId
+                do {
+                    jobID = try await client.submitSync(deviceID: deviceID, changes: batch.changes, idempotencyKey: batch.idempotencyKey).jobId
+                } catch let error as RoundupError where Self.refusedForGood(error) {
+                    // The server refuses the batch as it is (a list unpaired meanwhile, a card it no longer syncs): held,
+                    // not posted again on every call; the person's next edit of a reminder sends it again.
+                    for change in batch.changes { state.held[change.reminderId] = batch.sentValues[change.reminderId] }
+                    state.outbound = nil
+                    try await save()
+                    continuation.yield(.needsAttention("the server refused \(batch.changes.count) edits: \(error.message)"))
+                    return
+                }
                 batch.jobID = jobID
                 state.outbound = batch
                 try await save()
             }
             job = try await client.waitForJob(jobID)
             guard job.isStale else { break }
-            // Its worker stopped: the same edits, posted again as a new job (the server maps what it made already).
+            // Its worker stopped: the same edits, posted again as a new job (the server maps what it made already),
+            // saved before they are posted; three times at most.
+            stale += 1
+            guard stale < 3 else {
+                throw RoundupError(status: 0, code: OpenEnum(rawValue: "stale"), message: "job \(jobID) went stale three times")
+            }
             batch.idempotencyKey = RoundupClient.makeIdempotencyKey()
             batch.jobID = nil
+            state.outbound = batch
+            try await save()
         }
         var conflicts: [Int] = []
         for result in job.results {
             guard let id = result.reminderId, let change = batch.changes.first(where: { $0.reminderId == id }) else { continue }
             summary.statuses[id] = result.status.rawValue
             switch result.status.known {
-            case .ok?, .conflict?, .skipped?, .duplicate?:
+            case .ok?, .conflict?:
+                // What was sent is what is synced now (a conflict comes back as a change when it is settled).
+                state.held[id] = nil
                 if change.op == .delete {
                     state.reminders[id] = nil
                 } else if let values = batch.sentValues[id] {
-                    // What was sent is what is synced now: a conflict or a skip comes back as a change when settled.
                     let cardID = result.trelloCardId ?? change.trelloCardId ?? state.reminders[id]?.cardID
                     state.reminders[id] = .init(cardID: cardID, listID: change.syncListId, values: values)
                 }
                 if let ids = result.conflictIds { conflicts += ids }
-                if result.status.known == .skipped, let reason = result.reason {
-                    continuation.yield(.needsAttention("reminder \(id): \(reason)"))
-                }
-            case .error?, nil:
-                // Left as it was: sent again with the next edits.
-                continuation.yield(.needsAttention("reminder \(id): \(result.error ?? result.status.rawValue)"))
+            case .skipped?, .duplicate?, .error?, nil:
+                // Not written: the reminder keeps its synced copy (so its edit is still an edit), and these values are
+                // held, not sent again until the reminder changes or its list is restored. A skip says why (a list
+                // paused or keeping Trello's side, a card gone from the list: its delete is on its way); a possible
+                // duplicate waits for the person's choice (`client.duplicates()`).
+                state.held[id] = batch.sentValues[id] ?? Self.deleted
+                let why = result.reason ?? result.error ?? (result.status.known == .duplicate ? "a possible duplicate of another card" : nil)
+                continuation.yield(.needsAttention("reminder \(id): \(result.status.rawValue)\(why.map { ": " + $0 } ?? "")"))
             }
         }
         state.outbound = nil
         try await save()
         if !conflicts.isEmpty { continuation.yield(.conflicts(conflicts)) }
     }
+
+    /// A batch the server will refuse however often it is posted (not a job running, a limit or a server's trouble).
+    static func refusedForGood(_ error: RoundupError) -> Bool {
+        (400..<500).contains(error.status) && error.status != 408 && error.status != 409 && error.status != 429
+            && error.status != 401 && error.status != 403
+    }
+
+    /// What `held` keeps for a refused delete.
+    static let deleted = ReminderValues(title: "\u{0}deleted")
 }

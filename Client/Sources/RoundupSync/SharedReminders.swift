@@ -1,3 +1,5 @@
+import Foundation
+
 /// One person's reminders shared between devices, as iCloud shares them, for tests of two engines at once (the
 /// iPhone's and the Mac's, each with its own device id): each device has its copy; what one device writes reaches the
 /// others only when `propagate()` is called (iCloud's delay, made explicit so a test says when it has passed). A
@@ -13,7 +15,7 @@ public actor SharedReminders {
     /// What iCloud has: every write propagated.
     private var cloud: [String: Reminder] = [:]
     private var cloudOrder: [String] = []
-    private var unsent: [String: [Write]] = [:]
+    private var unsent: [(device: String, write: Write)] = []
     private var made = 0
 
     public init() {}
@@ -27,24 +29,21 @@ public actor SharedReminders {
         return Device(shared: self, name: name)
     }
 
-    /// Every device's writes reach iCloud and every other device, in the order they were made.
+    /// Every device's writes reach iCloud and every other device, in the order they were made (across devices: the
+    /// last write of a reminder wins, as iCloud's does).
     public func propagate() {
         let pending = unsent
-        unsent = [:]
-        for (from, writes) in pending.sorted(by: { $0.key < $1.key }) {
-            for write in writes {
-                switch write {
-                case .put(let reminder):
-                    if cloud[reminder.id] == nil { cloudOrder.append(reminder.id) }
-                    cloud[reminder.id] = reminder
-                case .delete(let id):
-                    cloud[id] = nil
-                    cloudOrder.removeAll { $0 == id }
-                }
+        unsent = []
+        for (from, write) in pending {
+            switch write {
+            case .put(let reminder):
+                if cloud[reminder.id] == nil { cloudOrder.append(reminder.id) }
+                cloud[reminder.id] = reminder
+            case .delete(let id):
+                cloud[id] = nil
+                cloudOrder.removeAll { $0 == id }
             }
-            for device in copies.keys.sorted() where device != from {
-                for write in writes { apply(write, on: device) }
-            }
+            for device in copies.keys.sorted() where device != from { apply(write, on: device) }
         }
     }
 
@@ -66,7 +65,7 @@ public actor SharedReminders {
 
     private func write(_ write: Write, on device: String) {
         apply(write, on: device)
-        unsent[device, default: []].append(write)
+        unsent.append((device, write))
     }
 
     fileprivate func reminders(inList listID: String, on device: String) -> [Reminder] {
@@ -80,13 +79,14 @@ public actor SharedReminders {
     fileprivate func create(_ values: ReminderValues, inList listID: String, on device: String) -> String {
         made += 1
         let id = "\(device)-\(made)"
-        write(.put(Reminder(id: id, listID: listID, values: values)), on: device)
+        write(.put(Reminder(id: id, listID: listID, values: values, modifiedAt: Date())), on: device)
         return id
     }
 
     fileprivate func change(_ id: String, on device: String, _ body: (inout Reminder) -> Void) {
         guard var reminder = copies[device]?[id] else { return }
         body(&reminder)
+        reminder.modifiedAt = Date()
         write(.put(reminder), on: device)
     }
 

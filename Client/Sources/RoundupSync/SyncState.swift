@@ -26,6 +26,11 @@ public struct SyncState: Sendable, Hashable, Codable {
     /// a crash, so the server starts no second job (and makes no second card).
     public var outbound: OutboundBatch?
 
+    /// Values of a reminder the server refused (`error`), skipped or took for a possible duplicate: not sent again
+    /// until the reminder changes again (or its list is restored from Trello's archive). Without it, every EventKit
+    /// notification would post the same refused edit again.
+    public var held: [String: ReminderValues] = [:]
+
     /// Each synced list as last read (`RoundupSyncEngine.refreshLists`): a rename or an archive in Trello since is an
     /// event.
     public var lists: [String: ListSeen] = [:]
