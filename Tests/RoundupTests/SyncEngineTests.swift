@@ -75,6 +75,14 @@ import Testing
         return id
     }
 
+    /// A device's engine over `store`, the device registered, its state saved into a new `SavedState`.
+    func makeEngine(_ setup: RoundupClient.Setup, _ deviceID: String, over store: any RemindersStore) async throws -> (RoundupSyncEngine, SavedState)
+    {
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, deviceID), saveState: saved.save)
+        return (engine, saved)
+    }
+
     /// The client of the same account through another transport (one that crashes).
     func client(_ setup: RoundupClient.Setup, _ transport: any ClientTransport) -> RoundupClient {
         RoundupClient(serverURL: setup.client.serverURL, token: setup.token, transport: transport)
@@ -85,8 +93,7 @@ import Testing
         defer { Task { await stack.shutdown() } }
         let list = setup.list.syncListId
         let store = InMemoryRemindersStore()
-        let saved = SavedState()
-        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
 
         // Cards made and edited in Trello reach the store; calls made at once (a push and the app's launch) take turns.
         let card = stack.trello.userCreateCard(listID: "Lsync", name: "Buy milk", desc: "2 litres", due: "2026-12-03T09:30:00.000Z")
@@ -302,8 +309,7 @@ import Testing
         let later = try await setup.client.pairList(.init(name: "Later", trelloBoardID: "Bsync", trelloListID: "Lsync2")).syncListId
         let today = setup.list.syncListId
         let store = InMemoryRemindersStore()
-        let saved = SavedState()
-        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
         let card = stack.trello.userCreateCard(listID: "Lsync", name: "Water the plants")
         #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
         let reminder = try #require(await store.all.first)
@@ -330,8 +336,7 @@ import Testing
         let (stack, setup) = try await start(backend)
         defer { Task { await stack.shutdown() } }
         let store = InMemoryRemindersStore()
-        let saved = SavedState()
-        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
         let events = Task { () -> [String] in
             var seen: [String] = []
             for await event in engine.events {
@@ -396,8 +401,7 @@ import Testing
         defer { Task { await stack.shutdown() } }
         let list = setup.list.syncListId
         let store = InMemoryRemindersStore()
-        let saved = SavedState()
-        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "mac"), saveState: saved.save)
+        let (engine, saved) = try await makeEngine(setup, "mac", over: store)
         for n in 0..<1_000 { _ = await store.create(ReminderValues(title: "Reminder \(n)", notes: "note \(n)"), inList: list) }
         let sent = try await engine.sendChanges()
         #expect(sent.count == 1_000 && Set(sent.statuses.values) == ["ok"])
@@ -459,8 +463,7 @@ import Testing
         defer { Task { await stack.shutdown() } }
         let list = setup.list.syncListId
         let store = InMemoryRemindersStore()
-        let saved = SavedState()
-        let engine = try RoundupSyncEngine(client: setup.client, store: store, deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
         let made = await store.create(ReminderValues(title: "Reply to Anna", url: "message://%3c1234@example.com%3e"), inList: list)
         #expect(try await engine.sendChanges().statuses == [made: "error"])
         #expect(saved.last?.held[made] != nil && saved.last?.reminders[made] == nil)

@@ -229,8 +229,7 @@ public actor RoundupSyncEngine {
                 let values = ReminderValues(change.fields)
                 // The reminder may be here already: another device made it for this change (its hold lapsed before it
                 // acknowledged) and iCloud brought it, or the person made the same one. Taken, not made twice.
-                let mapped = Set(state.reminders.keys)
-                let same = try await store.reminders(inList: change.syncListId).first { !mapped.contains($0.id) && $0.values == values }
+                let same = Self.madeFor(values, among: try await store.reminders(inList: change.syncListId), taken: Set(state.reminders.keys))
                 let made: String
                 if let same { made = same.id } else { made = try await store.create(values, inList: change.syncListId) }
                 state.reminders[made] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: values)
@@ -273,13 +272,19 @@ public actor RoundupSyncEngine {
         for pending in state.creating {
             if lists[pending.listID] == nil { lists[pending.listID] = try await store.reminders(inList: pending.listID) }
             // Two cards with the same values: each takes its own reminder, or none (it is made when its change comes again).
-            guard let made = lists[pending.listID]?.first(where: { !mapped.contains($0.id) && $0.values == pending.values }) else { continue }
+            guard let made = Self.madeFor(pending.values, among: lists[pending.listID] ?? [], taken: mapped) else { continue }
             mapped.insert(made.id)
             state.reminders[made.id] = .init(cardID: pending.cardID, listID: pending.listID, values: pending.values)
             state.appliedChanges[pending.changeID] = .init(reminderID: made.id, created: true)
         }
         state.creating = []
         try await save()
+    }
+
+    /// The reminder of a list that a create with `values` made or may take: one no synced reminder is (`taken`), with
+    /// those values.
+    static func madeFor(_ values: ReminderValues, among reminders: [Reminder], taken: Set<String>) -> Reminder? {
+        reminders.first { !taken.contains($0.id) && $0.values == values }
     }
 
     private func acknowledgeApplied() async throws {
