@@ -57,6 +57,60 @@ import Testing
         func delete(_ id: String) async throws { await inner.delete(id) }
     }
 
+    /// A crash at the `at`-th step of one engine's life, whatever the step: a request leaving or its answer
+    /// arriving, the state being saved (the crash comes before it is written), or the store's write done. After the
+    /// crash every later step fails too (the process is gone), so nothing the engine does after it counts.
+    final class CrashPlan: Sendable {
+        let at: Int
+        private let box = NIOLockedValueBox<(count: Int, steps: [String])>((0, []))
+        init(at: Int) { self.at = at }
+        var crashed: Bool { box.withLockedValue { $0.count >= at } }
+        var steps: [String] { box.withLockedValue { $0.steps } }
+        func step(_ name: String) throws {
+            let count = box.withLockedValue { box in
+                box.count += 1
+                box.steps.append(name)
+                return box.count
+            }
+            if count >= at { throw Crash() }
+        }
+    }
+
+    struct PlannedTransport: ClientTransport {
+        let plan: CrashPlan
+        let inner: any ClientTransport
+        func send(_ request: HTTPRequest, body: HTTPBody?, baseURL: URL, operationID: String) async throws -> (HTTPResponse, HTTPBody?) {
+            try plan.step("\(operationID) sent")
+            let answer = try await inner.send(request, body: body, baseURL: baseURL, operationID: operationID)
+            try plan.step("\(operationID) answered")
+            return answer
+        }
+    }
+
+    struct PlannedStore: RemindersStore {
+        let plan: CrashPlan
+        let inner: InMemoryRemindersStore
+        func reminders(inList listID: String) async throws -> [Reminder] { await inner.reminders(inList: listID) }
+        func reminder(_ id: String) async throws -> Reminder? { await inner.reminder(id) }
+        func create(_ values: ReminderValues, inList listID: String) async throws -> String {
+            let id = await inner.create(values, inList: listID)
+            try plan.step("store create")
+            return id
+        }
+        func update(_ id: String, _ values: ReminderValues) async throws {
+            await inner.update(id, values)
+            try plan.step("store update")
+        }
+        func move(_ id: String, toList listID: String) async throws {
+            await inner.move(id, toList: listID)
+            try plan.step("store move")
+        }
+        func delete(_ id: String) async throws {
+            await inner.delete(id)
+            try plan.step("store delete")
+        }
+    }
+
     func start(_ backend: StoreBackend, worker: [String: String] = [:]) async throws -> (Stack, RoundupClient.Setup) {
         let stack = try await Stack(store: backend)
         try await stack.startIngress()
@@ -147,6 +201,83 @@ import Testing
         reminders = await store.all
         #expect(reminders.map(\.id) == [milk.id])
         #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
+
+    /// A crash at every step of a sync, one after the other: round k crashes the engine at its k-th step (a request
+    /// sent or answered, the state being saved, the store's write), restarts it from the state saved last, and counts.
+    /// Each round brings its own work from both sides (a card made and one edited in Trello, a reminder made and one
+    /// edited in the store), so every step of a sync is a step some round crashes at. No reminder and no card is
+    /// made twice, and nothing is lost.
+    @Test(arguments: StoreBackend.available) func aCrashAtEveryStepMakesNothingTwiceAndLosesNothing(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let memory = InMemoryRemindersStore()
+        let saved = SavedState()
+        let device = try await device(setup, "iphone")
+        var trelloCards: [String] = []
+        var reminders: [String] = []
+        var crashedAt: Set<String> = []
+        var round = 0
+        while true {
+            round += 1
+            let card = stack.trello.userCreateCard(listID: "Lsync", name: "T\(round)")
+            if let last = trelloCards.last { stack.trello.userUpdateCard(id: last, ["desc": .string("edited in round \(round)")]) }
+            trelloCards.append(card)
+            reminders.append(await memory.create(ReminderValues(title: "R\(round)"), inList: list))
+            if reminders.count > 1 { await memory.edit(reminders[reminders.count - 2]) { $0.notes = "note of round \(round)" } }
+            let arrived = try await TestSupport.eventually {
+                let changes = try await setup.client.changes().collect()
+                return changes.contains { $0.trelloCardId == card }
+                    && (trelloCards.count < 2 || changes.contains { $0.trelloCardId == trelloCards[trelloCards.count - 2] })
+            }
+            try #require(arrived, "round \(round): Trello's edits reached the server")
+
+            let plan = CrashPlan(at: round)
+            let crashing = try RoundupSyncEngine(
+                client: client(setup, PlannedTransport(plan: plan, inner: ClientTests.transport)), store: PlannedStore(plan: plan, inner: memory),
+                deviceID: device, state: saved.last,
+                saveState: { state in
+                    try plan.step("save")
+                    try await saved.save(state)
+                })
+            do { try await crashing.sync() } catch is Crash {}
+            if plan.crashed { crashedAt.insert(plan.steps[round - 1]) }
+            let engine = try RoundupSyncEngine(client: setup.client, store: memory, deviceID: device, state: saved.last, saveState: saved.save)
+            try await engine.sync()
+
+            // Counted, not sampled: every card and every reminder of every round, once.
+            let open = stack.trello.openCards(inList: "Lsync")
+            let stored = await memory.all
+            for k in 1...round {
+                #expect(open.filter { $0["name"]?.stringValue == "R\(k)" }.count == 1, "round \(round): one card for reminder R\(k)")
+                #expect(stored.filter { $0.values.title == "T\(k)" }.count == 1, "round \(round): one reminder for card T\(k)")
+            }
+            #expect(open.count == 2 * round && stored.count == 2 * round, "round \(round): nothing else made")
+            // Nothing lost: both edits of the round arrived.
+            if round > 1 {
+                let edited = stored.first { $0.values.title == "T\(round - 1)" }
+                #expect(edited?.values.notes == "edited in round \(round)", "round \(round): Trello's edit reached the store")
+                let sentCard = open.first { $0["name"]?.stringValue == "R\(round - 1)" }
+                #expect(sentCard?["desc"]?.stringValue == "note of round \(round)", "round \(round): the store's edit reached Trello")
+            }
+            let mapped = saved.last?.reminders ?? [:]
+            #expect(Set(stored.map(\.id)) == Set(mapped.keys), "round \(round): every reminder synced")
+            #expect(
+                Set(mapped.values.compactMap(\.cardID)) == Set(open.compactMap { $0["id"]?.stringValue }), "round \(round): each card one reminder's")
+            #expect(saved.last?.outbound == nil && saved.last?.appliedChanges.isEmpty == true && saved.last?.creating.isEmpty == true)
+            // The whole sync ran without reaching the crash: every step has been crashed at.
+            if !plan.crashed { break }
+            try #require(round < 80, "a sync of one round's work takes fewer than 80 steps")
+        }
+        // Every kind of step was among them.
+        for kind in [
+            "submitSync answered", "getSyncJob answered", "listChanges answered", "ackChanges sent", "ackChanges answered", "save", "store create",
+            "store update",
+        ] {
+            #expect(crashedAt.contains(kind), "crashed at \(kind): \(crashedAt.sorted())")
+        }
         await stack.shutdown()
     }
 
