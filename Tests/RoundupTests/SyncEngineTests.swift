@@ -281,6 +281,124 @@ import Testing
         await stack.shutdown()
     }
 
+    /// Every field of a card, both ways, through the engine and a store that keeps them all: labels, checklists,
+    /// attachments, the location and the due reminder reach the store typed; what the person changes of them reaches
+    /// the card; what the card then holds (ids of new items and labels) comes back, and nothing goes back and forth.
+    @Test(arguments: StoreBackend.available) func everyFieldOfACardBothWaysThroughTheEngine(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        CardRoundTripTests().board(stack, "Bsync")
+        let store = InMemoryRemindersStore()
+        let (engine, _) = try await makeEngine(setup, "mac", over: store)
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Tax return")
+        stack.trello.userSetLabel(cardID: card, labelID: "lab-red", on: true)
+        stack.trello.userSetLabel(cardID: card, labelID: "lab-green", on: true)
+        let (checklist, items) = stack.trello.userAddChecklist(cardID: card, name: "Papers", items: ["Payslips", "Receipts"])
+        stack.trello.userSetCheckItem(cardID: card, itemID: items[0], completed: true)
+        let form = stack.trello.userAddAttachment(cardID: card, url: "https://example.com/form", name: "Form")
+        let pdf = stack.trello.userAddAttachment(
+            cardID: card, url: "https://trello.com/x/2025.pdf", name: "2025.pdf", upload: true, mimeType: "application/pdf")
+        stack.trello.userUpdateCard(id: card, ["dueReminder": .number(30)])
+        stack.trello.userUpdateCard(id: card, ["locationName": "Tax office", "address": "1 Main St", "coordinates": "48.85,2.35"])
+        try await stack.quiet()
+        try await engine.fetchChanges()
+        let id = try #require(await store.all.first?.id)
+        var values = try #require(await store.reminder(id)?.values)
+        #expect(values.labels == [.init(id: "lab-red", name: "Urgent stuff", color: "red"), .init(id: "lab-green", name: "Home", color: "green")])
+        #expect(
+            values.checklists == [
+                .init(
+                    id: checklist, name: "Papers",
+                    items: [.init(id: items[0], name: "Payslips", completed: true), .init(id: items[1], name: "Receipts")])
+            ])
+        #expect(values.attachments.map(\.id) == [form, pdf] && values.attachments.last?.isUpload == true && values.url == "https://example.com/form")
+        #expect(values.location == Location(name: "Tax office", address: "1 Main St", latitude: 48.85, longitude: 2.35))
+        #expect(values.dueReminderMinutes == 30)
+
+        // The person changes each of them in the app.
+        await store.edit(id) { values in
+            values.labels = [.init(id: "lab-green", name: "Home", color: "green"), .init(name: "urgent stuff")]
+            values.labels.removeFirst()
+            values.labels.insert(.init(name: "Home"), at: 0)
+            values.checklists[0].items[0].name = "Payslips of 2025"
+            values.checklists[0].items[1].completed = true
+            values.checklists[0].items.append(.init(name: "Bank statement"))
+            values.checklists.append(.init(name: "Keys", items: [.init(name: "Spare key", completed: true)]))
+            values.attachments.removeFirst()
+            values.attachments.append(.init(name: "New quote", url: "https://example.com/new"))
+            values.url = "https://example.com/new"
+            values.location = Location(name: "New flat", address: "2 High St", latitude: 51.5, longitude: -0.12)
+            values.dueReminderMinutes = 15
+        }
+        let sent = try await engine.sendChanges([id])
+        #expect(sent.statuses == [id: "ok"])
+        let after = try #require(stack.trello.cardValue(card))
+        #expect(Set(after["idLabels"]?.arrayValue?.compactMap(\.stringValue) ?? []) == ["lab-green", "lab-red"], "\(after)")
+        let lists = after["checklists"]?.arrayValue ?? []
+        #expect(lists.map { $0["name"] } == ["Papers", "Keys"], "\(lists)")
+        let papers = lists.first?["checkItems"]?.arrayValue ?? []
+        #expect(papers.map { $0["name"] } == ["Payslips of 2025", "Receipts", "Bank statement"])
+        #expect(papers.map { $0["state"] } == ["complete", "complete", "incomplete"])
+        #expect(lists.last?["checkItems"]?[0]?["state"] == "complete")
+        #expect(after["attachments"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == ["2025.pdf", "New quote"])
+        #expect(after["locationName"] == "New flat" && after["address"] == "2 High St" && after["dueReminder"] == .number(15))
+
+        // What the card holds now (the new items', links' and labels' ids, the first link) the sender learns from its
+        // job's result, not from a change; then nothing is left to send, and nothing comes back.
+        values = try #require(await store.reminder(id)?.values)
+        #expect(values.url == "https://example.com/new")
+        #expect(values.labels.allSatisfy { $0.id != nil } && values.labels.count == 2)
+        #expect(values.checklists.flatMap(\.items).allSatisfy { $0.id != nil } && values.checklists.count == 2)
+        #expect(values.attachments.allSatisfy { $0.id != nil } && values.attachments.count == 2)
+        #expect(try await engine.sendChanges().count == 0)
+        try await stack.quiet()
+        #expect(try await engine.fetchChanges().total == 0)
+
+        // A checklist and an item deleted in the app are deleted on the card.
+        await store.edit(id) { values in
+            values.checklists.removeLast()
+            values.checklists[0].items.removeLast()
+        }
+        #expect(try await engine.sendChanges([id]).statuses == [id: "ok"])
+        let trimmed = stack.trello.cardValue(card)?["checklists"]?.arrayValue ?? []
+        #expect(trimmed.count == 1 && trimmed.first?["checkItems"]?.arrayValue?.count == 2, "\(trimmed)")
+        await stack.shutdown()
+    }
+
+    /// A store that keeps only what `EKReminder` holds itself (`ReminderField.basic`): the card's labels, checklists,
+    /// links, location and due reminder are never taken for the person's (emptied) edits, and stay on the card.
+    @Test func aStoreThatKeepsFewerFieldsLeavesTheOthersOnTheCard() async throws {
+        let (stack, setup) = try await start(.sqlite)
+        defer { Task { await stack.shutdown() } }
+        CardRoundTripTests().board(stack, "Bsync")
+        let store = InMemoryRemindersStore(carrying: ReminderField.basic)
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Tax return")
+        stack.trello.userSetLabel(cardID: card, labelID: "lab-red", on: true)
+        _ = stack.trello.userAddChecklist(cardID: card, name: "Papers", items: ["Payslips"])
+        _ = stack.trello.userAddAttachment(cardID: card, url: "https://example.com/form", name: "Form")
+        stack.trello.userUpdateCard(id: card, ["dueReminder": .number(30), "locationName": "Tax office", "address": "1 Main St"])
+        try await stack.quiet()
+        try await engine.fetchChanges()
+        let reminder = try #require(await store.all.first)
+        #expect(reminder.values.title == "Tax return" && reminder.values.url == "https://example.com/form")
+        #expect(reminder.values.labels.isEmpty && reminder.values.checklists.isEmpty && reminder.values.location == nil)
+        #expect(saved.last?.reminders[reminder.id]?.values == reminder.values, "the state keeps what the store keeps")
+        await store.edit(reminder.id) { $0.title = "Tax return 2025" }
+        #expect(try await engine.sendChanges().statuses == [reminder.id: "ok"])
+        let after = try #require(stack.trello.cardValue(card))
+        #expect(after["name"] == "Tax return 2025" && after["idLabels"] == .array(["lab-red"]))
+        #expect(after["checklists"]?.arrayValue?.count == 1 && after["attachments"]?.arrayValue?.count == 1)
+        #expect(after["dueReminder"] == .number(30) && after["locationName"] == "Tax office")
+        // A reminder made in that store makes a card with what it has, and nothing more is sent.
+        let made = await store.create(ReminderValues(title: "Post the forms"), inList: setup.list.syncListId)
+        #expect(try await engine.sendChanges().statuses == [made: "ok"])
+        try await stack.quiet()
+        try await engine.fetchChanges()
+        #expect(try await engine.sendChanges().count == 0)
+        await stack.shutdown()
+    }
+
     /// A crash after applying changes, before acknowledging them: the engine restarted from the last state saved makes
     /// no second reminder, and the changes are acknowledged.
     @Test(arguments: StoreBackend.available) func aCrashBetweenApplyingAndAcknowledgingMakesNoSecondReminder(backend: StoreBackend) async throws {

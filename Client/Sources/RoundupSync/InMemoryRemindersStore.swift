@@ -7,8 +7,14 @@ public actor InMemoryRemindersStore: RemindersStore {
     private var order: [String] = []
     private var made = 0
     private let prefix: String
+    /// The fields it keeps: every one unless told (`ReminderField.basic` is what an adapter over `EKReminder`'s own
+    /// properties keeps). A field it does not keep is written as none, as such an adapter would.
+    public nonisolated let carriedFields: Set<ReminderField>
 
-    public init(idPrefix: String = "R") { prefix = idPrefix }
+    public init(idPrefix: String = "R", carrying carriedFields: Set<ReminderField> = Set(ReminderField.allCases)) {
+        prefix = idPrefix
+        self.carriedFields = carriedFields
+    }
 
     public func reminders(inList listID: String) -> [Reminder] { order.compactMap { reminders[$0] }.filter { $0.listID == listID } }
     public func reminder(_ id: String) -> Reminder? { reminders[id] }
@@ -18,7 +24,7 @@ public actor InMemoryRemindersStore: RemindersStore {
     public func create(_ values: ReminderValues, inList listID: String) -> String {
         made += 1
         let id = "\(prefix)-\(made)"
-        reminders[id] = Reminder(id: id, listID: listID, values: values, modifiedAt: Date())
+        reminders[id] = Reminder(id: id, listID: listID, values: values.keeping(carriedFields), modifiedAt: Date())
         order.append(id)
         return id
     }
@@ -30,7 +36,7 @@ public actor InMemoryRemindersStore: RemindersStore {
             values.completed = false
             values.dueDate = due.adding(days: days)
         }
-        reminders[id]?.values = values
+        reminders[id]?.values = values.keeping(carriedFields)
         reminders[id]?.modifiedAt = Date()
     }
 

@@ -51,6 +51,8 @@ public actor RoundupSyncEngine {
     private let continuation: AsyncStream<Event>.Continuation
     private let client: RoundupClient
     private let store: any RemindersStore
+    /// The fields the store keeps (`RemindersStore.carriedFields`): the only ones the engine reads, writes and sends.
+    private let carried: Set<ReminderField>
     /// This device's id, as registered with the server (`RoundupClient.registerDevice`).
     public nonisolated let deviceID: String
     private let saveState: @Sendable (SyncState) async throws -> Void
@@ -67,6 +69,7 @@ public actor RoundupSyncEngine {
         (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(100))
         self.client = client
         self.store = store
+        self.carried = store.carriedFields
         self.deviceID = deviceID
         self.state = state ?? SyncState()
         self.saveState = saveState
@@ -155,6 +158,25 @@ public actor RoundupSyncEngine {
         continuation.yield(.stateUpdate(state))
     }
 
+    /// The store's reminder, with only the fields it carries.
+    private func stored(_ id: String) async throws -> Reminder? {
+        try await store.reminder(id).map(carriedOnly)
+    }
+
+    /// The store's reminders of a list, with only the fields it carries.
+    private func stored(inList listID: String) async throws -> [Reminder] {
+        try await store.reminders(inList: listID).map(carriedOnly)
+    }
+
+    private func carriedOnly(_ reminder: Reminder) -> Reminder {
+        var reminder = reminder
+        reminder.values = reminder.values.keeping(carried)
+        return reminder
+    }
+
+    /// A change's values, as the store carries them.
+    private func carriedValues(_ fields: ChangeFields) -> ReminderValues { ReminderValues(fields).keeping(carried) }
+
     // MARK: Inbound
 
     /// Applies the changes the server has for this device, then acknowledges them.
@@ -199,9 +221,9 @@ public actor RoundupSyncEngine {
             let id = reminderID(for: change)
             if let id {
                 if state.reminders[id] != nil { continue }
-                if try await store.reminder(id) != nil { continue }
+                if try await stored(id) != nil { continue }
             }
-            creates.append(.init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: ReminderValues(change.fields)))
+            creates.append(.init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: carriedValues(change.fields)))
         }
         return creates
     }
@@ -209,27 +231,27 @@ public actor RoundupSyncEngine {
     private func apply(_ change: Change, into summary: inout FetchSummary) async throws {
         let type = change.changeType.known
         let id = reminderID(for: change)
-        let current: Reminder? = if let id { try await store.reminder(id) } else { nil }
+        let current: Reminder? = if let id { try await stored(id) } else { nil }
         let changed = Set(change.changedFields.map(\.rawValue))
         switch type {
         case .create?, .move?:
             if let current {
                 // A create for a reminder the store has (iCloud brought it from the device that made it), or a move.
                 // A create carries every field of the card; a move names those Trello changed beside it.
-                let values = current.values.applying(change.fields, only: type == .create ? nil : changed)
+                let values = current.values.applying(change.fields, only: type == .create ? nil : changed).keeping(carried)
                 if current.listID != change.syncListId { try await store.move(current.id, toList: change.syncListId) }
                 if values != current.values { try await store.update(current.id, values) }
-                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed) ?? values
+                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed).keeping(carried) ?? values
                 state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: synced)
                 state.appliedChanges[change.id] = .init(reminderID: current.id, created: type == .create)
             } else if let id, state.reminders[id] != nil {
                 // Deleted here, not yet sent: the delete goes out with the next edits.
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             } else {
-                let values = ReminderValues(change.fields)
+                let values = carriedValues(change.fields)
                 // The reminder may be here already: another device made it for this change (its hold lapsed before it
                 // acknowledged) and iCloud brought it, or the person made the same one. Taken, not made twice.
-                let same = Self.madeFor(values, among: try await store.reminders(inList: change.syncListId), taken: Set(state.reminders.keys))
+                let same = Self.madeFor(values, among: try await stored(inList: change.syncListId), taken: Set(state.reminders.keys))
                 let made: String
                 if let same { made = same.id } else { made = try await store.create(values, inList: change.syncListId) }
                 state.reminders[made] = .init(cardID: change.trelloCardId, listID: change.syncListId, values: values)
@@ -237,9 +259,9 @@ public actor RoundupSyncEngine {
             }
         case .update?, .complete?:
             if let current {
-                let values = current.values.applying(change.fields, only: changed)
+                let values = current.values.applying(change.fields, only: changed).keeping(carried)
                 if values != current.values { try await store.update(current.id, values) }
-                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed) ?? values
+                let synced = state.reminders[current.id]?.values.applying(change.fields, only: changed).keeping(carried) ?? values
                 // The list as synced: a move the person made here and has not sent yet is still sent.
                 let listID = state.reminders[current.id]?.listID ?? change.syncListId
                 state.reminders[current.id] = .init(cardID: change.trelloCardId, listID: listID, values: synced)
@@ -270,7 +292,7 @@ public actor RoundupSyncEngine {
         var mapped = Set(state.reminders.keys)
         var lists: [String: [Reminder]] = [:]
         for pending in state.creating {
-            if lists[pending.listID] == nil { lists[pending.listID] = try await store.reminders(inList: pending.listID) }
+            if lists[pending.listID] == nil { lists[pending.listID] = try await stored(inList: pending.listID) }
             // Two cards with the same values: each takes its own reminder, or none (it is made when its change comes again).
             guard let made = Self.madeFor(pending.values, among: lists[pending.listID] ?? [], taken: mapped) else { continue }
             mapped.insert(made.id)
@@ -323,14 +345,14 @@ public actor RoundupSyncEngine {
         var gone: [String] = []
         if let reminderIDs {
             for id in reminderIDs.sorted() {
-                if let reminder = try await store.reminder(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
+                if let reminder = try await stored(id) { candidates.append(reminder) } else if state.reminders[id] != nil { gone.append(id) }
             }
         } else {
             let lists = Set(try await refresh().map(\.syncListId))
-            for list in lists.sorted() { candidates += try await store.reminders(inList: list) }
+            for list in lists.sorted() { candidates += try await stored(inList: list) }
             let present = Set(candidates.map(\.id))
             for id in state.reminders.keys.sorted() where !present.contains(id) {
-                if try await store.reminder(id) == nil { gone.append(id) }
+                if try await stored(id) == nil { gone.append(id) }
             }
         }
         // A reminder that differs from the state's copy may not hold the person's edit: another device of the person
@@ -349,7 +371,7 @@ public actor RoundupSyncEngine {
         for list in Set(differing.map(\.listID)).sorted() {
             for card in try await client.listCards(list) {
                 guard let reminderID = card.reminderId, let fields = card.fields else { continue }
-                server[reminderID] = (card.trelloCardId, list, ReminderValues(fields))
+                server[reminderID] = (card.trelloCardId, list, carriedValues(fields))
             }
         }
         var learned = false
@@ -377,13 +399,17 @@ public actor RoundupSyncEngine {
             guard let synced, let cardID = synced.cardID else {
                 changes.append(
                     SyncChange(
-                        op: .create, syncListId: reminder.listID, reminderId: reminder.id, fields: reminder.values.syncFields,
+                        op: .create, syncListId: reminder.listID, reminderId: reminder.id,
+                        fields: reminder.values.syncFields(since: nil, carrying: carried),
                         modifiedAt: reminder.modifiedAt ?? now)
                 )
                 sent[reminder.id] = reminder.values
                 continue
             }
-            let fields = reminder.values.fields(differingFrom: synced.values)
+            var fields = reminder.values.fields(differingFrom: synced.values)
+            // The URL is the first link: with the links changed too, the links say it (sent as well, it would be
+            // added as one more link).
+            if fields.contains(.attachments) { fields.removeAll { $0 == .url } }
             let op: Components.Schemas.SyncOp
             if reminder.listID != synced.listID {
                 op = .move
@@ -394,7 +420,8 @@ public actor RoundupSyncEngine {
             }
             changes.append(
                 SyncChange(
-                    op: op, syncListId: reminder.listID, reminderId: reminder.id, trelloCardId: cardID, fields: reminder.values.syncFields,
+                    op: op, syncListId: reminder.listID, reminderId: reminder.id, trelloCardId: cardID,
+                    fields: reminder.values.syncFields(since: synced.values, carrying: carried),
                     changedFields: fields, modifiedAt: reminder.modifiedAt ?? now))
             sent[reminder.id] = reminder.values
         }
@@ -476,7 +503,8 @@ public actor RoundupSyncEngine {
                 state.held[id] = nil
                 if change.op == .delete {
                     state.reminders[id] = nil
-                } else if let values = batch.sentValues[id] {
+                } else if var values = batch.sentValues[id] {
+                    if let fields = result.fields { values = try await learn(fields, for: id, sent: values) }
                     let cardID = result.trelloCardId ?? change.trelloCardId ?? state.reminders[id]?.cardID
                     state.reminders[id] = .init(cardID: cardID, listID: change.syncListId, values: values)
                 }
@@ -494,6 +522,20 @@ public actor RoundupSyncEngine {
         state.outbound = nil
         try await save()
         if !conflicts.isEmpty { continuation.yield(.conflicts(conflicts)) }
+    }
+
+    /// What the card holds that was sent in another form (label ids, the ids of new check items and links, the first
+    /// link): written into the reminder, where the person has not changed that field since it was sent; answers the
+    /// values now synced. The sender learns them here only (the server hands the change to the other devices).
+    private func learn(_ fields: ChangeFields, for id: String, sent: ReminderValues) async throws -> ReminderValues {
+        let names = ReminderValues.names(in: fields)
+        guard !names.isEmpty else { return sent }
+        let synced = sent.applying(fields, only: names).keeping(carried)
+        guard let current = try await stored(id) else { return synced }
+        var values = current.values
+        for field in ReminderField.allCases where current.values.same(field, as: sent) { values.take(field, from: synced) }
+        if values != current.values { try await store.update(id, values) }
+        return synced
     }
 
     /// A batch the server will refuse however often it is posted (not a job running, a limit or a server's trouble).

@@ -18,7 +18,10 @@ public actor SharedReminders {
     private var unsent: [(device: String, write: Write)] = []
     private var made = 0
 
-    public init() {}
+    /// The fields each device keeps (every one unless told: a store of the apps' own records).
+    public nonisolated let carriedFields: Set<ReminderField>
+
+    public init(carrying carriedFields: Set<ReminderField> = Set(ReminderField.allCases)) { self.carriedFields = carriedFields }
 
     /// The device's view of the reminders, a `RemindersStore` for its engine: what iCloud has when it joins.
     public func device(_ name: String) -> Device {
@@ -26,7 +29,7 @@ public actor SharedReminders {
             copies[name] = cloud
             orders[name] = cloudOrder
         }
-        return Device(shared: self, name: name)
+        return Device(shared: self, name: name, carriedFields: carriedFields)
     }
 
     /// Every device's writes reach iCloud and every other device, in the order they were made (across devices: the
@@ -99,6 +102,7 @@ public actor SharedReminders {
     public struct Device: RemindersStore {
         let shared: SharedReminders
         public let name: String
+        public let carriedFields: Set<ReminderField>
 
         public func reminders(inList listID: String) async -> [Reminder] { await shared.reminders(inList: listID, on: name) }
         public func reminder(_ id: String) async -> Reminder? { await shared.reminder(id, on: name) }
