@@ -223,6 +223,7 @@ public actor RoundupSyncEngine {
                 if state.reminders[id] != nil { continue }
                 if try await stored(id) != nil { continue }
             }
+            if Self.movesAnotherDevicesReminder(change) { continue }
             creates.append(.init(changeID: change.id, cardID: change.trelloCardId, listID: change.syncListId, values: carriedValues(change.fields)))
         }
         return creates
@@ -247,6 +248,10 @@ public actor RoundupSyncEngine {
             } else if let id, state.reminders[id] != nil {
                 // Deleted here, not yet sent: the delete goes out with the next edits.
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
+            } else if Self.movesAnotherDevicesReminder(change) {
+                // The card's reminder is on another device (iCloud has not brought it): moved there, not made here.
+                summary.deferred.append(change.id)
+                return
             } else {
                 let values = carriedValues(change.fields)
                 // The reminder may be here already: another device made it for this change (its hold lapsed before it
@@ -282,6 +287,12 @@ public actor RoundupSyncEngine {
             return
         }
         summary.applied[change.changeType.rawValue, default: 0] += 1
+    }
+
+    /// A move of a card that has a reminder (between two synced lists): never a new reminder; on a device without
+    /// that reminder, it waits for iCloud. A card moved in from a list that is not synced has none, and is made.
+    static func movesAnotherDevicesReminder(_ change: Change) -> Bool {
+        change.changeType.known == .move && change.reminderId != nil
     }
 
     /// A create cut short by a crash: the store may hold the reminder it made (an unmapped reminder of the list with
@@ -367,14 +378,18 @@ public actor RoundupSyncEngine {
             return state.reminders[reminder.id].map { $0.cardID == nil || $0.listID != reminder.listID || $0.values != reminder.values } ?? true
         }
         gone.removeAll { paused.contains(state.reminders[$0]?.listID ?? "") }
-        var server: [String: (cardID: String, listID: String, values: ReminderValues)] = [:]
-        for list in Set(differing.map(\.listID)).sorted() {
-            for card in try await client.listCards(list) {
-                guard let reminderID = card.reminderId, let fields = card.fields else { continue }
-                server[reminderID] = (card.trelloCardId, list, carriedValues(fields))
-            }
+        var server = try await cards(of: Set(differing.map(\.listID)))
+        // A reminder this engine has no copy of whose card is not in its list: another device moved it (or Trello
+        // did, and another device applied it); its card is in one of the other lists, and it is a move, not a new card.
+        if differing.contains(where: { state.reminders[$0.id] == nil && server[$0.id] == nil }) {
+            let others = Set(state.lists.keys).subtracting(paused).subtracting(differing.map(\.listID))
+            server.merge(try await cards(of: others)) { mine, _ in mine }
         }
         var learned = false
+        // Reminders this engine has no copy of whose card is in another list: a move made on another device, or a
+        // copy iCloud has not brought up to date with a move Trello made. Neither sent as new (a second card) nor
+        // moved back: the device that synced it sends the person's move when iCloud brings it there.
+        var elsewhere: Set<String> = []
         for reminder in differing {
             guard let card = server[reminder.id] else { continue }
             // Three ways: a field the reminder holds as the card does is synced (whoever wrote it); any other keeps the
@@ -384,6 +399,10 @@ public actor RoundupSyncEngine {
             // Without a copy of its own, a reminder that differs from its card may be a stale copy (iCloud behind the
             // device that applied Trello's edit): it goes as a `create` with its `modified_at`, and the server keeps
             // only what is newer than the card's values.
+            if base == nil && card.listID != reminder.listID {
+                elsewhere.insert(reminder.id)
+                continue
+            }
             if base == nil && card.values != reminder.values { continue }
             let values = (base?.values ?? card.values).adopting(card.values, heldBy: reminder.values)
             let listID = card.listID == reminder.listID ? reminder.listID : base?.listID ?? reminder.listID
@@ -394,7 +413,7 @@ public actor RoundupSyncEngine {
         var changes: [SyncChange] = []
         var sent: [String: ReminderValues] = [:]
         let now = Date()
-        for reminder in differing {
+        for reminder in differing where !elsewhere.contains(reminder.id) {
             let synced = state.reminders[reminder.id]
             guard let synced, let cardID = synced.cardID else {
                 changes.append(
@@ -450,6 +469,18 @@ public actor RoundupSyncEngine {
         }
         continuation.yield(.sent(summary))
         return summary
+    }
+
+    /// The server's cards of `lists` that know their reminder, by reminder: the card, its list, its values.
+    private func cards(of lists: Set<String>) async throws -> [String: (cardID: String, listID: String, values: ReminderValues)] {
+        var cards: [String: (cardID: String, listID: String, values: ReminderValues)] = [:]
+        for list in lists.sorted() {
+            for card in try await client.listCards(list) {
+                guard let reminderID = card.reminderId, let fields = card.fields else { continue }
+                cards[reminderID] = (card.trelloCardId, list, carriedValues(fields))
+            }
+        }
+        return cards
     }
 
     /// The most changes one sync job carries.

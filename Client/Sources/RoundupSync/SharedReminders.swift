@@ -34,21 +34,37 @@ public actor SharedReminders {
 
     /// Every device's writes reach iCloud and every other device, in the order they were made (across devices: the
     /// last write of a reminder wins, as iCloud's does).
+    ///
+    /// A reminder deleted on one device stays deleted: an edit another device made to it before it learned of the
+    /// delete is dropped, as CloudKit drops a save of a record it no longer has. Afterwards every device holds what
+    /// iCloud holds.
     public func propagate() {
         let pending = unsent
         unsent = []
-        for (from, write) in pending {
+        var touched: [String] = []
+        for (_, write) in pending {
             switch write {
             case .put(let reminder):
+                guard !cloudDeleted.contains(reminder.id) else { continue }
                 if cloud[reminder.id] == nil { cloudOrder.append(reminder.id) }
                 cloud[reminder.id] = reminder
+                touched.append(reminder.id)
             case .delete(let id):
                 cloud[id] = nil
                 cloudOrder.removeAll { $0 == id }
+                cloudDeleted.insert(id)
+                touched.append(id)
             }
-            for device in copies.keys.sorted() where device != from { apply(write, on: device) }
+        }
+        for device in copies.keys.sorted() {
+            for id in touched {
+                if let reminder = cloud[id] { apply(.put(reminder), on: device) } else { apply(.delete(id), on: device) }
+            }
         }
     }
+
+    /// Reminders deleted through iCloud (never made again: ids are not reused).
+    private var cloudDeleted: Set<String> = []
 
     /// The reminders the device shows, in the order they reached it.
     public func reminders(on device: String) -> [Reminder] {
