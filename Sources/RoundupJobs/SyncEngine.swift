@@ -705,6 +705,20 @@ public struct SyncEngine: Sendable {
                 item, cardID: existing.cardID,
                 reason: "the card \(existing.cardID) was deleted, archived or moved out of the list in Trello: its delete is on its way")
         }
+        if let existing, !existing.isPlaceholder, !existing.deleted, existing.syncListID != list.id, state.lists[existing.syncListID] != nil {
+            // Mapped to a live card of another synced list: Trello moved it, and the device that sends this had the
+            // reminder from iCloud before the move reached it (or read the list before the move). No second card.
+            return .skipped(
+                item, cardID: existing.cardID,
+                reason: "the reminder's card \(existing.cardID) is in the synced list \(existing.syncListID): its move is on its way to the apps")
+        }
+        if let existing, !existing.isPlaceholder, let removed = existing.removedAt, item.modifiedAt.timeIntervalSince1970 <= removed {
+            // The same, its delete acknowledged already by another device: this copy of the reminder is older than the
+            // card's removal (iCloud has not deleted it here yet). Made again, the card would come back; it does not.
+            return .skipped(
+                item, cardID: existing.cardID,
+                reason: "the card \(existing.cardID) was deleted, archived or moved out of the list in Trello after this reminder last changed")
+        }
         let title = item.fields[SyncField.title]?.stringValue ?? ""
         let due = item.fields[SyncField.dueDate]?.stringValue.flatMap(Timestamp.date)
         let unsure = existing?.isPlaceholder == true  // an earlier attempt may have made the card before it died

@@ -320,6 +320,13 @@ public struct SyncTaskRecord: Sendable, Equatable {
     /// A create in flight: the card's id is not known yet (`trello_card_id` = `pending:<reminder>`).
     public var isPlaceholder: Bool { cardID.hasPrefix(SyncTaskRecord.placeholderPrefix) }
     public static let placeholderPrefix = "pending:"
+
+    /// When the card left its list (deleted, archived or moved out in Trello, or deleted by the apps), seconds since
+    /// 1970; nil while it is in one.
+    public var removedAt: Double? {
+        guard deleted, let stamp = stamps[FieldStamps.membership], stamp.hash == "removed" else { return nil }
+        return stamp.time
+    }
 }
 
 /// A card the store has in a list, as the list's cards answer it (`ListRepository.listCards`).

@@ -13,7 +13,9 @@ import Testing
 
 /// RoundupClient, the apps' library, against the real roundup-api, ingress and worker with the fake Trello; and
 /// against a small server of canned answers for what the real one cannot be made to say (values from a newer server,
-/// failures to retry).
+/// failures to retry). These call the client directly, not through RoundupSync's engine: they check the client's own
+/// calls and types (what the engine is built on, and what an app without the engine uses); the engine's flows are
+/// SyncEngineTests'.
 @Suite(.serialized) struct ClientTests {
     /// AsyncHTTPClient's transport: URLSession on Linux buffers whole responses, so the stream needs this one here
     /// (the apps use URLSession, which streams on Apple's systems).

@@ -21,6 +21,9 @@ struct SplitMix64: RandomNumberGenerator {
 }
 
 /// An app as the server sees it: keeps reminders, posts its edits as sync jobs, pulls, applies and acks changes.
+/// Simulated by hand rather than RoundupSync's engine: this suite checks the server's rules (one-way lists, random field
+/// directions, every conflict policy, a list that takes no Trello card) against the value each side last wrote, which
+/// needs every step of the app under the test's control. EngineConvergenceTests runs the engine apps ship.
 // @unchecked: each app is driven by one task at a time, and handed over only when that task ends.
 final class SimulatedApp: @unchecked Sendable {
     let s: SyncSetup

@@ -399,6 +399,31 @@ import Testing
         await stack.shutdown()
     }
 
+    /// In the foreground the engine reads the live stream: a Trello edit reaches the store with no fetch called, is
+    /// acknowledged, and the engine stops when the app leaves the foreground (its task cancelled).
+    @Test func theLiveStreamAppliesTrelloEditsWhileTheAppIsInTheForeground() async throws {
+        let (stack, setup) = try await start(.sqlite)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
+        let foreground = Task { try await engine.runWhileForeground() }
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Seen live")
+        #expect(await TestSupport.eventually { await store.all.count == 1 })
+        stack.trello.userUpdateCard(id: card, ["name": "Renamed live"])
+        #expect(await TestSupport.eventually { await store.all.first?.values.title == "Renamed live" })
+        #expect(await TestSupport.eventually { (try? await setup.client.changes().collect().isEmpty) == true }, "acknowledged")
+        #expect(saved.last?.reminders.values.map(\.cardID) == [card])
+        foreground.cancel()
+        _ = await foreground.result
+        // Back in the background: edits wait for a push or a fetch.
+        stack.trello.userUpdateCard(id: card, ["name": "Renamed in the background"])
+        try await stack.quiet()
+        #expect(await store.all.first?.values.title == "Renamed live")
+        #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
+        #expect(await store.all.map(\.values.title) == ["Renamed in the background"])
+        await stack.shutdown()
+    }
+
     /// A crash after applying changes, before acknowledging them: the engine restarted from the last state saved makes
     /// no second reminder, and the changes are acknowledged.
     @Test(arguments: StoreBackend.available) func aCrashBetweenApplyingAndAcknowledgingMakesNoSecondReminder(backend: StoreBackend) async throws {
@@ -546,6 +571,22 @@ import Testing
         }
         #expect(try await iphoneEngine.sendChanges().count == 0, "no echo")
         #expect(try await macEngine.sendChanges().count == 0, "no echo")
+
+        // A card deleted in Trello does not come back from the Mac's copy iCloud has not deleted yet: the iPhone made
+        // its reminder and applied its delete; the Mac, with no copy of its own, would send the reminder as new.
+        let brief = stack.trello.userCreateCard(listID: "Lsync", name: "Here briefly")
+        #expect(try await TestSupport.eventually { try await iphoneEngine.fetchChanges().total == 1 })
+        await cloud.propagate()
+        let briefReminder = try #require(await mac.all.first { $0.values.title == "Here briefly" })
+        stack.trello.userDeleteCard(id: brief)
+        #expect(try await TestSupport.eventually { try await iphoneEngine.fetchChanges().total == 1 })
+        #expect(await iphone.reminder(briefReminder.id) == nil && stack.trello.cardsCreated == 1)
+        let fromStaleCopy = try await macEngine.sendChanges()
+        #expect(fromStaleCopy.statuses == [briefReminder.id: "skipped"], "\(fromStaleCopy)")
+        #expect(stack.trello.cardsCreated == 1 && stack.trello.openCards(inList: "Lsync").count == 9, "the card stays deleted")
+        await cloud.propagate()
+        #expect(await mac.reminder(briefReminder.id) == nil)
+        #expect(try await macEngine.sendChanges().count == 0)
         await stack.shutdown()
     }
 
@@ -576,6 +617,19 @@ import Testing
         #expect(all.count == 1 && all.first?.id == reminder.id && all.first?.listID == today)
         #expect(saved.last?.reminders[reminder.id]?.listID == today)
         #expect(try await engine.sendChanges().count == 0)
+
+        // Another device whose copy is still in the first list, after Trello moved the card (it reads the list before
+        // the move, or sends without reading): its `create` makes no second card.
+        stack.trello.userUpdateCard(id: card, ["idList": "Lsync2"])
+        try await stack.quiet()
+        let late = try await setup.client.sync(
+            deviceID: try await device(setup, "mac"),
+            changes: [
+                SyncChange(op: .create, syncListId: today, reminderId: reminder.id, fields: SyncFields(title: "Water the plants"), modifiedAt: Date())
+            ],
+            idempotencyKey: RoundupClient.makeIdempotencyKey())
+        #expect(late.results.first?.status.known == .skipped && late.results.first?.trelloCardId == card, "\(late.results)")
+        #expect(stack.trello.cardsCreated == 0 && stack.trello.openCards(inList: "Lsync2").count == 1)
         await stack.shutdown()
     }
 

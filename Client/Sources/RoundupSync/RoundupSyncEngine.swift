@@ -108,6 +108,22 @@ public actor RoundupSyncEngine {
         return try await operation()
     }
 
+    /// While the app is in the foreground: reads the server's live stream for this device (which then gets no
+    /// background pushes) and applies each change as it comes, through `fetchChanges()` (the same saves and bulk
+    /// acknowledgements as a fetch; a burst of changes is one fetch). Returns when the calling task is cancelled (the
+    /// app leaves the foreground); throws when the server refuses the stream for good (a revoked token, an unknown
+    /// device). The stream reconnects by itself after a network drop.
+    public func runWhileForeground() async throws {
+        for try await change in client.liveChanges(deviceID: deviceID) {
+            // Applied already by the fetch an earlier change of the same burst started.
+            if appliedByLastFetch.remove(change.id) != nil { continue }
+            try await fetchChanges()
+        }
+    }
+
+    /// The changes the last fetch applied (not saved: only to fold a live stream's burst into one fetch).
+    private var appliedByLastFetch: Set<Int> = []
+
     /// Whether a remote notification (`userInfo` of `application(_:didReceiveRemoteNotification:)`) is the server's:
     /// then hand it to `handleRemoteNotification()`.
     public nonisolated static func isServerNotification(_ userInfo: [AnyHashable: Any]) -> Bool { userInfo["roundup"] != nil }
@@ -184,6 +200,10 @@ public actor RoundupSyncEngine {
     public func fetchChanges() async throws -> FetchSummary { try await exclusively { try await fetch() } }
 
     private func fetch() async throws -> FetchSummary {
+        appliedByLastFetch = []
+        // Given back long ago: another device applied it (or its limit passed); saved with the next page.
+        let now = Date()
+        state.deferredSince = state.deferredSince.filter { now.timeIntervalSince($0.value) < 2 * Self.deferralLimit }
         try await finishCreate()
         try await acknowledgeApplied()
         var summary = FetchSummary()
@@ -195,6 +215,7 @@ public actor RoundupSyncEngine {
             state.creating = try await creates(in: page.changes)
             if !state.creating.isEmpty { try await save() }
             for change in page.changes { try await apply(change, into: &summary) }
+            appliedByLastFetch.formUnion(page.changes.map(\.id))
             state.creating = []
             try await save()
             try await acknowledgeApplied()
@@ -250,8 +271,8 @@ public actor RoundupSyncEngine {
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             } else if Self.movesAnotherDevicesReminder(change) {
                 // The card's reminder is on another device (iCloud has not brought it): moved there, not made here.
-                summary.deferred.append(change.id)
-                return
+                if giveBack(change, into: &summary) { return }
+                state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             } else {
                 let values = carriedValues(change.fields)
                 // The reminder may be here already: another device made it for this change (its hold lapsed before it
@@ -273,12 +294,18 @@ public actor RoundupSyncEngine {
                 state.appliedChanges[change.id] = .init(reminderID: current.id, created: false)
             } else if let id, state.reminders[id] != nil {
                 state.appliedChanges[change.id] = .init(reminderID: nil, created: false)  // deleted here: the delete goes out
-            } else {
-                summary.deferred.append(change.id)
+            } else if giveBack(change, into: &summary) {
                 return
+            } else {
+                state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
             }
         case .delete?:
-            if let current { try await store.delete(current.id) }
+            if let current {
+                try await store.delete(current.id)
+            } else if let id, state.reminders[id] == nil, change.reminderId != nil, giveBack(change, into: &summary) {
+                // The card's reminder is on another device (iCloud has not brought it here): deleted there.
+                return
+            }
             if let id { state.reminders[id] = nil }
             state.appliedChanges[change.id] = .init(reminderID: nil, created: false)
         case nil:
@@ -288,6 +315,24 @@ public actor RoundupSyncEngine {
         }
         summary.applied[change.changeType.rawValue, default: 0] += 1
     }
+
+    /// Gives the change back for the person's other devices (true), unless it has gone round for `deferralLimit`
+    /// with no device applying it: then no device has its reminder, and it is acknowledged (false).
+    private func giveBack(_ change: Change, into summary: inout FetchSummary) -> Bool {
+        let now = Date()
+        let since = state.deferredSince[change.id] ?? now
+        guard now.timeIntervalSince(since) < Self.deferralLimit else {
+            state.deferredSince[change.id] = nil
+            return false
+        }
+        state.deferredSince[change.id] = since
+        summary.deferred.append(change.id)
+        return true
+    }
+
+    /// How long a change for a reminder this device lacks is given back to the others before it is acknowledged
+    /// (iCloud brings a reminder to every device within minutes; a day covers a device that was off).
+    public static let deferralLimit: TimeInterval = 86_400
 
     /// A move of a card that has a reminder (between two synced lists): never a new reminder; on a device without
     /// that reminder, it waits for iCloud. A card moved in from a list that is not synced has none, and is made.
@@ -334,6 +379,7 @@ public actor RoundupSyncEngine {
                 do { _ = try await client.ack(ack.id, reminderID: ack.reminderID) } catch let error as RoundupError where error.status == 404 {}
             }
         }
+        for ack in acks { state.deferredSince[ack.id] = nil }
         state.appliedChanges = [:]
         try await save()
     }
@@ -365,6 +411,8 @@ public actor RoundupSyncEngine {
             for id in state.reminders.keys.sorted() where !present.contains(id) {
                 if try await stored(id) == nil { gone.append(id) }
             }
+            // Held values of a reminder gone from the store and never synced (a stale copy iCloud then deleted).
+            state.held = state.held.filter { present.contains($0.key) || state.reminders[$0.key] != nil }
         }
         // A reminder that differs from the state's copy may not hold the person's edit: another device of the person
         // applied a change from the server and iCloud brought the result here, or made the reminder and its card. The

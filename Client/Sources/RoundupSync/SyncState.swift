@@ -35,7 +35,28 @@ public struct SyncState: Sendable, Hashable, Codable {
     /// event.
     public var lists: [String: ListSeen] = [:]
 
+    /// Changes for a reminder this device does not have, given back to the person's other devices: since when. One that
+    /// no device applies within `RoundupSyncEngine.deferralLimit` (no device has the reminder) is acknowledged.
+    public var deferredSince: [Int: Date] = [:]
+
     public init() {}
+
+    private enum CodingKeys: String, CodingKey {
+        case version, reminders, appliedChanges, creating, outbound, held, lists, deferredSince
+    }
+
+    // A member a newer engine added reads as empty from a state an older one saved.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        version = try c.decode(Int.self, forKey: .version)
+        reminders = try c.decodeIfPresent([String: SyncedReminder].self, forKey: .reminders) ?? [:]
+        appliedChanges = try c.decodeIfPresent([Int: AppliedChange].self, forKey: .appliedChanges) ?? [:]
+        creating = try c.decodeIfPresent([PendingCreate].self, forKey: .creating) ?? []
+        outbound = try c.decodeIfPresent(OutboundBatch.self, forKey: .outbound)
+        held = try c.decodeIfPresent([String: ReminderValues].self, forKey: .held) ?? [:]
+        lists = try c.decodeIfPresent([String: ListSeen].self, forKey: .lists) ?? [:]
+        deferredSince = try c.decodeIfPresent([Int: Date].self, forKey: .deferredSince) ?? [:]
+    }
 
     public struct ListSeen: Sendable, Hashable, Codable {
         public var name: String

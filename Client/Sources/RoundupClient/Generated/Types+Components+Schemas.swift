@@ -2043,8 +2043,12 @@ extension Components {
             /// changed after the card's (by `modified_at`) goes through the update
             /// rules, so the result may be `conflict` or `skipped` as for an update,
             /// and an older value (a stale copy) is left out. For a reminder whose
-            /// card left the list in Trello, while its delete waits for the apps,
-            /// the result is `skipped` with the card's id.
+            /// card left the list in Trello, while its delete waits for the apps or
+            /// when its `modified_at` is not later than the card's removal (a copy
+            /// iCloud has not deleted yet), the result is `skipped` with the card's
+            /// id; a reminder edited after the removal makes a new card. A reminder
+            /// whose card is live in another synced list (moved in Trello, the move
+            /// not yet applied on that device) is `skipped` with the card's id.
             ///
             ///
             /// - Remark: Generated from `#/components/schemas/SyncChange/reminder_id`.
