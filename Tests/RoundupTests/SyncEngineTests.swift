@@ -424,6 +424,38 @@ import Testing
         await stack.shutdown()
     }
 
+    /// The person adds the same thing on both sides before a sync (a card in Trello, a reminder on the phone): the
+    /// reminder sent first is a possible duplicate of the card (held, said once, no card made); the card's create then
+    /// takes that reminder rather than making a second one. One card, one reminder.
+    @Test(arguments: StoreBackend.available) func theSameItemAddedOnBothSidesBecomesOneCardAndOneReminder(backend: StoreBackend) async throws {
+        let (stack, setup) = try await start(backend)
+        defer { Task { await stack.shutdown() } }
+        let store = InMemoryRemindersStore()
+        let (engine, saved) = try await makeEngine(setup, "iphone", over: store)
+        let attention = Task { () -> [String] in
+            var said: [String] = []
+            for await event in engine.events { if case .needsAttention(let message) = event { said.append(message) } }
+            return said
+        }
+        let card = stack.trello.userCreateCard(listID: "Lsync", name: "Buy stamps")
+        try await stack.quiet()
+        let made = await store.create(ReminderValues(title: "Buy stamps"), inList: setup.list.syncListId)
+        #expect(try await engine.sendChanges().statuses == [made: "duplicate"])
+        #expect(stack.trello.cardsCreated == 0)
+        #expect(try await engine.sendChanges().count == 0, "held: not posted again")
+        #expect(try await engine.fetchChanges().applied == ["create": 1])
+        #expect(await store.all.map(\.id) == [made], "the card's create took the reminder")
+        #expect(saved.last?.reminders[made]?.cardID == card)
+        #expect(try await engine.sendChanges().count == 0)
+        #expect(stack.trello.openCards(inList: "Lsync").count == 1 && stack.trello.cardsCreated == 0)
+        try await stack.quiet()
+        #expect(try await engine.fetchChanges().total == 0)
+        attention.cancel()
+        await stack.shutdown()
+        let said = await attention.value
+        #expect(said.contains { $0.contains(made) && $0.contains("duplicate") }, "\(said)")
+    }
+
     /// A crash after applying changes, before acknowledging them: the engine restarted from the last state saved makes
     /// no second reminder, and the changes are acknowledged.
     @Test(arguments: StoreBackend.available) func aCrashBetweenApplyingAndAcknowledgingMakesNoSecondReminder(backend: StoreBackend) async throws {
