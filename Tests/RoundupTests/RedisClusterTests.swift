@@ -173,7 +173,11 @@ import Testing
         // The old primary comes back as a replica; the cluster is whole again.
         try await cluster.restart(victim)
         try await cluster.waitUntilHealthy()
-        #expect(try await client.clusterTopology(refresh: true)?.shard(serving: slot)?.replicas.map(\.port).contains(victim) == true)
+        // (A healthy cluster may list the restarted node among the shard's replicas a moment later: asked until it does.)
+        let rejoined = await TestSupport.eventually(timeout: .seconds(20), interval: .milliseconds(200)) {
+            (try? await client.clusterTopology(refresh: true)?.shard(serving: slot)?.replicas.map(\.port).contains(victim)) == true
+        }
+        #expect(rejoined, "the old primary is a replica of its shard again")
         await client.shutdown()
         await cluster.stop()
     }
