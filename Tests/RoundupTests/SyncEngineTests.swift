@@ -300,6 +300,7 @@ import Testing
             cardID: card, url: "https://trello.com/x/2025.pdf", name: "2025.pdf", upload: true, mimeType: "application/pdf")
         stack.trello.userUpdateCard(id: card, ["dueReminder": .number(30)])
         stack.trello.userUpdateCard(id: card, ["locationName": "Tax office", "address": "1 Main St", "coordinates": "48.85,2.35"])
+        stack.trello.userSetPriority(cardID: card, fieldID: "F1", optionID: "o-urgent")
         try await stack.quiet()
         try await engine.fetchChanges()
         let id = try #require(await store.all.first?.id)
@@ -314,6 +315,7 @@ import Testing
         #expect(values.attachments.map(\.id) == [form, pdf] && values.attachments.last?.isUpload == true && values.url == "https://example.com/form")
         #expect(values.location == Location(name: "Tax office", address: "1 Main St", latitude: 48.85, longitude: 2.35))
         #expect(values.dueReminderMinutes == 30)
+        #expect(values.priority == 1, "the board's Urgent option, first of three")
 
         // The person changes each of them in the app.
         await store.edit(id) { values in
@@ -329,6 +331,7 @@ import Testing
             values.url = "https://example.com/new"
             values.location = Location(name: "New flat", address: "2 High St", latitude: 51.5, longitude: -0.12)
             values.dueReminderMinutes = 15
+            values.priority = 5
         }
         let sent = try await engine.sendChanges([id])
         #expect(sent.statuses == [id: "ok"])
@@ -342,6 +345,7 @@ import Testing
         #expect(lists.last?["checkItems"]?[0]?["state"] == "complete")
         #expect(after["attachments"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == ["2025.pdf", "New quote"])
         #expect(after["locationName"] == "New flat" && after["address"] == "2 High St" && after["dueReminder"] == .number(15))
+        #expect(after["customFieldItems"]?[0]?["idValue"] == "o-high", "level 5 is the middle of three options")
 
         // What the card holds now (the new items', links' and labels' ids, the first link) the sender learns from its
         // job's result, not from a change; then nothing is left to send, and nothing comes back.
