@@ -289,6 +289,7 @@ struct PostgresAckRows: AckRows {
         case mapReminder(accountID: String, cardID: String, reminderID: String, now: String)
         case turnCreatesIntoUpdates(accountID: String, cardID: String, after: Int64)
         case deleteChange(accountID: String, id: Int64, cardID: String)
+        case settleDuplicates(accountID: String, cardID: String, reminderID: String, now: String)
     }
 
     /// "Issued" = drawn from the sequence; unlike sqlite_sequence it also counts ids of rolled-back inserts, so acking
@@ -322,6 +323,9 @@ struct PostgresAckRows: AckRows {
     mutating func deleteChange(accountID: String, id: Int64, cardID: String) {
         writes.append(.deleteChange(accountID: accountID, id: id, cardID: cardID))
     }
+    mutating func settleDuplicates(accountID: String, cardID: String, reminderID: String, now: String) {
+        writes.append(.settleDuplicates(accountID: accountID, cardID: cardID, reminderID: reminderID, now: now))
+    }
 
     func flush(_ c: PostgresConnection, logger: Logger) async throws {
         for write in writes {
@@ -344,6 +348,13 @@ struct PostgresAckRows: AckRows {
                     """
                     DELETE FROM pending_changes
                     WHERE account_id = \(account) AND (id = \(id) OR (trello_card_id = \(card) AND superseded = true AND id < \(id)))
+                    """, logger)
+            case .settleDuplicates(let account, let card, let reminder, let now):
+                _ = try await c.run(
+                    """
+                    UPDATE potential_duplicates SET status = \(DuplicateStatus.merged.rawValue), resolved_at = \(now)
+                    WHERE account_id = \(account) AND reminder_id = \(reminder) AND status = \(DuplicateStatus.open.rawValue)
+                        AND trello_card_id = \(card) AND resolving_at IS NULL
                     """, logger)
             }
         }

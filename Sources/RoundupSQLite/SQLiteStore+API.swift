@@ -288,4 +288,13 @@ struct SQLiteAckRows: AckRows {
         )
         .execute(arguments: [accountID, id, cardID, id])
     }
+
+    func settleDuplicates(accountID: String, cardID: String, reminderID: String, now: String) throws {
+        try db.cachedStatement(
+            sql: """
+                UPDATE potential_duplicates SET status = ?, resolved_at = ?
+                WHERE account_id = ? AND reminder_id = ? AND status = ? AND trello_card_id = ? AND resolving_at IS NULL
+                """
+        ).execute(arguments: [DuplicateStatus.merged, now, accountID, reminderID, DuplicateStatus.open, cardID])
+    }
 }

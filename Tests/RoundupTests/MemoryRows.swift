@@ -41,10 +41,20 @@ struct MemoryRows {
         var stored: StoredConflict
     }
 
+    /// A row of `potential_duplicates`, as much of it as the rules read.
+    struct Duplicate: Equatable {
+        var accountID: String
+        var reminderID: String
+        var cardID: String
+        var status: DuplicateStatus
+        var resolving = false
+    }
+
     /// Keyed by account and card.
     var tasks: [AccountScoped: CardTask] = [:]
     var changes: [Change] = []
     var conflicts: [Conflict] = []
+    var duplicates: [Duplicate] = []
     /// Each list's settings and pairing time.
     var lists: [String: (settings: SyncSettings, pairedAt: Date?)] = [:]
     var activity: [NewActivity] = []
@@ -179,6 +189,15 @@ extension MemoryRows: AckRows {
     mutating func deleteChange(accountID: String, id: Int64, cardID: String) throws {
         // The change, and the older changes of its card folded into it.
         changes.removeAll { $0.accountID == accountID && $0.cardID == cardID && ($0.id == id || ($0.id < id && $0.superseded)) }
+    }
+
+    mutating func settleDuplicates(accountID: String, cardID: String, reminderID: String, now: String) throws {
+        for index in duplicates.indices
+        where duplicates[index].accountID == accountID && duplicates[index].reminderID == reminderID && duplicates[index].cardID == cardID
+            && duplicates[index].status == .open && !duplicates[index].resolving
+        {
+            duplicates[index].status = .merged
+        }
     }
 }
 

@@ -232,7 +232,17 @@ import Testing
 
         // 4. The Mac sees a reminder iCloud brought from the iPhone and, knowing no mapping, sends it as a create: no
         // card is made, the answer names the card the reminder already maps to.
-        let mapped = try #require(person.state.withLockedValue { state in state.reminders.first { $0.device == "iphone" } })
+        // (The iPhone's share of part 1 depends on timing and may hold no create: it pulls one card of its own here,
+        // once the server has noticed the Mac's stream closed.)
+        try await Task.sleep(for: .seconds(1))
+        let iphoneCard = stack.trello.userCreateCard(listID: "Ldevices", name: "For the iPhone")
+        await stack.trello.waitForWebhookDeliveries()
+        #expect(
+            try await TestSupport.eventually(timeout: .seconds(20)) {
+                try await pull(s, person, device: "iphone").compactMap { $0["trello_card_id"]?.stringValue } == [iphoneCard]
+            })
+        let mapped = try #require(
+            person.state.withLockedValue { state in state.reminders.first { $0.device == "iphone" && $0.card == iphoneCard } })
         let openBefore = stack.trello.openCards(inList: "Ldevices").count
         let card = try #require(stack.trello.cardValue(mapped.card))
         let job = try await s.sync([

@@ -224,6 +224,33 @@ import Testing
         #expect(try Acknowledgement.run(accountID: Self.account, acks: [ChangeAck(id: 1)], rows: &rows) == .acked([1]))
     }
 
+    /// The person added the same thing on both sides: the reminder was sent first and held as a possible duplicate of
+    /// the card; the app then took that reminder for the card's create. The two are one: nothing is left to choose.
+    /// Another card's duplicate, another account's, and one a resolution is under way for stay as they are.
+    @Test func anAckThatMapsTheReminderToTheCardSettlesTheirPossibleDuplicate() throws {
+        var rows = MemoryRows()
+        rows.lists[Self.list] = (.default, Self.t0)
+        var applier = ChangeApplier(rows: rows)
+        for card in ["a", "b"] {
+            try applier.apply(
+                CardObservation(
+                    accountID: Self.account, syncListID: Self.list, cardID: card, actionID: nil, actionDate: Self.t0,
+                    kind: .fields([Self.title: .string(card)], full: true)))
+        }
+        rows = applier.rows
+        rows.duplicates = [
+            .init(accountID: Self.account, reminderID: "rem", cardID: "a", status: .open),
+            .init(accountID: Self.account, reminderID: "rem", cardID: "z", status: .open),
+            .init(accountID: "other", reminderID: "rem", cardID: "a", status: .open),
+            .init(accountID: Self.account, reminderID: "rem-b", cardID: "b", status: .open, resolving: true),
+        ]
+        #expect(
+            try Acknowledgement.run(
+                accountID: Self.account, acks: [ChangeAck(id: 1, reminderID: "rem"), ChangeAck(id: 2, reminderID: "rem-b")], rows: &rows)
+                == .acked([1, 2]))
+        #expect(rows.duplicates.map(\.status) == [.merged, .open, .open, .open])
+    }
+
     @Test func aCreateAckedAfterItWasFoldedTurnsTheNewerCreateIntoAnUpdate() throws {
         var rows = MemoryRows()
         rows.lists[Self.list] = (.default, Self.t0)

@@ -425,6 +425,87 @@ import Testing
         #expect(await store.all.first?.values.title == "Renamed live")
         #expect(try await TestSupport.eventually { try await engine.fetchChanges().total == 1 })
         #expect(await store.all.map(\.values.title) == ["Renamed in the background"])
+
+        // Trello renames the card while the app is away; the person renames the reminder after it, before the app is in
+        // the foreground again. The stream brings Trello's edit; the engine sends the person's first, so it is not
+        // overwritten unseen: the server settles the two by the list's policy, here the default (`manual`): a conflict
+        // the app is told of, with both values, Trello's standing until the person chooses. Choosing theirs brings it
+        // to the card and back to the store.
+        stack.trello.userUpdateCard(id: card, ["name": "Trello's earlier name"])
+        try await stack.quiet()
+        try await Task.sleep(for: .milliseconds(20))
+        let reminder = try #require(await store.all.first)
+        var edited = reminder.values
+        edited.title = "The person's later name"
+        await store.update(reminder.id, edited)
+        let told = NIOLockedValueBox<[Int]>([])
+        let listening = Task { for await event in engine.events { if case .conflicts(let ids) = event { told.withLockedValue { $0 += ids } } } }
+        defer { listening.cancel() }
+        let again = Task { try await engine.runWhileForeground() }
+        #expect(await TestSupport.eventually { told.withLockedValue { $0.count } == 1 }, "the app is told of the conflict")
+        let conflict = try #require(try await setup.client.conflicts().first { $0.id == told.withLockedValue { $0.first } })
+        #expect(conflict.field.rawValue == "title" && conflict.reminderId == reminder.id)
+        #expect(conflict.remindersValue.value as? String == "The person's later name")
+        #expect(conflict.trelloValue.value as? String == "Trello's earlier name")
+        #expect(await TestSupport.eventually { await store.all.map(\.values.title) == ["Trello's earlier name"] }, "Trello's stands meanwhile")
+        _ = try await setup.client.resolveConflict(conflict.id, choice: .reminders)
+        #expect(await TestSupport.eventually { stack.trello.cardValue(card)?["name"]?.stringValue == "The person's later name" })
+        #expect(await TestSupport.eventually { await store.all.map(\.values.title) == ["The person's later name"] })
+        #expect(await TestSupport.eventually { (try? await setup.client.changes().collect().isEmpty) == true }, "acknowledged")
+        again.cancel()
+        _ = await again.result
+        await stack.shutdown()
+    }
+
+    /// A transport that takes `delay` before each request leaves (as a phone's network does), cancellable meanwhile.
+    struct SlowTransport: ClientTransport {
+        let delay: Duration
+        let inner: any ClientTransport
+        func send(_ request: HTTPRequest, body: HTTPBody?, baseURL: URL, operationID: String) async throws -> (HTTPResponse, HTTPBody?) {
+            try await Task.sleep(for: delay)
+            return try await inner.send(request, body: body, baseURL: baseURL, operationID: operationID)
+        }
+    }
+
+    /// A background sync cut short at iOS's deadline (its task cancelled), at a later point each round: the same engine
+    /// goes on at the next call, and in the end every card is one reminder and every reminder one card, each edit in.
+    @Test func aSyncCancelledAtItsDeadlineGoesOnAtTheNextCall() async throws {
+        let (stack, setup) = try await start(.sqlite)
+        defer { Task { await stack.shutdown() } }
+        let list = setup.list.syncListId
+        let store = InMemoryRemindersStore()
+        let saved = SavedState()
+        let engine = try RoundupSyncEngine(
+            client: client(setup, SlowTransport(delay: .milliseconds(15), inner: ClientTests.transport)), store: store,
+            deviceID: try await device(setup, "iphone"), saveState: saved.save)
+        var cards: [String] = []
+        var cut = 0
+        for round in 1...10 {
+            cards.append(stack.trello.userCreateCard(listID: "Lsync", name: "T\(round)"))
+            _ = await store.create(ReminderValues(title: "R\(round)"), inList: list)
+            if round > 1 { stack.trello.userUpdateCard(id: cards[round - 2], ["desc": .string("edited in round \(round)")]) }
+            try await stack.quiet()
+            let sync = Task { try await engine.sync() }
+            try await Task.sleep(for: .milliseconds(25 * round))
+            sync.cancel()
+            if case .failure = await sync.result { cut += 1 }
+        }
+        #expect(cut >= 5, "most rounds were cut short (\(cut) of 10)")
+        try await engine.sync()
+        try await stack.quiet()
+        try await engine.sync()
+        let open = stack.trello.openCards(inList: "Lsync")
+        let stored = await store.all
+        for k in 1...10 {
+            #expect(open.filter { $0["name"]?.stringValue == "R\(k)" }.count == 1, "one card for reminder R\(k)")
+            #expect(stored.filter { $0.values.title == "T\(k)" }.count == 1, "one reminder for card T\(k)")
+        }
+        #expect(open.count == 20 && stored.count == 20)
+        for k in 1..<10 { #expect(stored.first { $0.values.title == "T\(k)" }?.values.notes == "edited in round \(k + 1)") }
+        #expect(saved.last?.outbound == nil && saved.last?.appliedChanges.isEmpty == true && saved.last?.creating.isEmpty == true)
+        // Nothing left for this device (the cards made for its reminders are news for the person's other devices only).
+        let left = try await setup.client.changesPage(after: 0, limit: 200, deviceID: "iphone").changes
+        #expect(left.isEmpty, "\(left.map { ($0.id, $0.changeType.rawValue, $0.trelloCardId, $0.changedFields) })")
         await stack.shutdown()
     }
 
@@ -445,11 +526,14 @@ import Testing
         try await stack.quiet()
         let made = await store.create(ReminderValues(title: "Buy stamps"), inList: setup.list.syncListId)
         #expect(try await engine.sendChanges().statuses == [made: "duplicate"])
+        #expect(try await setup.client.duplicates().map(\.status.rawValue) == ["open"])
         #expect(stack.trello.cardsCreated == 0)
         #expect(try await engine.sendChanges().count == 0, "held: not posted again")
         #expect(try await engine.fetchChanges().applied == ["create": 1])
         #expect(await store.all.map(\.id) == [made], "the card's create took the reminder")
         #expect(saved.last?.reminders[made]?.cardID == card)
+        // Acknowledged with that reminder, the create settled the possible duplicate: the person has nothing to choose.
+        #expect(try await setup.client.duplicates().map(\.status.rawValue) == ["merged"])
         #expect(try await engine.sendChanges().count == 0)
         #expect(stack.trello.openCards(inList: "Lsync").count == 1 && stack.trello.cardsCreated == 0)
         try await stack.quiet()
@@ -747,7 +831,7 @@ import Testing
         #expect(stack.trello.openCards(inList: "Lsync").count == 1_000)
         func size() throws -> Int { try JSONEncoder().encode(saved.last ?? SyncState()).count }
         let afterFullSync = try size()
-        print("sync engine state: \(afterFullSync) bytes after a full sync of 1,000 reminders")
+        print("sync engine state: \(afterFullSync) bytes after a full sync of 1,000 reminders; process resident \(residentBytes()) bytes")
         let cards = saved.last?.reminders.values.compactMap { $0.cardID } ?? []
         #expect(cards.count == 1_000)
         for round in 1...rounds {
@@ -759,13 +843,22 @@ import Testing
                     return applied >= 1_000
                 })
             let now = try size()
-            print("sync engine state: \(now) bytes after \(round * 1_000) changes applied")
+            print("sync engine state: \(now) bytes after \(round * 1_000) changes applied; process resident \(residentBytes()) bytes")
             // Each title is as long as before, give or take its digits.
             #expect(abs(now - afterFullSync) < 20_000, "round \(round): \(now) against \(afterFullSync)")
             #expect(saved.last?.reminders.count == 1_000 && saved.last?.appliedChanges.isEmpty == true && saved.last?.creating.isEmpty == true)
         }
         #expect(await store.all.count == 1_000)
         await stack.shutdown()
+    }
+
+    /// This whole process's resident memory (the stack's fake Trello and the test's reminders included), from
+    /// `/proc/self/statm`: printed beside the state's size, for docs/BENCHMARKS.md; -1 where there is no /proc.
+    func residentBytes() -> Int {
+        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return -1 }
+        let fields = statm.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return -1 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 
     /// A repeating reminder completed in Trello: the store (EventKit) opens its next occurrence, and the engine sends

@@ -109,15 +109,16 @@ public actor RoundupSyncEngine {
     }
 
     /// While the app is in the foreground: reads the server's live stream for this device (which then gets no
-    /// background pushes) and applies each change as it comes, through `fetchChanges()` (the same saves and bulk
-    /// acknowledgements as a fetch; a burst of changes is one fetch). Returns when the calling task is cancelled (the
-    /// app leaves the foreground); throws when the server refuses the stream for good (a revoked token, an unknown
-    /// device). The stream reconnects by itself after a network drop.
+    /// background pushes) and applies each change as it comes, through `sync()`: the person's edits not sent yet go
+    /// first, so a Trello edit of the same field never overwrites one unseen (the server settles the two by the list's
+    /// conflict policy), then the fetch, with its saves and bulk acknowledgements (a burst of changes is one fetch).
+    /// Returns when the calling task is cancelled (the app leaves the foreground); throws when the server refuses the
+    /// stream for good (a revoked token, an unknown device). The stream reconnects by itself after a network drop.
     public func runWhileForeground() async throws {
         for try await change in client.liveChanges(deviceID: deviceID) {
             // Applied already by the fetch an earlier change of the same burst started.
             if appliedByLastFetch.remove(change.id) != nil { continue }
-            try await fetchChanges()
+            try await sync()
         }
     }
 

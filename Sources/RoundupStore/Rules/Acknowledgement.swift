@@ -20,12 +20,16 @@ package protocol AckRows {
     mutating func turnCreatesIntoUpdates(accountID: String, cardID: String, after id: Int64) throws
     /// Deletes the change and the older changes of its card that were folded into it.
     mutating func deleteChange(accountID: String, id: Int64, cardID: String) throws
+    /// Settles (as `merged`) an open possible duplicate of this reminder and this card that no resolution is under way
+    /// for: the app took the reminder for the card, so the two are one and the person has nothing left to choose.
+    mutating func settleDuplicates(accountID: String, cardID: String, reminderID: String, now: String) throws
 }
 
 /// The rule of `POST /dailyroundup/changes/ack`, once for both stores: all or nothing; an id of another account, or
 /// never issued, acks nothing; an id acked (or folded away) before is acked again harmlessly; a create, update or
-/// complete acked with a reminder id maps the card to that reminder; a create acked after it was folded into a newer
-/// change turns that newer create into an update, so the app does not make a second reminder.
+/// complete acked with a reminder id maps the card to that reminder (and settles an open possible duplicate of the two);
+/// a create acked after it was folded into a newer change turns that newer create into an update, so the app does not
+/// make a second reminder.
 package enum Acknowledgement {
     package static func run<Rows: AckRows>(accountID: String, acks: [ChangeAck], rows: inout Rows, now: String = Timestamp.now()) throws -> AckResult
     {
@@ -44,6 +48,7 @@ package enum Acknowledgement {
             guard let change = found[ack.id] else { continue }
             if let reminder = ack.reminderID, change.type != .delete {
                 try rows.mapReminder(accountID: accountID, cardID: change.cardID, reminderID: reminder, now: now)
+                try rows.settleDuplicates(accountID: accountID, cardID: change.cardID, reminderID: reminder, now: now)
                 if change.superseded, change.type == .create {
                     try rows.turnCreatesIntoUpdates(accountID: accountID, cardID: change.cardID, after: ack.id)
                 }
