@@ -21,16 +21,26 @@ public import RoundupStore
 public struct Dashboard: Sendable {
     public struct Options: Sendable {
         public var keys: RedisKeys
-        /// The password asked for (HTTP Basic, any user name); nil asks none: loopback only, both the address listened on
-        /// (`DashboardCommand`) and the Host names answered (`DashboardGuard`).
+        /// The operator's password (HTTP Basic, the user name is who they say they are, logged with each action); nil
+        /// asks none: loopback only, both the address listened on (`DashboardCommand`) and the Host names answered
+        /// (`DashboardGuard`).
         public var token: String?
+        /// The viewer's password: every page, no form; each changing request refused (403) and logged.
+        public var viewerToken: String?
+        /// The path the dashboard is served under behind a proxy (`/ops/roundup`), or "": every link, asset, form and
+        /// redirect is under it, and a request is answered with it or without it (a proxy that strips it).
+        public var basePath: String
         /// Seconds between the overview's refreshes.
         public var refreshSeconds: Int
         public var jobStaleSeconds: Int
 
-        public init(keys: RedisKeys, token: String?, refreshSeconds: Int = 5, jobStaleSeconds: Int) {
+        public init(
+            keys: RedisKeys, token: String?, viewerToken: String? = nil, basePath: String = "", refreshSeconds: Int = 5, jobStaleSeconds: Int
+        ) {
             self.keys = keys
             self.token = token
+            self.viewerToken = viewerToken
+            self.basePath = basePath
             self.refreshSeconds = refreshSeconds
             self.jobStaleSeconds = jobStaleSeconds
         }
@@ -43,20 +53,29 @@ public struct Dashboard: Sendable {
     /// The token every form carries back (a random value of this process, compared in constant time): a page from
     /// another site cannot know it, so it cannot make an operator's browser replay or delete.
     let csrf: String
+    let templates: MustacheLibrary
 
     public init(options: Options, redis: RedisClient, store: any ServerStore, history: DashboardHistory) {
         self.options = options
         self.redis = redis
         self.store = store
         self.history = history
+        templates = DashboardTemplates.library(basePath: options.basePath)
         csrf = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).map { String(format: "%02x", $0) }.joined() }
     }
 
     var deadLetters: DeadLetterQueue { DeadLetterQueue(redis: redis, keys: options.keys) }
 
-    public func router() -> Router<BasicRequestContext> {
-        let router = Router(context: BasicRequestContext.self)
-        router.add(middleware: DashboardGuard(token: options.token, csrf: csrf))
+    public func router() -> Router<DashboardContext> {
+        let router = Router(context: DashboardContext.self)
+        router.add(middleware: DashboardGuard(token: options.token, viewerToken: options.viewerToken, basePath: options.basePath, csrf: csrf))
+        // At the root (behind a proxy that strips the base path, or none) and under the base path (one that passes it).
+        addRoutes(to: router)
+        if !options.basePath.isEmpty { addRoutes(to: router.group(RouterPath(String(options.basePath.dropFirst())))) }
+        return router
+    }
+
+    func addRoutes(to router: some RouterMethods<DashboardContext>) {
         router.get("healthz") { _, _ in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: #"{"status":"ok"}"#)))
         }
@@ -65,14 +84,14 @@ public struct Dashboard: Sendable {
                 status: .ok, headers: [.contentType: "text/css; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(string: DashboardTemplates.stylesheet)))
         }
-        router.get("/") { request, _ in try await overview(flash: request.uri.queryParameters.get("done")) }
+        router.get("/") { request, context in try await overview(flash: request.uri.queryParameters.get("done"), context: context) }
         router.get("queues.json") { _, _ in
             let reports = try await QueueInspector.reports(redis: redis, keys: options.keys)
             return Self.json(.object(["streams": .array(reports.map(\.json))]))
         }
-        router.get("dead-letters") { request, _ in try await deadLetterPage(request) }
-        router.get("pending") { request, _ in try await pendingPage(request) }
-        router.get("jobs") { request, _ in try await jobsPage(flash: request.uri.queryParameters.get("done")) }
+        router.get("dead-letters") { request, context in try await deadLetterPage(request, context: context) }
+        router.get("pending") { request, context in try await pendingPage(request, context: context) }
+        router.get("jobs") { request, context in try await jobsPage(flash: request.uri.queryParameters.get("done"), context: context) }
         router.post("streams/:stream/:action") { request, context in
             let form = try await DashboardForm.read(request, csrf: csrf)
             guard let stream = context.parameters.get("stream").flatMap(RoundupStream.init(rawValue:)) else {
@@ -82,10 +101,12 @@ public struct Dashboard: Sendable {
             switch context.parameters.get("action") {
             case "pause":
                 try await pauses.pause(stream)
-                return Self.redirect(form.back, done: "paused \(stream.rawValue): workers hold within a second")
+                context.logAction("pause", target: stream.rawValue)
+                return redirect(form.back, done: "paused \(stream.rawValue): workers hold within a second")
             case "resume":
                 try await pauses.resume(stream)
-                return Self.redirect(form.back, done: "resumed \(stream.rawValue)")
+                context.logAction("resume", target: stream.rawValue)
+                return redirect(form.back, done: "resumed \(stream.rawValue)")
             default:
                 throw HTTPError(.notFound, message: "no such action: use pause or resume")
             }
@@ -98,20 +119,21 @@ public struct Dashboard: Sendable {
             switch context.parameters.get("action") {
             case "replay":
                 let done = try await deadLetters.replay(ids: [id])
-                return Self.redirect(form.back, done: done == 1 ? "replayed \(id)" : "\(id) was not there (replayed or deleted already)")
+                context.logAction("replay", target: id, done: done)
+                return redirect(form.back, done: done == 1 ? "replayed \(id)" : "\(id) was not there (replayed or deleted already)")
             case "delete":
                 let done = try await deadLetters.delete(ids: [id])
-                return Self.redirect(form.back, done: done == 1 ? "deleted \(id)" : "\(id) was not there (replayed or deleted already)")
+                context.logAction("delete", target: id, done: done)
+                return redirect(form.back, done: done == 1 ? "deleted \(id)" : "\(id) was not there (replayed or deleted already)")
             default:
                 throw HTTPError(.notFound, message: "no such action: use replay or delete")
             }
         }
-        return router
     }
 
     // MARK: Pages
 
-    func overview(flash: String?) async throws -> Response {
+    func overview(flash: String?, context: DashboardContext) async throws -> Response {
         let reports = try await QueueInspector.reports(redis: redis, keys: options.keys)
         var failing: [FailingRow] = []
         for stream in RoundupStream.allCases {
@@ -155,11 +177,11 @@ public struct Dashboard: Sendable {
                 ChartModel(title: "Depth", unit: "", values: depth, every: history.every),
                 ChartModel(title: "Finished per second", unit: "/s", values: throughput, every: history.every),
             ],
-            failing: failing, jobs: jobs, accounts: accounts)
-        return page("overview", model, title: "Overview", current: "/", flash: flash, refresh: options.refreshSeconds)
+            failing: failing, jobs: jobs, accounts: accounts, canChange: context.role == .operator)
+        return page("overview", model, title: "Overview", current: "/", flash: flash, refresh: options.refreshSeconds, context: context)
     }
 
-    func deadLetterPage(_ request: Request) async throws -> Response {
+    func deadLetterPage(_ request: Request, context: DashboardContext) async throws -> Response {
         let query = request.uri.queryParameters
         let filter = DeadLetterQueue.Filter(
             account: query.get("account").nonEmpty, type: query.get("type").nonEmpty, error: query.get("error").nonEmpty)
@@ -172,16 +194,17 @@ public struct Dashboard: Sendable {
         let back = Self.path("/dead-letters", parameters + (after.map { [("after", $0)] } ?? []))
         let nextPath = next.map { id -> String in
             parameters.append(("after", id))
-            return Self.path("/dead-letters", parameters)
+            return options.basePath + Self.path("/dead-letters", parameters)
         }
         let model = DeadLettersModel(
             total: try await deadLetters.count(),
             filter: .init(account: filter.account ?? "", type: filter.type ?? "", error: filter.error ?? ""),
-            filtered: filter != DeadLetterQueue.Filter(), letters: letters.map { DeadLetterRow($0, csrf: csrf, back: back) }, next: nextPath)
-        return page("deadLetters", model, title: "Dead letters", current: "/dead-letters", flash: query.get("done"), refresh: nil)
+            filtered: filter != DeadLetterQueue.Filter(), canChange: context.role == .operator,
+            letters: letters.map { DeadLetterRow($0, csrf: csrf, back: back) }, next: nextPath)
+        return page("deadLetters", model, title: "Dead letters", current: "/dead-letters", flash: query.get("done"), refresh: nil, context: context)
     }
 
-    func pendingPage(_ request: Request) async throws -> Response {
+    func pendingPage(_ request: Request, context: DashboardContext) async throws -> Response {
         let query = request.uri.queryParameters
         let stream: RoundupStream
         if let name = query.get("stream").nonEmpty {
@@ -202,23 +225,31 @@ public struct Dashboard: Sendable {
             streams: RoundupStream.allCases.map { .init(name: $0.rawValue, selected: $0 == stream) }, minDeliveries: minDeliveries,
             entries: entries.map { FailingRow($0, stream: stream) },
             next: next.map {
-                Self.path("/pending", [("stream", stream.rawValue), ("min_deliveries", String(minDeliveries)), ("after", $0)])
+                options.basePath + Self.path("/pending", [("stream", stream.rawValue), ("min_deliveries", String(minDeliveries)), ("after", $0)])
             })
-        return page("pending", model, title: "Pending", current: minDeliveries >= 2 ? "/pending?min_deliveries=2" : "", flash: nil, refresh: nil)
+        return page(
+            "pending", model, title: "Pending", current: minDeliveries >= 2 ? "/pending?min_deliveries=2" : "", flash: nil, refresh: nil,
+            context: context)
     }
 
-    func jobsPage(flash: String?) async throws -> Response {
+    func jobsPage(flash: String?, context: DashboardContext) async throws -> Response {
         let now = Date()
         let jobs = try await store.jobs(limit: 100, id: nil).map { JobRow($0, now: now, staleAfter: TimeInterval(options.jobStaleSeconds)) }
-        return page("jobs", JobsModel(count: jobs.count, jobs: jobs), title: "Jobs", current: "/jobs", flash: flash, refresh: options.refreshSeconds)
+        return page(
+            "jobs", JobsModel(count: jobs.count, jobs: jobs), title: "Jobs", current: "/jobs", flash: flash, refresh: options.refreshSeconds,
+            context: context)
     }
 
     // MARK: Helpers
 
-    func page(_ template: String, _ model: Any, title: String, current: String, flash: String?, refresh: Int?) -> Response {
-        let content = DashboardTemplates.library.render(model, withTemplate: template) ?? ""
-        let layout = LayoutModel(title: title, current: current, flash: flash.map(TerminalText.printable), refresh: refresh, content: content)
-        let html = DashboardTemplates.library.render(layout, withTemplate: "layout") ?? ""
+    func page(
+        _ template: String, _ model: Any, title: String, current: String, flash: String?, refresh: Int?, context: DashboardContext
+    ) -> Response {
+        let content = templates.render(model, withTemplate: template) ?? ""
+        let layout = LayoutModel(
+            title: title, viewer: context.role == .viewer, basePath: options.basePath, current: current, flash: flash.map(TerminalText.printable),
+            refresh: refresh, content: content)
+        let html = templates.render(layout, withTemplate: "layout") ?? ""
         return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
@@ -226,13 +257,18 @@ public struct Dashboard: Sendable {
         Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: value.canonicalJSON)))
     }
 
-    /// After a form: back to the page it came from (a path of this dashboard only), saying what was done.
-    static func redirect(_ back: String?, done: String) -> Response {
+    /// After a form: back to the page it came from (a path of this dashboard only, under its base path), saying what
+    /// was done.
+    func redirect(_ back: String?, done: String) -> Response {
+        Self.redirect(back, done: done, basePath: options.basePath)
+    }
+
+    static func redirect(_ back: String?, done: String, basePath: String = "") -> Response {
         var target = "/"
         if let back, back.hasPrefix("/"), !back.hasPrefix("//"), !back.contains("\\"), back.count < 2000 { target = back }
         var components = URLComponents(string: target) ?? URLComponents(string: "/")!
         components.queryItems = (components.queryItems ?? []).filter { $0.name != "done" } + [URLQueryItem(name: "done", value: done)]
-        return Response(status: .seeOther, headers: [.location: components.string ?? "/"])
+        return Response(status: .seeOther, headers: [.location: basePath + (components.string ?? "/")])
     }
 
     static func path(_ path: String, _ parameters: [(String, String)]) -> String {

@@ -20,13 +20,19 @@ extension Dashboard {
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let history = DashboardHistory(redis: redis, keys: configuration.redisKeys, logger: logger)
         let dashboard = Dashboard(
-            options: .init(keys: configuration.redisKeys, token: configuration.dashboardToken, jobStaleSeconds: configuration.jobStaleSeconds),
+            options: .init(
+                keys: configuration.redisKeys, token: configuration.dashboardToken, viewerToken: configuration.dashboardViewerToken,
+                basePath: configuration.dashboardBasePath, jobStaleSeconds: configuration.jobStaleSeconds),
             redis: redis, store: store, history: history)
         let app = Application(
             router: dashboard.router(), configuration: .init(address: .hostname(host, port: port), serverName: "roundup-dashboard"), logger: logger)
         logger.notice(
             "dashboard listening",
-            metadata: ["url": "http://\(host):\(port)/", "password": "\(configuration.dashboardToken == nil ? "none" : "set")"])
+            metadata: [
+                "url": "http://\(host):\(port)/", "base_path": "\(configuration.dashboardBasePath.isEmpty ? "/" : configuration.dashboardBasePath)",
+                "password": "\(configuration.dashboardToken == nil ? "none" : "set")",
+                "viewer_password": "\(configuration.dashboardViewerToken == nil ? "none" : "set")",
+            ])
         try await RoundupServices.run(
             [.init(service: app), .init(service: history)], dependencies: store.service.map { [$0] } ?? [], configuration: configuration,
             logger: logger

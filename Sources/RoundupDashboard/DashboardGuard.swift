@@ -1,18 +1,44 @@
 import Foundation
 import HTTPTypes
-import Hummingbird
+public import Hummingbird
 import Logging
 import NIOCore
 import RoundupCore
 import RoundupRuntime
 
-/// What every dashboard request passes: the operator's password when one is set (HTTP Basic, compared in constant
-/// time), or without one a loopback Host name; and for a form, proof that it came from a page of this dashboard: the
-/// browser's own `Sec-Fetch-Site` and `Origin` say same-origin, and the form carries this process's token. Every answer
-/// forbids framing, sniffing, caching and any script (`Content-Security-Policy`).
+/// Who is looking at the dashboard: the operator (every page and form) or a viewer (every page, no change).
+public enum DashboardRole: String, Sendable {
+    case `operator`, viewer
+}
+
+/// A dashboard request's context: who made it, as `DashboardGuard` found.
+public struct DashboardContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var role: DashboardRole = .operator
+    /// The user name of the request's HTTP Basic credentials (printable, at most 64 characters), as they say who they
+    /// are; "-" without one.
+    public var user = "-"
+
+    public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
+
+    /// A change made, logged with who made it.
+    func logAction(_ action: String, target: String, done: Int? = nil) {
+        var metadata: Logger.Metadata = ["action": "\(action)", "target": "\(target)", "role": "\(role.rawValue)", "user": "\(user)"]
+        if let done { metadata["done"] = "\(done)" }
+        logger.notice("dashboard action", metadata: metadata)
+    }
+}
+
+/// What every dashboard request passes: a password when one is set (HTTP Basic, compared in constant time: the
+/// operator's, or the viewer's, who may not change anything), or without one a loopback Host name; and for a form,
+/// proof that it came from a page of this dashboard: the browser's own `Sec-Fetch-Site` and `Origin` say same-origin,
+/// and the form carries this process's token. Behind a proxy at a sub-path, the base path is taken off a request that
+/// has it. Every answer forbids framing, sniffing, caching and any script (`Content-Security-Policy`).
 struct DashboardGuard: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = DashboardContext
     let token: String?
+    let viewerToken: String?
+    let basePath: String
     let csrf: String
 
     static let securityHeaders: [(HTTPField.Name, String)] = [
@@ -23,10 +49,20 @@ struct DashboardGuard: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var response: Response
+        var context = context
+        let request = placed(request)
         do {
             try checkHost(request)
-            try authorize(request)
-            if request.method == .post { try checkOrigin(request) }
+            (context.role, context.user) = try authorize(request)
+            if request.method == .post {
+                guard context.role == .operator else {
+                    context.logger.warning(
+                        "dashboard action refused to a viewer",
+                        metadata: ["path": "\(TerminalText.printable(request.uri.path))", "user": "\(context.user)"])
+                    throw HTTPError(.forbidden, message: "the viewer's password shows the dashboard and changes nothing: sign in as the operator")
+                }
+                try checkOrigin(request)
+            }
             response = try await next(request, context)
         } catch let error as HTTPError {
             response = try error.response(from: request, context: context)
@@ -70,14 +106,34 @@ struct DashboardGuard: RouterMiddleware {
         return host == "127.0.0.1" || host == "[::1]" || host.lowercased() == "localhost"
     }
 
-    func authorize(_ request: Request) throws {
-        // The health check tells nothing but that the process answers.
-        guard let token, request.uri.path != "/healthz" else { return }
+    /// The request with the base path taken off its path, when it has it (a proxy that passes the whole path); one
+    /// without it (a proxy that strips it, or none) as it is.
+    func placed(_ request: Request) -> Request {
+        guard !basePath.isEmpty, let path = request.head.path, path == basePath || path.hasPrefix(basePath + "/") || path.hasPrefix(basePath + "?")
+        else { return request }
+        var head = request.head
+        let rest = path.dropFirst(basePath.count)
+        head.path = rest.hasPrefix("/") ? String(rest) : "/" + rest
+        return Request(head: head, body: request.body)
+    }
+
+    /// Who the request's credentials say: the operator without any password (loopback only), else the one whose
+    /// password it carries. The health check tells nothing but that the process answers.
+    func authorize(_ request: Request) throws -> (DashboardRole, String) {
+        guard let token, request.uri.path != "/healthz" else { return (.operator, "-") }
         guard let header = request.headers[.authorization], header.lowercased().hasPrefix("basic "),
             let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-            let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
-            constantTimeEquals(Array(decoded[decoded.index(after: colon)...]), Array(token.utf8))
+            let colon = decoded.firstIndex(of: UInt8(ascii: ":"))
         else { throw HTTPError(.unauthorized, message: "the dashboard asks for its password (ROUNDUP_DASHBOARD_TOKEN)") }
+        let password = Array(decoded[decoded.index(after: colon)...])
+        let name = String(decoding: decoded[..<colon], as: UTF8.self)
+        let user = name.isEmpty ? "-" : String(TerminalText.printable(name).prefix(64))
+        // Both compared, whichever matches: the time taken does not say which password was tried.
+        let isOperator = constantTimeEquals(password, Array(token.utf8))
+        let isViewer = viewerToken.map { constantTimeEquals(password, Array($0.utf8)) } ?? false
+        if isOperator { return (.operator, user) }
+        if isViewer { return (.viewer, user) }
+        throw HTTPError(.unauthorized, message: "the dashboard asks for its password (ROUNDUP_DASHBOARD_TOKEN)")
     }
 
     /// Browsers say where a request comes from; a form posted from another site is refused before its token is read.

@@ -36,6 +36,8 @@ struct NavItem {
 
 struct LayoutModel {
     var title: String
+    /// Who is looking: "viewer" is shown (the pages have no forms for them).
+    var viewer: Bool
     var nav: [NavItem]
     var flash: String?
     var refresh: Int?
@@ -44,9 +46,10 @@ struct LayoutModel {
 
     static let pages = [("/", "Overview"), ("/dead-letters", "Dead letters"), ("/pending?min_deliveries=2", "Failing"), ("/jobs", "Jobs")]
 
-    init(title: String, current: String, flash: String?, refresh: Int?, content: String) {
+    init(title: String, viewer: Bool, basePath: String, current: String, flash: String?, refresh: Int?, content: String) {
         self.title = title
-        nav = Self.pages.map { NavItem(path: $0.0, label: $0.1, current: $0.0 == current) }
+        self.viewer = viewer
+        nav = Self.pages.map { NavItem(path: basePath + $0.0, label: $0.1, current: $0.0 == current) }
         self.flash = flash
         self.refresh = refresh
         generatedAt = Shown.time(Date())
@@ -192,6 +195,8 @@ struct OverviewModel {
     var failing: [FailingRow]
     var jobs: JobSummary
     var accounts: [AccountRow]
+    /// The operator's forms are shown (a viewer sees the same page without them).
+    var canChange: Bool
 }
 
 struct DeadLetterRow {
@@ -228,6 +233,7 @@ struct DeadLettersModel {
     var total: Int
     var filter: Filter
     var filtered: Bool
+    var canChange: Bool
     var letters: [DeadLetterRow]
     var next: String?
 }

@@ -1,18 +1,23 @@
+import Foundation
 import Mustache
 
 /// The dashboard's HTML: server-rendered with swift-mustache, no script, no asset from elsewhere (one stylesheet served
 /// by the dashboard itself). `{{…}}` escapes HTML; the only `{{{…}}}` is `content`, a page these templates rendered.
 enum DashboardTemplates {
-    static let library: MustacheLibrary = {
+    /// The templates with every link, asset and form of the dashboard under `basePath` (validated by the
+    /// configuration: slash-led segments of unreserved URL characters, so it is safe in an attribute as it is).
+    static func library(basePath: String) -> MustacheLibrary {
         var library = MustacheLibrary()
         for (name, text) in [
             ("layout", layout), ("overview", overview), ("deadLetters", deadLetters), ("pending", pending), ("jobs", jobs), ("chart", chart),
         ] {
+            let placed = text.replacingOccurrences(of: #"href="/"#, with: #"href="\#(basePath)/"#)
+                .replacingOccurrences(of: #"action="/"#, with: #"action="\#(basePath)/"#)
             // The templates are constants of this file: a parse error is a programming error found by every test.
-            try! library.register(text, named: name)
+            try! library.register(placed, named: name)
         }
         return library
-    }()
+    }
 
     static let layout = """
         <!doctype html>
@@ -29,6 +34,7 @@ enum DashboardTemplates {
         <strong>roundup</strong>
         <nav>{{#nav}}<a href="{{path}}"{{#current}} aria-current="page"{{/current}}>{{label}}</a>{{/nav}}</nav>
         <span class="muted">{{generatedAt}}{{#refresh}} · refreshes every {{refresh}} s{{/refresh}}</span>
+        {{#viewer}}<span class="role" data-role="viewer">viewer: read only</span>{{/viewer}}
         </header>
         <main>
         {{#flash}}<p class="flash" role="status">{{flash}}</p>{{/flash}}
@@ -62,8 +68,8 @@ enum DashboardTemplates {
         <td data-field="oldest_waiting">{{oldestWaiting}}</td><td data-field="oldest_pending">{{oldestPending}}</td>
         <td data-field="dead_letters">{{deadLetters}}</td><td data-field="consumers">{{consumers}}</td>
         <td data-field="state">{{#paused}}paused since {{pausedSince}}{{/paused}}{{^paused}}running{{/paused}}</td>
-        <td><form method="post" action="/streams/{{name}}/{{action}}"><input type="hidden" name="csrf" value="{{csrf}}">
-        <input type="hidden" name="back" value="/"><button type="submit" class="{{action}}">{{actionLabel}}</button></form></td>
+        <td>{{#canChange}}<form method="post" action="/streams/{{name}}/{{action}}"><input type="hidden" name="csrf" value="{{csrf}}">
+        <input type="hidden" name="back" value="/"><button type="submit" class="{{action}}">{{actionLabel}}</button></form>{{/canChange}}</td>
         </tr>
         {{/streams}}
         </tbody>
@@ -108,10 +114,10 @@ enum DashboardTemplates {
         {{#letters}}
         <tr data-letter="{{id}}"><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{deliveries}}</td>
         <td>{{failedAt}}</td><td class="error">{{error}}</td>
-        <td class="actions"><form method="post" action="/dead-letters/{{id}}/replay"><input type="hidden" name="csrf" value="{{csrf}}">
+        <td class="actions">{{#canChange}}<form method="post" action="/dead-letters/{{id}}/replay"><input type="hidden" name="csrf" value="{{csrf}}">
         <input type="hidden" name="back" value="{{back}}"><button type="submit" class="replay">Replay</button></form>
         <form method="post" action="/dead-letters/{{id}}/delete"><input type="hidden" name="csrf" value="{{csrf}}">
-        <input type="hidden" name="back" value="{{back}}"><button type="submit" class="delete">Delete</button></form></td>
+        <input type="hidden" name="back" value="{{back}}"><button type="submit" class="delete">Delete</button></form>{{/canChange}}</td>
         </tr>
         {{/letters}}
         {{^empty(letters)}}</tbody></table>{{/empty(letters)}}
@@ -164,6 +170,6 @@ enum DashboardTemplates {
         .chart svg { border: 1px solid var(--line); } .chart polyline { fill: none; stroke-width: 1.5; }
         .axis { stroke: var(--line); }
         .s-webhooks { stroke: #3182ce; color: #3182ce; } .s-jobs { stroke: #805ad5; color: #805ad5; } .s-push { stroke: #dd6b20; color: #dd6b20; }
-        .legend { margin: .2em 0; }
+        .legend { margin: .2em 0; } .role { color: var(--warn); font-weight: bold; }
         """
 }

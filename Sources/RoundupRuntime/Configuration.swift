@@ -59,6 +59,10 @@ public struct RoundupConfiguration: Sendable {
     public var bootstrapToken: String?
     /// The password of `roundupctl dashboard` (HTTP Basic); required when it listens beyond loopback.
     public var dashboardToken: String?
+    /// The viewer's password of the dashboard: sees every page, changes nothing (needs `dashboardToken`).
+    public var dashboardViewerToken: String?
+    /// The path the dashboard is served under behind a proxy (`/ops/roundup`), or "" at the root.
+    public var dashboardBasePath: String
     /// Requests per minute one account may make to the API.
     public var apiRateLimit: Int
     /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
@@ -152,9 +156,21 @@ public struct RoundupConfiguration: Sendable {
         "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
         "ROUNDUP_WEBHOOK_ACCOUNT_BACKLOG", "ROUNDUP_WEBHOOK_ACCOUNT_BYTES", "ROUNDUP_WEBHOOK_ACCOUNT_RATE", "ROUNDUP_WEBHOOK_SHARD_BYTES",
         "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
+        "ROUNDUP_DASHBOARD_VIEWER_TOKEN", "ROUNDUP_DASHBOARD_BASE_PATH",
         "ROUNDUP_PUSHER_WITHOUT_APNS", "ROUNDUP_STREAM_MAX_SECONDS", "ROUNDUP_EXPORTS_PER_ACCOUNT", "ROUNDUP_DEVICES_PER_ACCOUNT",
         "ROUNDUP_APP_BUNDLE_IDS", "ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS",
     ]
+
+    /// "" (the root), or slash-led segments of unreserved URL characters: safe in any link, form and header as it is.
+    static func isBasePath(_ path: String) -> Bool {
+        guard !path.isEmpty else { return true }
+        guard path.hasPrefix("/"), path.utf8.count <= 200 else { return false }
+        let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        return segments.allSatisfy { segment in
+            !segment.isEmpty && segment != "." && segment != ".."
+                && segment.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.~".unicodeScalars.contains($0)) }
+        }
+    }
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         func value(_ key: String) -> String? {
@@ -243,6 +259,25 @@ public struct RoundupConfiguration: Sendable {
         dashboardToken = value("ROUNDUP_DASHBOARD_TOKEN")
         if let token = dashboardToken, token.utf8.count < 16 {
             throw ConfigurationError(key: "ROUNDUP_DASHBOARD_TOKEN", problem: "is too short: use at least 16 random characters")
+        }
+        dashboardViewerToken = value("ROUNDUP_DASHBOARD_VIEWER_TOKEN")
+        if let viewer = dashboardViewerToken {
+            guard let operatorToken = dashboardToken else {
+                throw ConfigurationError(
+                    key: "ROUNDUP_DASHBOARD_VIEWER_TOKEN", problem: "needs ROUNDUP_DASHBOARD_TOKEN too (without it, anyone on loopback operates)")
+            }
+            guard viewer.utf8.count >= 16 else {
+                throw ConfigurationError(key: "ROUNDUP_DASHBOARD_VIEWER_TOKEN", problem: "is too short: use at least 16 random characters")
+            }
+            guard !constantTimeEquals(Array(viewer.utf8), Array(operatorToken.utf8)) else {
+                throw ConfigurationError(key: "ROUNDUP_DASHBOARD_VIEWER_TOKEN", problem: "must differ from ROUNDUP_DASHBOARD_TOKEN")
+            }
+        }
+        dashboardBasePath = value("ROUNDUP_DASHBOARD_BASE_PATH").map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } ?? ""
+        guard Self.isBasePath(dashboardBasePath) else {
+            throw ConfigurationError(
+                key: "ROUNDUP_DASHBOARD_BASE_PATH",
+                problem: "must be a path like /ops/roundup: a slash, then letters, digits, '-', '_', '.' and '~' in segments of one slash each")
         }
         if let token = bootstrapToken, token.utf8.count < 16 {
             throw ConfigurationError(key: "ROUNDUP_BOOTSTRAP_TOKEN", problem: "is too short: use at least 16 random characters")

@@ -66,6 +66,12 @@ public final class HeadlessBrowser: @unchecked Sendable {
         try await waitForLoad(after: mark)
     }
 
+    /// Headers sent with every later request of the page (an `Authorization` for HTTP Basic, as a person who signed in).
+    public func setExtraHeaders(_ headers: [String: String]) async throws {
+        _ = try await send("Network.enable")
+        _ = try await send("Network.setExtraHTTPHeaders", ["headers": .object(headers.mapValues { .string($0) })])
+    }
+
     /// The value of a JavaScript expression in the page (JSON-able values only).
     public func evaluate(_ expression: String) async throws -> JSONValue {
         let answer = try await send("Runtime.evaluate", ["expression": .string(expression), "returnByValue": true])

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
+import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupTesting
@@ -79,6 +80,91 @@ struct DashboardHostTests {
         }
     }
 
+    /// The viewer's password shows every page without a form, and every changing request it makes is refused (403, a
+    /// JSON body saying why) before anything changes, even with the page's token; the operator's password still
+    /// changes things. A wrong password is neither.
+    @Test func aViewerSeesEverythingAndChangesNothing() async throws {
+        let password = "dashboard-password-0123456789"
+        let viewer = "dashboard-viewer-0123456789"
+        try await Self.withDashboard(password: password, extra: ["ROUNDUP_DASHBOARD_VIEWER_TOKEN": viewer]) { client, dashboard, pauses in
+            let asViewer = "Basic " + Data("support:\(viewer)".utf8).base64EncodedString()
+            let asOperator = "Basic " + Data("ops:\(password)".utf8).base64EncodedString()
+            for path in ["/", "/dead-letters", "/pending", "/jobs", "/queues.json"] {
+                let page = try await Self.get(client, path, host: "127.0.0.1:7300", authorization: asViewer)
+                #expect(page.status == .ok, "\(path): \(page.status)")
+                #expect(!page.body.contains("<form method=\"post\""), "\(path) shows a viewer a form")
+            }
+            let overview = try await Self.get(client, "/", host: "127.0.0.1:7300", authorization: asViewer)
+            #expect(overview.body.contains("viewer: read only") && overview.body.contains("<h1>Streams</h1>"))
+            let operatorsPage = try await Self.get(client, "/", host: "127.0.0.1:7300", authorization: asOperator)
+            #expect(operatorsPage.body.contains("<form method=\"post\" action=\"/streams/jobs/pause\"") && !operatorsPage.body.contains("read only"))
+
+            let refused = try await Self.postPause(client, host: "127.0.0.1:7300", csrf: dashboard.csrf, authorization: asViewer)
+            #expect(refused.status == .forbidden)
+            let message = try JSONParser.parse(Array(refused.body.utf8))["error"]?["message"]?.stringValue
+            #expect(message?.contains("changes nothing") == true, "\(refused.body)")
+            #expect(try await pauses.current()[.jobs] == nil)
+            let wrong = "Basic " + Data("x:not-the-password-000000".utf8).base64EncodedString()
+            #expect(try await Self.postPause(client, host: "127.0.0.1:7300", csrf: dashboard.csrf, authorization: wrong).status == .unauthorized)
+            let done = try await Self.postPause(client, host: "127.0.0.1:7300", csrf: dashboard.csrf, authorization: asOperator)
+            // The redirect, or the page it leads to (the test client follows it).
+            #expect(done.status == .seeOther || done.status == .ok, "\(done.status) \(done.body)")
+            #expect(try await pauses.current()[.jobs] != nil)
+        }
+    }
+
+    /// Behind a proxy at `/ops/roundup`: every link, the stylesheet, every form and the redirect after it are under the
+    /// base path; a request is answered with the base path (a proxy that passes it) and without it (one that strips it).
+    @Test func underABasePathEveryLinkAssetFormAndRedirectIsUnderIt() async throws {
+        try await Self.withDashboard(password: nil, extra: ["ROUNDUP_DASHBOARD_BASE_PATH": "/ops/roundup/"]) { client, dashboard, pauses in
+            for path in ["/ops/roundup/", "/ops/roundup", "/"] {
+                let page = try await Self.get(client, path, host: "127.0.0.1:7300")
+                #expect(page.status == .ok && page.body.contains("<h1>Streams</h1>"), "\(path): \(page.status)")
+                let targets = Self.attributes(["href", "action"], in: page.body)
+                #expect(!targets.isEmpty)
+                #expect(targets.allSatisfy { $0.hasPrefix("/ops/roundup/") }, "\(path): \(targets.filter { !$0.hasPrefix("/ops/roundup/") })")
+                #expect(targets.contains("/ops/roundup/static/dashboard.css"))
+            }
+            for path in ["/ops/roundup/static/dashboard.css", "/ops/roundup/dead-letters?account=x", "/ops/roundup/healthz"] {
+                #expect(try await Self.get(client, path, host: "127.0.0.1:7300").status == .ok, "\(path)")
+            }
+            #expect(try await Self.get(client, "/ops/roundupx", host: "127.0.0.1:7300").status == .notFound)
+            let posted = try await Self.postPause(client, host: "127.0.0.1:7300", csrf: dashboard.csrf, path: "/ops/roundup/streams/jobs/pause")
+            // The redirect, or the page it leads to (the test client follows it; the browser test sees where it lands).
+            #expect(posted.status == .seeOther || (posted.status == .ok && posted.body.contains("paused jobs")), "\(posted.status)")
+            #expect(try await pauses.current()[.jobs] != nil)
+            let redirect = Dashboard.redirect("/dead-letters?account=a", done: "replayed", basePath: "/ops/roundup")
+            #expect(redirect.headers[.location] == "/ops/roundup/dead-letters?account=a&done=replayed")
+            #expect(Dashboard.redirect("//evil.example/", done: "x", basePath: "/ops/roundup").headers[.location] == "/ops/roundup/?done=x")
+        }
+        // Not a path: refused at start, saying what it must be. A viewer's password needs the operator's, and differs.
+        let base = ["ROUNDUP_REDIS_URL": "redis://127.0.0.1:6379/0"]
+        #expect(
+            try RoundupConfiguration(environment: base.merging(["ROUNDUP_DASHBOARD_BASE_PATH": "/ops/round-up_1.x~"]) { $1 }).dashboardBasePath
+                == "/ops/round-up_1.x~")
+        for bad in ["ops", "/ops//x", "/ops/<x>", "/ops/../x", "/ops roundup", "/ops/\"x"] {
+            #expect(throws: ConfigurationError.self, "\(bad)") {
+                try RoundupConfiguration(environment: base.merging(["ROUNDUP_DASHBOARD_BASE_PATH": bad]) { $1 })
+            }
+        }
+        let viewer = "dashboard-viewer-0123456789"
+        for environment in [
+            ["ROUNDUP_DASHBOARD_VIEWER_TOKEN": viewer], ["ROUNDUP_DASHBOARD_TOKEN": viewer, "ROUNDUP_DASHBOARD_VIEWER_TOKEN": viewer],
+            ["ROUNDUP_DASHBOARD_TOKEN": "dashboard-password-0123456789", "ROUNDUP_DASHBOARD_VIEWER_TOKEN": "short"],
+        ] {
+            #expect(throws: ConfigurationError.self, "\(environment)") {
+                try RoundupConfiguration(environment: base.merging(environment) { $1 })
+            }
+        }
+    }
+
+    /// The values of the attributes `names` in `html` (`href="…"`).
+    static func attributes(_ names: [String], in html: String) -> [String] {
+        names.flatMap { name in
+            html.components(separatedBy: "\(name)=\"").dropFirst().compactMap { $0.split(separator: "\"", maxSplits: 1).first.map(String.init) }
+        }
+    }
+
     // MARK: Helpers
 
     struct Answer: Sendable {
@@ -96,14 +182,17 @@ struct DashboardHostTests {
     }
 
     /// The overview's Pause button for the jobs stream, as a browser on a page of `host` sends it.
-    static func postPause(_ client: any TestClientProtocol, host: String, csrf: String) async throws -> Answer {
+    static func postPause(
+        _ client: any TestClientProtocol, host: String, csrf: String, authorization: String? = nil, path: String = "/streams/jobs/pause"
+    ) async throws -> Answer {
         var headers = HTTPFields()
         headers[HTTPField.Name("Host")!] = host
+        if let authorization { headers[.authorization] = authorization }
         headers[.origin] = "http://" + host
         headers[HTTPField.Name("Sec-Fetch-Site")!] = "same-origin"
         headers[.contentType] = "application/x-www-form-urlencoded"
         let response = try await client.execute(
-            uri: "/streams/jobs/pause", method: .post, headers: headers, body: ByteBuffer(string: "csrf=\(csrf)&back=/"))
+            uri: path, method: .post, headers: headers, body: ByteBuffer(string: "csrf=\(csrf)&back=/"))
         return Answer(status: response.status, headers: response.headers, body: String(buffer: response.body))
     }
 
@@ -111,7 +200,7 @@ struct DashboardHostTests {
     /// server's HTTP/1 parser makes it the request's authority, as under `roundupctl dashboard`), over a new SQLite store
     /// and the test Redis under a prefix of its own (`ROUNDUP_TEST_REDIS_URL`, or a private redis-server).
     static func withDashboard(
-        password: String?, _ body: @Sendable (any TestClientProtocol, Dashboard, StreamPauses) async throws -> Void
+        password: String?, extra: [String: String] = [:], _ body: @Sendable (any TestClientProtocol, Dashboard, StreamPauses) async throws -> Void
     ) async throws {
         let (store, databaseURL) = try await TestStore.make(.sqlite, "dashboard")
         var privateRedis: RedisServer?
@@ -128,13 +217,16 @@ struct DashboardHostTests {
             "ROUNDUP_DATABASE_URL": databaseURL,
         ]
         if let password { environment["ROUNDUP_DASHBOARD_TOKEN"] = password }
+        environment.merge(extra) { _, new in new }
         let configuration = try RoundupConfiguration(environment: environment)
         var logger = Logger(label: "roundup.dashboard.test")
         logger.logLevel = .warning
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let history = DashboardHistory(redis: redis, keys: configuration.redisKeys, logger: logger)
         let dashboard = Dashboard(
-            options: .init(keys: configuration.redisKeys, token: configuration.dashboardToken, jobStaleSeconds: configuration.jobStaleSeconds),
+            options: .init(
+                keys: configuration.redisKeys, token: configuration.dashboardToken, viewerToken: configuration.dashboardViewerToken,
+                basePath: configuration.dashboardBasePath, jobStaleSeconds: configuration.jobStaleSeconds),
             redis: redis, store: store, history: history)
         let pauses = StreamPauses(redis: redis, keys: configuration.redisKeys)
         let result: Result<Void, any Error>

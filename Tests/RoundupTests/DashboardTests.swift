@@ -192,6 +192,86 @@ import Testing
         await stack.shutdown()
     }
 
+    /// Behind a real nginx at `/ops/roundup/` (which strips the prefix, as most proxies are set up), in Chromium: the
+    /// viewer sees the pages, styled, with no button, and navigates under the sub-path; the operator pauses a stream
+    /// from the same pages and lands back under the sub-path; the viewer's own post is refused and logged with who.
+    @Test func behindAProxyAtASubPathAViewerSeesAndTheOperatorActs() async throws {
+        try #require(HeadlessBrowser.executable != nil, "chromium is not installed: scripts/test installs it")
+        let nginx = try #require(
+            ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }, "nginx: scripts/test installs it")
+        let stack = try await Stack(store: .sqlite)
+        _ = try await populate(stack)
+        let password = "dashboard-password-0123456789"
+        let viewer = "dashboard-viewer-0123456789"
+        let dashboard = try await startDashboard(
+            stack,
+            extra: ["ROUNDUP_DASHBOARD_TOKEN": password, "ROUNDUP_DASHBOARD_VIEWER_TOKEN": viewer, "ROUNDUP_DASHBOARD_BASE_PATH": "/ops/roundup"])
+        let directory = stack.directory.appendingPathComponent("nginx")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let port = try TestSupport.freePort()
+        let conf = """
+            daemon off; master_process off; pid \(directory.path)/nginx.pid; error_log \(directory.path)/error.log;
+            events { worker_connections 64; }
+            http {
+              access_log off; client_body_temp_path \(directory.path)/body; proxy_temp_path \(directory.path)/proxy;
+              fastcgi_temp_path \(directory.path)/fastcgi; uwsgi_temp_path \(directory.path)/uwsgi; scgi_temp_path \(directory.path)/scgi;
+              server {
+                listen 127.0.0.1:\(port);
+                location /ops/roundup/ { proxy_pass \(dashboard.url)/; proxy_set_header Host $http_host; }
+              }
+            }
+            """
+        try conf.write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+        let proxy = try ManagedProcess(
+            name: "nginx-\(port)", executable: URL(fileURLWithPath: nginx),
+            arguments: ["-c", directory.appendingPathComponent("nginx.conf").path, "-p", directory.path, "-e", directory.path + "/error.log"],
+            environment: [:], logDirectory: stack.directory)
+        let base = "http://127.0.0.1:\(port)/ops/roundup"
+        #expect(await TestSupport.eventually(timeout: .seconds(10)) { (try? await stack.get(port: port, "/ops/roundup/healthz").status) == .ok })
+        let browser = try await HeadlessBrowser(directory: stack.directory)
+        func basic(_ user: String, _ secret: String) -> String { "Basic " + Data("\(user):\(secret)".utf8).base64EncodedString() }
+
+        try await browser.setExtraHeaders(["Authorization": basic("support", viewer)])
+        try await browser.open(base + "/")
+        #expect(try await browser.evaluate("document.querySelector('h1').textContent") == "Streams")
+        #expect(try await browser.evaluate("document.querySelector('[data-role=viewer]') !== null") == .bool(true))
+        #expect(try await browser.evaluate("document.querySelectorAll('form[method=post]').length") == .number(0))
+        // The stylesheet came through the proxy, under the sub-path.
+        #expect(try await browser.evaluate("getComputedStyle(document.querySelector('header')).display") == "flex")
+        let targets = try await browser.evaluate(
+            "[...document.querySelectorAll('a[href], form[action], link[href]')].map(e => e.getAttribute('href') || e.getAttribute('action')).join(' ')"
+        )
+        #expect(targets.stringValue?.split(separator: " ").allSatisfy { $0.hasPrefix("/ops/roundup/") } == true, "\(targets)")
+        try await browser.clickAndWait("nav a[href$='/dead-letters']")
+        #expect(try await browser.evaluate("location.pathname") == "/ops/roundup/dead-letters")
+        #expect(try await browser.evaluate("document.querySelectorAll('tr[data-letter]').length") == .number(3))
+        #expect(try await browser.evaluate("document.querySelectorAll('button.replay').length") == .number(0))
+
+        try await browser.setExtraHeaders(["Authorization": basic("ops-alice", password)])
+        try await browser.open(base + "/")
+        #expect(try await browser.evaluate("document.querySelector('[data-role=viewer]') === null") == .bool(true))
+        try await browser.clickAndWait("tr[data-stream=jobs] button.pause")
+        #expect(try await browser.evaluate("location.pathname") == "/ops/roundup/")
+        #expect(try await browser.evaluate("document.querySelector('.flash').textContent").stringValue?.hasPrefix("paused jobs") == true)
+        #expect(try await stack.redis.send("HEXISTS", RedisArgument(stack.keys.pausedStreams), "jobs").int == 1)
+        await browser.close()
+
+        // The viewer's post, even with the page's token: refused, nothing changed, and the dashboard logged who.
+        var request = HTTPClientRequest(url: base + "/streams/webhooks/pause")
+        request.method = .POST
+        request.headers.add(name: "authorization", value: basic("support", viewer))
+        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(ByteBuffer(string: "csrf=" + String(repeating: "0", count: 64)))
+        let refused = try await stack.http.execute(request, timeout: .seconds(10))
+        #expect(refused.status == .forbidden)
+        #expect(try await stack.redis.send("HEXISTS", RedisArgument(stack.keys.pausedStreams), "webhooks").int == 0)
+        #expect(dashboard.process.output.contains("dashboard action refused to a viewer") && dashboard.process.output.contains("support"))
+        #expect(dashboard.process.output.contains("dashboard action") && dashboard.process.output.contains("ops-alice"))
+        await proxy.stop()
+        await dashboard.process.stop()
+        await stack.shutdown()
+    }
+
     @Test func aPasswordIsAskedWhenSetAndRequiredBeyondLoopback() async throws {
         let stack = try await Stack(store: .sqlite)
         let password = "dashboard-password-0123456789"
