@@ -111,6 +111,16 @@ public struct Dashboard: Sendable {
                 throw HTTPError(.notFound, message: "no such action: use pause or resume")
             }
         }
+        router.post("dead-letters/replay-matching") { request, context in
+            let form = try await DashboardForm.read(request, csrf: csrf)
+            let filter = try Self.filter(account: form.account, type: form.type, error: form.error, since: form.since, until: form.until)
+            guard !filter.isEmpty else {
+                throw HTTPError(.badRequest, message: "filter the dead letters first: replaying all of them is `roundupctl dlq replay`")
+            }
+            let done = try await deadLetters.replay(matching: filter, dryRun: false)
+            context.logAction("replay-matching", target: Self.describe(filter), done: done.replayed)
+            return redirect(form.back, done: "replayed \(done.replayed) matching dead letter(s)")
+        }
         router.post("dead-letters/:id/:action") { request, context in
             let form = try await DashboardForm.read(request, csrf: csrf)
             guard let id = context.parameters.get("id"), Self.isStreamID(id) else {
@@ -183,23 +193,30 @@ public struct Dashboard: Sendable {
 
     func deadLetterPage(_ request: Request, context: DashboardContext) async throws -> Response {
         let query = request.uri.queryParameters
-        let filter = DeadLetterQueue.Filter(
-            account: query.get("account").nonEmpty, type: query.get("type").nonEmpty, error: query.get("error").nonEmpty)
+        let filter = try Self.filter(
+            account: query.get("account"), type: query.get("type"), error: query.get("error"), since: query.get("since"),
+            until: query.get("until"))
         let after = query.get("after").nonEmpty
         if let after, !Self.isStreamID(after) { throw HTTPError(.badRequest, message: "after: not a dead letter id (like 7:1700000000000-0)") }
         let (letters, next) = try await deadLetters.page(after: after, limit: 50, filter: filter)
-        var parameters: [(String, String)] = [("account", filter.account), ("type", filter.type), ("error", filter.error)].compactMap { name, value in
-            value.map { (name, $0) }
-        }
+        var parameters: [(String, String)] = [
+            ("account", filter.account), ("type", filter.type), ("error", filter.error), ("since", query.get("since").nonEmpty),
+            ("until", query.get("until").nonEmpty),
+        ].compactMap { name, value in value.map { (name, $0) } }
         let back = Self.path("/dead-letters", parameters + (after.map { [("after", $0)] } ?? []))
         let nextPath = next.map { id -> String in
             parameters.append(("after", id))
             return options.basePath + Self.path("/dead-letters", parameters)
         }
+        // Filtered: how many match in all (a dry run of the replay the page offers).
+        let matching = filter.isEmpty ? nil : try await deadLetters.replay(matching: filter, dryRun: true).matched
         let model = DeadLettersModel(
             total: try await deadLetters.count(),
-            filter: .init(account: filter.account ?? "", type: filter.type ?? "", error: filter.error ?? ""),
-            filtered: filter != DeadLetterQueue.Filter(), canChange: context.role == .operator,
+            filter: .init(
+                account: filter.account ?? "", type: filter.type ?? "", error: filter.error ?? "", since: query.get("since") ?? "",
+                until: query.get("until") ?? ""),
+            filtered: !filter.isEmpty, matching: matching ?? 0, anyMatching: (matching ?? 0) > 0, csrf: csrf, back: back,
+            canChange: context.role == .operator,
             letters: letters.map { DeadLetterRow($0, csrf: csrf, back: back) }, next: nextPath)
         return page("deadLetters", model, title: "Dead letters", current: "/dead-letters", flash: query.get("done"), refresh: nil, context: context)
     }
@@ -241,6 +258,28 @@ public struct Dashboard: Sendable {
     }
 
     // MARK: Helpers
+
+    /// The dead letters' filter of a page or a form; a time it cannot read is a 400 saying how to write one.
+    static func filter(account: String?, type: String?, error: String?, since: String?, until: String?) throws -> DeadLetterQueue.Filter {
+        func moment(_ name: String, _ text: String?) throws -> Int? {
+            guard let text = text.nonEmpty else { return nil }
+            guard let moment = DeadLetterQueue.Filter.moment(text) else {
+                throw HTTPError(.badRequest, message: DeadLetterQueue.Filter.unreadable(name, text))
+            }
+            return moment
+        }
+        return DeadLetterQueue.Filter(
+            account: account.nonEmpty, type: type.nonEmpty, error: error.nonEmpty, since: try moment("since", since),
+            until: try moment("until", until))
+    }
+
+    /// A filter as the log says it.
+    static func describe(_ filter: DeadLetterQueue.Filter) -> String {
+        [
+            ("account", filter.account), ("type", filter.type), ("error", filter.error), ("since", filter.since.map(String.init)),
+            ("until", filter.until.map(String.init)),
+        ].compactMap { name, value in value.map { "\(name)=\(TerminalText.printable($0))" } }.joined(separator: " ")
+    }
 
     func page(
         _ template: String, _ model: Any, title: String, current: String, flash: String?, refresh: Int?, context: DashboardContext

@@ -153,6 +153,12 @@ struct DashboardGuard: RouterMiddleware {
 struct DashboardForm: Decodable {
     var csrf: String
     var back: String?
+    /// The dead letters' filter a replay of those matching names (`/dead-letters/replay-matching`).
+    var account: String?
+    var type: String?
+    var error: String?
+    var since: String?
+    var until: String?
 
     static func read(_ request: Request, csrf: String) async throws -> DashboardForm {
         guard request.headers[.contentType]?.hasPrefix("application/x-www-form-urlencoded") == true else {

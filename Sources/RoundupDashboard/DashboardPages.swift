@@ -228,11 +228,20 @@ struct DeadLettersModel {
         var account: String
         var type: String
         var error: String
+        var since: String
+        var until: String
     }
 
     var total: Int
     var filter: Filter
     var filtered: Bool
+    /// How many dead letters the filter matches in all (every page).
+    var matching: Int
+    /// (Stored: the templates read stored properties only.)
+    var anyMatching: Bool
+    /// The replay-matching form's token, and the page it goes back to.
+    var csrf: String
+    var back: String
     var canChange: Bool
     var letters: [DeadLetterRow]
     var next: String?

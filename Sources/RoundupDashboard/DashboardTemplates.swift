@@ -106,8 +106,16 @@ enum DashboardTemplates {
         <label>account <input name="account" value="{{filter.account}}"></label>
         <label>type <input name="type" value="{{filter.type}}"></label>
         <label>error contains <input name="error" value="{{filter.error}}"></label>
+        <label>failed since <input name="since" value="{{filter.since}}" size="8" placeholder="2h"></label>
+        <label>until <input name="until" value="{{filter.until}}" size="8" placeholder="30m"></label>
         <button type="submit">Filter</button> <a href="/dead-letters">clear</a>
         </form>
+        {{#filtered}}<p class="matching"><span data-field="matching">{{matching}}</span> match in all.
+        {{#canChange}}{{#anyMatching}}<form method="post" action="/dead-letters/replay-matching"><input type="hidden" name="csrf" value="{{csrf}}">
+        <input type="hidden" name="back" value="{{back}}"><input type="hidden" name="account" value="{{filter.account}}">
+        <input type="hidden" name="type" value="{{filter.type}}"><input type="hidden" name="error" value="{{filter.error}}">
+        <input type="hidden" name="since" value="{{filter.since}}"><input type="hidden" name="until" value="{{filter.until}}">
+        <button type="submit" class="replay replay-matching">Replay the {{matching}} matching</button></form>{{/anyMatching}}{{/canChange}}</p>{{/filtered}}
         {{#empty(letters)}}<p class="muted">No dead letter{{#filtered}} matches{{/filtered}}.</p>{{/empty(letters)}}
         {{^empty(letters)}}<table class="dead-letters"><thead><tr><th>id</th><th>type</th><th>account</th><th>action</th><th>deliveries</th>
         <th>failed</th><th>error</th><th></th></tr></thead><tbody>{{/empty(letters)}}

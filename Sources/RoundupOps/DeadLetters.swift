@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
@@ -60,25 +60,106 @@ public struct DeadLetterQueue: Sendable {
         return found
     }
 
-    /// Which dead letters a page shows: all of those given must match.
+    /// Which dead letters a page shows, or a replay puts back: all of those given must match.
     public struct Filter: Sendable, Equatable {
         public var account: String?
         public var type: String?
         /// Text the error contains, in any case.
         public var error: String?
+        /// Failed at or after this time (milliseconds since 1970); a letter that does not say when never matches.
+        public var since: Int?
+        /// Failed before this time (milliseconds since 1970).
+        public var until: Int?
 
-        public init(account: String? = nil, type: String? = nil, error: String? = nil) {
+        public init(account: String? = nil, type: String? = nil, error: String? = nil, since: Int? = nil, until: Int? = nil) {
             self.account = account
             self.type = type
             self.error = error
+            self.since = since
+            self.until = until
+        }
+
+        /// No condition: every dead letter.
+        public var isEmpty: Bool { self == Filter() }
+
+        /// Milliseconds since 1970 of an ISO 8601 time, or of an age before `now` (`90s`, `30m`, `2h`, `1d`); nil when
+        /// the text is neither.
+        public static func moment(_ text: String, now: Date = Date()) -> Int? {
+            if let date = Timestamp.date(text) { return Int(date.timeIntervalSince1970 * 1000) }
+            let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+            guard let unit = text.last.flatMap({ units[$0] }), let amount = Double(text.dropLast()), amount >= 0, amount < 1e7 else { return nil }
+            return Int((now.timeIntervalSince1970 - amount * unit) * 1000)
+        }
+
+        /// What to say of a time `moment` cannot read.
+        public static func unreadable(_ name: String, _ text: String) -> String {
+            "\(name) \(text): use an ISO 8601 time (2026-12-07T02:00:00Z) or an age (90s, 30m, 2h, 1d)"
         }
 
         public func matches(_ letter: DeadLetter) -> Bool {
             if let account, letter.account != account { return false }
             if let type, letter.type != type { return false }
             if let error, !(letter.letter.error ?? "").localizedCaseInsensitiveContains(error) { return false }
+            if since != nil || until != nil {
+                guard let failedAt = letter.letter.failedAt else { return false }
+                if let since, failedAt < since { return false }
+                if let until, failedAt >= until { return false }
+            }
             return true
         }
+    }
+
+    /// What a replay by filter found: how many matched, by action type and by error class, and the first ids (of a
+    /// dry run, what would be put back; of a replay, what was).
+    public struct Selection: Sendable, Equatable {
+        public var matched = 0
+        public var replayed = 0
+        public var byType: [String: Int] = [:]
+        public var byError: [String: Int] = [:]
+        public var ids: [String] = []
+        /// The most ids a selection lists (the counts cover every match).
+        public static let listed = 100
+
+        public func json(dryRun: Bool) -> JSONValue {
+            .object([
+                "dry_run": .bool(dryRun), "matched": .number(Double(matched)), "replayed": .number(Double(replayed)),
+                "by_type": .object(byType.mapValues { .number(Double($0)) }), "by_error": .object(byError.mapValues { .number(Double($0)) }),
+                "ids": .array(ids.map(JSONValue.string)), "ids_truncated": .bool(matched > ids.count),
+            ])
+        }
+    }
+
+    /// Puts back the dead letters that match `filter` (every one there is when it begins, shard after shard; one
+    /// dead-lettered again meanwhile waits for the next replay), or with `dryRun` only counts them: the same walk,
+    /// nothing written.
+    public func replay(matching filter: Filter, dryRun: Bool, progress: (Int) -> Void = { _ in }) async throws -> Selection {
+        var selection = Selection()
+        for part in parts {
+            let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(part.deadLetters), "+", "-", "COUNT", "1"])).streamEntries
+            guard let last = newest.first?.id else { continue }
+            var cursor = "-"
+            while true {
+                let reply = try await redis.send(
+                    RedisCommand(
+                        "XRANGE", [RedisArgument(part.deadLetters), RedisArgument(cursor), RedisArgument(last), "COUNT", RedisArgument(100)]))
+                let batch = parse(reply, in: part)
+                guard let end = batch.last?.id else { break }
+                for (letter, local) in batch where filter.matches(letter) {
+                    if !dryRun {
+                        guard try await replayOne(id: local, in: part) else { continue }
+                        selection.replayed += 1
+                    }
+                    selection.matched += 1
+                    selection.byType[letter.type ?? "?", default: 0] += 1
+                    let errorClass = letter.letter.error.map { String($0.prefix { $0 != "\t" && $0 != ":" }) } ?? "?"
+                    selection.byError[errorClass.isEmpty ? "?" : errorClass, default: 0] += 1
+                    if selection.ids.count < Selection.listed { selection.ids.append(letter.id) }
+                }
+                progress(selection.matched)
+                cursor = "(" + end
+            }
+        }
+        return selection
     }
 
     /// Up to `limit` dead letters matching `filter`, oldest first (shard after shard), after `after` (exclusive; nil:

@@ -114,13 +114,48 @@ struct DLQ: AsyncParsableCommand {
     }
 
     struct Replay: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Put dead letters back on their stream: by id, those matching filters (try --dry-run first), or all.")
         @OptionGroup var dead: DeadLetterStream
-        @Argument(help: "Ids to replay; none means all.") var ids: [String] = []
+        @Argument(help: "Ids to replay; none means all (or all that match the filters).") var ids: [String] = []
+        @Option(help: "Only this account's.") var account: String?
+        @Option(help: "Only this Trello action type (e.g. updateCard).") var type: String?
+        @Option(help: "Only those whose error contains this text (any case).") var error: String?
+        @Option(help: "Only those that failed at or after this time: ISO 8601 (2026-12-07T02:00:00Z) or an age (30m, 2h, 1d).")
+        var since: String?
+        @Option(help: "Only those that failed before this time: ISO 8601 or an age.") var until: String?
+        @Flag(help: "Count what would be replayed (by type and error), replay nothing.") var dryRun = false
         @Flag(help: "Do not ask.") var yes = false
         @Flag(help: "One JSON object; implies --yes.") var json = false
+
+        var filter: DeadLetterQueue.Filter {
+            get throws {
+                .init(
+                    account: account, type: type, error: error, since: try since.map { try Self.time($0, "--since") },
+                    until: try until.map { try Self.time($0, "--until") })
+            }
+        }
+
+        static func time(_ text: String, _ option: String) throws -> Int {
+            guard let moment = DeadLetterQueue.Filter.moment(text) else { throw ValidationError(DeadLetterQueue.Filter.unreadable(option, text)) }
+            return moment
+        }
+
+        func validate() throws {
+            let filter = try filter
+            if !ids.isEmpty && !filter.isEmpty { throw ValidationError("name ids or filters, not both") }
+            if dryRun && !ids.isEmpty { throw ValidationError("--dry-run counts what filters match: name filters, not ids") }
+        }
+
         func run() async throws {
             let context = try Context.make()
             let queue = dead.queue(context)
+            let filter = try filter
+            if !filter.isEmpty || dryRun {
+                try await replayMatching(filter, queue: queue)
+                await context.redis.shutdown()
+                return
+            }
             let total = ids.isEmpty ? try await queue.count() : ids.count
             if !yes && !json {
                 print("Replay \(total) dead letter(s) into the \(dead.stream.rawValue) stream? [y/N] ", terminator: "")
@@ -135,6 +170,41 @@ struct DLQ: AsyncParsableCommand {
             }
             await context.redis.shutdown()
             report("replayed", replayed, json: json, text: "replayed \(replayed)")
+        }
+
+        /// By filter: a dry run first when asked (or to count for the question), then the replay.
+        func replayMatching(_ filter: DeadLetterQueue.Filter, queue: DeadLetterQueue) async throws {
+            let counted = try await queue.replay(matching: filter, dryRun: true)
+            if dryRun {
+                if json { printJSON(counted.json(dryRun: true)) } else { print(Self.describe(counted, verb: "would replay")) }
+                return
+            }
+            if !yes && !json {
+                print(Self.describe(counted, verb: "matching:"))
+                print("Replay them into the \(dead.stream.rawValue) stream? [y/N] ", terminator: "")
+                guard readLine()?.lowercased().hasPrefix("y") == true else {
+                    print("nothing replayed")
+                    return
+                }
+            }
+            let done = try await queue.replay(matching: filter, dryRun: false) { done in
+                if counted.matched > 100 { FileHandle.standardError.write(Data("replayed \(done)/\(counted.matched)\n".utf8)) }
+            }
+            if json { printJSON(done.json(dryRun: false)) } else { print(Self.describe(done, verb: "replayed")) }
+        }
+
+        static func describe(_ selection: DeadLetterQueue.Selection, verb: String) -> String {
+            func counts(_ byKey: [String: Int]) -> String {
+                byKey.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { "\(shown($0.key)) \($0.value)" }
+                    .joined(separator: ", ")
+            }
+            var lines = ["\(verb) \(verb == "replayed" ? selection.replayed : selection.matched) dead letter(s)"]
+            if selection.matched > 0 {
+                lines.append("  by type: \(counts(selection.byType))")
+                lines.append("  by error: \(counts(selection.byError))")
+                lines.append("  ids: \(selection.ids.prefix(10).map(shown).joined(separator: " "))\(selection.matched > 10 ? " …" : "")")
+            }
+            return lines.joined(separator: "\n")
         }
     }
 

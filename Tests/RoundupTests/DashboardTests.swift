@@ -155,6 +155,17 @@ import Testing
         #expect(left.map { "\(Self.shard.index):\($0)" } == [letters[1]])
         #expect(try await browser.evaluate("document.querySelector('.flash').textContent").stringValue == "deleted \(letters[2])")
 
+        // Filtered by error text and time window: how many match in all, and one button to replay them.
+        try await browser.open(dashboard.url + "/dead-letters?error=REFUSED&since=1h")
+        #expect(try await browser.evaluate("document.querySelector('[data-field=matching]').textContent") == "1")
+        let queued = try await stack.redis.length(of: .webhooks, keys: stack.keys)
+        try await browser.clickAndWait("button.replay-matching")
+        #expect(try await browser.evaluate("document.querySelector('.flash').textContent").stringValue == "replayed 1 matching dead letter(s)")
+        #expect(try await stack.redis.send("XLEN", RedisArgument(stack.keys.deadLetterStream(Self.shard))).int == 0)
+        #expect(try await stack.redis.length(of: .webhooks, keys: stack.keys) == queued + 1)
+        let unreadable = try await stack.get(port: Int(dashboard.url.split(separator: ":").last!)!, "/dead-letters?since=yesterday")
+        #expect(unreadable.status == .badRequest && unreadable.json["error"]?["message"]?.stringValue?.contains("since yesterday") == true)
+
         // The failing page: the entry delivered twice.
         try await browser.open(dashboard.url + "/pending?min_deliveries=2")
         #expect(

@@ -106,6 +106,58 @@ extension RoundupCtlTests {
     }
 
     /// Entries of the job and push streams that are no message of their stream: the worker and the pusher, real
+    /// `dlq replay` by filter: a dry run counts what would go back (by type and error class) and changes nothing; the
+    /// replay then puts back exactly those, into their shard's stream, and leaves the others; a time window reads
+    /// `failed_at`; ids and filters together, or a time it cannot read, are refused with a message.
+    @Test func deadLettersAreReplayedByFilterAfterADryRun() async throws {
+        let stack = try await Stack(store: .sqlite)
+        let shard = WebhookShard(index: 0)
+        let dead = RedisArgument(stack.keys.deadLetterStream(shard))
+        let now = Int(Date().timeIntervalSince1970 * 1000)
+        let rows: [(account: String, type: String, error: String, failedAt: Int)] = [
+            ("a1", "createCard", "trello_transient\tGET answered 500", now - 3 * 3_600_000), ("a2", "updateCard", "store\ttimeout", now - 60_000),
+            ("a1", "updateCard", "trello_transient\tGET answered 502", now - 60_000), ("a1", "deleteCard", "store\ttimeout", now - 30_000),
+        ]
+        var local: [String] = []
+        for row in rows {
+            local.append(
+                try #require(
+                    try await stack.redis.send(
+                        "XADD", dead, "*", "account", RedisArgument(row.account), "type", RedisArgument(row.type), "action", "x", "body", "{}",
+                        "error", RedisArgument(row.error), "deliveries", "5", "failed_at", RedisArgument(String(row.failedAt))
+                    ).string))
+        }
+        let ids = local.map { "0:" + $0 }
+        let dry = try json(try await run(stack, ["dlq", "replay", "--account", "a1", "--error", "TRELLO_transient", "--dry-run", "--json"]))
+        #expect(dry["dry_run"] == .bool(true) && dry["matched"] == .number(2) && dry["replayed"] == .number(0))
+        #expect(dry["ids"]?.arrayValue?.compactMap(\.stringValue) == [ids[0], ids[2]])
+        #expect(dry["by_type"]?["createCard"] == .number(1) && dry["by_type"]?["updateCard"] == .number(1))
+        #expect(dry["by_error"]?["trello_transient"] == .number(2))
+        #expect(try await stack.redis.send("XLEN", dead).int == 4, "a dry run changes nothing")
+        let text = try await run(stack, ["dlq", "replay", "--account", "a1", "--dry-run"])
+        #expect(
+            text.code == 0 && text.output.contains("would replay 3 dead letter(s)") && text.output.contains("by error: trello_transient 2, store 1"),
+            "\(text.output)")
+
+        // Within the last hour only: the three-hour-old one stays.
+        let recent = try json(try await run(stack, ["dlq", "replay", "--account", "a1", "--since", "1h", "--json"]))
+        #expect(recent["replayed"] == .number(2) && recent["ids"]?.arrayValue?.compactMap(\.stringValue) == [ids[2], ids[3]])
+        let left = try await stack.redis.send("XRANGE", dead, "-", "+").streamEntries.map(\.id)
+        #expect(left == [local[0], local[1]])
+        let back = try await stack.redis.send("XRANGE", RedisArgument(stack.keys.webhookStream(shard)), "-", "+").streamEntries
+        #expect(back.map { String(decoding: $0.fields["type"] ?? [], as: UTF8.self) } == ["updateCard", "deleteCard"])
+        // Before a time: the old one.
+        let old = try json(try await run(stack, ["dlq", "replay", "--until", Timestamp.string(Date(timeIntervalSinceNow: -3_600)), "--json"]))
+        #expect(old["replayed"] == .number(1) && old["ids"]?.arrayValue?.compactMap(\.stringValue) == [ids[0]])
+
+        let both = try await run(stack, ["dlq", "replay", ids[1], "--account", "a2", "--json"])
+        #expect(both.code != 0 && both.output.contains("ids or filters, not both"), "\(both.output)")
+        let unreadable = try await run(stack, ["dlq", "replay", "--since", "yesterday", "--json"])
+        #expect(unreadable.code != 0 && unreadable.output.contains("--since yesterday"), "\(unreadable.output)")
+        #expect(try await stack.redis.send("XLEN", dead).int == 1)
+        await stack.shutdown()
+    }
+
     /// processes, dead-letter them at once (both used to acknowledge them silently), `queues` counts them, `dlq list
     /// --stream` shows why, `dlq replay --stream` puts one back on its stream (where it is dead-lettered again) and
     /// `dlq purge --stream` empties them.
