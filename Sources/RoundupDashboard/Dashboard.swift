@@ -91,6 +91,7 @@ public struct Dashboard: Sendable {
         }
         router.get("dead-letters") { request, context in try await deadLetterPage(request, context: context) }
         router.get("pending") { request, context in try await pendingPage(request, context: context) }
+        router.get("find") { request, context in try await findPage(request, context: context) }
         router.get("jobs") { request, context in try await jobsPage(flash: request.uri.queryParameters.get("done"), context: context) }
         router.post("streams/:stream/:action") { request, context in
             let form = try await DashboardForm.read(request, csrf: csrf)
@@ -247,6 +248,27 @@ public struct Dashboard: Sendable {
         return page(
             "pending", model, title: "Pending", current: minDeliveries >= 2 ? "/pending?min_deliveries=2" : "", flash: nil, refresh: nil,
             context: context)
+    }
+
+    /// Where an event is now (`EventFinder`), by the search box's action id, card id or account.
+    func findPage(_ request: Request, context: DashboardContext) async throws -> Response {
+        let query = request.uri.queryParameters
+        let search = EventFinder.Query(
+            actionID: query.get("action").nonEmpty, cardID: query.get("card").nonEmpty, account: query.get("account").nonEmpty)
+        for (name, value) in [("action", search.actionID), ("card", search.cardID), ("account", search.account)] {
+            if let value, value.utf8.count > 200 { throw HTTPError(.badRequest, message: "\(name): at most 200 characters") }
+        }
+        var rows: [FoundRow] = []
+        var searched = 0
+        if !search.isEmpty {
+            let (found, accounts) = try await EventFinder.find(search, redis: redis, keys: options.keys, store: store, limit: 50)
+            rows = found.map(FoundRow.init)
+            searched = accounts
+        }
+        let model = FindModel(
+            action: search.actionID ?? "", card: search.cardID ?? "", account: search.account ?? "", searched: !search.isEmpty,
+            searchedAccounts: searched, found: rows)
+        return page("find", model, title: "Find", current: "/find", flash: nil, refresh: nil, context: context)
     }
 
     func jobsPage(flash: String?, context: DashboardContext) async throws -> Response {

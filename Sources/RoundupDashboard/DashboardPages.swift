@@ -44,7 +44,9 @@ struct LayoutModel {
     var generatedAt: String
     var content: String
 
-    static let pages = [("/", "Overview"), ("/dead-letters", "Dead letters"), ("/pending?min_deliveries=2", "Failing"), ("/jobs", "Jobs")]
+    static let pages = [
+        ("/", "Overview"), ("/dead-letters", "Dead letters"), ("/pending?min_deliveries=2", "Failing"), ("/jobs", "Jobs"), ("/find", "Find"),
+    ]
 
     init(title: String, viewer: Bool, basePath: String, current: String, flash: String?, refresh: Int?, content: String) {
         self.title = title
@@ -262,4 +264,46 @@ struct PendingModel {
 struct JobsModel {
     var count: Int
     var jobs: [JobRow]
+}
+
+struct FindModel {
+    var action: String
+    var card: String
+    var account: String
+    var searched: Bool
+    var searchedAccounts: Int
+    var found: [FoundRow]
+}
+
+/// One place an event was found, as the find page shows it.
+struct FoundRow {
+    var place: String
+    var id: String
+    var type: String
+    var account: String
+    var action: String
+    var card: String
+    /// Where it is, in words: with whom and for how long, its error, or the change it made.
+    var detail: String
+
+    init(_ found: EventFinder.Found) {
+        place = found.place.rawValue.replacingOccurrences(of: "_", with: " ")
+        id = found.id ?? "–"
+        type = TerminalText.printable(found.type ?? "–")
+        account = Shown.account(found.account)
+        action = TerminalText.printable(found.actionID ?? "–")
+        card = TerminalText.printable(found.cardID ?? "–")
+        switch found.place {
+        case .waiting: detail = "received \(found.receivedAt ?? "?")"
+        case .pending:
+            detail =
+                "with \(TerminalText.printable(found.consumer ?? "?")) for \(Shown.duration(milliseconds: found.idleMilliseconds)), "
+                + "\(found.deliveries ?? 0) deliveries\(found.error.map { ", " + Shown.error($0) } ?? "")"
+        case .deadLetter: detail = "\(found.deliveries ?? 0) deliveries, \(Shown.error(found.error))"
+        case .applied:
+            let change = found.activity
+            detail = [change?.createdAt, change?.kind.rawValue, change?.field, change?.message.map(Shown.error)].compactMap { $0 }.joined(
+                separator: " · ")
+        }
+    }
 }

@@ -10,6 +10,7 @@ enum DashboardTemplates {
         var library = MustacheLibrary()
         for (name, text) in [
             ("layout", layout), ("overview", overview), ("deadLetters", deadLetters), ("pending", pending), ("jobs", jobs), ("chart", chart),
+            ("find", find),
         ] {
             let placed = text.replacingOccurrences(of: #"href="/"#, with: #"href="\#(basePath)/"#)
                 .replacingOccurrences(of: #"action="/"#, with: #"action="\#(basePath)/"#)
@@ -146,6 +147,22 @@ enum DashboardTemplates {
         <td data-field="deliveries">{{deliveries}}</td><td class="error">{{error}}</td></tr>{{/entries}}
         {{^empty(entries)}}</tbody></table>{{/empty(entries)}}
         {{#next}}<p><a class="next" href="{{next}}">next page</a></p>{{/next}}
+        """
+
+    static let find = """
+        <h1>Find an event</h1>
+        <form method="get" action="/find" class="filter">
+        <label>Trello action <input name="action" value="{{action}}"></label>
+        <label>card <input name="card" value="{{card}}"></label>
+        <label>account <input name="account" value="{{account}}"></label>
+        <button type="submit">Find</button>
+        </form>
+        {{#searched}}{{#empty(found)}}<p class="muted" data-field="nothing">Nothing in the streams, the dead letters or the history of {{searchedAccounts}} account(s).</p>{{/empty(found)}}{{/searched}}
+        {{^empty(found)}}<table class="found"><thead><tr><th>where</th><th>entry</th><th>type</th><th>account</th><th>action</th><th>card</th>
+        <th>now</th></tr></thead><tbody>{{/empty(found)}}
+        {{#found}}<tr data-place="{{place}}"><td>{{place}}</td><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{card}}</td>
+        <td class="detail">{{detail}}</td></tr>{{/found}}
+        {{^empty(found)}}</tbody></table>{{/empty(found)}}
         """
 
     static let jobs = """

@@ -58,6 +58,7 @@ extension PostgresStore: ActivityRepository {
                 WHERE account_id = \(accountID)
                   AND (\(query.syncListID)::text IS NULL OR sync_list_id = \(query.syncListID))
                   AND (\(query.cardID)::text IS NULL OR trello_card_id = \(query.cardID))
+                  AND (\(query.trelloActionID)::text IS NULL OR trello_action_id = \(query.trelloActionID))
                   AND (\(query.reminderID)::text IS NULL OR reminder_id = \(query.reminderID) OR trello_card_id IN
                         (SELECT trello_card_id FROM sync_tasks WHERE account_id = \(accountID) AND reminder_id = \(query.reminderID)))
                   AND (\(query.beforeID)::int8 IS NULL OR id < \(query.beforeID))

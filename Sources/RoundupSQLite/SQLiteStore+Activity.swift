@@ -35,6 +35,10 @@ extension SQLiteStore: ActivityRepository {
                 sql += " AND trello_card_id = ?"
                 arguments += [card]
             }
+            if let action = query.trelloActionID {
+                sql += " AND trello_action_id = ?"
+                arguments += [action]
+            }
             if let reminder = query.reminderID {
                 // The reminder's rows, and its card's from before (or without) the mapping.
                 sql += """

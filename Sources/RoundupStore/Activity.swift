@@ -88,12 +88,18 @@ public struct ActivityQuery: Sendable, Equatable {
     public var syncListID: String?
     public var reminderID: String?
     public var cardID: String?
+    /// The rows a Trello action (a webhook event) made.
+    public var trelloActionID: String?
     public var beforeID: Int64?
     public var limit: Int
-    public init(syncListID: String? = nil, reminderID: String? = nil, cardID: String? = nil, beforeID: Int64? = nil, limit: Int = 50) {
+    public init(
+        syncListID: String? = nil, reminderID: String? = nil, cardID: String? = nil, trelloActionID: String? = nil, beforeID: Int64? = nil,
+        limit: Int = 50
+    ) {
         self.syncListID = syncListID
         self.reminderID = reminderID
         self.cardID = cardID
+        self.trelloActionID = trelloActionID
         self.beforeID = beforeID
         self.limit = limit
     }

@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RoundupCore
+import RoundupDatabase
 import RoundupJobs
 import RoundupOps
 import RoundupRedis
@@ -351,6 +352,56 @@ struct Consumers: AsyncParsableCommand {
             }
             for item in pruned { print("\(dryRun ? "would prune" : "pruned")  \(item.stream.rawValue)  \(shown(item.consumer))") }
             print("\(pruned.count) consumer(s) \(dryRun ? "to prune" : "pruned")")
+        }
+    }
+}
+
+struct Find: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Where a webhook event is now, by Trello action id, card id or account: waiting in its shard, pending with whom, "
+            + "dead-lettered with its error, or applied (what it changed, from the activity history).")
+    @Option(help: "Trello's action id (the webhook's action.id).") var action: String?
+    @Option(help: "The card the action is about.") var card: String?
+    @Option(help: "The account's id.") var account: String?
+    @Option(help: "At most this many of each place.") var limit = 50
+    @Flag var json = false
+
+    func validate() throws {
+        guard action != nil || card != nil || account != nil else { throw ValidationError("name --action, --card or --account") }
+        guard (1...1000).contains(limit) else { throw ValidationError("--limit must be 1 to 1000") }
+    }
+
+    func run() async throws {
+        let context = try Context.make()
+        defer { Task { await context.redis.shutdown() } }
+        let query = EventFinder.Query(actionID: action, cardID: card, account: account)
+        let (found, searched) = try await Stores.withStore(configuration: context.configuration) { store in
+            try await EventFinder.find(query, redis: context.redis, keys: context.configuration.redisKeys, store: store, limit: limit)
+        }
+        await context.redis.shutdown()
+        if json {
+            printJSON(.object(["found": .array(found.map(\.json)), "searched_accounts": .number(Double(searched))]))
+            return
+        }
+        if found.isEmpty { print("nothing found in the streams, the dead letters or the history of \(searched) account(s)") }
+        for event in found {
+            var line = "\(event.place.rawValue.replacingOccurrences(of: "_", with: " "))"
+            if let id = event.id { line += "  \(shown(id))" }
+            line += "  \(shown(event.type ?? "?"))  account \(shown(event.account ?? "?"))  action \(shown(event.actionID ?? "?"))"
+            if let card = event.cardID { line += "  card \(shown(card))" }
+            switch event.place {
+            case .waiting: line += "  received \(event.receivedAt ?? "?")"
+            case .pending:
+                line += "  with \(shown(event.consumer ?? "?")) for \(String(format: "%.1f s", Double(event.idleMilliseconds ?? 0) / 1000))"
+                line += "  deliveries \(event.deliveries ?? 0)\(event.error.map { "  \(shown($0))" } ?? "")"
+            case .deadLetter: line += "  deliveries \(event.deliveries ?? 0)  \(shown(event.error ?? ""))"
+            case .applied:
+                if let change = event.activity {
+                    line += "  \(change.createdAt)  \(change.kind.rawValue)\(change.field.map { " \(shown($0))" } ?? "")"
+                    if let message = change.message { line += "  \(shown(message))" }
+                }
+            }
+            print(line)
         }
     }
 }

@@ -19,7 +19,8 @@ struct RoundupCtl: AsyncParsableCommand {
         commandName: "roundupctl",
         abstract: "Look at and mend a roundup-server deployment: queues, dead letters, accounts, routes.",
         subcommands: [
-            Queues.self, Pending.self, DLQ.self, Pause.self, Resume.self, Consumers.self, Jobs.self, Accounts.self, Lists.self, Reconcile.self,
+            Queues.self, Pending.self, Find.self, DLQ.self, Pause.self, Resume.self, Consumers.self, Jobs.self, Accounts.self, Lists.self,
+            Reconcile.self,
             Routes.self, Migrate.self, Check.self, DashboardCommand.self,
         ])
 

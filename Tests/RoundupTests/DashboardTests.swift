@@ -126,6 +126,24 @@ import Testing
         #expect(try Data(contentsOf: screenshot).prefix(8) == Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]))
         print("dashboard screenshot: \(screenshot.path)")
 
+        // Find: the search box, by account: the account's entries where they are (delivered to a worker or waiting), and
+        // another's dead letters.
+        try await browser.clickAndWait("nav a[href='/find']")
+        _ = try await browser.evaluate("document.querySelector('input[name=account]').value = 'account-1-0123456789'")
+        try await browser.clickAndWait("form.filter button")
+        #expect(try await browser.evaluate("location.search") == "?action=&card=&account=account-1-0123456789")
+        #expect(
+            try await browser.evaluate("[...document.querySelectorAll('tr[data-place]')].map(r => r.dataset.place).join(',')")
+                == "pending,waiting,waiting")
+        #expect(
+            try await browser.evaluate("document.querySelector('tr[data-place=pending] td.detail').textContent").stringValue?.hasPrefix(
+                "with worker-a") == true)
+        try await browser.open(dashboard.url + "/find?account=alpha-account-1")
+        #expect(try await browser.evaluate("document.querySelectorAll('tr[data-place=\"dead letter\"]').length") == .number(2))
+        try await browser.open(dashboard.url + "/find?action=act-none")
+        #expect(try await browser.evaluate("document.querySelector('[data-field=nothing]') !== null") == .bool(true))
+        try await browser.open(dashboard.url + "/")
+
         // Pause and resume with the buttons.
         try await browser.clickAndWait(#"tr[data-stream="webhooks"] button.pause"#)
         #expect(try await stack.redis.send("HEXISTS", RedisArgument(stack.keys.pausedStreams), "webhooks").int == 1)
