@@ -89,6 +89,8 @@ struct AccountPurge: Sendable {
             let loadShard = WebhookShard(account: account)
             commands.append(
                 RedisCommand("HDEL", [RedisArgument(keys.webhookLoad(loadShard))] + ["n:", "b:", "r:"].map { RedisArgument($0 + account) }))
+            // An operator's pause of it: its entries still waiting are dropped by the workers once it is gone.
+            commands.append(RedisCommand("HDEL", [RedisArgument(keys.pausedStreams), RedisArgument(StreamPauses.accountField + account)]))
             let replies = try await redis.pipeline(commands, timeout: .seconds(2))
             if let failure = replies.lazy.compactMap(\.errorReply).first {
                 throw RedisClientError.reply(failure, answering: "purging the account")

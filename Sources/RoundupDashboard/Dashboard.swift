@@ -112,6 +112,29 @@ public struct Dashboard: Sendable {
                 throw HTTPError(.notFound, message: "no such action: use pause or resume")
             }
         }
+        router.post("accounts/:action") { request, context in
+            let form = try await DashboardForm.read(request, csrf: csrf)
+            let pauses = StreamPauses(redis: redis, keys: options.keys)
+            switch context.parameters.get("action") {
+            case "pause":
+                guard let account = form.account.nonEmpty, account.utf8.count <= 200 else {
+                    throw HTTPError(.badRequest, message: "account: the account's id (at most 200 characters)")
+                }
+                let changed = try await pauses.pause(account: account)
+                context.logAction("pause-account", target: Shown.account(account))
+                return redirect(form.back, done: changed ? "paused account \(Shown.account(account))" : "that account was already paused")
+            case "resume":
+                let paused = try await pauses.pausedAccounts().keys
+                guard let reference = form.account_ref, let account = paused.first(where: { Self.reference($0) == reference }) else {
+                    return redirect(form.back, done: "that account was not paused (resumed already)")
+                }
+                try await pauses.resume(account: account)
+                context.logAction("resume-account", target: Shown.account(account))
+                return redirect(form.back, done: "resumed account \(Shown.account(account))")
+            default:
+                throw HTTPError(.notFound, message: "no such action: use pause or resume")
+            }
+        }
         router.post("dead-letters/replay-matching") { request, context in
             let form = try await DashboardForm.read(request, csrf: csrf)
             let filter = try Self.filter(account: form.account, type: form.type, error: form.error, since: form.since, until: form.until)
@@ -180,6 +203,9 @@ public struct Dashboard: Sendable {
                 account: Shown.account($0.key), reason: $0.value.reasons.sorted().joined(separator: "; "),
                 lists: $0.value.lists.joined(separator: ", "))
         }
+        let pausedAccounts = try await StreamPauses(redis: redis, keys: options.keys).pausedAccounts().sorted { $0.key < $1.key }.map {
+            PausedAccountRow(account: Shown.account($0.key), since: Shown.time($0.value), reference: Self.reference($0.key), csrf: csrf)
+        }
         let depth = RoundupStream.allCases.map { ($0, history.samples(of: $0).map { Double($0.length) }) }
         let throughput = RoundupStream.allCases.map { ($0, DashboardHistory.throughput(history.samples(of: $0))) }
         let model = OverviewModel(
@@ -188,7 +214,7 @@ public struct Dashboard: Sendable {
                 ChartModel(title: "Depth", unit: "", values: depth, every: history.every),
                 ChartModel(title: "Finished per second", unit: "/s", values: throughput, every: history.every),
             ],
-            failing: failing, jobs: jobs, accounts: accounts, canChange: context.role == .operator)
+            failing: failing, jobs: jobs, accounts: accounts, pausedAccounts: pausedAccounts, canChange: context.role == .operator)
         return page("overview", model, title: "Overview", current: "/", flash: flash, refresh: options.refreshSeconds, context: context)
     }
 
@@ -293,6 +319,11 @@ public struct Dashboard: Sendable {
         return DeadLetterQueue.Filter(
             account: account.nonEmpty, type: type.nonEmpty, error: error.nonEmpty, since: try moment("since", since),
             until: try moment("until", until))
+    }
+
+    /// How a page names an account in a form without showing its id: the first 16 hex digits of its SHA-256.
+    static func reference(_ account: String) -> String {
+        SHA256.hash(data: Data(account.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 
     /// A filter as the log says it.

@@ -159,6 +159,8 @@ struct DashboardForm: Decodable {
     var error: String?
     var since: String?
     var until: String?
+    /// An account to pause (its id), or a paused one to resume (`account_ref`: the hash the page shows).
+    var account_ref: String?
 
     static func read(_ request: Request, csrf: String) async throws -> DashboardForm {
         guard request.headers[.contentType]?.hasPrefix("application/x-www-form-urlencoded") == true else {

@@ -191,12 +191,21 @@ struct AccountRow {
     var lists: String
 }
 
+/// An account an operator paused: shown masked; its Resume form names it by a hash of its id, not the id.
+struct PausedAccountRow {
+    var account: String
+    var since: String
+    var reference: String
+    var csrf: String
+}
+
 struct OverviewModel {
     var streams: [StreamRow]
     var charts: [ChartModel]
     var failing: [FailingRow]
     var jobs: JobSummary
     var accounts: [AccountRow]
+    var pausedAccounts: [PausedAccountRow]
     /// The operator's forms are shown (a viewer sees the same page without them).
     var canChange: Bool
 }

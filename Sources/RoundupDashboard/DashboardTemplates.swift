@@ -94,6 +94,18 @@ enum DashboardTemplates {
         {{#jobs.recentErrors}}<tr><td>{{id}}</td><td>{{kind}}</td><td>{{account}}</td><td>{{updatedAt}}</td><td class="error">{{error}}</td></tr>{{/jobs.recentErrors}}
         {{^empty(jobs.recentErrors)}}</tbody></table>{{/empty(jobs.recentErrors)}}
 
+        <h2>Paused accounts</h2>
+        {{#empty(pausedAccounts)}}<p class="muted">None.</p>{{/empty(pausedAccounts)}}
+        {{^empty(pausedAccounts)}}<table class="paused-accounts"><thead><tr><th>account</th><th>paused since</th><th></th></tr></thead><tbody>{{/empty(pausedAccounts)}}
+        {{#pausedAccounts}}<tr data-paused-account="{{reference}}"><td>{{account}}</td><td>{{since}}</td>
+        <td>{{#canChange}}<form method="post" action="/accounts/resume"><input type="hidden" name="csrf" value="{{csrf}}">
+        <input type="hidden" name="account_ref" value="{{reference}}"><input type="hidden" name="back" value="/">
+        <button type="submit" class="resume">Resume</button></form>{{/canChange}}</td></tr>{{/pausedAccounts}}
+        {{^empty(pausedAccounts)}}</tbody></table>{{/empty(pausedAccounts)}}
+        {{#canChange}}<form method="post" action="/accounts/pause" class="filter"><input type="hidden" name="csrf" value="{{csrf}}">
+        <input type="hidden" name="back" value="/"><label>account id <input name="account" size="40"></label>
+        <button type="submit" class="pause pause-account">Pause the account</button></form>{{/canChange}}
+
         <h2>Accounts that need attention</h2>
         {{#empty(accounts)}}<p class="muted">None.</p>{{/empty(accounts)}}
         {{^empty(accounts)}}<table class="accounts"><thead><tr><th>account</th><th>why</th><th>lists</th></tr></thead><tbody>{{/empty(accounts)}}

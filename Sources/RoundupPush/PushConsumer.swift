@@ -202,6 +202,8 @@ public struct PushConsumer: Service {
     func handle(_ entry: Delivered<PushRequest>) async -> Bool {
         let request = entry.message
         let account = request.account
+        // An operator paused the account: its pushes hold (pending) until it is resumed.
+        if pauses?.isPaused(account: account) == true { return false }
         let devices: [DeviceRecord]
         do {
             devices = try await store.devices(accountID: account).filter { $0.deviceID != request.excludeDevice }

@@ -100,6 +100,43 @@ public struct StreamPauses: Sendable {
         }
         return paused
     }
+
+    // MARK: One account
+
+    /// An account's pause is a field of the same hash (`account:<id>`), read with the streams' in one command.
+    public static let accountField = "account:"
+
+    /// Pauses one account: its webhook events are still accepted and kept, but wait in their shard (pending, never
+    /// dead-lettered for it) while the other accounts flow; its jobs wait; its pushes hold. Returns false when it
+    /// already was.
+    @discardableResult
+    public func pause(account: String, at date: Date = Date()) async throws -> Bool {
+        let since = String(Int(date.timeIntervalSince1970 * 1000))
+        let reply = try await redis.send(
+            RedisCommand("HSETNX", [RedisArgument(keys.pausedStreams), RedisArgument(Self.accountField + account), RedisArgument(since)]))
+        return reply.int == 1
+    }
+
+    /// Resumes one account; returns false when it was not paused. Its waiting entries are taken up again at their next
+    /// reclaim (within the claim timeout, `ROUNDUP_CLAIM_IDLE_MS`).
+    @discardableResult
+    public func resume(account: String) async throws -> Bool {
+        try await redis.send(RedisCommand("HDEL", [RedisArgument(keys.pausedStreams), RedisArgument(Self.accountField + account)])).int == 1
+    }
+
+    /// The paused accounts and since when.
+    public func pausedAccounts() async throws -> [String: Date] {
+        Self.parseAccounts(try await redis.send(read, timeout: .seconds(1)))
+    }
+
+    static func parseAccounts(_ reply: RedisValue) -> [String: Date] {
+        var paused: [String: Date] = [:]
+        for (name, value) in reply.fieldMap where name.hasPrefix(accountField) {
+            let millis = value.string.flatMap(Double.init) ?? 0
+            paused[String(name.dropFirst(accountField.count))] = Date(timeIntervalSince1970: millis / 1000)
+        }
+        return paused
+    }
 }
 
 /// A worker's or pusher's view of the pauses, read from Redis every `every` (250 ms: a pause holds every process within
@@ -117,6 +154,7 @@ public final class PauseWatcher: Service, Sendable {
     let logger: Logger
     let redis: RedisClient
     private let state = NIOLockedValueBox<Set<RoundupStream>>([])
+    private let accounts = NIOLockedValueBox<Set<String>>([])
     private let connection = NIOLockedValueBox<RedisConnection?>(nil)
 
     public init(streams: [RoundupStream], redis: RedisClient, keys: RedisKeys, every: Duration = .milliseconds(250), logger: Logger) {
@@ -126,10 +164,14 @@ public final class PauseWatcher: Service, Sendable {
         self.every = every
         self.logger = logger
         for stream in streams { Gauge(label: "roundup_stream_paused", dimensions: [("stream", stream.rawValue)]).record(0) }
+        Gauge(label: "roundup_accounts_paused").record(0)
     }
 
     /// Whether `stream` is paused, as last read.
     public func isPaused(_ stream: RoundupStream) -> Bool { state.withLockedValue { $0.contains(stream) } }
+
+    /// Whether an operator paused `account`, as last read (a set lookup: free while no account is paused).
+    public func isPaused(account: String) -> Bool { accounts.withLockedValue { $0.isEmpty ? false : $0.contains(account) } }
 
     /// The paused streams this process consumes, in a stable order (for `/readyz`).
     public var paused: [RoundupStream] {
@@ -140,7 +182,22 @@ public final class PauseWatcher: Service, Sendable {
     /// Reads the pauses once; returns false when Redis could not be read.
     @discardableResult
     public func refresh() async -> Bool {
-        guard let current = await read() else { return false }
+        guard let reply = await read() else { return false }
+        let current = StreamPauses.parse(reply)
+        let pausedAccounts = Set(StreamPauses.parseAccounts(reply).keys)
+        let accountsBefore = accounts.withLockedValue { value -> Set<String> in
+            defer { value = pausedAccounts }
+            return value
+        }
+        if accountsBefore != pausedAccounts {
+            for account in pausedAccounts.subtracting(accountsBefore).sorted() {
+                logger.notice("account paused by an operator: its entries wait", metadata: ["account": "\(account)"])
+            }
+            for account in accountsBefore.subtracting(pausedAccounts).sorted() {
+                logger.notice("account resumed", metadata: ["account": "\(account)"])
+            }
+            Gauge(label: "roundup_accounts_paused").record(pausedAccounts.count)
+        }
         let mine = Set(current.keys).intersection(streams)
         let before = state.withLockedValue { value -> Set<RoundupStream> in
             defer { value = mine }
@@ -165,9 +222,9 @@ public final class PauseWatcher: Service, Sendable {
         if let open = connection.withLockedValue({ $0 }) { try? await open.close().get() }
     }
 
-    /// The pauses as Redis has them now, on this watcher's own connection (opened again after an error); nil when
+    /// The pauses hash as Redis has it now, on this watcher's own connection (opened again after an error); nil when
     /// Redis cannot be read.
-    func read() async -> [RoundupStream: Date]? {
+    func read() async -> RedisValue? {
         do {
             var open = connection.withLockedValue { $0 }
             if open?.isActive != true {
@@ -176,7 +233,7 @@ public final class PauseWatcher: Service, Sendable {
                 open = fresh
             }
             guard let open else { return nil }
-            return StreamPauses.parse(try await open.send(pauses.read, timeout: .seconds(1)).get())
+            return try await open.send(pauses.read, timeout: .seconds(1)).get()
         } catch {
             if let broken = connection.withLockedValue({ value -> RedisConnection? in
                 defer { value = nil }

@@ -48,7 +48,7 @@ public struct JobConsumer: Service {
             driver: driver,
             handler: JobHandler(
                 holder: options.consumer, staleAfter: options.staleAfter, store: store, engine: engine, redis: redis, keys: options.keys,
-                othersWaiting: { (await driver.waiting() ?? 0) > 0 }, logger: logger),
+                othersWaiting: { (await driver.waiting() ?? 0) > 0 }, pauses: pauses, logger: logger),
             metrics: .init(gauges: [.length, .pending, .oldestPendingAge, .oldestWaitingAge, .lag]),
             logger: logger)
     }
@@ -73,6 +73,8 @@ struct JobHandler: StreamHandler {
     let keys: RedisKeys
     /// Whether job entries wait for a worker (every slot busy): a long sync job then yields its turn.
     let othersWaiting: @Sendable () async -> Bool
+    /// Operators' pauses: a paused account's jobs wait (queued, their entries pending) until it is resumed.
+    let pauses: PauseWatcher?
     let logger: Logger
     /// The jobs running here: a second entry of one of them (a yield whose old entry was not acked, and was reclaimed)
     /// is acked without running it twice at once.
@@ -81,6 +83,10 @@ struct JobHandler: StreamHandler {
     func handle(_ batch: [Delivered<SyncJobMessage>]) async -> StreamBatchResult<UnclassifiedFailure> {
         var result = StreamBatchResult<UnclassifiedFailure>()
         for entry in batch {
+            if let account = entry.message.account, pauses?.isPaused(account: account) == true {
+                result.retry.append((entry.id, nil))
+                continue
+            }
             switch await run(entry.message) {
             case .finished: result.done.append(entry.id)
             case .unfinished: result.retry.append((entry.id, nil))

@@ -51,7 +51,7 @@ public struct WebhookConsumer: Service {
                 name: "webhooks", consumer: options.consumer, batchSize: options.batchSize, block: .nanoseconds(options.block.nanoseconds),
                 claimIdle: .nanoseconds(options.claimIdle.nanoseconds), maxDeliveries: options.maxDeliveries),
             driver: driver,
-            handler: WebhookHandler(processor: processor, redis: redis, keys: options.keys, metrics: metrics, logger: logger),
+            handler: WebhookHandler(processor: processor, redis: redis, keys: options.keys, metrics: metrics, pauses: pauses, logger: logger),
             metrics: .init(
                 gauges: Set(StreamConsumer<ShardedStreamDriver, WebhookHandler>.MetricSet.StreamGauge.allCases), reclaimed: metrics.reclaimed,
                 deadLettered: metrics.deadLettered, deadLettersTrimmed: metrics.deadLettersTrimmed, writesRefused: metrics.settleWritesRefused),
@@ -73,6 +73,8 @@ struct WebhookHandler: StreamHandler {
     let redis: RedisClient
     let keys: RedisKeys
     let metrics: WorkerMetrics
+    /// Operators' pauses: an account's entries wait while it is paused.
+    let pauses: PauseWatcher?
     let logger: Logger
 
     func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading { try WebhookProcessor.decode(entry) }
@@ -82,7 +84,18 @@ struct WebhookHandler: StreamHandler {
     func orderKey(_ message: WebhookReading) -> String? { message.account }
 
     func handle(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
-        let outcome = await processor.process(batch)
+        // A paused account's entries wait in their shard, pending (never dead-lettered for it), the others go on.
+        var held: [(id: String, error: EntryError)] = []
+        var batch = batch
+        if let pauses {
+            batch.removeAll { entry in
+                guard pauses.isPaused(account: entry.message.account) else { return false }
+                held.append((entry.id, EntryError(.accountPaused, "account \(entry.message.account) paused by an operator")))
+                return true
+            }
+        }
+        var outcome = await processor.process(batch)
+        outcome.retry += held
         if !outcome.boardLabelChanges.isEmpty {
             // The boards' lists are reconciled at a worker's next tick. Not done, no harm beyond a wait: the periodic
             // reconciliation brings the labels too.
@@ -107,9 +120,12 @@ struct WebhookHandler: StreamHandler {
         guard let outcome = result.detail as? BatchOutcome else { return }
         // A throttled account's entries wait for its token (counted, not warned about: its own flood, most likely).
         let throttled = outcome.retry.filter { $0.error.failure == .trelloThrottled }.count
-        if let failed = outcome.retry.first(where: { $0.error.failure != .trelloThrottled }) {
-            logger.warning("events will be retried", metadata: ["count": "\(outcome.retry.count - throttled)", "first_error": "\(failed.error)"])
+        let held = outcome.retry.filter { $0.error.failure == .accountPaused }.count
+        if let failed = outcome.retry.first(where: { $0.error.failure != .trelloThrottled && $0.error.failure != .accountPaused }) {
+            logger.warning(
+                "events will be retried", metadata: ["count": "\(outcome.retry.count - throttled - held)", "first_error": "\(failed.error)"])
         }
+        if held > 0 { metrics.heldForPausedAccounts.increment(by: held) }
         if throttled > 0 {
             metrics.throttled.increment(by: throttled)
             logger.debug("events wait for their account's trello rate limit", metadata: ["count": "\(throttled)"])
@@ -128,7 +144,7 @@ struct WebhookHandler: StreamHandler {
         RoundupLatency.webhookToChange.record(since: outcome.applied)
         metrics.processed.increment(by: outcome.done.count - outcome.dropped)
         metrics.dropped.increment(by: outcome.dropped)
-        metrics.retried.increment(by: outcome.retry.count - throttled)
+        metrics.retried.increment(by: outcome.retry.count - throttled - held)
         metrics.changes.increment(by: outcome.changesWritten)
         let elapsed = duration.components
         let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
@@ -148,6 +164,8 @@ struct WorkerMetrics: Sendable {
     let retried = Counter(label: "roundup_worker_events_total", dimensions: [("result", "retry")])
     /// Left in the stream because their account's Trello token was throttled (`EventFailure.trelloThrottled`).
     let throttled = Counter(label: "roundup_worker_events_total", dimensions: [("result", "throttled")])
+    /// Left in the stream because an operator paused their account (`EventFailure.accountPaused`), each time seen.
+    let heldForPausedAccounts = Counter(label: "roundup_worker_events_total", dimensions: [("result", "account_paused")])
     let deadLettered = Counter(label: "roundup_worker_events_total", dimensions: [("result", "dead_letter")])
     let changes = Counter(label: "roundup_worker_changes_written_total")
     let reclaimed = Counter(label: "roundup_worker_reclaimed_total")

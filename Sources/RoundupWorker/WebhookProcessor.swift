@@ -39,6 +39,9 @@ public enum EventFailure: String, Sendable, CaseIterable {
     /// the entry waits in the stream while the rest of the batch settles. It never counts towards the dead letters, and
     /// the consumer does not back off for it.
     case trelloThrottled = "trello_throttled"
+    /// An operator paused the entry's account (`roundupctl pause account`): it waits in its shard, pending, while the
+    /// other accounts flow. It never counts towards the dead letters, and the consumer does not back off for it.
+    case accountPaused = "account_paused"
 
     init(store error: any Error) {
         switch StoreFailure(error) {
@@ -59,7 +62,7 @@ public typealias EntryError = StreamFailure<EventFailure>
 extension EventFailure: StreamFailureClass {
     /// An unreachable store and a throttled account keep an entry waiting instead of counting its deliveries towards
     /// the dead letters; only the store makes the consumer back off.
-    public var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled }
+    public var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled || self == .accountPaused }
     public var backsOffConsumer: Bool { waitsForStore }
 }
 

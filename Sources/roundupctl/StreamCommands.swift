@@ -23,11 +23,19 @@ struct Queues: AsyncParsableCommand {
         defer { Task { await context.redis.shutdown() } }
         repeat {
             let reports = try await QueueInspector.reports(redis: context.redis, keys: context.configuration.redisKeys, perShard: shards)
+            let accounts = try await StreamPauses(redis: context.redis, keys: context.configuration.redisKeys).pausedAccounts()
+                .sorted { $0.key < $1.key }
             if json {
-                printJSON(.object(["streams": .array(reports.map(\.json))]))
+                printJSON(
+                    .object([
+                        "streams": .array(reports.map(\.json)),
+                        "paused_accounts": .array(
+                            accounts.map { .object(["account": .string($0.key), "since": .string(Timestamp.string($0.value))]) }),
+                    ]))
             } else {
                 if watch != nil { print("\u{1B}[2J\u{1B}[H" + Date().formatted(.iso8601)) }
                 print(reports.map(QueueInspector.table).joined(separator: "\n\n"))
+                for (account, since) in accounts { print("account \(shown(account)) paused since \(Timestamp.string(since))") }
             }
             if let watch { try await Task.sleep(for: .milliseconds(Int(watch * 1000))) }
         } while watch != nil
@@ -271,20 +279,73 @@ func switchPause(_ stream: RoundupStream, paused: Bool, json: Bool) async throws
     }
 }
 
+/// What `pause` and `resume` name: a stream (`webhooks`), or one account (`account ID`).
+struct PauseTarget: ParsableArguments {
+    @Argument(help: "webhooks, jobs or push; or `account` and the account's id.") var target: String
+    @Argument(help: "The account's id (after `account`).") var account: String?
+
+    enum Target { case stream(RoundupStream), account(String) }
+
+    func validate() throws { _ = try resolved() }
+
+    func resolved() throws -> Target {
+        if target == "account" {
+            guard let account, !account.isEmpty else { throw ValidationError("name the account: roundupctl pause account ID") }
+            return .account(account)
+        }
+        guard let stream = RoundupStream(rawValue: target), account == nil else {
+            throw ValidationError("name webhooks, jobs or push, or `account ID`")
+        }
+        return .stream(stream)
+    }
+}
+
 struct Pause: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract:
-            "Hold a stream: workers (or pushers) read nothing new within a second and keep what they hold pending; the ingress keeps accepting.")
-    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+            "Hold a stream: workers (or pushers) read nothing new within a second and keep what they hold pending; the ingress keeps accepting. "
+            + "`pause account ID` holds one account: its webhooks are accepted and wait in their shard, its jobs and pushes wait, the others flow.")
+    @OptionGroup var what: PauseTarget
     @Flag var json = false
-    func run() async throws { try await switchPause(stream, paused: true, json: json) }
+    func run() async throws {
+        switch try what.resolved() {
+        case .stream(let stream): try await switchPause(stream, paused: true, json: json)
+        case .account(let account): try await switchAccountPause(account, paused: true, json: json)
+        }
+    }
 }
 
 struct Resume: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Let a paused stream run again: what waited is processed, each entry once.")
-    @Argument(help: "webhooks, jobs or push.") var stream: RoundupStream
+    static let configuration = CommandConfiguration(
+        abstract: "Let a paused stream (or `account ID`) run again: what waited is processed, each entry once.")
+    @OptionGroup var what: PauseTarget
     @Flag var json = false
-    func run() async throws { try await switchPause(stream, paused: false, json: json) }
+    func run() async throws {
+        switch try what.resolved() {
+        case .stream(let stream): try await switchPause(stream, paused: false, json: json)
+        case .account(let account): try await switchAccountPause(account, paused: false, json: json)
+        }
+    }
+}
+
+/// `pause account` and `resume account`: set or clear the account's flag and say whether that changed anything.
+func switchAccountPause(_ account: String, paused: Bool, json: Bool) async throws {
+    let context = try Context.make()
+    let pauses = StreamPauses(redis: context.redis, keys: context.configuration.redisKeys)
+    let changed = paused ? try await pauses.pause(account: account) : try await pauses.resume(account: account)
+    await context.redis.shutdown()
+    if json {
+        printJSON(.object(["account": .string(account), "paused": .bool(paused), "changed": .bool(changed)]))
+    } else if paused {
+        print(
+            changed
+                ? "paused account \(shown(account)): its webhooks wait in their shard, its jobs and pushes wait; roundupctl resume account \(shown(account)) to go on"
+                : "account \(shown(account)) was already paused")
+    } else {
+        print(
+            changed
+                ? "resumed account \(shown(account)): what waited is taken up within the claim timeout" : "account \(shown(account)) was not paused")
+    }
 }
 
 struct Consumers: AsyncParsableCommand {

@@ -116,7 +116,7 @@ import Testing
     @Test(arguments: StoreBackend.available) func listPairingFailuresLeaveNothingBehind(backend: StoreBackend) async throws {
         let stack = try await Stack(store: backend)
         try await stack.startAPI(bootstrapToken: Self.bootstrap)  // no ingress: Trello's HEAD check will fail
-        let (_, token) = try await createAccount(stack)
+        let (account, token) = try await createAccount(stack)
         stack.trello.addList(id: "L1", boardID: "B1")
         stack.trello.addList(id: "L2", boardID: "B1")
         let pair = #"{"name":"Groceries","trello_board_id":"B1","trello_list_id":"L1"}"#
@@ -141,9 +141,11 @@ import Testing
                 .POST, "/dailyroundup/lists", token: token, body: #"{"name":"Errands","trello_board_id":"B1","trello_list_id":"L2"}"#
             ).status == .created)
         #expect(stack.trello.webhooks.map(\.idModel).sorted() == ["B1", "L1", "L2"])
-        // Deleting the account deletes every webhook.
+        // Deleting the account deletes every webhook, and an operator's pause of it.
+        try await StreamPauses(redis: stack.redis, keys: stack.keys).pause(account: account)
         #expect(try await stack.callAPI(.DELETE, "/dailyroundup/account", token: token).status == .noContent)
         #expect(stack.trello.webhooks.isEmpty)
+        #expect(try await StreamPauses(redis: stack.redis, keys: stack.keys).pausedAccounts().isEmpty, "the account's pause cleared")
         #expect(try await stack.callAPI(.GET, "/dailyroundup/account", token: token).status == .unauthorized)
         await stack.shutdown()
     }

@@ -158,6 +158,39 @@ struct DashboardHostTests {
         }
     }
 
+    /// Paused accounts on the overview: masked, with a Resume button that names the account by a hash, not its id; the
+    /// form below pauses one by its id.
+    @Test func pausedAccountsAreShownAndResumedFromTheOverview() async throws {
+        try await Self.withDashboard(password: nil) { client, dashboard, pauses in
+            let account = "acct-0123456789-paused"
+            try await pauses.pause(account: account)
+            let page = try await Self.get(client, "/", host: "127.0.0.1:7300")
+            #expect(page.body.contains("data-paused-account=\"\(Dashboard.reference(account))\"") && !page.body.contains(account))
+            let resumed = try await Self.post(
+                client, "/accounts/resume", host: "127.0.0.1:7300", form: "csrf=\(dashboard.csrf)&account_ref=\(Dashboard.reference(account))&back=/")
+            #expect(resumed.status == .seeOther || (resumed.status == .ok && resumed.body.contains("resumed account")), "\(resumed.status)")
+            #expect(try await pauses.pausedAccounts().isEmpty)
+            let paused = try await Self.post(
+                client, "/accounts/pause", host: "127.0.0.1:7300", form: "csrf=\(dashboard.csrf)&account=\(account)&back=/")
+            #expect(paused.status == .seeOther || paused.status == .ok)
+            #expect(try await pauses.pausedAccounts().keys.sorted() == [account])
+            let empty = try await Self.post(client, "/accounts/pause", host: "127.0.0.1:7300", form: "csrf=\(dashboard.csrf)&account=&back=/")
+            #expect(empty.status == .badRequest)
+            try await pauses.resume(account: account)
+        }
+    }
+
+    /// A dashboard form posted as a browser on a page of `host` sends it.
+    static func post(_ client: any TestClientProtocol, _ path: String, host: String, form: String) async throws -> Answer {
+        var headers = HTTPFields()
+        headers[HTTPField.Name("Host")!] = host
+        headers[.origin] = "http://" + host
+        headers[HTTPField.Name("Sec-Fetch-Site")!] = "same-origin"
+        headers[.contentType] = "application/x-www-form-urlencoded"
+        let response = try await client.execute(uri: path, method: .post, headers: headers, body: ByteBuffer(string: form))
+        return Answer(status: response.status, headers: response.headers, body: String(buffer: response.body))
+    }
+
     /// The values of the attributes `names` in `html` (`href="…"`).
     static func attributes(_ names: [String], in html: String) -> [String] {
         names.flatMap { name in
