@@ -173,6 +173,9 @@ public final class PauseWatcher: Service, Sendable {
     /// Whether an operator paused `account`, as last read (a set lookup: free while no account is paused).
     public func isPaused(account: String) -> Bool { accounts.withLockedValue { $0.isEmpty ? false : $0.contains(account) } }
 
+    /// The accounts an operator paused, as last read (one read for a whole batch).
+    public var pausedAccounts: Set<String> { accounts.withLockedValue { $0 } }
+
     /// The paused streams this process consumes, in a stable order (for `/readyz`).
     public var paused: [RoundupStream] {
         let current = state.withLockedValue { $0 }

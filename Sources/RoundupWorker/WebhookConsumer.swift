@@ -87,9 +87,9 @@ struct WebhookHandler: StreamHandler {
         // A paused account's entries wait in their shard, pending (never dead-lettered for it), the others go on.
         var held: [(id: String, error: EntryError)] = []
         var batch = batch
-        if let pauses {
+        if let paused = pauses?.pausedAccounts, !paused.isEmpty {
             batch.removeAll { entry in
-                guard pauses.isPaused(account: entry.message.account) else { return false }
+                guard paused.contains(entry.message.account) else { return false }
                 held.append((entry.id, EntryError(.accountPaused, "account \(entry.message.account) paused by an operator")))
                 return true
             }
