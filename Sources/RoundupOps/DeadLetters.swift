@@ -230,22 +230,8 @@ public struct DeadLetterQueue: Sendable {
             progress(done)
             return done
         }
-        for part in parts {
-            let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(part.deadLetters), "+", "-", "COUNT", "1"])).streamEntries
-            guard let last = newest.first?.id else { continue }
-            var cursor = "-"
-            while true {
-                let reply = try await redis.send(
-                    RedisCommand(
-                        "XRANGE", [RedisArgument(part.deadLetters), RedisArgument(cursor), RedisArgument(last), "COUNT", RedisArgument(100)]))
-                let batch = reply.streamEntries
-                if batch.isEmpty { break }
-                for entry in batch where try await replayOne(id: entry.id, in: part) { done += 1 }
-                progress(done)
-                cursor = "(" + batch[batch.count - 1].id
-            }
-        }
-        return done
+        // All: the walk of a replay by filter, with a filter that matches every dead letter.
+        return try await replay(matching: Filter(), dryRun: false, progress: progress).replayed
     }
 
     private func replayOne(id: String, in part: StreamPart) async throws -> Bool {
