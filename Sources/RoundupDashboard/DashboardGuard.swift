@@ -33,7 +33,7 @@ public struct DashboardContext: RequestContext {
 /// operator's, or the viewer's, who may not change anything), or without one a loopback Host name; and for a form,
 /// proof that it came from a page of this dashboard: the browser's own `Sec-Fetch-Site` and `Origin` say same-origin,
 /// and the form carries this process's token. Behind a proxy at a sub-path, the base path is taken off a request that
-/// has it. Every answer forbids framing, sniffing, caching and any script (`Content-Security-Policy`).
+/// has it (for these checks). Every answer forbids framing, sniffing, caching and any script (`Content-Security-Policy`).
 struct DashboardGuard: RouterMiddleware {
     typealias Context = DashboardContext
     let token: String?
@@ -50,7 +50,6 @@ struct DashboardGuard: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var response: Response
         var context = context
-        let request = placed(request)
         do {
             try checkHost(request)
             (context.role, context.user) = try authorize(request)
@@ -58,7 +57,7 @@ struct DashboardGuard: RouterMiddleware {
                 guard context.role == .operator else {
                     context.logger.warning(
                         "dashboard action refused to a viewer",
-                        metadata: ["path": "\(TerminalText.printable(request.uri.path))", "user": "\(context.user)"])
+                        metadata: ["path": "\(TerminalText.printable(localPath(request)))", "user": "\(context.user)"])
                     throw HTTPError(.forbidden, message: "the viewer's password shows the dashboard and changes nothing: sign in as the operator")
                 }
                 try checkOrigin(request)
@@ -83,7 +82,7 @@ struct DashboardGuard: RouterMiddleware {
     /// health check is answered under any name, as `authorize` lets it through: it tells nothing but that the process
     /// answers.
     func checkHost(_ request: Request) throws {
-        guard token == nil, request.uri.path != "/healthz" else { return }
+        guard token == nil, localPath(request) != "/healthz" else { return }
         guard Self.isLoopbackHost(request.head.authority) else {
             throw HTTPError(
                 .forbidden,
@@ -106,21 +105,19 @@ struct DashboardGuard: RouterMiddleware {
         return host == "127.0.0.1" || host == "[::1]" || host.lowercased() == "localhost"
     }
 
-    /// The request with the base path taken off its path, when it has it (a proxy that passes the whole path); one
-    /// without it (a proxy that strips it, or none) as it is.
-    func placed(_ request: Request) -> Request {
-        guard !basePath.isEmpty, let path = request.head.path, path == basePath || path.hasPrefix(basePath + "/") || path.hasPrefix(basePath + "?")
-        else { return request }
-        var head = request.head
+    /// The request's path within the dashboard: without the base path when it has it (a proxy that passes the whole
+    /// path; the router answers it there too), as it is otherwise.
+    func localPath(_ request: Request) -> String {
+        let path = request.uri.path
+        guard !basePath.isEmpty, path == basePath || path.hasPrefix(basePath + "/") else { return path }
         let rest = path.dropFirst(basePath.count)
-        head.path = rest.hasPrefix("/") ? String(rest) : "/" + rest
-        return Request(head: head, body: request.body)
+        return rest.isEmpty ? "/" : String(rest)
     }
 
     /// Who the request's credentials say: the operator without any password (loopback only), else the one whose
     /// password it carries. The health check tells nothing but that the process answers.
     func authorize(_ request: Request) throws -> (DashboardRole, String) {
-        guard let token, request.uri.path != "/healthz" else { return (.operator, "-") }
+        guard let token, localPath(request) != "/healthz" else { return (.operator, "-") }
         guard let header = request.headers[.authorization], header.lowercased().hasPrefix("basic "),
             let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
             let colon = decoded.firstIndex(of: UInt8(ascii: ":"))

@@ -27,7 +27,7 @@ public enum EventFinder {
             if let want = self.actionID, actionID != want { return false }
             if let want = cardID {
                 // The card an action is about (`action.data.card.id`): the body is parsed only when it holds the id.
-                guard let body, body.contains(subsequence: Array(want.utf8)),
+                guard let body, body.firstRange(of: Array(want.utf8)) != nil,
                     (try? JSONParser.parse(body))?["action"]?["data"]?["card"]?["id"]?.stringValue == want
                 else { return false }
             }
@@ -176,13 +176,5 @@ public enum EventFinder {
 
     static func cardID(_ body: [UInt8]?) -> String? {
         body.flatMap { try? JSONParser.parse($0) }?["action"]?["data"]?["card"]?["id"]?.stringValue
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// Whether `needle` occurs in these bytes.
-    func contains(subsequence needle: [UInt8]) -> Bool {
-        guard !needle.isEmpty, needle.count <= count else { return needle.isEmpty }
-        return (0...(count - needle.count)).contains { start in self[start..<start + needle.count].elementsEqual(needle) }
     }
 }
