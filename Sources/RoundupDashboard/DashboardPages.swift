@@ -218,8 +218,22 @@ struct DeadLetterRow {
     var deliveries: String
     var failedAt: String
     var error: String
+    /// Its failed deliveries, oldest first.
+    var attempts: [AttemptRow]
     var csrf: String
     var back: String
+
+    struct AttemptRow {
+        var at: String
+        var consumer: String
+        var error: String
+
+        init(_ attempt: StreamAttempt) {
+            at = Shown.time(Date(timeIntervalSince1970: Double(attempt.at) / 1000))
+            consumer = TerminalText.printable(attempt.consumer)
+            error = Shown.error(attempt.error)
+        }
+    }
 
     init(_ letter: DeadLetter, csrf: String, back: String) {
         id = letter.id
@@ -229,6 +243,7 @@ struct DeadLetterRow {
         deliveries = letter.letter.deliveries.map(String.init) ?? "?"
         failedAt = letter.letter.failedAt.map { Shown.time(Date(timeIntervalSince1970: Double($0) / 1000)) } ?? "?"
         error = Shown.error(letter.letter.error)
+        attempts = letter.letter.attempts.map(AttemptRow.init)
         self.csrf = csrf
         self.back = back
     }
@@ -294,8 +309,11 @@ struct FoundRow {
     var card: String
     /// Where it is, in words: with whom and for how long, its error, or the change it made.
     var detail: String
+    /// Its failed deliveries, oldest first.
+    var attempts: [DeadLetterRow.AttemptRow]
 
     init(_ found: EventFinder.Found) {
+        attempts = found.attempts.map(DeadLetterRow.AttemptRow.init)
         place = found.place.rawValue.replacingOccurrences(of: "_", with: " ")
         id = found.id ?? "–"
         type = TerminalText.printable(found.type ?? "–")

@@ -134,7 +134,10 @@ enum DashboardTemplates {
         <th>failed</th><th>error</th><th></th></tr></thead><tbody>{{/empty(letters)}}
         {{#letters}}
         <tr data-letter="{{id}}"><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{deliveries}}</td>
-        <td>{{failedAt}}</td><td class="error">{{error}}</td>
+        <td>{{failedAt}}</td><td class="error">{{error}}
+        {{^empty(attempts)}}<details class="attempts"><summary>{{count(attempts)}} attempt(s)</summary><ol>{{/empty(attempts)}}
+        {{#attempts}}<li data-attempt><span>{{at}}</span> · <span data-field="consumer">{{consumer}}</span> · <span>{{error}}</span></li>{{/attempts}}
+        {{^empty(attempts)}}</ol></details>{{/empty(attempts)}}</td>
         <td class="actions">{{#canChange}}<form method="post" action="/dead-letters/{{id}}/replay"><input type="hidden" name="csrf" value="{{csrf}}">
         <input type="hidden" name="back" value="{{back}}"><button type="submit" class="replay">Replay</button></form>
         <form method="post" action="/dead-letters/{{id}}/delete"><input type="hidden" name="csrf" value="{{csrf}}">
@@ -173,7 +176,10 @@ enum DashboardTemplates {
         {{^empty(found)}}<table class="found"><thead><tr><th>where</th><th>entry</th><th>type</th><th>account</th><th>action</th><th>card</th>
         <th>now</th></tr></thead><tbody>{{/empty(found)}}
         {{#found}}<tr data-place="{{place}}"><td>{{place}}</td><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{card}}</td>
-        <td class="detail">{{detail}}</td></tr>{{/found}}
+        <td class="detail">{{detail}}
+        {{^empty(attempts)}}<details class="attempts"><summary>{{count(attempts)}} attempt(s)</summary><ol>{{/empty(attempts)}}
+        {{#attempts}}<li data-attempt><span>{{at}}</span> · <span data-field="consumer">{{consumer}}</span> · <span>{{error}}</span></li>{{/attempts}}
+        {{^empty(attempts)}}</ol></details>{{/empty(attempts)}}</td></tr>{{/found}}
         {{^empty(found)}}</tbody></table>{{/empty(found)}}
         """
 

@@ -27,6 +27,10 @@ public struct DeadLetter: Sendable, Equatable {
             "id": .string(id), "original_id": letter.originalID.json, "account": account.json,
             "action": (event?.actionID ?? letter.original.text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
             "deliveries": letter.deliveries.map(String.init).json, "failed_at": letter.failedAt.map(String.init).json,
+            "attempts": .array(
+                letter.attempts.map { attempt in
+                    .object(["at": .string(String(attempt.at)), "consumer": .string(attempt.consumer), "error": .string(attempt.error)])
+                }),
         ])
     }
 }

@@ -58,6 +58,8 @@ public enum EventFinder {
         public var error: String?
         /// A dead letter's, as milliseconds since 1970.
         public var failedAt: Int?
+        /// A pending entry's or a dead letter's failed deliveries, oldest first (`StreamAttempt.kept` at most).
+        public var attempts: [StreamAttempt] = []
         /// An applied event's history row: what it changed.
         public var activity: ActivityRecord?
 
@@ -68,6 +70,15 @@ public enum EventFinder {
                 "idle_ms": idleMilliseconds.map { .number(Double($0)) } ?? .null, "deliveries": deliveries.map { .number(Double($0)) } ?? .null,
                 "error": error.json, "failed_at": failedAt.map { .string(Timestamp.string(Date(timeIntervalSince1970: Double($0) / 1000))) } ?? .null,
             ]
+            if !attempts.isEmpty {
+                object["attempts"] = .array(
+                    attempts.map { attempt in
+                        .object([
+                            "at": .string(Timestamp.string(Date(timeIntervalSince1970: Double(attempt.at) / 1000))),
+                            "consumer": .string(attempt.consumer), "error": .string(attempt.error.replacingOccurrences(of: "\t", with: ": ")),
+                        ])
+                    })
+            }
             if let activity {
                 object["change"] = .object([
                     "kind": .string(activity.kind.rawValue), "field": activity.field.json,
@@ -103,7 +114,8 @@ public enum EventFinder {
                     Found(
                         place: .deadLetter, id: letter.id, account: letter.account, actionID: letter.event?.actionID, type: letter.type,
                         cardID: cardID(letter.event?.body), deliveries: letter.letter.deliveries,
-                        error: letter.letter.error?.replacingOccurrences(of: "\t", with: ": "), failedAt: letter.letter.failedAt))
+                        error: letter.letter.error?.replacingOccurrences(of: "\t", with: ": "), failedAt: letter.letter.failedAt,
+                        attempts: letter.letter.attempts))
             }
             after = next
         } while after != nil && letters.count < limit
@@ -157,7 +169,12 @@ public enum EventFinder {
         var commands = found.map { _, id in
             RedisCommand("XPENDING", [RedisArgument(part.stream), RedisArgument(stream.group(keys)), RedisArgument(id), RedisArgument(id), "1"])
         }
-        if let errors = part.errors { commands.append(RedisCommand("HMGET", [RedisArgument(errors)] + found.map { RedisArgument($0.1) })) }
+        // Each one's last error, then its attempts.
+        if let errors = part.errors {
+            commands.append(
+                RedisCommand(
+                    "HMGET", [RedisArgument(errors)] + found.map { RedisArgument($0.1) } + found.map { RedisArgument(StreamAttempt.field($0.1)) }))
+        }
         let replies = await redis.pipelineEach(commands)
         let recorded: [RedisValue] = part.errors == nil ? [] : ((try? replies.last?.get())?.array ?? [])
         return found.enumerated().map { index, pair in
@@ -169,6 +186,7 @@ public enum EventFinder {
                 event.idleMilliseconds = row[2].int
                 event.deliveries = row[3].int
                 if index < recorded.count { event.error = recorded[index].string?.replacingOccurrences(of: "\t", with: ": ") }
+                if found.count + index < recorded.count { event.attempts = recorded[found.count + index].string.map(StreamAttempt.decode) ?? [] }
             }
             return event
         }

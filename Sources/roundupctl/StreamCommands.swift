@@ -82,7 +82,7 @@ struct DLQ: AsyncParsableCommand {
             if letters.isEmpty { print("no dead letters") }
             for letter in letters {
                 print(
-                    "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))"
+                    "\(shown(letter.id))  \(shown(letter.type ?? "?"))  account \(shown(letter.account ?? "?"))  deliveries \(shown(letter.letter.deliveries.map(String.init) ?? "?"))  \(shown(letter.letter.error ?? ""))\(letter.letter.attempts.count > 1 ? "  (\(letter.letter.attempts.count) attempts: dlq show)" : "")"
                 )
             }
             if let next { print("more: roundupctl dlq list --stream \(dead.stream.rawValue) --after \(next)") }
@@ -463,6 +463,11 @@ struct Find: AsyncParsableCommand {
                 }
             }
             print(line)
+            for attempt in event.attempts {
+                print(
+                    "    attempt \(Timestamp.string(Date(timeIntervalSince1970: Double(attempt.at) / 1000)))  by \(shown(attempt.consumer))  \(shown(attempt.error.replacingOccurrences(of: "\t", with: ": ")))"
+                )
+            }
         }
     }
 }

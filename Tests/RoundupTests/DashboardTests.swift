@@ -63,13 +63,21 @@ import Testing
                     try await stack.redis.send(
                         "XADD", dead, "*", "account", RedisArgument(account), "type", "createCard", "action", RedisArgument("act-\(n)"), "body",
                         RedisArgument(#"{"action":{"id":"act-\#(n)","type":"createCard"}}"#), "error", RedisArgument("store refused event \(n)"),
-                        "deliveries", "5", "failed_at", RedisArgument(String(Int(Date().timeIntervalSince1970 * 1000))), "original_id", "1-0"
+                        "deliveries", "5", "failed_at", RedisArgument(String(Int(Date().timeIntervalSince1970 * 1000))), "original_id", "1-0",
+                        "attempts", RedisArgument(n == 0 ? Self.attempts : "")
                     ).string))
         }
+        _ = try await stack.redis.send(
+            "HSET", RedisArgument(stack.keys.webhookErrors(Self.shard)), RedisArgument(StreamAttempt.field(ids[1])), RedisArgument(Self.attempts))
         try await StreamPauses(redis: stack.redis, keys: stack.keys).pause(.push)
         // As the tools name them: `<shard>:<id>`.
         return letters.map { "\(Self.shard.index):\($0)" }
     }
+
+    /// Two failed deliveries, the first with a Trello URL whose key and token the pages must mask.
+    static let attempts =
+        "1700000000000\tworker-a\ttrello_transient\tGET https://api.trello.com/1/cards/c1?key=SECRETKEY123&token=SECRETTOKEN456 answered 502\n"
+        + "1700000060000\tworker-b\tstore_failed\tdisk full"
 
     /// The webhook shard these tests fill by hand.
     static let shard = WebhookShard(index: 0)
@@ -138,6 +146,13 @@ import Testing
         #expect(
             try await browser.evaluate("document.querySelector('tr[data-place=pending] td.detail').textContent").stringValue?.hasPrefix(
                 "with worker-a") == true)
+        // Its attempts, by whom, masked.
+        #expect(
+            try await browser.evaluate(
+                "[...document.querySelectorAll('tr[data-place=pending] details.attempts li [data-field=consumer]')].map(e => e.textContent).join(',')"
+            )
+                == "worker-a,worker-b")
+        #expect(try await browser.evaluate("document.body.innerHTML.includes('SECRETTOKEN456')") == .bool(false))
         try await browser.open(dashboard.url + "/find?account=alpha-account-1")
         #expect(try await browser.evaluate("document.querySelectorAll('tr[data-place=\"dead letter\"]').length") == .number(2))
         try await browser.open(dashboard.url + "/find?action=act-none")
@@ -157,6 +172,12 @@ import Testing
         // Dead letters: filtered by account, replayed, deleted.
         try await browser.open(dashboard.url + "/dead-letters?account=alpha-account-1")
         #expect(try await browser.evaluate("document.querySelectorAll('tr[data-letter]').length") == .number(2))
+        // The first keeps its two attempts (folded), masked; the other has none to show.
+        #expect(
+            try await browser.evaluate(#"document.querySelector('tr[data-letter="\#(letters[0])"] details.attempts summary').textContent"#)
+                == "2 attempt(s)")
+        #expect(try await browser.evaluate(#"document.querySelectorAll('tr[data-letter="\#(letters[2])"] details.attempts').length"#) == .number(0))
+        #expect(try await browser.evaluate("document.body.innerHTML.includes('SECRETTOKEN456')") == .bool(false))
         let before = try await stack.redis.length(of: .webhooks, keys: stack.keys)
         try await browser.clickAndWait(#"tr[data-letter="\#(letters[0])"] button.replay"#)
         #expect(

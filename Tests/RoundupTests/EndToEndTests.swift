@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import RoundupCore
+import RoundupOps
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
@@ -246,6 +247,14 @@ import Testing
         let error = fields.firstIndex(of: "error").map { fields[$0 + 1] } ?? ""
         #expect(error.contains("503"))
         #expect(fields.contains("D-1"))  // the original event travels with it
+        // Both deliveries' attempts travel with it too (when, by which worker, with what), and leave the errors hash.
+        let letter = try #require(try await DeadLetterQueue(redis: stack.redis, keys: stack.keys).page(limit: 10).letters.first)
+        #expect(letter.letter.attempts.count == 2, "\(letter.letter.attempts)")
+        #expect(letter.letter.attempts.allSatisfy { $0.consumer.contains("w1") && $0.error.contains("503") }, "\(letter.letter.attempts)")
+        let now = Int(Date().timeIntervalSince1970 * 1000)
+        #expect(letter.letter.attempts.allSatisfy { now - 60_000 < $0.at && $0.at <= now })
+        let errors = stack.keys.webhookErrors(WebhookShard(account: account))
+        #expect(try await stack.redis.send("HLEN", RedisArgument(errors)).int == 0)
         #expect(try await stack.streamLength() == 0)
         #expect(try await store.pendingChanges(accountID: account, afterID: 0, limit: 10).isEmpty)
         await stack.shutdown()

@@ -46,13 +46,17 @@ extension RoundupCtlTests {
         _ = try await stack.redis.send(
             "XREADGROUP", "GROUP", RedisArgument(RoundupStream.webhooks.group(stack.keys)), "worker-x", "COUNT", 1, "STREAMS", stream, ">")
         _ = try await stack.redis.send(
-            "HSET", RedisArgument(stack.keys.webhookErrors(shard)), RedisArgument(failing), "trello_transient\tcard fetch: 502")
+            "HSET", RedisArgument(stack.keys.webhookErrors(shard)), RedisArgument(failing), "trello_transient\tcard fetch: 502",
+            RedisArgument(StreamAttempt.field(failing)), "1700000000000\tworker-x\ttrello_transient\tcard fetch: 502")
         let waiting = try #require(try await stack.redis.send(RedisCommand("XADD", [stream, "*"] + event("act-waiting", card: "card-w"))).string)
         _ = try await stack.redis.send(
             RedisCommand(
                 "XADD",
                 [RedisArgument(stack.keys.deadLetterStream(shard)), "*"] + event("act-dead", card: "card-d")
-                    + ["error", "store\tdisk full", "deliveries", "5", "failed_at", "1700000000000"]))
+                    + [
+                        "error", "store\tdisk full", "deliveries", "5", "failed_at", "1700000000000", "attempts",
+                        "1699999990000\tworker-y\ttrello_transient\ttimeout\n1700000000000\tworker-x\tstore\tdisk full",
+                    ]))
 
         let byAccount = try json(try await run(stack, ["find", "--account", "acct-find", "--json"]))
         let places = byAccount["found"]?.arrayValue ?? []
@@ -61,10 +65,15 @@ extension RoundupCtlTests {
         #expect(places.first?["deliveries"] == .number(1) && places.first?["error"] == "trello_transient: card fetch: 502")
         #expect(places.dropFirst().first?["id"]?.stringValue == "0:\(waiting)" && places.dropFirst().first?["card"] == "card-w")
         #expect(places.last?["error"] == "store: disk full" && places.last?["action"] == "act-dead")
+        // Each one's attempts: when, by whom, with what.
+        #expect(places.first?["attempts"]?.arrayValue?.map { $0["consumer"]?.stringValue ?? "" } == ["worker-x"])
+        #expect(places.last?["attempts"]?.arrayValue?.map { $0["error"]?.stringValue ?? "" } == ["trello_transient: timeout", "store: disk full"])
+        #expect(places.last?["attempts"]?.arrayValue?.first?["at"] == "2023-11-14T22:13:10.000Z")
         let onlyOne = try json(try await run(stack, ["find", "--card", "card-w", "--json"]))
         #expect(onlyOne["found"]?.arrayValue?.map { $0["action"]?.stringValue ?? "" } == ["act-waiting"])
         let text = try await run(stack, ["find", "--action", "act-failing"])
         #expect(text.code == 0 && text.output.contains("pending  0:\(failing)") && text.output.contains("with worker-x"), "\(text.output)")
+        #expect(text.output.contains("    attempt 2023-11-14T22:13:20.000Z  by worker-x  trello_transient: card fetch: 502"), "\(text.output)")
         let nothing = try await run(stack, ["find", "--action", "act-never"])
         #expect(nothing.code == 0 && nothing.output.contains("nothing found"), "\(nothing.output)")
         let none = try await run(stack, ["find"])

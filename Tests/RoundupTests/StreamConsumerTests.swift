@@ -149,7 +149,47 @@ import Testing
         #expect(letter.original == Self.event(0))
         // The typed failure recorded with its last delivery travels with the dead letter.
         #expect(letter.failure(as: TestFailure.self) == StreamFailure(.broken, "entry \(bad) failed"))
-        #expect(stream.ids.isEmpty && stream.pending.isEmpty && stream.errors.isEmpty)
+        // Each failed delivery is kept with it: when, by whom, with what.
+        #expect(letter.attempts.count == 3)
+        #expect(letter.attempts.allSatisfy { $0.consumer == "c1" && $0.error == "broken\tentry \(bad) failed" })
+        #expect(letter.attempts.map(\.at) == letter.attempts.map(\.at).sorted())
+        #expect(stream.ids.isEmpty && stream.pending.isEmpty && stream.errors.isEmpty && stream.attempts.isEmpty)
+    }
+
+    /// An entry that fails more often than attempts are kept keeps its last ones, oldest first.
+    @Test func anEntryKeepsItsLastAttemptsOnly() async throws {
+        let stream = MemoryStream()
+        let bad = stream.add(Self.event(0))
+        let handler = Recorder { _ in .retry(.broken) }
+        let deliveries = StreamAttempt.kept + 3
+        await Self.running(stream, handler, options: Self.options(maxDeliveries: deliveries)) {
+            #expect(await Self.until { stream.deadLetters.count == 1 })
+        }
+        #expect(handler.handled.count == deliveries)
+        let letter = try #require(stream.deadLetters.first)
+        #expect(letter.attempts.count == StreamAttempt.kept)
+        #expect(letter.originalID == bad)
+    }
+
+    /// A poison entry has one attempt, the handler's reason; a record's lines survive a round trip and a line break in
+    /// an error does not split an attempt.
+    @Test func aPoisonEntrysOneAttemptAndTheRecordsForm() async throws {
+        let stream = MemoryStream()
+        _ = stream.add(Self.event(0))
+        await Self.running(stream, Recorder { _ in .deadLetter(.broken) }, options: Self.options(maxDeliveries: 5)) {
+            #expect(await Self.until { stream.deadLetters.count == 1 })
+        }
+        let attempts = try #require(stream.deadLetters.first?.attempts)
+        #expect(attempts.count == 1 && attempts.first?.consumer == "c1" && attempts.first?.error.hasPrefix("broken: ") == true)
+        let record = StreamDeadLetter(
+            id: "1-0",
+            fields: ["attempts": Array("1700000000000\tw1\tbroken\tone\n1700000001000\tw2\tbroken\ttwo: a\tb\nnot an attempt".utf8)])
+        #expect(
+            record.attempts == [
+                StreamAttempt(at: 1_700_000_000_000, consumer: "w1", error: "broken\tone"),
+                StreamAttempt(at: 1_700_000_001_000, consumer: "w2", error: "broken\ttwo: a\tb"),
+            ])
+        #expect(record.original.isEmpty)  // attempts are the letter's own field, never replayed as the event's
     }
 
     @Test func aPoisonEntryIsDeadLetteredAtOnce() async throws {

@@ -1,3 +1,4 @@
+import Foundation
 import NIOConcurrencyHelpers
 
 /// A stream with one consumer group, in memory: what `MemoryStreamDriver` reads, for tests of consumer logic
@@ -16,6 +17,7 @@ public final class MemoryStream: Sendable {
         var cursor = 0
         var pending: [String: Pending] = [:]
         var errors: [String: String] = [:]
+        var attempts: [String: [StreamAttempt]] = [:]
         var deadLetters: [StreamDeadLetter] = []
         var appended: [StreamAppend] = []
         /// Failures to throw from the next calls, by operation name (`read`, `settle`, …).
@@ -42,6 +44,8 @@ public final class MemoryStream: Sendable {
     public var ids: [String] { state.withLockedValue { $0.entries.map(\.id) } }
     public var pending: [String: Pending] { state.withLockedValue { $0.pending } }
     public var errors: [String: String] { state.withLockedValue { $0.errors } }
+    /// Each entry's recorded attempts, oldest first.
+    public var attempts: [String: [StreamAttempt]] { state.withLockedValue { $0.attempts } }
     public var deadLetters: [StreamDeadLetter] { state.withLockedValue { $0.deadLetters } }
     public var appended: [StreamAppend] { state.withLockedValue { $0.appended } }
     /// When each driver operation was called, in order.
@@ -156,8 +160,14 @@ public struct MemoryStreamDriver: StreamDriver {
             for id in done {
                 state.pending[id] = nil
                 state.errors[id] = nil
+                state.attempts[id] = nil
             }
-            for (id, recorded) in failed { state.errors[id] = recorded }
+            let now = Int(Date().timeIntervalSince1970 * 1000)
+            for (id, recorded) in failed {
+                state.errors[id] = recorded
+                let attempts = state.attempts[id, default: []] + [StreamAttempt(at: now, consumer: consumer, error: recorded)]
+                state.attempts[id] = Array(attempts.suffix(StreamAttempt.kept))
+            }
             state.appended += appends
         }
         return 0
@@ -172,9 +182,12 @@ public struct MemoryStreamDriver: StreamDriver {
         return stream.state.withLockedValue { state in
             var fields = state.entries.first(where: { $0.id == id })?.fields ?? [:]
             fields[StreamDeadLetter.Field.originalID.rawValue] = Array(id.utf8)
+            var attempts = state.attempts[id] ?? []
+            if state.errors[id] == nil { attempts.append(StreamAttempt(at: 0, consumer: consumer, error: error)) }
             fields[StreamDeadLetter.Field.error.rawValue] = Array((state.errors[id] ?? error).utf8)
             fields[StreamDeadLetter.Field.deliveries.rawValue] = Array(String(deliveries).utf8)
             fields[StreamDeadLetter.Field.failedAt.rawValue] = Array("0".utf8)
+            fields[StreamDeadLetter.Field.attempts.rawValue] = Array(attempts.suffix(StreamAttempt.kept).map(\.line).joined(separator: "\n").utf8)
             state.deadLetters.append(StreamDeadLetter(id: "\(state.deadLetters.count + 1)-0", fields: fields))
             if let index = state.entries.firstIndex(where: { $0.id == id }) {
                 state.entries.remove(at: index)
@@ -182,6 +195,7 @@ public struct MemoryStreamDriver: StreamDriver {
             }
             state.pending[id] = nil
             state.errors[id] = nil
+            state.attempts[id] = nil
             let trimmed = max(0, state.deadLetters.count - deadLetterMax)
             state.deadLetters.removeFirst(trimmed)
             return trimmed

@@ -22,7 +22,8 @@ public final class RedisStreamDriver: StreamDriver {
     public let stream: String
     public let group: String
     public let consumer: String
-    /// Hash: entry id → its last recorded error; nil when the stream records none.
+    /// Hash: entry id → its last recorded error, and `<id>:attempts` → its last attempts (`StreamAttempt`); nil when
+    /// the stream records none.
     public let errors: String?
     public let deadLetters: DeadLetters?
     /// What each producer has waiting in the stream, lowered as entries leave it (nil: not kept).
@@ -122,15 +123,16 @@ public final class RedisStreamDriver: StreamDriver {
             commands.append(RedisCommand("XACK", [RedisArgument(stream), RedisArgument(group)] + ids))
             // One consumer group reads each stream: once it has acked an entry nobody needs it.
             commands.append(RedisCommand("XDEL", [RedisArgument(stream)] + ids))
-            if let errors { commands.append(RedisCommand("HDEL", [RedisArgument(errors)] + ids)) }
+            if let errors { commands.append(RedisCommand("HDEL", [RedisArgument(errors)] + StreamAttempt.fieldsToForget(done))) }
         }
         // Acking and deleting only free memory, so a Redis at its maxmemory still takes them; what follows may be
         // refused then (a push to wake the apps, an entry's last error), and its refusal must not stop the draining.
         let essential = commands.count
         commands += appends.map(\.command)
-        if let errors {
+        if let errors, !failed.isEmpty {
+            let now = Int(Date().timeIntervalSince1970 * 1000)
             for (id, recorded) in failed {
-                commands.append(RedisCommand("HSET", [RedisArgument(errors), RedisArgument(id), RedisArgument(recorded)]))
+                commands.append(StreamAttempt.recordCommand(errors: errors, id: id, recorded: recorded, consumer: consumer, now: now))
             }
         }
         guard !commands.isEmpty else { return 0 }
@@ -166,7 +168,8 @@ public final class RedisStreamDriver: StreamDriver {
                 + (load.map { [RedisArgument($0.key)] } ?? []),
             arguments: [
                 RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(now),
-                RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)),
+                RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)), RedisArgument(consumer),
+                RedisArgument(StreamAttempt.kept),
             ] + (load.map { [RedisArgument($0.ownerField), RedisArgument($0.sizeField)] } ?? [])
         ).int ?? 0
     }

@@ -1,3 +1,4 @@
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 
@@ -300,14 +301,15 @@ public final class ShardedStreamDriver: StreamDriver {
             let ids = local.map { RedisArgument($0) }
             commands.append(RedisCommand("XACK", [RedisArgument(part.stream), RedisArgument(part.group)] + ids))
             commands.append(RedisCommand("XDEL", [RedisArgument(part.stream)] + ids))
-            if let errors = part.errors { commands.append(RedisCommand("HDEL", [RedisArgument(errors)] + ids)) }
+            if let errors = part.errors { commands.append(RedisCommand("HDEL", [RedisArgument(errors)] + StreamAttempt.fieldsToForget(local))) }
         }
         let essential = commands.count
         commands += appends.map(\.command)
+        let now = Int(Date().timeIntervalSince1970 * 1000)
         for (id, recorded) in failed {
             let (part, local) = try part(of: id)
             if let errors = part.errors {
-                commands.append(RedisCommand("HSET", [RedisArgument(errors), RedisArgument(local), RedisArgument(recorded)]))
+                commands.append(StreamAttempt.recordCommand(errors: errors, id: local, recorded: recorded, consumer: part.consumer, now: now))
             }
         }
         guard !commands.isEmpty else { return 0 }

@@ -40,7 +40,7 @@ public struct StreamLoad: Sendable, Hashable {
         end
         """
 
-    /// Acknowledges and deletes entries (and their recorded errors), lowering the load by each.
+    /// Acknowledges and deletes entries (and their recorded errors and attempts), lowering the load by each.
     static let settle = RedisScript(
         name: "stream-settle-with-load",
         source: """
@@ -50,7 +50,9 @@ public struct StreamLoad: Sendable, Hashable {
             for i = 4, #ARGV do release(KEYS[1], KEYS[2], ARGV[i], ARGV[2], ARGV[3]) end
             local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4))
             redis.call('XDEL', KEYS[1], unpack(ARGV, 4))
-            redis.call('HDEL', KEYS[3], unpack(ARGV, 4))
+            local fields = {}
+            for i = 4, #ARGV do fields[#fields + 1] = ARGV[i]; fields[#fields + 1] = ARGV[i] .. '\(StreamAttempt.suffix)' end
+            redis.call('HDEL', KEYS[3], unpack(fields))
             return acked
             """)
 }
