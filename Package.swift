@@ -43,6 +43,9 @@ let package = Package(
         .package(path: "Client"),
         .package(url: "https://github.com/apple/swift-openapi-runtime.git", from: "1.13.4"),
         .package(url: "https://github.com/swift-server/swift-openapi-async-http-client.git", from: "1.5.0"),
+        // Traces over OTLP/HTTP only (no gRPC): the OTLPHTTP trait.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
     ],
     targets: [
         // C: Debian's libhiredis-dev, used for its RESP reader (redisReader). No `pkgConfig: "hiredis"`:
@@ -93,6 +96,8 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -145,6 +150,7 @@ let package = Package(
         .target(
             name: "RoundupTrello",
             dependencies: [
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 "RoundupCore", "RoundupRuntime",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -261,6 +267,7 @@ let package = Package(
             name: "RoundupIngress",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -277,6 +284,7 @@ let package = Package(
             name: "RoundupWorker",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -23,7 +23,7 @@ public enum APIApplication {
         }
         let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
-        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let http = TrelloClient.makeHTTPClient()
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let engine = SyncEngine(
             options: .init(

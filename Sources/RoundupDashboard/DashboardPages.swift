@@ -332,5 +332,6 @@ struct FoundRow {
             detail = [change?.createdAt, change?.kind.rawValue, change?.field, change?.message.map(Shown.error)].compactMap { $0 }.joined(
                 separator: " · ")
         }
+        if let trace = found.traceID { detail += " · trace \(trace)" }
     }
 }

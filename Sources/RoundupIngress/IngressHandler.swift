@@ -6,6 +6,7 @@ import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import Tracing
 
 /// What the handler needs, shared by every connection.
 struct IngressContext: Sendable {
@@ -25,6 +26,8 @@ struct IngressContext: Sendable {
     var metrics: IngressMetrics
     var metricsText: @Sendable () -> String
     var logger: Logger
+    /// Traces (`RoundupTracing`): nil when off, and then nothing of them runs.
+    var tracer: (any Tracer)?
 }
 
 /// The webhook receiver, as a plain SwiftNIO HTTP/1 handler: no per-request task, every step a future
@@ -36,6 +39,8 @@ final class IngressHandler: ChannelInboundHandler {
     static let maxBody = 1 << 20
     static let webhookPath = "/dailyroundup/webhook/trello"
     static let webhookPrefix = webhookPath + "/"
+    /// The webhook route as a trace names it (`http.route`).
+    static let webhookRoute = webhookPath + "/{account}"
 
     private let shared: IngressContext
     private var route: Route?
@@ -46,6 +51,8 @@ final class IngressHandler: ChannelInboundHandler {
     private var answered = true
     /// Counts requests on this connection: a late result of an earlier request (after its 503) must not answer a later one.
     private var generation: UInt64 = 0
+    /// The webhook delivery's server span (tracing on), ended with its answer.
+    private var span: (any Span)?
 
     init(context: IngressContext) { self.shared = context }
 
@@ -182,6 +189,16 @@ final class IngressHandler: ChannelInboundHandler {
     }
 
     private func receive(context: ChannelHandlerContext, head: HTTPRequestHead, account: String?, token: String?, body: ByteBuffer) {
+        // Each delivery starts a trace (Trello sends no context): the server span, with the route, never the path (its
+        // account id and callback token).
+        if let tracer = shared.tracer {
+            let span = tracer.startSpan("POST \(Self.webhookRoute)", context: .topLevel, ofKind: .server)
+            span.attributes["http.request.method"] = "POST"
+            span.attributes["http.route"] = Self.webhookRoute
+            span.attributes["url.scheme"] = "http"
+            span.attributes["http.request.body.size"] = body.readableBytes
+            self.span = span
+        }
         let envelope: JSONParser.Envelope
         do {
             envelope = try body.withUnsafeReadableBytes { raw in
@@ -224,6 +241,7 @@ final class IngressHandler: ChannelInboundHandler {
 
         // What is answered, once: the enqueue's outcome or why there was none.
         let shared = self.shared
+        let serverSpan = span?.context
         let finish: @Sendable (Result<Outcome, any Error>) -> Void = { result in
             deadline.cancel()
             let (this, context) = loopBound.value
@@ -319,6 +337,27 @@ final class IngressHandler: ChannelInboundHandler {
                 fields.append(RedisArgument(WebhookEvent.confirmed))
             }
             let shard = WebhookShard(account: account)
+            // The producer span (tracing on): the entry carries its context, which the worker's batch links to.
+            var producer: (any Span)?
+            if let tracer = shared.tracer, let serverSpan {
+                let span = tracer.startSpan("send webhooks", context: serverSpan, ofKind: .producer)
+                span.attributes["messaging.system"] = "redis"
+                span.attributes["messaging.operation.type"] = "send"
+                span.attributes["messaging.operation.name"] = "XADD"
+                span.attributes["messaging.destination.name"] = shared.keys.webhookStream(shard)
+                span.attributes["roundup.trello.action.id"] = actionID
+                span.attributes["roundup.trello.action.type"] = type
+                if let headers = tracer.traceHeaders(of: span.context) {
+                    fields.append(RedisArgument(TraceHeaders.Field.traceparent.rawValue))
+                    fields.append(RedisArgument(headers.traceparent))
+                    if let state = headers.tracestate {
+                        fields.append(RedisArgument(TraceHeaders.Field.tracestate.rawValue))
+                        fields.append(RedisArgument(state))
+                    }
+                }
+                producer = span
+            }
+            let producerSpan = producer
             shared.redis.evaluate(
                 IngressScripts.enqueue,
                 keys: [
@@ -328,6 +367,16 @@ final class IngressHandler: ChannelInboundHandler {
                 ],
                 arguments: fields, timeout: timeout, replicas: shared.replicas, on: eventLoop
             ) { reply in
+                if let producerSpan {
+                    switch reply {
+                    case .success(let value):
+                        if let id = value.string { producerSpan.attributes["messaging.message.id"] = id }
+                    case .failure(let error):
+                        producerSpan.recordError(error)
+                        producerSpan.setStatus(SpanStatus(code: .error))
+                    }
+                    producerSpan.end()
+                }
                 finish(
                     reply.map { reply in
                         switch reply.int.flatMap(IngressScripts.Refusal.init(rawValue:)) {
@@ -436,6 +485,12 @@ final class IngressHandler: ChannelInboundHandler {
         guard !answered else { return }
         answered = true
         shared.metrics.record(status: status, since: started)
+        if let span {
+            span.attributes["http.response.status_code"] = Int(status.code)
+            if status.code >= 500 { span.setStatus(SpanStatus(code: .error)) }
+            span.end()
+            self.span = nil
+        }
         var headers = extra
         if let contentType { headers.add(name: "content-type", value: contentType) }
         headers.add(name: "content-length", value: String(body?.readableBytes ?? 0))

@@ -62,7 +62,8 @@ public struct IngressService: Service {
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),
             publicURL: options.publicURL, dedupeTTLSeconds: options.dedupeTTLSeconds, maxBacklog: options.maxBacklog, shares: options.shares,
             redisTimeout: options.redisTimeout, replicas: options.replicas,
-            answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger)
+            answerDeadline: options.answerDeadline, metrics: IngressMetrics(), metricsText: metricsText, logger: logger,
+            tracer: RoundupTracing.tracer)
         let limits = options.limits
         let connectionLimit = ConnectionLimitHandler(limit: limits.maxConnections, server: "ingress")
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)

@@ -60,6 +60,8 @@ public enum EventFinder {
         public var failedAt: Int?
         /// A pending entry's or a dead letter's failed deliveries, oldest first (`StreamAttempt.kept` at most).
         public var attempts: [StreamAttempt] = []
+        /// The trace the ingress started for it (tracing on): the id to look up in the tracing backend.
+        public var traceID: String?
         /// An applied event's history row: what it changed.
         public var activity: ActivityRecord?
 
@@ -70,6 +72,7 @@ public enum EventFinder {
                 "idle_ms": idleMilliseconds.map { .number(Double($0)) } ?? .null, "deliveries": deliveries.map { .number(Double($0)) } ?? .null,
                 "error": error.json, "failed_at": failedAt.map { .string(Timestamp.string(Date(timeIntervalSince1970: Double($0) / 1000))) } ?? .null,
             ]
+            if let traceID { object["trace_id"] = .string(traceID) }
             if !attempts.isEmpty {
                 object["attempts"] = .array(
                     attempts.map { attempt in
@@ -115,7 +118,7 @@ public enum EventFinder {
                         place: .deadLetter, id: letter.id, account: letter.account, actionID: letter.event?.actionID, type: letter.type,
                         cardID: cardID(letter.event?.body), deliveries: letter.letter.deliveries,
                         error: letter.letter.error?.replacingOccurrences(of: "\t", with: ": "), failedAt: letter.letter.failedAt,
-                        attempts: letter.letter.attempts))
+                        attempts: letter.letter.attempts, traceID: letter.event?.trace.map { String($0.traceID) }))
             }
             after = next
         } while after != nil && letters.count < limit
@@ -157,7 +160,8 @@ public enum EventFinder {
                         Found(
                             place: .waiting, id: stream.name(of: entry.id, in: part), account: account, actionID: event?.actionID, type: event?.type,
                             cardID: cardID(event?.body),
-                            receivedAt: event?.receivedMilliseconds.map { Timestamp.string(Date(timeIntervalSince1970: Double($0) / 1000)) }),
+                            receivedAt: event?.receivedMilliseconds.map { Timestamp.string(Date(timeIntervalSince1970: Double($0) / 1000)) },
+                            traceID: event?.trace.map { String($0.traceID) }),
                         entry.id
                     ))
             }

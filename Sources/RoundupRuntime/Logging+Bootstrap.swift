@@ -4,10 +4,14 @@ import RoundupCore
 
 /// Sets up logging once per process (executables only; tests never call it).
 public enum RoundupLogging {
-    public static func bootstrap(level: Logger.Level, format: RoundupLogHandler.Format = .text) {
-        LoggingSystem.bootstrap { label in
-            RoundupLogHandler(label: label, level: level, format: format)
-        }
+    /// `metadataProvider`: metadata every line gets (the current span's trace and span ids when tracing is on).
+    public static func bootstrap(level: Logger.Level, format: RoundupLogHandler.Format = .text, metadataProvider: Logger.MetadataProvider? = nil) {
+        LoggingSystem.bootstrap(
+            { label, provider in
+                var handler = RoundupLogHandler(label: label, level: level, format: format)
+                handler.metadataProvider = provider
+                return handler
+            }, metadataProvider: metadataProvider)
     }
 }
 

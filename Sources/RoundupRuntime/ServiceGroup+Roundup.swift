@@ -15,6 +15,8 @@ public enum RoundupServices {
         afterwards close: () async -> Void
     ) async throws {
         let shutdownTimeout = Duration.seconds(configuration.shutdownTimeoutSeconds)
+        // The trace exporter (tracing on) starts first and stops last: a shutdown's spans are exported too.
+        let dependencies = (RoundupTracing.service.map { [$0] } ?? []) + dependencies
         var top = services
         if !dependencies.isEmpty || startUp != nil {
             var inner = ServiceGroupConfiguration(services: services, logger: logger)

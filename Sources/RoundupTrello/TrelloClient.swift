@@ -5,6 +5,7 @@ import Metrics
 public import NIOCore
 public import NIOHTTP1
 public import RoundupCore
+import Tracing
 
 public struct TrelloError: Error, Sendable, CustomStringConvertible {
     /// What failed, read once from Trello's status and answer where they arrive (`TrelloClient`); callers switch over
@@ -364,6 +365,14 @@ public struct TrelloClient: Sendable {
 
     // MARK: Requests
 
+    /// The HTTP client for Trello's API, its own spans off: `sendOnce` traces each request named by its route, without
+    /// the query or the full URL the client's spans would carry.
+    public static func makeHTTPClient() -> HTTPClient {
+        var configuration = HTTPClient.Configuration()
+        configuration.tracing.tracer = nil
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
     func get(_ path: String, credentials: TrelloCredentials, notFoundIsNil: Bool) async throws -> JSONValue? {
         try await send(.GET, path, body: nil, credentials: credentials, notFoundIsNil: notFoundIsNil)
     }
@@ -394,6 +403,48 @@ public struct TrelloClient: Sendable {
     }
 
     private func sendOnce(
+        _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentials, notFoundIsNil: Bool
+    ) async throws -> JSONValue? {
+        // Within a trace (a worker's batch, a job: tracing on), each request is a client span, named by its route
+        // (ids as `{id}`, no query); outside one, nothing is traced.
+        guard let parent = ServiceContext.current else {
+            return try await sendUntraced(method, path, body: body, credentials: credentials, notFoundIsNil: notFoundIsNil)
+        }
+        let template = Self.template(path)
+        let span = InstrumentationSystem.tracer.startSpan("\(method.rawValue) \(template)", context: parent, ofKind: .client)
+        defer { span.end() }
+        span.attributes["http.request.method"] = method.rawValue
+        span.attributes["url.template"] = template
+        span.attributes["server.address"] = URL(string: baseURL)?.host ?? ""
+        do {
+            let answer = try await ServiceContext.withValue(span.context) {
+                try await sendUntraced(method, path, body: body, credentials: credentials, notFoundIsNil: notFoundIsNil)
+            }
+            span.attributes["http.response.status_code"] = answer == nil ? 404 : 200
+            return answer
+        } catch let error as TrelloError {
+            if let status = error.status { span.attributes["http.response.status_code"] = status }
+            span.attributes["error.type"] = error.status.map(String.init) ?? "request_failed"
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        } catch {
+            span.attributes["error.type"] = "\(type(of: error))"
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        }
+    }
+
+    /// A path as a trace names it: ids (a segment with a digit, or of hex digits only) as `{id}`, no query.
+    static func template(_ path: String) -> String {
+        let route = path.split(separator: "?", maxSplits: 1).first ?? ""
+        let segments = route.split(separator: "/", omittingEmptySubsequences: false).map { segment -> Substring in
+            let isID = segment.contains(where: \.isNumber) || (segment.count >= 8 && segment.allSatisfy(\.isHexDigit))
+            return isID ? "{id}" : segment
+        }
+        return "/1" + segments.joined(separator: "/")
+    }
+
+    private func sendUntraced(
         _ method: HTTPMethod, _ path: String, body: JSONValue?, credentials: TrelloCredentials, notFoundIsNil: Bool
     ) async throws -> JSONValue? {
         try await gate?.acquire(credentials)

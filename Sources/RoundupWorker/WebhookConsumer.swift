@@ -8,6 +8,7 @@ public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
 public import ServiceLifecycle
+import Tracing
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that
 /// `WebhookProcessor` turns into changes; entries delivered too often are dead-lettered with their last error.
@@ -76,6 +77,8 @@ struct WebhookHandler: StreamHandler {
     /// Operators' pauses: an account's entries wait while it is paused.
     let pauses: PauseWatcher?
     let logger: Logger
+    /// Traces (`RoundupTracing`): nil when off.
+    var tracer: (any Tracer)? = RoundupTracing.tracer
 
     func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading { try WebhookProcessor.decode(entry) }
 
@@ -83,7 +86,32 @@ struct WebhookHandler: StreamHandler {
     /// behind them.
     func orderKey(_ message: WebhookReading) -> String? { message.account }
 
+    /// With tracing on, the batch is one consumer span linked to each entry's enqueue (a batch mixes accounts and
+    /// traces, so it is no one entry's child), the Trello reads and the store's write its children.
     func handle(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
+        guard let tracer else { return await handleBatch(batch) }
+        let span = tracer.startSpan("process webhooks", context: .topLevel, ofKind: .consumer)
+        defer { span.end() }
+        span.attributes["messaging.system"] = "redis"
+        span.attributes["messaging.operation.type"] = "process"
+        span.attributes["messaging.destination.name"] = "webhooks"
+        span.attributes["messaging.consumer.group.name"] = keys.workerGroup
+        span.attributes["messaging.batch.message_count"] = batch.count
+        for entry in batch {
+            guard let trace = entry.message.trace else { continue }
+            var link = SpanAttributes()
+            link["messaging.message.id"] = entry.id
+            if let action = entry.message.actionID { link["roundup.trello.action.id"] = action }
+            span.addLink(SpanLink(context: tracer.context(of: trace), attributes: link))
+        }
+        let result = await ServiceContext.withValue(span.context) { await handleBatch(batch) }
+        span.attributes["roundup.entries.done"] = result.done.count
+        span.attributes["roundup.entries.retried"] = result.retry.count
+        if !result.retry.isEmpty { span.setStatus(SpanStatus(code: .error)) }
+        return result
+    }
+
+    private func handleBatch(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
         // A paused account's entries wait in their shard, pending (never dead-lettered for it), the others go on.
         var held: [(id: String, error: EntryError)] = []
         var batch = batch

@@ -5,8 +5,10 @@ import NIOConcurrencyHelpers
 public import RoundupCore
 public import RoundupJobs
 public import RoundupRedis
+import RoundupRuntime
 public import RoundupStore
 public import RoundupTrello
+import Tracing
 
 /// Reads full cards and board custom fields from Trello. A protocol so the processor can be driven in
 /// benchmarks and tests with the real client against a fake Trello server.
@@ -111,6 +113,8 @@ public struct WebhookReading: Sendable {
     public var boardID: String?
     /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
     public var labelsChangedOnBoard: String? = nil
+    /// Where the ingress enqueued it in a trace (tracing on): the batch's span links to it.
+    public var trace: TraceHeaders? = nil
 }
 
 extension Delivered where Message == WebhookReading {
@@ -336,6 +340,7 @@ public final class WebhookProcessor: Sendable {
         if TrelloActionType.boardLabelChanges.contains(type), let board = reading.boardID, IdentifierShape.isTrelloID(board) {
             reading.labelsChangedOnBoard = board
         }
+        reading.trace = event.trace
         return reading
     }
 
@@ -494,7 +499,12 @@ public final class WebhookProcessor: Sendable {
         while true {
             attempt += 1
             do {
-                let result = try await store.apply(observations)
+                var attributes = SpanAttributes()
+                attributes["db.operation.name"] = "apply"
+                attributes["roundup.observations"] = observations.count
+                let result = try await RoundupTracing.withChildSpan("apply observations", ofKind: .client, attributes: attributes) {
+                    try await store.apply(observations)
+                }
                 outcome.changesWritten = result.written
                 outcome.accountsWithChanges = result.accounts
                 outcome.dropped += dropped.count

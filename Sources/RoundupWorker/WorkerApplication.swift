@@ -20,7 +20,7 @@ public enum WorkerApplication {
     public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
-        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let http = TrelloClient.makeHTTPClient()
         let trello = TrelloClient.make(configuration: configuration, http: http, redis: redis, logger: logger)
         let echo = EchoFingerprints(redis: redis, keys: configuration.redisKeys, ttlSeconds: configuration.echoTTLSeconds)
         let processor = WebhookProcessor(

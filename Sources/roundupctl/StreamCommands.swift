@@ -450,6 +450,7 @@ struct Find: AsyncParsableCommand {
             if let id = event.id { line += "  \(shown(id))" }
             line += "  \(shown(event.type ?? "?"))  account \(shown(event.account ?? "?"))  action \(shown(event.actionID ?? "?"))"
             if let card = event.cardID { line += "  card \(shown(card))" }
+            if let trace = event.traceID { line += "  trace \(trace)" }
             switch event.place {
             case .waiting: line += "  received \(event.receivedAt ?? "?")"
             case .pending:

@@ -48,7 +48,10 @@ extension RoundupCtlTests {
         _ = try await stack.redis.send(
             "HSET", RedisArgument(stack.keys.webhookErrors(shard)), RedisArgument(failing), "trello_transient\tcard fetch: 502",
             RedisArgument(StreamAttempt.field(failing)), "1700000000000\tworker-x\ttrello_transient\tcard fetch: 502")
-        let waiting = try #require(try await stack.redis.send(RedisCommand("XADD", [stream, "*"] + event("act-waiting", card: "card-w"))).string)
+        // The waiting one was enqueued with tracing on: it carries its trace.
+        let traced: [RedisArgument] = ["traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]
+        let waiting = try #require(
+            try await stack.redis.send(RedisCommand("XADD", [stream, "*"] + event("act-waiting", card: "card-w") + traced)).string)
         _ = try await stack.redis.send(
             RedisCommand(
                 "XADD",
@@ -64,6 +67,7 @@ extension RoundupCtlTests {
         #expect(places.first?["id"]?.stringValue == "0:\(failing)" && places.first?["consumer"] == "worker-x")
         #expect(places.first?["deliveries"] == .number(1) && places.first?["error"] == "trello_transient: card fetch: 502")
         #expect(places.dropFirst().first?["id"]?.stringValue == "0:\(waiting)" && places.dropFirst().first?["card"] == "card-w")
+        #expect(places.dropFirst().first?["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736" && places.first?["trace_id"] == nil)
         #expect(places.last?["error"] == "store: disk full" && places.last?["action"] == "act-dead")
         // Each one's attempts: when, by whom, with what.
         #expect(places.first?["attempts"]?.arrayValue?.map { $0["consumer"]?.stringValue ?? "" } == ["worker-x"])

@@ -8,6 +8,8 @@ public struct WebhookEvent: StreamMessage, Equatable {
         /// Set (`confirmed`) by the ingress on a delivery that did not come to the account's own callback URL
         /// (`WebhookCallback`): the worker reads every change it describes from Trello instead of trusting its payload.
         case confirm
+        /// The W3C trace context of the ingress's enqueue (`TraceHeaders`), when tracing is on.
+        case traceparent, tracestate
     }
 
     /// The value of `confirm` when set.
@@ -29,8 +31,13 @@ public struct WebhookEvent: StreamMessage, Equatable {
     public var body: [UInt8]
     /// Every change it describes must be read from Trello, its payload not trusted.
     public var confirm: Bool
+    /// Where it was enqueued in a trace (tracing on): the worker's batch links to it.
+    public var trace: TraceHeaders?
 
-    public init(account: String, actionID: String?, type: String?, model: String?, receivedMilliseconds: Int?, body: [UInt8], confirm: Bool = false) {
+    public init(
+        account: String, actionID: String?, type: String?, model: String?, receivedMilliseconds: Int?, body: [UInt8], confirm: Bool = false,
+        trace: TraceHeaders? = nil
+    ) {
         self.account = account
         self.actionID = actionID
         self.type = type
@@ -38,6 +45,7 @@ public struct WebhookEvent: StreamMessage, Equatable {
         self.receivedMilliseconds = receivedMilliseconds
         self.body = body
         self.confirm = confirm
+        self.trace = trace
     }
 
     public init?(fields: [String: [UInt8]]) {
@@ -45,7 +53,7 @@ public struct WebhookEvent: StreamMessage, Equatable {
         self.init(
             account: account, actionID: fields.text(Field.action), type: fields.text(Field.type), model: fields.text(Field.model),
             receivedMilliseconds: fields.text(Field.received).flatMap { Double($0) }.map { Int($0) }, body: body,
-            confirm: fields.text(Field.confirm) == Self.confirmed)
+            confirm: fields.text(Field.confirm) == Self.confirmed, trace: TraceHeaders(fields: fields))
     }
 
     public var fields: [(name: String, value: [UInt8])] {
@@ -57,11 +65,12 @@ public struct WebhookEvent: StreamMessage, Equatable {
         if let receivedMilliseconds { fields.append(Field.received, String(receivedMilliseconds)) }
         fields.append((Field.body.rawValue, body))
         if confirm { fields.append(Field.confirm, Self.confirmed) }
+        trace?.append(to: &fields)
         return fields
     }
 
     public static func == (a: WebhookEvent, b: WebhookEvent) -> Bool {
         a.account == b.account && a.actionID == b.actionID && a.type == b.type && a.model == b.model
-            && a.receivedMilliseconds == b.receivedMilliseconds && a.body == b.body && a.confirm == b.confirm
+            && a.receivedMilliseconds == b.receivedMilliseconds && a.body == b.body && a.confirm == b.confirm && a.trace == b.trace
     }
 }
