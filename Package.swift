@@ -181,6 +181,7 @@ let package = Package(
             name: "RoundupPush",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -208,6 +209,7 @@ let package = Package(
             name: "RoundupAPI",
             dependencies: [
                 "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),

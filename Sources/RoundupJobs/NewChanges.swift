@@ -6,13 +6,17 @@ public import RoundupRuntime
 /// devices (roundup-pusher coalesces them per device, and skips a device that holds an open change stream) and a
 /// `ChangeAnnouncement` that wakes the account's open change streams on every API process.
 public enum NewChanges {
-    public static func appends(account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys) -> [StreamAppend] {
+    /// `trace`: the context of the work that made the changes (tracing on), which the push and the announcement carry.
+    public static func appends(
+        account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys, trace: TraceHeaders? = nil
+    ) -> [StreamAppend] {
         [
             StreamAppend(
                 stream: keys.pushStream, maxLength: PushRequest.streamMaxLength,
-                fields: PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice).fields),
+                fields: PushRequest.background(account: account, reason: reason, excludeDevice: excludeDevice, trace: trace).fields),
             StreamAppend(
-                stream: keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength, fields: ChangeAnnouncement(account: account).fields),
+                stream: keys.changeAnnouncements, maxLength: ChangeAnnouncement.streamMaxLength,
+                fields: ChangeAnnouncement(account: account, trace: trace).fields),
         ]
     }
 

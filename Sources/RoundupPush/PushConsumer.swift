@@ -8,6 +8,7 @@ public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
 public import ServiceLifecycle
+import Tracing
 
 /// One app the pusher sends for: its topic (bundle id), its team's provider token, and its own connections to each
 /// APNs environment (a provider token signs for its team's apps only, so apps never share a connection).
@@ -201,9 +202,24 @@ public struct PushConsumer: Service {
     /// pending).
     func handle(_ entry: Delivered<PushRequest>) async -> Bool {
         let request = entry.message
-        let account = request.account
         // An operator paused the account: its pushes hold (pending) until it is resumed.
-        if pauses?.isPaused(account: account) == true { return false }
+        if pauses?.isPaused(account: request.account) == true { return false }
+        // Tracing on: a consumer span linked to the work that made the changes (a worker's batch), the APNs sends its
+        // children.
+        var attributes = SpanAttributes()
+        attributes["messaging.system"] = "redis"
+        attributes["messaging.operation.type"] = "process"
+        attributes["messaging.destination.name"] = "push"
+        attributes["messaging.message.id"] = entry.id
+        attributes["roundup.push.kind"] = request.kind.rawValue
+        attributes["roundup.push.reason"] = request.reason.rawValue
+        return await RoundupTracing.withLinkedSpan("process push", ofKind: .consumer, links: request.trace.map { [$0] } ?? [], attributes: attributes) {
+            await send(request, entryID: entry.id)
+        }
+    }
+
+    private func send(_ request: PushRequest, entryID: String) async -> Bool {
+        let account = request.account
         let devices: [DeviceRecord]
         do {
             devices = try await store.devices(accountID: account).filter { $0.deviceID != request.excludeDevice }
@@ -217,7 +233,7 @@ public struct PushConsumer: Service {
             await withTaskGroup(of: Void.self) { group in
                 for device in devices {
                     group.addTask {
-                        await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil, entryID: entry.id)
+                        await self.deliver(.alert, payload: payload, device: device, account: account, collapseID: nil, entryID: entryID)
                     }
                 }
             }
@@ -229,7 +245,7 @@ public struct PushConsumer: Service {
                 Counter(label: "roundup_push_skipped_streaming_total").increment(by: devices.count - sleeping.count)
             }
             await withTaskGroup(of: Void.self) { group in
-                for device in sleeping { group.addTask { await self.background(device: device, account: account, entryID: entry.id) } }
+                for device in sleeping { group.addTask { await self.background(device: device, account: account, entryID: entryID) } }
             }
         }
         return true
@@ -342,7 +358,15 @@ public struct PushConsumer: Service {
         let expiration = Date().addingTimeInterval(type == .background ? 3600 : 86_400)
         let request = APNsRequest(
             deviceToken: device.apnsToken, topic: app.topic, pushType: type, payload: payload, expiration: expiration, collapseID: collapseID)
-        switch await sender.send(request, app: app, sandbox: device.environment == .sandbox) {
+        // Within a trace: the send is a client span (never the device token).
+        var attributes = SpanAttributes()
+        attributes["http.request.method"] = "POST"
+        attributes["url.template"] = "/3/device/{token}"
+        attributes["roundup.push.type"] = type == .background ? "background" : "alert"
+        let outcome = await RoundupTracing.withChildSpan("POST /3/device/{token}", ofKind: .client, attributes: attributes) {
+            await sender.send(request, app: app, sandbox: device.environment == .sandbox)
+        }
+        switch outcome {
         case .sent:
             if let entryID { RoundupLatency.changeToPush.record(since: [entryID]) }
         case .deviceRemoved(let reason):

@@ -52,7 +52,7 @@ public enum RoundupStream: String, Sendable, CaseIterable, Codable {
         switch self {
         case .webhooks: WebhookEvent.fieldNames
         case .jobs: SyncJobMessage.Field.allCases.map(\.rawValue)
-        case .push: PushRequest.Field.allCases.map(\.rawValue)
+        case .push: PushRequest.Field.allCases.map(\.rawValue) + TraceHeaders.Field.allCases.map(\.rawValue)
         }
     }
 }

@@ -104,14 +104,16 @@ struct WebhookHandler: StreamHandler {
             if let action = entry.message.actionID { link["roundup.trello.action.id"] = action }
             span.addLink(SpanLink(context: tracer.context(of: trace), attributes: link))
         }
-        let result = await ServiceContext.withValue(span.context) { await handleBatch(batch) }
+        // The push and the change streams' wake-up this batch asks for carry its context.
+        let trace = tracer.traceHeaders(of: span.context)
+        let result = await ServiceContext.withValue(span.context) { await handleBatch(batch, trace: trace) }
         span.attributes["roundup.entries.done"] = result.done.count
         span.attributes["roundup.entries.retried"] = result.retry.count
         if !result.retry.isEmpty { span.setStatus(SpanStatus(code: .error)) }
         return result
     }
 
-    private func handleBatch(_ batch: [Delivered<WebhookReading>]) async -> StreamBatchResult<EventFailure> {
+    private func handleBatch(_ batch: [Delivered<WebhookReading>], trace: TraceHeaders? = nil) async -> StreamBatchResult<EventFailure> {
         // A paused account's entries wait in their shard, pending (never dead-lettered for it), the others go on.
         var held: [(id: String, error: EntryError)] = []
         var batch = batch
@@ -138,7 +140,8 @@ struct WebhookHandler: StreamHandler {
         // Handed back by the consumer once the account's token has room, before any later entry of the account.
         result.later = outcome.throttled
         // New changes: a background push to the account's devices, and a wake-up for its open change streams.
-        result.appends = outcome.accountsWithChanges.sorted().flatMap { account in NewChanges.appends(account: account, reason: .changes, keys: keys)
+        result.appends = outcome.accountsWithChanges.sorted().flatMap { account in
+            NewChanges.appends(account: account, reason: .changes, keys: keys, trace: trace)
         }
         result.detail = outcome
         return result

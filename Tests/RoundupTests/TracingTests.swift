@@ -25,6 +25,11 @@ import Testing
         stack.trello.failNextCardRequests(status: 503, count: 1)
         var otel = Self.otel
         otel["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
+        // A device to wake: the batch's push goes through the pusher to a fake APNs.
+        let deviceToken = PusherTests.deviceToken(7)
+        _ = try await store.upsertDevice(accountID: account, deviceID: "iphone", apnsToken: deviceToken, platform: .ios, environment: .production)
+        let apns = try await FakeAPNs.start()
+        try await stack.startPusher(apns: apns, extra: otel)
         let worker = try await stack.startWorker(name: "w1", extra: otel.merging(["LOG_LEVEL": "debug"]) { $1 })
         try await stack.startIngress(extra: otel)
         let path = try await stack.webhookPath(account: account)
@@ -36,7 +41,7 @@ import Testing
         let exported = await TestSupport.eventually(timeout: .seconds(15)) {
             let spans = collector.spans
             return spans.contains { $0.name == "process webhooks" } && spans.contains { $0.name == "apply observations" }
-                && spans.contains { $0.kind == 2 }
+                && spans.contains { $0.kind == 2 } && spans.contains { $0.name == "POST /3/device/{token}" }
         }
         try #require(exported, "spans: \(collector.spans)")
         let spans = collector.spans
@@ -70,16 +75,55 @@ import Testing
         #expect(!spans.contains { $0.attributes["url.full"] != nil || $0.attributes["url.query"] != nil })
         #expect(apply.traceID == batch.traceID && apply.parentSpanID == batch.spanID && apply.attributes["roundup.observations"] == "1")
 
+        // The pusher: the batch's push, a consumer span linked to the batch, the APNs send its child.
+        #expect(apns.delivered.count == 1)
+        let push = try #require(spans.first { $0.service == "roundup-pusher" && $0.name == "process push" })
+        #expect(push.kind == 5 && push.links.contains { $0.traceID == batch.traceID && $0.spanID == batch.spanID }, "\(push.links)")
+        #expect(push.attributes["roundup.push.kind"] == "background" && push.attributes["roundup.push.reason"] == "changes")
+        let send = try #require(spans.first { $0.name == "POST /3/device/{token}" })
+        #expect(send.kind == 3 && send.traceID == push.traceID && send.parentSpanID == push.spanID && send.service == "roundup-pusher")
+
         // Nothing secret and nothing of the card in any attribute: no credential, no webhook secret, no callback
         // token or account id, no title or notes.
         let token = String(path.split(separator: "/").last ?? "")
         let values = spans.flatMap { span in Array(span.attributes.values) + span.links.flatMap { Array($0.attributes.values) } + [span.name] }
-        for secret in ["test-token", "test-api-key", EndToEndTests.secret, token, account, "Traced card", "private notes"] {
+        for secret in ["test-token", "test-api-key", EndToEndTests.secret, token, account, "Traced card", "private notes", deviceToken] {
             #expect(!values.contains { $0.contains(secret) }, "\(secret) in an attribute")
         }
         // The worker's log line written inside the batch (the retry) names its trace and span.
         let retryLine = try #require(worker.output.split(separator: "\n").first { $0.contains("trello request retry") }, "\(worker.output)")
         #expect(retryLine.contains(batch.traceID), "\(retryLine)")
+        await stack.shutdown()
+        await apns.stop()
+        await collector.stop()
+    }
+
+    /// A change the worker wrote wakes the account's open change stream on the API: that wake-up is a span of the API
+    /// linked to the worker's batch.
+    @Test func aChangeStreamsWakeUpIsLinkedToTheBatchThatWroteTheChange() async throws {
+        let collector = try await FakeCollector.start()
+        let stack = try await Stack(store: .sqlite)
+        var otel = Self.otel
+        otel["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
+        try await stack.startIngress(extra: otel)
+        try await stack.startWorker(name: "w1", extra: otel)
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap, extra: otel)
+        let s = try await SyncSetup.make(stack, list: "Ltrace", board: "Btrace")
+        let stream = try await ChangeStreamTests().open(stack, token: s.token)
+        try await Task.sleep(for: .milliseconds(300))
+        stack.trello.userCreateCard(listID: "Ltrace", name: "Woken")
+        #expect(await TestSupport.eventually(timeout: .seconds(10)) { stream.events.count == 1 })
+        let linked = await TestSupport.eventually(timeout: .seconds(10)) {
+            let spans = collector.spans
+            return spans.contains { wake in
+                wake.service == "roundup-api" && wake.name == "wake change streams"
+                    && wake.links.contains { link in
+                        spans.contains { $0.name == "process webhooks" && $0.traceID == link.traceID && $0.spanID == link.spanID }
+                    }
+            }
+        }
+        #expect(linked, "\(collector.spans)")
+        await stream.close()
         await stack.shutdown()
         await collector.stop()
     }

@@ -8,6 +8,7 @@ import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 public import ServiceLifecycle
+import Tracing
 
 /// The open change streams of this API process (`GET /dailyroundup/changes/stream`) and what wakes them: a
 /// `ChangeAnnouncement` on Redis (written by whoever wrote the changes, on any machine) wakes the account's streams,
@@ -265,14 +266,30 @@ public final class ChangeStreams: Service, Sendable {
                     wakeAll(.changed)
                 }
                 var accounts = Set<String>()
+                var traces: [TraceHeaders] = []
                 for stream in reply.array ?? [] {
                     guard let pair = stream.array, pair.count == 2 else { continue }
                     for entry in pair[1].streamEntries {
                         last = entry.id
-                        if let announcement = ChangeAnnouncement(fields: entry.fields) { accounts.insert(announcement.account) }
+                        if let announcement = ChangeAnnouncement(fields: entry.fields) {
+                            accounts.insert(announcement.account)
+                            if let trace = announcement.trace { traces.append(trace) }
+                        }
                     }
                 }
-                for account in accounts { wake(account: account) }
+                // Tracing on: the wake-up is a span linked to the work that made the changes.
+                if traces.isEmpty {
+                    for account in accounts { wake(account: account) }
+                } else {
+                    var attributes = SpanAttributes()
+                    attributes["messaging.system"] = "redis"
+                    attributes["messaging.operation.type"] = "process"
+                    attributes["messaging.destination.name"] = "change announcements"
+                    attributes["roundup.accounts"] = accounts.count
+                    await RoundupTracing.withLinkedSpan("wake change streams", ofKind: .consumer, links: traces, attributes: attributes) {
+                        for account in accounts { wake(account: account) }
+                    }
+                }
             } catch {
                 if state.withLockedValue({ $0.closed }) { return }
                 failures += 1

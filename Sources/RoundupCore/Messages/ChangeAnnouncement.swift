@@ -11,19 +11,23 @@ public struct ChangeAnnouncement: StreamMessage, Equatable {
     public static let streamMaxLength = 10_000
 
     public var account: String
+    /// Where the changes were made, in a trace (tracing on): the change streams' wake-up links to it.
+    public var trace: TraceHeaders?
 
-    public init(account: String) {
+    public init(account: String, trace: TraceHeaders? = nil) {
         self.account = account
+        self.trace = trace
     }
 
     public init?(fields: [String: [UInt8]]) {
         guard let account = fields.text(Field.account), !account.isEmpty else { return nil }
-        self.init(account: account)
+        self.init(account: account, trace: TraceHeaders(fields: fields))
     }
 
     public var fields: [(name: String, value: [UInt8])] {
         var fields: [(name: String, value: [UInt8])] = []
         fields.append(Field.account, account)
+        trace?.append(to: &fields)
         return fields
     }
 }

@@ -34,17 +34,22 @@ public struct PushRequest: StreamMessage, Equatable {
     public var reason: Reason
     public var conflictIDs: [Int64]
     public var excludeDevice: String?
+    /// Where the changes it tells of were made, in a trace (tracing on): the pusher's span links to it.
+    public var trace: TraceHeaders?
 
-    public init(account: String, kind: Kind, reason: Reason, conflictIDs: [Int64] = [], excludeDevice: String? = nil) {
+    public init(
+        account: String, kind: Kind, reason: Reason, conflictIDs: [Int64] = [], excludeDevice: String? = nil, trace: TraceHeaders? = nil
+    ) {
         self.account = account
         self.kind = kind
         self.reason = reason
         self.conflictIDs = conflictIDs
         self.excludeDevice = excludeDevice
+        self.trace = trace
     }
 
-    public static func background(account: String, reason: Reason, excludeDevice: String? = nil) -> PushRequest {
-        PushRequest(account: account, kind: .background, reason: reason, excludeDevice: excludeDevice)
+    public static func background(account: String, reason: Reason, excludeDevice: String? = nil, trace: TraceHeaders? = nil) -> PushRequest {
+        PushRequest(account: account, kind: .background, reason: reason, excludeDevice: excludeDevice, trace: trace)
     }
 
     /// An unknown kind reads as a background push; an unknown reason as `conflict` for an alert, `changes` otherwise.
@@ -55,7 +60,7 @@ public struct PushRequest: StreamMessage, Equatable {
             account: account, kind: kind,
             reason: fields.text(Field.reason).flatMap(Reason.init(rawValue:)) ?? (kind == .alert ? .conflict : .changes),
             conflictIDs: (fields.text(Field.conflictIDs) ?? "").split(separator: ",").compactMap { Int64($0) },
-            excludeDevice: fields.text(Field.excludeDevice))
+            excludeDevice: fields.text(Field.excludeDevice), trace: TraceHeaders(fields: fields))
     }
 
     public var fields: [(name: String, value: [UInt8])] {
@@ -65,10 +70,12 @@ public struct PushRequest: StreamMessage, Equatable {
         fields.append(Field.reason, reason.rawValue)
         if !conflictIDs.isEmpty { fields.append(Field.conflictIDs, conflictIDs.map(String.init).joined(separator: ",")) }
         if let excludeDevice { fields.append(Field.excludeDevice, excludeDevice) }
+        trace?.append(to: &fields)
         return fields
     }
 
     public static func == (a: PushRequest, b: PushRequest) -> Bool {
         a.account == b.account && a.kind == b.kind && a.reason == b.reason && a.conflictIDs == b.conflictIDs && a.excludeDevice == b.excludeDevice
+            && a.trace == b.trace
     }
 }

@@ -103,3 +103,24 @@ extension RoundupTracing {
         }
     }
 }
+
+extension RoundupTracing {
+    /// Runs `operation` in a new root span of `kind` linked to each of `links` (the messages it handles: a push request,
+    /// change announcements), its children within; with tracing off it only runs `operation`.
+    public static func withLinkedSpan<T>(
+        _ name: String, ofKind kind: SpanKind, links: [TraceHeaders], attributes: SpanAttributes = [:], _ operation: () async throws -> T
+    ) async rethrows -> T {
+        guard let tracer else { return try await operation() }
+        let span = tracer.startSpan(name, context: .topLevel, ofKind: kind)
+        defer { span.end() }
+        span.attributes = attributes
+        for link in links { span.addLink(SpanLink(context: tracer.context(of: link), attributes: [:])) }
+        do {
+            return try await ServiceContext.withValue(span.context) { try await operation() }
+        } catch {
+            span.attributes["error.type"] = "\(type(of: error))"
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        }
+    }
+}
