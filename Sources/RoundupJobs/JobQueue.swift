@@ -30,21 +30,23 @@ public struct JobQueue: Sendable {
     }
 
     /// Submits a job (`JobRepository.submitJob`: the account's lease, the idempotency key) and queues one created now.
+    /// `trace`: the submitting request's trace context (an app's `traceparent`), which the job's entry carries.
     public func submit(
-        accountID: String, kind: JobKind, deviceID: String? = nil, idempotencyKey: String? = nil, payload: JSONValue, total: Int
+        accountID: String, kind: JobKind, deviceID: String? = nil, idempotencyKey: String? = nil, payload: JSONValue, total: Int,
+        trace: TraceHeaders? = nil
     ) async throws -> JobSubmission {
         let submission = try await store.submitJob(
             accountID: accountID, kind: kind, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: payload, total: total,
             staleAfter: staleAfter)
-        if case .created(let job) = submission { try await enqueue(job) }
+        if case .created(let job) = submission { try await enqueue(job, trace: trace) }
         return submission
     }
 
     /// Appends a stored job's entry to the job stream; when Redis does not take it, the job is ended and `NotQueued` thrown.
-    public func enqueue(_ job: SyncJob) async throws {
+    public func enqueue(_ job: SyncJob, trace: TraceHeaders? = nil) async throws {
         do {
             _ = try await redis.send(
-                .streamAppend(keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: job.accountID, kind: job.kind).fields),
+                .streamAppend(keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: job.accountID, kind: job.kind, trace: trace).fields),
                 timeout: .seconds(2))
         } catch {
             try? await store.finishJob(jobID: job.id, status: .error, error: "could not be queued")

@@ -51,7 +51,7 @@ public enum RoundupStream: String, Sendable, CaseIterable, Codable {
     public var messageFields: [String] {
         switch self {
         case .webhooks: WebhookEvent.fieldNames
-        case .jobs: SyncJobMessage.Field.allCases.map(\.rawValue)
+        case .jobs: SyncJobMessage.Field.allCases.map(\.rawValue) + TraceHeaders.Field.allCases.map(\.rawValue)
         case .push: PushRequest.Field.allCases.map(\.rawValue) + TraceHeaders.Field.allCases.map(\.rawValue)
         }
     }

@@ -9,6 +9,7 @@ public import RoundupRedis
 public import RoundupRuntime
 public import RoundupStore
 public import ServiceLifecycle
+import Tracing
 
 /// The worker's consumer of the job stream: the one stream consumer (`StreamConsumer`) running up to `concurrency`
 /// sync and import jobs at once, each under its entry's lease; it takes over jobs whose worker died (their entries sat
@@ -87,7 +88,19 @@ struct JobHandler: StreamHandler {
                 result.retry.append((entry.id, nil))
                 continue
             }
-            switch await run(entry.message) {
+            // Tracing on: the job is a consumer span, continuing the trace of the app's sync that made it when it sent
+            // one; its Trello requests are children.
+            var attributes = SpanAttributes()
+            attributes["messaging.system"] = "redis"
+            attributes["messaging.operation.type"] = "process"
+            attributes["messaging.destination.name"] = "jobs"
+            attributes["messaging.message.id"] = entry.id
+            attributes["roundup.job.id"] = entry.message.jobID
+            attributes["roundup.job.kind"] = (entry.message.kind ?? .sync).rawValue
+            let turn = await RoundupTracing.withSpan("run job", ofKind: .consumer, continuing: entry.message.trace, attributes: attributes) {
+                await run(entry.message)
+            }
+            switch turn {
             case .finished: result.done.append(entry.id)
             case .unfinished: result.retry.append((entry.id, nil))
             case .yielded:

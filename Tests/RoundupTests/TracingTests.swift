@@ -128,6 +128,50 @@ import Testing
         await collector.stop()
     }
 
+    /// An app that sends its `traceparent` on `/sync` finds the job in its own trace: the worker's job span continues
+    /// it, the Trello write its child; a `traceparent` that is not one is ignored (the job starts a trace of its own).
+    @Test func anAppsSyncIsContinuedByItsJob() async throws {
+        let collector = try await FakeCollector.start()
+        let stack = try await Stack(store: .sqlite)
+        var otel = Self.otel
+        otel["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
+        try await stack.startIngress()
+        try await stack.startWorker(name: "w1", extra: otel)
+        try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
+        let s = try await SyncSetup.make(stack, list: "Ljob", board: "Bjob")
+        let appTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        let body = JSONValue.object([
+            "device_id": "iphone-1", "changes": .array([s.change("create", reminder: "r-traced", fields: ["title": "From the app"])]),
+        ]).canonicalJSON
+        let posted = try await stack.callAPI(.POST, "/dailyroundup/sync", token: s.token, body: body, headers: ["traceparent": appTrace])
+        #expect(posted.status == .accepted, "\(posted.body)")
+        let continued = await TestSupport.eventually(timeout: .seconds(15)) {
+            collector.spans.contains { $0.name == "run job" } && collector.spans.contains { $0.name == "POST /1/cards" }
+        }
+        try #require(continued, "\(collector.spans)")
+        let job = try #require(collector.spans.first { $0.name == "run job" })
+        #expect(job.service == "roundup-worker" && job.kind == 5)
+        #expect(job.traceID == "0af7651916cd43dd8448eb211c80319c" && job.parentSpanID == "b7ad6b7169203331")
+        #expect(job.attributes["roundup.job.kind"] == "sync" && job.attributes["roundup.job.id"] == posted.json["job_id"]?.stringValue)
+        let write = try #require(collector.spans.first { $0.name == "POST /1/cards" })
+        #expect(write.traceID == job.traceID && write.parentSpanID == job.spanID && write.kind == 3)
+
+        // Not a traceparent: no context carried, the job's span is a root of its own.
+        // (The first job has ended: its span was exported.)
+        let forged = JSONValue.object([
+            "device_id": "iphone-1", "changes": .array([s.change("create", reminder: "r-plain", fields: ["title": "Untraced"])]),
+        ]).canonicalJSON
+        let plain = try await stack.callAPI(
+            .POST, "/dailyroundup/sync", token: s.token, body: forged, headers: ["traceparent": "00-not-a-trace-00"])
+        #expect(plain.status == .accepted, "\(plain.body)")
+        let second = await TestSupport.eventually(timeout: .seconds(15)) { collector.spans.filter { $0.name == "run job" }.count == 2 }
+        #expect(second)
+        let root = try #require(collector.spans.last { $0.name == "run job" })
+        #expect(root.parentSpanID.isEmpty && root.traceID != job.traceID)
+        await stack.shutdown()
+        await collector.stop()
+    }
+
     /// Without an endpoint nothing is traced: the entry carries no context, the processes export nothing.
     @Test func withoutAnEndpointNothingIsTracedAndNoEntryCarriesAContext() async throws {
         #expect(!RoundupTracing.isConfigured([:]))

@@ -43,10 +43,13 @@ struct SyncRoutes {
                 }
             }
         }
+        // An app's W3C trace context (a valid `traceparent`; anything else is ignored): the job's span continues it.
+        let trace = TraceHeaders(
+            traceparent: request.headers[HTTPField.Name("traceparent")!], tracestate: request.headers[HTTPField.Name("tracestate")!])
         return try await jobs.queue { jobs in
             try await jobs.submit(
                 accountID: account, kind: .sync, deviceID: deviceID, idempotencyKey: idempotencyKey, payload: .array(items.map(\.json)),
-                total: items.count)
+                total: items.count, trace: trace)
         }
     }
 

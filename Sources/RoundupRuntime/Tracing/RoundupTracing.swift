@@ -124,3 +124,24 @@ extension RoundupTracing {
         }
     }
 }
+
+extension RoundupTracing {
+    /// Runs `operation` in a span of `kind` that continues `parent`'s trace (a message whose sender waits on it: an
+    /// app's sync and its job), or starts one when there is none; with tracing off it only runs `operation`.
+    public static func withSpan<T>(
+        _ name: String, ofKind kind: SpanKind, continuing parent: TraceHeaders?, attributes: SpanAttributes = [:],
+        _ operation: () async throws -> T
+    ) async rethrows -> T {
+        guard let tracer else { return try await operation() }
+        let span = tracer.startSpan(name, context: parent.map { tracer.context(of: $0) } ?? .topLevel, ofKind: kind)
+        defer { span.end() }
+        span.attributes = attributes
+        do {
+            return try await ServiceContext.withValue(span.context) { try await operation() }
+        } catch {
+            span.attributes["error.type"] = "\(type(of: error))"
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        }
+    }
+}
