@@ -213,7 +213,8 @@ public struct PushConsumer: Service {
         attributes["messaging.message.id"] = entry.id
         attributes["roundup.push.kind"] = request.kind.rawValue
         attributes["roundup.push.reason"] = request.reason.rawValue
-        return await RoundupTracing.withLinkedSpan("process push", ofKind: .consumer, links: request.trace.map { [$0] } ?? [], attributes: attributes) {
+        return await RoundupTracing.withLinkedSpan("process push", ofKind: .consumer, links: request.trace.map { [$0] } ?? [], attributes: attributes)
+        {
             await send(request, entryID: entry.id)
         }
     }
