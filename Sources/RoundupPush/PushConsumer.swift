@@ -206,11 +206,7 @@ public struct PushConsumer: Service {
         if pauses?.isPaused(account: request.account) == true { return false }
         // Tracing on: a consumer span linked to the work that made the changes (a worker's batch), the APNs sends its
         // children.
-        var attributes = SpanAttributes()
-        attributes["messaging.system"] = "redis"
-        attributes["messaging.operation.type"] = "process"
-        attributes["messaging.destination.name"] = "push"
-        attributes["messaging.message.id"] = entry.id
+        var attributes = SpanAttributes.processing("push", messageID: entry.id)
         attributes["roundup.push.kind"] = request.kind.rawValue
         attributes["roundup.push.reason"] = request.reason.rawValue
         return await RoundupTracing.withLinkedSpan("process push", ofKind: .consumer, links: request.trace.map { [$0] } ?? [], attributes: attributes)

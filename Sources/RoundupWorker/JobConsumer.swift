@@ -90,11 +90,7 @@ struct JobHandler: StreamHandler {
             }
             // Tracing on: the job is a consumer span, continuing the trace of the app's sync that made it when it sent
             // one; its Trello requests are children.
-            var attributes = SpanAttributes()
-            attributes["messaging.system"] = "redis"
-            attributes["messaging.operation.type"] = "process"
-            attributes["messaging.destination.name"] = "jobs"
-            attributes["messaging.message.id"] = entry.id
+            var attributes = SpanAttributes.processing("jobs", messageID: entry.id)
             attributes["roundup.job.id"] = entry.message.jobID
             attributes["roundup.job.kind"] = (entry.message.kind ?? .sync).rawValue
             let turn = await RoundupTracing.withSpan("run job", ofKind: .consumer, continuing: entry.message.trace, attributes: attributes) {

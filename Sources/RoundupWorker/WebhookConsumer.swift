@@ -92,9 +92,7 @@ struct WebhookHandler: StreamHandler {
         guard let tracer else { return await handleBatch(batch) }
         let span = tracer.startSpan("process webhooks", context: .topLevel, ofKind: .consumer)
         defer { span.end() }
-        span.attributes["messaging.system"] = "redis"
-        span.attributes["messaging.operation.type"] = "process"
-        span.attributes["messaging.destination.name"] = "webhooks"
+        span.attributes = .processing("webhooks")
         span.attributes["messaging.consumer.group.name"] = keys.workerGroup
         span.attributes["messaging.batch.message_count"] = batch.count
         for entry in batch {

@@ -281,10 +281,7 @@ public final class ChangeStreams: Service, Sendable {
                 if traces.isEmpty {
                     for account in accounts { wake(account: account) }
                 } else {
-                    var attributes = SpanAttributes()
-                    attributes["messaging.system"] = "redis"
-                    attributes["messaging.operation.type"] = "process"
-                    attributes["messaging.destination.name"] = "change announcements"
+                    var attributes = SpanAttributes.processing("change announcements")
                     attributes["roundup.accounts"] = accounts.count
                     await RoundupTracing.withLinkedSpan("wake change streams", ofKind: .consumer, links: traces, attributes: attributes) {
                         for account in accounts { wake(account: account) }

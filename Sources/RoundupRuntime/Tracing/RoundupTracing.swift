@@ -91,20 +91,9 @@ extension RoundupTracing {
         _ name: String, ofKind kind: SpanKind = .internal, attributes: SpanAttributes = [:], _ operation: () async throws -> T
     ) async rethrows -> T {
         guard let parent = ServiceContext.current else { return try await operation() }
-        let span = InstrumentationSystem.tracer.startSpan(name, context: parent, ofKind: kind)
-        defer { span.end() }
-        span.attributes = attributes
-        do {
-            return try await ServiceContext.withValue(span.context) { try await operation() }
-        } catch {
-            span.attributes["error.type"] = "\(type(of: error))"
-            span.setStatus(SpanStatus(code: .error))
-            throw error
-        }
+        return try await run(InstrumentationSystem.tracer.startSpan(name, context: parent, ofKind: kind), attributes: attributes, operation)
     }
-}
 
-extension RoundupTracing {
     /// Runs `operation` in a new root span of `kind` linked to each of `links` (the messages it handles: a push request,
     /// change announcements), its children within; with tracing off it only runs `operation`.
     public static func withLinkedSpan<T>(
@@ -112,20 +101,10 @@ extension RoundupTracing {
     ) async rethrows -> T {
         guard let tracer else { return try await operation() }
         let span = tracer.startSpan(name, context: .topLevel, ofKind: kind)
-        defer { span.end() }
-        span.attributes = attributes
         for link in links { span.addLink(SpanLink(context: tracer.context(of: link), attributes: [:])) }
-        do {
-            return try await ServiceContext.withValue(span.context) { try await operation() }
-        } catch {
-            span.attributes["error.type"] = "\(type(of: error))"
-            span.setStatus(SpanStatus(code: .error))
-            throw error
-        }
+        return try await run(span, attributes: attributes, operation)
     }
-}
 
-extension RoundupTracing {
     /// Runs `operation` in a span of `kind` that continues `parent`'s trace (a message whose sender waits on it: an
     /// app's sync and its job), or starts one when there is none; with tracing off it only runs `operation`.
     public static func withSpan<T>(
@@ -134,6 +113,11 @@ extension RoundupTracing {
     ) async rethrows -> T {
         guard let tracer else { return try await operation() }
         let span = tracer.startSpan(name, context: parent.map { tracer.context(of: $0) } ?? .topLevel, ofKind: kind)
+        return try await run(span, attributes: attributes, operation)
+    }
+
+    /// `operation` with `span` current, an error it throws recorded, and the span ended.
+    private static func run<T>(_ span: any Span, attributes: SpanAttributes, _ operation: () async throws -> T) async rethrows -> T {
         defer { span.end() }
         span.attributes = attributes
         do {
@@ -143,5 +127,17 @@ extension RoundupTracing {
             span.setStatus(SpanStatus(code: .error))
             throw error
         }
+    }
+}
+
+extension SpanAttributes {
+    /// A consumer's attributes for a message of one of our streams (messaging conventions: the system is Redis).
+    public static func processing(_ destination: String, messageID: String? = nil) -> SpanAttributes {
+        var attributes = SpanAttributes()
+        attributes["messaging.system"] = "redis"
+        attributes["messaging.operation.type"] = "process"
+        attributes["messaging.destination.name"] = destination
+        if let messageID { attributes["messaging.message.id"] = messageID }
+        return attributes
     }
 }
