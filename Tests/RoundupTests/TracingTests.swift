@@ -1,5 +1,6 @@
 import Foundation
 import NIOHTTP1
+import RoundupClient
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
@@ -140,11 +141,12 @@ import Testing
         try await stack.startAPI(bootstrapToken: SyncSetup.bootstrap)
         let s = try await SyncSetup.make(stack, list: "Ljob", board: "Bjob")
         let appTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-        let body = JSONValue.object([
-            "device_id": "iphone-1", "changes": .array([s.change("create", reminder: "r-traced", fields: ["title": "From the app"])]),
-        ]).canonicalJSON
-        let posted = try await stack.callAPI(.POST, "/dailyroundup/sync", token: s.token, body: body, headers: ["traceparent": appTrace])
-        #expect(posted.status == .accepted, "\(posted.body)")
+        // The app's own client, as an app posts its edits with its trace context.
+        let client = RoundupClient(serverURL: URL(string: "http://127.0.0.1:\(stack.apiPort)")!, token: s.token, transport: ClientTests.transport)
+        let started = try await client.submitSync(
+            deviceID: "iphone-1",
+            changes: [.init(op: .create, syncListId: s.listID, reminderId: "r-traced", fields: .init(title: "From the app"), modifiedAt: Date())],
+            idempotencyKey: RoundupClient.makeIdempotencyKey(), traceparent: appTrace)
         let continued = await TestSupport.eventually(timeout: .seconds(15)) {
             collector.spans.contains { $0.name == "run job" } && collector.spans.contains { $0.name == "POST /1/cards" }
         }
@@ -152,7 +154,7 @@ import Testing
         let job = try #require(collector.spans.first { $0.name == "run job" })
         #expect(job.service == "roundup-worker" && job.kind == 5)
         #expect(job.traceID == "0af7651916cd43dd8448eb211c80319c" && job.parentSpanID == "b7ad6b7169203331")
-        #expect(job.attributes["roundup.job.kind"] == "sync" && job.attributes["roundup.job.id"] == posted.json["job_id"]?.stringValue)
+        #expect(job.attributes["roundup.job.kind"] == "sync" && job.attributes["roundup.job.id"] == started.jobId)
         let write = try #require(collector.spans.first { $0.name == "POST /1/cards" })
         #expect(write.traceID == job.traceID && write.parentSpanID == job.spanID && write.kind == 3)
 

@@ -10,9 +10,9 @@ extension RoundupClient {
     /// Posts the app's edits as a sync job. While another job of the account runs (409 `job_running`), it waits as
     /// the server asks (`Retry-After`) and posts again, for at most `busyFor`. `idempotencyKey` (`makeIdempotencyKey`,
     /// kept by the app with the batch across launches) makes a retry, in this process or after a crash, start no second
-    /// job.
+    /// job. `traceparent`: the app's W3C trace context, which the server's job continues when it traces.
     public func submitSync(
-        deviceID: String, changes: [SyncChange], idempotencyKey: String, busyFor: Duration = .seconds(120)
+        deviceID: String, changes: [SyncChange], idempotencyKey: String, busyFor: Duration = .seconds(120), traceparent: String? = nil
     ) async throws -> JobStarted {
         let deadline = ContinuousClock.now + busyFor
         var attempt = 0
@@ -20,7 +20,8 @@ extension RoundupClient {
             do {
                 let output = try await call {
                     try await api.submitSync(
-                        headers: .init(idempotencyKey: idempotencyKey), body: .json(.init(deviceId: deviceID, changes: changes)))
+                        headers: .init(idempotencyKey: idempotencyKey, traceparent: traceparent),
+                        body: .json(.init(deviceId: deviceID, changes: changes)))
                 }
                 switch output {
                 case .accepted(let accepted): return try accepted.body.json

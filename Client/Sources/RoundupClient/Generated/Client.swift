@@ -6158,6 +6158,16 @@ public struct Client: APIProtocol {
                     name: "Idempotency-Key",
                     value: input.headers.idempotencyKey
                 )
+                try converter.setHeaderFieldAsURI(
+                    in: &request.headerFields,
+                    name: "traceparent",
+                    value: input.headers.traceparent
+                )
+                try converter.setHeaderFieldAsURI(
+                    in: &request.headerFields,
+                    name: "tracestate",
+                    value: input.headers.tracestate
+                )
                 converter.setAcceptHeader(
                     in: &request.headerFields,
                     contentTypes: input.headers.accept

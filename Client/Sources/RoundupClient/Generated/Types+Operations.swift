@@ -6962,17 +6962,35 @@ public enum Operations {
                 ///
                 /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/header/Idempotency-Key`.
                 public var idempotencyKey: Swift.String?
+                /// The app's W3C trace context (`00-<trace id>-<span id>-<flags>`). With
+                /// traces on, the job's span continues this trace, so the app finds its
+                /// sync's work on the server in its own trace. A value that is not a
+                /// valid version-00 `traceparent` is ignored.
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/header/traceparent`.
+                public var traceparent: Swift.String?
+                /// Vendor trace state sent with `traceparent`, kept with it (at most 512 printable characters; more is dropped).
+                ///
+                /// - Remark: Generated from `#/paths/dailyroundup/sync/POST/header/tracestate`.
+                public var tracestate: Swift.String?
                 public var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.SubmitSync.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
                 ///   - idempotencyKey: A key chosen by the app. A repeated request with the same key returns the same job and creates nothing.
+                ///   - traceparent: The app's W3C trace context (`00-<trace id>-<span id>-<flags>`). With
+                ///   - tracestate: Vendor trace state sent with `traceparent`, kept with it (at most 512 printable characters; more is dropped).
                 ///   - accept:
                 public init(
                     idempotencyKey: Swift.String? = nil,
+                    traceparent: Swift.String? = nil,
+                    tracestate: Swift.String? = nil,
                     accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.SubmitSync.AcceptableContentType>] = .defaultValues()
                 ) {
                     self.idempotencyKey = idempotencyKey
+                    self.traceparent = traceparent
+                    self.tracestate = tracestate
                     self.accept = accept
                 }
             }
