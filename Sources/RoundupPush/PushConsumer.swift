@@ -311,9 +311,16 @@ public struct PushConsumer: Service {
                 ).array
             else { continue }
             for member in due.compactMap(\.string) {
+                let parts = member.split(separator: "|", maxSplits: 1).map(String.init)
+                // An operator paused the account: its coalesced push waits too, a second later each round (behind the
+                // others that are due), and goes once the account is resumed.
+                if parts.count == 2, pauses?.isPaused(account: parts[0]) == true {
+                    _ = try? await redis.send(
+                        RedisCommand("ZADD", [RedisArgument(options.keys.deferredPushes), "XX", RedisArgument(now + 1000), RedisArgument(member)]))
+                    continue
+                }
                 guard (try? await redis.send(RedisCommand("ZREM", [RedisArgument(options.keys.deferredPushes), RedisArgument(member)])).int) == 1
                 else { continue }
-                let parts = member.split(separator: "|", maxSplits: 1).map(String.init)
                 guard parts.count == 2 else { continue }
                 let devices: [DeviceRecord]
                 do {

@@ -179,6 +179,30 @@ import Testing
         await apns.stop()
     }
 
+    /// A push coalesced to the end of the window, for an account an operator paused meanwhile, waits for the resume
+    /// (as the account's pushes on the stream do), then goes.
+    @Test func aCoalescedPushOfAPausedAccountWaitsForTheResume() async throws {
+        let (stack, apns) = try await start(.sqlite, window: 3)
+        defer {
+            Task {
+                await stack.shutdown()
+                await apns.stop()
+            }
+        }
+        let (account, _) = try await account(stack, devices: [("iphone", "production")])
+        for _ in 0..<2 { try await push(stack, account: account, kind: "background") }
+        #expect(await TestSupport.eventually { apns.delivered.count == 1 })
+        _ = try await StreamPauses(redis: stack.redis, keys: stack.keys).pause(account: account)
+        // Past the window's end (and the pusher's look at the pauses): the coalesced push waits.
+        try await Task.sleep(for: .seconds(4.5))
+        #expect(apns.delivered.count == 1, "held while the account is paused")
+        #expect(try await stack.redis.send("ZCARD", RedisArgument(stack.keys.deferredPushes)).int == 1)
+        _ = try await StreamPauses(redis: stack.redis, keys: stack.keys).resume(account: account)
+        #expect(await TestSupport.eventually(timeout: .seconds(5)) { apns.delivered.count == 2 }, "sent once resumed")
+        await stack.shutdown()
+        await apns.stop()
+    }
+
     @Test(arguments: StoreBackend.available) func unregisteredAndBadTokensRemoveTheDeviceAndAreNeverRetried(backend: StoreBackend) async throws {
         let (stack, apns) = try await start(backend, window: 0)
         defer {
