@@ -10,7 +10,7 @@ enum DashboardTemplates {
         var library = MustacheLibrary()
         for (name, text) in [
             ("layout", layout), ("overview", overview), ("deadLetters", deadLetters), ("pending", pending), ("jobs", jobs), ("chart", chart),
-            ("find", find),
+            ("find", find), ("attempts", attempts),
         ] {
             let placed = text.replacingOccurrences(of: #"href="/"#, with: #"href="\#(basePath)/"#)
                 .replacingOccurrences(of: #"action="/"#, with: #"action="\#(basePath)/"#)
@@ -135,9 +135,7 @@ enum DashboardTemplates {
         {{#letters}}
         <tr data-letter="{{id}}"><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{deliveries}}</td>
         <td>{{failedAt}}</td><td class="error">{{error}}
-        {{^empty(attempts)}}<details class="attempts"><summary>{{count(attempts)}} attempt(s)</summary><ol>{{/empty(attempts)}}
-        {{#attempts}}<li data-attempt><span>{{at}}</span> · <span data-field="consumer">{{consumer}}</span> · <span>{{error}}</span></li>{{/attempts}}
-        {{^empty(attempts)}}</ol></details>{{/empty(attempts)}}</td>
+        {{> attempts}}</td>
         <td class="actions">{{#canChange}}<form method="post" action="/dead-letters/{{id}}/replay"><input type="hidden" name="csrf" value="{{csrf}}">
         <input type="hidden" name="back" value="{{back}}"><button type="submit" class="replay">Replay</button></form>
         <form method="post" action="/dead-letters/{{id}}/delete"><input type="hidden" name="csrf" value="{{csrf}}">
@@ -164,6 +162,13 @@ enum DashboardTemplates {
         {{#next}}<p><a class="next" href="{{next}}">next page</a></p>{{/next}}
         """
 
+    /// A row's failed deliveries, folded (dead letters, find).
+    static let attempts = """
+        {{^empty(attempts)}}<details class="attempts"><summary>{{count(attempts)}} attempt(s)</summary><ol>{{/empty(attempts)}}
+        {{#attempts}}<li data-attempt><span>{{at}}</span> · <span data-field="consumer">{{consumer}}</span> · <span>{{error}}</span></li>{{/attempts}}
+        {{^empty(attempts)}}</ol></details>{{/empty(attempts)}}
+        """
+
     static let find = """
         <h1>Find an event</h1>
         <form method="get" action="/find" class="filter">
@@ -177,9 +182,7 @@ enum DashboardTemplates {
         <th>now</th></tr></thead><tbody>{{/empty(found)}}
         {{#found}}<tr data-place="{{place}}"><td>{{place}}</td><td>{{id}}</td><td>{{type}}</td><td>{{account}}</td><td>{{action}}</td><td>{{card}}</td>
         <td class="detail">{{detail}}
-        {{^empty(attempts)}}<details class="attempts"><summary>{{count(attempts)}} attempt(s)</summary><ol>{{/empty(attempts)}}
-        {{#attempts}}<li data-attempt><span>{{at}}</span> · <span data-field="consumer">{{consumer}}</span> · <span>{{error}}</span></li>{{/attempts}}
-        {{^empty(attempts)}}</ol></details>{{/empty(attempts)}}</td></tr>{{/found}}
+        {{> attempts}}</td></tr>{{/found}}
         {{^empty(found)}}</tbody></table>{{/empty(found)}}
         """
 

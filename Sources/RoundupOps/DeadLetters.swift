@@ -27,10 +27,17 @@ public struct DeadLetter: Sendable, Equatable {
             "id": .string(id), "original_id": letter.originalID.json, "account": account.json,
             "action": (event?.actionID ?? letter.original.text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
             "deliveries": letter.deliveries.map(String.init).json, "failed_at": letter.failedAt.map(String.init).json,
-            "attempts": .array(
-                letter.attempts.map { attempt in
-                    .object(["at": .string(String(attempt.at)), "consumer": .string(attempt.consumer), "error": .string(attempt.error)])
-                }),
+            "attempts": .array(letter.attempts.map(\.json)),
+        ])
+    }
+}
+
+extension StreamAttempt {
+    /// As the tools show it: when (ISO 8601), by whom, the error (`class: message`).
+    public var json: JSONValue {
+        .object([
+            "at": .string(Timestamp.string(Date(timeIntervalSince1970: Double(at) / 1000))), "consumer": .string(consumer),
+            "error": .string(error.replacingOccurrences(of: "\t", with: ": ")),
         ])
     }
 }

@@ -74,13 +74,7 @@ public enum EventFinder {
             ]
             if let traceID { object["trace_id"] = .string(traceID) }
             if !attempts.isEmpty {
-                object["attempts"] = .array(
-                    attempts.map { attempt in
-                        .object([
-                            "at": .string(Timestamp.string(Date(timeIntervalSince1970: Double(attempt.at) / 1000))),
-                            "consumer": .string(attempt.consumer), "error": .string(attempt.error.replacingOccurrences(of: "\t", with: ": ")),
-                        ])
-                    })
+                object["attempts"] = .array(attempts.map(\.json))
             }
             if let activity {
                 object["change"] = .object([

@@ -168,7 +168,8 @@ public final class RedisStreamDriver: StreamDriver {
                 + (load.map { [RedisArgument($0.key)] } ?? []),
             arguments: [
                 RedisArgument(group), RedisArgument(id), RedisArgument(deliveries), RedisArgument(String(error.prefix(500))), RedisArgument(now),
-                RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)), RedisArgument(consumer),
+                RedisArgument(deadLetters.maxCount), RedisArgument(String(oldestKept)),
+                RedisArgument(StreamAttempt(at: now, consumer: consumer, error: String(error.prefix(500))).line),
                 RedisArgument(StreamAttempt.kept),
             ] + (load.map { [RedisArgument($0.ownerField), RedisArgument($0.sizeField)] } ?? [])
         ).int ?? 0

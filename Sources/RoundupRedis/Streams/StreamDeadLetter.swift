@@ -50,8 +50,8 @@ public struct StreamDeadLetter: Sendable, Equatable {
         source: """
             -- KEYS[1]: stream, KEYS[2]: dead-letter stream, KEYS[3]: errors hash
             -- ARGV[1]: group, ARGV[2]: entry id, ARGV[3]: deliveries, ARGV[4]: error if none recorded, ARGV[5]: now (ms),
-            -- ARGV[6]: dead letters kept at most, ARGV[7]: the oldest id kept (ms of the age bound), ARGV[8]: consumer,
-            -- ARGV[9]: attempts kept
+            -- ARGV[6]: dead letters kept at most, ARGV[7]: the oldest id kept (ms of the age bound), ARGV[8]: the attempt
+            -- (`StreamAttempt.line`) recorded when none was, ARGV[9]: attempts kept
             -- KEYS[4], ARGV[10], ARGV[11] (a stream that keeps its load, `StreamLoad`): load hash, owner field, size field
             \(StreamLoad.releaseFunction)
             \(StreamAttempt.appendFunction)
@@ -62,8 +62,7 @@ public struct StreamDeadLetter: Sendable, Equatable {
             local attempts = redis.call('HGET', KEYS[3], attemptsField)
             if not err then
               err = ARGV[4]
-              local line = ARGV[5] .. '\\t' .. string.gsub(ARGV[8], '[\\t\\n]', ' ') .. '\\t' .. string.gsub(ARGV[4], '\\n', ' ')
-              attempts = withAttempt(attempts, line, tonumber(ARGV[9]))
+              attempts = withAttempt(attempts, ARGV[8], tonumber(ARGV[9]))
             end
             local fields = {}
             if entry[1] then fields = entry[1][2] end
