@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
         .library(name: "RoundupCore", targets: ["RoundupCore"]),
         .library(name: "RoundupRuntime", targets: ["RoundupRuntime"]),
+        .library(name: "RoundupStreams", targets: ["RoundupStreams"]),
         .library(name: "RoundupStore", targets: ["RoundupStore"]),
         .library(name: "RoundupDatabase", targets: ["RoundupDatabase"]),
     ],
@@ -55,11 +56,11 @@ let package = Package(
             name: "CHiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // A Redis client (standalone or cluster) over SwiftNIO, with hiredis's RESP reader; nothing of ours.
         .target(
             name: "RoundupRedis",
             dependencies: [
                 "CHiredis",
-                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -69,19 +70,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The domain: Trello's webhook payloads, card mapping and signatures, webhook callbacks, the typed stream
-        // messages, JSON. No Roundup dependency.
+        // The domain: Trello's webhook payloads, card mapping and signatures, webhook callbacks, JSON, and the values
+        // processes and backends share (a configuration error, a PostgreSQL URL, a trace context). No Roundup dependency.
         .target(
             name: "RoundupCore",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
-        // Runtime plumbing every process shares: configuration, logging, metrics, the ServiceGroup runner, the
-        // health/metrics HTTP server, HTTP limits, Redis key names and the Redis client factory.
+        // Runtime plumbing every process shares: configuration, logging, metrics, traces, the ServiceGroup runner, the
+        // health/metrics HTTP server, HTTP limits and the Redis client factory.
         .target(
             name: "RoundupRuntime",
             dependencies: [
@@ -101,6 +101,23 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Our streams: the consumer and its drivers (Redis, sharded, memory), the stream catalogue and keys, pauses,
+        // dead letters and the messages' stream encoding. RoundupRedis under it is only a Redis client.
+        .target(
+            name: "RoundupStreams",
+            dependencies: [
+                "RoundupCore", "RoundupRedis", "RoundupRuntime",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The store's records, repositories and rules: no database import (the compiler keeps it so), so every rule is
         // written once, for both backends, and runs in a test without a database.
         .target(
@@ -115,7 +132,7 @@ let package = Package(
         .target(
             name: "RoundupSQLite",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupStore",
+                "RoundupCore", "RoundupStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // SQLite's C API, which GRDB links: the changes page reads a row's text in place (`PendingChangeCells`).
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
@@ -127,7 +144,7 @@ let package = Package(
         .target(
             name: "RoundupPostgres",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupStore",
+                "RoundupCore", "RoundupStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -151,7 +168,7 @@ let package = Package(
             name: "RoundupTrello",
             dependencies: [
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-                "RoundupCore", "RoundupRuntime",
+                "RoundupCore",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -164,7 +181,7 @@ let package = Package(
         .target(
             name: "RoundupJobs",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupTrello",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupTrello",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -180,7 +197,7 @@ let package = Package(
         .target(
             name: "RoundupPush",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -200,7 +217,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-pusher",
             dependencies: [
-                "RoundupPush", "RoundupCore", "RoundupRuntime",
+                "RoundupPush", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -208,7 +225,7 @@ let package = Package(
         .target(
             name: "RoundupAPI",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -225,16 +242,15 @@ let package = Package(
         .executableTarget(
             name: "roundup-api",
             dependencies: [
-                "RoundupAPI", "RoundupCore", "RoundupRuntime",
+                "RoundupAPI", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "RoundupOps",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupJobs", "RoundupPush",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupJobs", "RoundupPush",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
@@ -243,7 +259,7 @@ let package = Package(
         .target(
             name: "RoundupDashboard",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupOps",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupOps",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -257,7 +273,7 @@ let package = Package(
             name: "roundupctl",
             dependencies: [
                 "RoundupOps", "RoundupDashboard",
-                .product(name: "Hummingbird", package: "hummingbird"), "RoundupCore", "RoundupRuntime", "RoundupPush", "RoundupRedis", "RoundupStore",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupPush", "RoundupRedis", "RoundupStore", "RoundupDatabase",
                 "RoundupJobs",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -268,11 +284,9 @@ let package = Package(
         .target(
             name: "RoundupIngress",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -285,7 +299,7 @@ let package = Package(
         .target(
             name: "RoundupWorker",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase", "RoundupTrello", "RoundupJobs",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -301,9 +315,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-ingress",
             dependencies: [
-                "RoundupIngress", "RoundupCore", "RoundupRuntime",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                "RoundupIngress", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -311,9 +323,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-worker",
             dependencies: [
-                "RoundupWorker", "RoundupCore", "RoundupRuntime",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                "RoundupWorker", "RoundupRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -322,7 +332,7 @@ let package = Package(
         .target(
             name: "RoundupTesting",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupDatabase",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupDatabase",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -341,9 +351,8 @@ let package = Package(
         .executableTarget(
             name: "roundup-bench",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupWorker", "RoundupJobs", "RoundupTrello",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore",
                 "RoundupPush",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -356,7 +365,7 @@ let package = Package(
         .executableTarget(
             name: "roundup-chaos",
             dependencies: [
-                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore",
+                "RoundupTesting", "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -366,7 +375,7 @@ let package = Package(
         .testTarget(
             name: "RoundupTests",
             dependencies: [
-                "RoundupCore", "RoundupRuntime", "RoundupRedis", "RoundupStore", "RoundupSQLite", "RoundupPostgres", "RoundupDatabase",
+                "RoundupCore", "RoundupRuntime", "RoundupStreams", "RoundupRedis", "RoundupStore", "RoundupSQLite", "RoundupPostgres",
                 "RoundupTrello", "RoundupIngress",
                 "RoundupWorker", "RoundupTesting", "RoundupAPI", "RoundupOps", "RoundupJobs", "RoundupPush", "RoundupDashboard",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,7 +1,7 @@
 // swift-tools-version: 6.2
 // RoundupClient: the Swift client of roundup-api for the DailyRoundup apps (iOS 17, macOS 14, and Linux, where its
 // tests run). A package of its own, so an app that adds it builds only swift-openapi-runtime and
-// swift-openapi-urlsession (and their small dependencies), none of the server's. See README.md, "The Swift client".
+// swift-openapi-urlsession (and their small dependencies), none of the server's. See docs/API.md, "The Swift client".
 import PackageDescription
 
 let package = Package(

@@ -6,6 +6,7 @@ public import RoundupJobs
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+public import RoundupStreams
 public import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.

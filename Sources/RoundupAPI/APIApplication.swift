@@ -12,6 +12,7 @@ import RoundupJobs
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTrello
 import ServiceLifecycle
 

@@ -5,8 +5,8 @@ import NIOCore
 import RoundupCore
 import RoundupJobs
 import RoundupRedis
-import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTrello
 
 extension API {

@@ -5,10 +5,11 @@ import Metrics
 import NIOCore
 import RoundupCore
 import RoundupRedis
+import RoundupRuntime
+import RoundupStreams
 
 #if canImport(Glibc)
 import Glibc
-import RoundupRuntime
 #elseif canImport(Darwin)
 import Darwin
 #endif

@@ -1,6 +1,5 @@
 import NIOCore
 public import NIOHTTPTypes
-import RoundupCore
 public import RoundupRuntime
 
 // Hummingbird's channel carries the HTTP-types parts; the deadline handler only needs to know where a part stands.

@@ -8,8 +8,9 @@ import NIOCore
 import RoundupCore
 import RoundupOps
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// The operators' web dashboard (`roundupctl dashboard`), in the spirit of Sidekiq Web and asynqmon: the three streams
 /// with their depth, waits and pauses, charts of depth and throughput, dead letters to replay or delete, entries failing

@@ -1,10 +1,12 @@
 import Foundation
 import Hummingbird
 public import Logging
+import RoundupCore
 import RoundupDatabase
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import ServiceLifecycle
 
 extension Dashboard {

@@ -2,7 +2,8 @@ public import Foundation
 public import Logging
 import NIOConcurrencyHelpers
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 public import ServiceLifecycle
 
 /// The dashboard's small memory: one sample of each stream every `every`, the last `capacity` kept (ten minutes at

@@ -4,6 +4,7 @@ import RoundupOps
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// What the pages show, as the templates read it (swift-mustache renders these by reflection). Every text that came
 /// from outside (errors, types, ids) is escaped by the templates; account ids are shown masked, and error texts have

@@ -17,7 +17,10 @@ public enum Stores {
                 url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile,
                 timeout: .seconds(configuration.databaseTimeoutSeconds), logger: logger)
         }
-        return try await SQLiteStore.open(configuration: configuration)
+        guard let path = configuration.sqlitePath else {
+            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names neither a SQLite file nor a PostgreSQL server")
+        }
+        return try await SQLiteStore.open(path: path)
     }
 
     /// For commands that use the store for a moment (roundupctl): the store made, its service run beside `body` for

@@ -4,6 +4,7 @@ public import Prometheus
 import RoundupCore
 import RoundupRedis
 public import RoundupRuntime
+import RoundupStreams
 import ServiceLifecycle
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.

@@ -6,6 +6,7 @@ import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import Tracing
 
 /// What the handler needs, shared by every connection.

@@ -5,6 +5,7 @@ import NIOPosix
 import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
+public import RoundupStreams
 public import ServiceLifecycle
 
 /// The ingress as a service: binds, serves until graceful shutdown, then stops accepting and closes.

@@ -2,6 +2,7 @@ import NIOCore
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 
 /// Account secrets and model routes, read from Redis (the ingress never opens the database) and kept
 /// for a few seconds so most requests need one Redis round trip, the enqueue. Both caches are bounded in entries and

@@ -3,8 +3,9 @@ import Metrics
 import NIOCore
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// Fingerprints of the values this server writes to Trello, so the webhook that echoes a write is not taken
 /// for a user's edit. Set before the write, checked (not consumed) by the webhook worker, deleted once the

@@ -2,8 +2,9 @@ public import Foundation
 import NIOCore
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// Submitting a background job and putting it on the job stream, in one place for every caller (the API's sync and
 /// list jobs, `roundupctl reconcile`): a job the stream did not take is ended at once (`could not be queued`), so its

@@ -4,8 +4,9 @@ import Metrics
 import NIOCore
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 public import RoundupTrello
 
 /// The periodic delta pass that heals what webhooks missed, and the repair of the webhooks themselves.

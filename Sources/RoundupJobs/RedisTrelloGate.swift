@@ -9,6 +9,7 @@ public import RoundupCore
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+public import RoundupStreams
 public import RoundupTrello
 
 /// Trello's rate limits, shared by every process through Redis: at most `tokenLimit` requests per token and

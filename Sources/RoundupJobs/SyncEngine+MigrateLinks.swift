@@ -4,6 +4,7 @@ import Metrics
 import NIOConcurrencyHelpers
 import RoundupCore
 import RoundupStore
+import RoundupStreams
 import RoundupTrello
 import ServiceLifecycle
 

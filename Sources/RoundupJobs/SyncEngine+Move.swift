@@ -1,6 +1,7 @@
 import Foundation
 import RoundupCore
 import RoundupStore
+import RoundupStreams
 import RoundupTrello
 
 extension SyncEngine {

@@ -5,8 +5,9 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 public import RoundupTrello
 import ServiceLifecycle
 

@@ -1,5 +1,5 @@
 public import RoundupRedis
-public import RoundupRuntime
+public import RoundupStreams
 
 /// Consumer names left in a group by processes that are gone (every restart of a worker without `ROUNDUP_WORKER_NAME`,
 /// every pod of a rollout): `roundupctl consumers prune` removes them.

@@ -1,7 +1,8 @@
 public import Foundation
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 
 /// One dead letter of the webhook stream: the original event and why it failed.
 public struct DeadLetter: Sendable, Equatable {

@@ -1,10 +1,12 @@
 import Foundation
 import NIOCore
+import RoundupCore
 import RoundupDatabase
 import RoundupPush
 public import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// `roundupctl check`: Redis and the store reached, stored credentials that look right, the configuration the
 /// processes need. What passed, and every problem (the command exits 1 when there is one).

@@ -1,8 +1,9 @@
 import Foundation
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// `roundupctl find` and the dashboard's search: where one webhook event is now, by Trello action id, card id or
 /// account (all of those given must match). An event is in one of four places: waiting in its shard's stream (not yet

@@ -1,7 +1,8 @@
 import Foundation
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 
 /// An entry delivered to a consumer and not yet acknowledged: being worked on, or failing and waiting to be retried.
 public struct PendingEntry: Sendable, Equatable {

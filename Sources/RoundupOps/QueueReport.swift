@@ -1,8 +1,9 @@
 public import Foundation
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 import RoundupStore
+public import RoundupStreams
 
 /// What `roundupctl queues` shows for one stream and its consumer group.
 public struct StreamReport: Sendable, Equatable {

@@ -4,8 +4,7 @@ import Metrics
 import NIOConcurrencyHelpers
 import NIOSSL
 public import PostgresNIO
-import RoundupCore
-public import RoundupRuntime
+public import RoundupCore
 public import RoundupStore
 public import ServiceLifecycle
 

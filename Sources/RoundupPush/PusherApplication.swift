@@ -8,6 +8,7 @@ import RoundupDatabase
 import RoundupRedis
 public import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import ServiceLifecycle
 
 /// Everything `roundup-pusher` runs: the APNs clients (production and sandbox), the token provider, the consumer on

@@ -3,18 +3,8 @@ public import Logging
 public import RoundupCore
 public import RoundupRedis
 
-/// A configuration key that could not be used, named so the operator knows what to fix.
-public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
-    public var key: String
-    public var problem: String
-    public init(key: String, problem: String) {
-        self.key = key
-        self.problem = problem
-    }
-    public var description: String { "configuration: \(key) \(problem)" }
-}
-
-/// Every setting of every process, read from the environment in one place. README.md documents each key.
+/// Every setting of every process, read from the environment in one place. docs/CONFIGURATION.md documents each key
+/// (`ConfigurationReferenceTests` holds the two to the same keys).
 public struct RoundupConfiguration: Sendable {
     public var redisURL: String
     /// `ROUNDUP_REDIS_CLUSTER=true`: `redisURL` names a Redis Cluster (several seed nodes may be listed).
@@ -135,32 +125,6 @@ public struct RoundupConfiguration: Sendable {
     public var deadLetterMax: Int
     public var deadLetterMaxAgeDays: Int
 
-    public static let keys: [String] = [
-        "ROUNDUP_REDIS_URL", "ROUNDUP_REDIS_CLUSTER", "ROUNDUP_REDIS_WAIT_REPLICAS", "ROUNDUP_REDIS_WAIT_TIMEOUT_MS", "ROUNDUP_REDIS_PREFIX",
-        "ROUNDUP_REDIS_CA_FILE", "ROUNDUP_DATABASE_URL",
-        "ROUNDUP_PUBLIC_URL", "ROUNDUP_TRELLO_API_URL", "ROUNDUP_HOST", "ROUNDUP_INGRESS_PORT", "ROUNDUP_WORKER_PORT",
-        "LOG_LEVEL", "ROUNDUP_DEDUPE_TTL_SECONDS", "ROUNDUP_MAX_DELIVERIES", "ROUNDUP_CLAIM_IDLE_MS",
-        "ROUNDUP_WORKER_BATCH", "ROUNDUP_WORKER_ACCOUNT_LANES", "ROUNDUP_WORKER_LIST_READ_MIN", "ROUNDUP_WORKER_TRELLO_WAIT_MS",
-        "ROUNDUP_WORKER_NAME", "ROUNDUP_API_PORT",
-        "ROUNDUP_BOOTSTRAP_TOKEN",
-        "ROUNDUP_API_RATE_LIMIT",
-        "ROUNDUP_AUTH_FAILURE_LIMIT", "ROUNDUP_STREAMS_MAX", "ROUNDUP_STREAMS_PER_ACCOUNT", "ROUNDUP_STREAM_HEARTBEAT_SECONDS",
-        "LOG_FORMAT", "ROUNDUP_SHUTDOWN_TIMEOUT", "ROUNDUP_JOB_STALE_SECONDS", "ROUNDUP_JOB_HEARTBEAT_SECONDS",
-        "ROUNDUP_JOB_CONCURRENCY", "ROUNDUP_JOB_TURN_SECONDS", "ROUNDUP_SYNC_MAX_TRELLO_WRITES", "ROUNDUP_TRELLO_TOKEN_LIMIT",
-        "ROUNDUP_TRELLO_KEY_LIMIT",
-        "ROUNDUP_ECHO_TTL_SECONDS",
-        "ROUNDUP_APNS_KEY_FILE", "ROUNDUP_APNS_KEY_ID", "ROUNDUP_APNS_TEAM_ID", "ROUNDUP_APNS_TOPIC", "ROUNDUP_APNS_APPS_FILE", "ROUNDUP_APNS_URL",
-        "ROUNDUP_APNS_SANDBOX_URL", "ROUNDUP_APNS_CA_FILE", "ROUNDUP_APNS_CONNECTIONS", "ROUNDUP_PUSHER_PORT", "ROUNDUP_PUSH_WINDOW_SECONDS",
-        "ROUNDUP_RECONCILE_INTERVAL_SECONDS", "ROUNDUP_ACTIVITY_RETENTION_DAYS", "ROUNDUP_DATABASE_POOL_SIZE", "ROUNDUP_DATABASE_CA_FILE",
-        "ROUNDUP_DATABASE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_HEAD_TIMEOUT_SECONDS", "ROUNDUP_HTTP_BODY_TIMEOUT_SECONDS",
-        "ROUNDUP_HTTP_IDLE_TIMEOUT_SECONDS", "ROUNDUP_HTTP_MAX_HEADER_BYTES", "ROUNDUP_HTTP_MAX_CONNECTIONS", "ROUNDUP_MAX_BACKLOG",
-        "ROUNDUP_WEBHOOK_ACCOUNT_BACKLOG", "ROUNDUP_WEBHOOK_ACCOUNT_BYTES", "ROUNDUP_WEBHOOK_ACCOUNT_RATE", "ROUNDUP_WEBHOOK_SHARD_BYTES",
-        "ROUNDUP_DEAD_LETTER_MAX", "ROUNDUP_DEAD_LETTER_MAX_AGE_DAYS", "ROUNDUP_DASHBOARD_TOKEN",
-        "ROUNDUP_DASHBOARD_VIEWER_TOKEN", "ROUNDUP_DASHBOARD_BASE_PATH",
-        "ROUNDUP_PUSHER_WITHOUT_APNS", "ROUNDUP_STREAM_MAX_SECONDS", "ROUNDUP_EXPORTS_PER_ACCOUNT", "ROUNDUP_DEVICES_PER_ACCOUNT",
-        "ROUNDUP_APP_BUNDLE_IDS", "ROUNDUP_HTTP_WRITE_TIMEOUT_SECONDS",
-    ]
-
     /// "" (the root), or slash-led segments of unreserved URL characters: safe in any link, form and header as it is.
     static func isBasePath(_ path: String) -> Bool {
         guard !path.isEmpty else { return true }
@@ -215,7 +179,7 @@ public struct RoundupConfiguration: Sendable {
             throw ConfigurationError(key: "ROUNDUP_REDIS_URL", problem: error.message)
         }
         redisPrefix = value("ROUNDUP_REDIS_PREFIX") ?? "roundup:"
-        guard RedisKeys.isUsablePrefix(redisPrefix) else {
+        guard RedisHashSlot.keepsHashTags(underPrefix: redisPrefix) else {
             throw ConfigurationError(key: "ROUNDUP_REDIS_PREFIX", problem: "must not contain { or }: they would change the keys' hash tags")
         }
         redisCAFile = value("ROUNDUP_REDIS_CA_FILE")
@@ -372,8 +336,6 @@ public struct RoundupConfiguration: Sendable {
     /// The PostgreSQL settings, when the database URL names a server.
     public var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
 
-    public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix) }
-
     /// The APNs settings roundup-pusher cannot start without that are not set.
     public var missingAPNsKeys: [String] {
         [
@@ -394,40 +356,6 @@ extension RoundupConfiguration {
             exit(78)  // EX_CONFIG
         }
     }
-}
-
-/// `postgres://user:password@host:port/database?sslmode=disable|prefer|require|verify-full`, checked once at start.
-public struct PostgresURL: Sendable, Equatable {
-    public enum TLSMode: String, Sendable { case disable, prefer, require, verifyFull = "verify-full" }
-    public var host: String
-    public var port: Int
-    public var username: String
-    public var password: String?
-    public var database: String
-    public var tls: TLSMode
-
-    public init(_ text: String) throws {
-        let key = "ROUNDUP_DATABASE_URL"
-        guard let c = URLComponents(string: text), c.scheme == "postgres" || c.scheme == "postgresql", let host = c.host, !host.isEmpty else {
-            throw ConfigurationError(key: key, problem: "must look like postgres://user:password@host:port/database")
-        }
-        guard let user = c.user, !user.isEmpty else { throw ConfigurationError(key: key, problem: "must name a user (postgres://USER@host/db)") }
-        let database = String(c.path.drop { $0 == "/" })
-        guard !database.isEmpty else { throw ConfigurationError(key: key, problem: "must name a database (postgres://user@host/DATABASE)") }
-        self.host = host
-        self.port = c.port ?? 5432
-        self.username = user.removingPercentEncoding ?? user
-        self.password = c.password.map { $0.removingPercentEncoding ?? $0 }
-        self.database = database
-        let mode = c.queryItems?.first { $0.name == "sslmode" }?.value ?? "prefer"
-        guard let tls = TLSMode(rawValue: mode) else {
-            throw ConfigurationError(key: key, problem: "sslmode must be disable, prefer, require or verify-full (got \(mode))")
-        }
-        self.tls = tls
-    }
-
-    /// The URL with its password masked, for logs and `roundupctl check`.
-    public var masked: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)" }
 }
 
 /// `ROUNDUP_PUSHER_WITHOUT_APNS`.

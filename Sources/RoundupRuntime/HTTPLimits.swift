@@ -5,7 +5,7 @@ public import NIOHTTP1
 
 /// Connection hygiene for the processes that face the internet without a proxy in front (the ingress and the API):
 /// how long a client may take to send a request head and a body, how long a kept-alive connection may idle, how large
-/// the head may be, and how many connections one process holds at once. README.md documents the keys.
+/// the head may be, and how many connections one process holds at once. docs/CONFIGURATION.md documents the keys.
 public struct HTTPLimits: Sendable, Equatable {
     /// From the connection's start until its first request head is complete.
     public var headTimeoutSeconds: Int

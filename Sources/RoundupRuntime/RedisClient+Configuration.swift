@@ -1,5 +1,4 @@
 public import Logging
-import RoundupCore
 public import RoundupRedis
 
 extension RedisClient {

@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 public import Prometheus
+import RoundupCore
 
 /// How every roundup server executable starts and ends: its configuration read (a bad one exits 78, EX_CONFIG),
 /// logging, metrics and traces (when `OTEL_*` configures them: `RoundupTracing`) set up, then `run` until the process is told to stop. A failure is logged as `failure` and

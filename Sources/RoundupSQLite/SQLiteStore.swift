@@ -2,7 +2,6 @@ import Foundation
 import GRDB
 import GRDBSQLite
 public import RoundupCore
-public import RoundupRuntime
 public import RoundupStore
 public import ServiceLifecycle
 
@@ -344,16 +343,6 @@ public final class SQLiteStore: SyncStore {
             }
             return RoutingSnapshot(secrets: secrets, routes: routes, tokens: tokens)
         }
-    }
-}
-
-extension SQLiteStore {
-    /// Opens and migrates the store `ROUNDUP_DATABASE_URL` names.
-    public static func open(configuration: RoundupConfiguration) async throws -> SQLiteStore {
-        guard let path = configuration.sqlitePath else {
-            throw ConfigurationError(key: "ROUNDUP_DATABASE_URL", problem: "names PostgreSQL: open it with Stores.make")
-        }
-        return try await open(path: path)
     }
 }
 

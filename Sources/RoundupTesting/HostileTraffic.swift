@@ -6,6 +6,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 public import RoundupStore
+import RoundupStreams
 
 /// The hostile-traffic scenarios' moving parts, shared by HostileTrafficTests (which assert on them) and
 /// `roundup-chaos hostile` (which prints their figures for docs/RELIABILITY.md).

@@ -4,8 +4,9 @@ import NIOCore
 public import NIOHTTP1
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
 /// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,

@@ -1,6 +1,7 @@
 import Foundation
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 
 /// A Redis for a test that talks to it directly: the suite's (`ROUNDUP_TEST_REDIS_URL`) or, without one or when
 /// `private` is asked, a redis-server of its own; keys under a prefix of the test's own.

@@ -5,8 +5,9 @@ import NIOCore
 import RoundupCore
 import RoundupJobs
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 public import ServiceLifecycle
 
 /// Wakes an account's devices when a device's hold on its changes lapses (`ChangeClaim`): the device that pulled them

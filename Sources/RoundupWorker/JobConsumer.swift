@@ -6,8 +6,9 @@ public import NIOCore
 import RoundupCore
 public import RoundupJobs
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 public import ServiceLifecycle
 import Tracing
 

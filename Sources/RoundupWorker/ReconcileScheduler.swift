@@ -6,6 +6,7 @@ public import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 public import ServiceLifecycle
 
 /// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all

@@ -5,8 +5,9 @@ public import NIOCore
 import RoundupCore
 import RoundupJobs
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 import RoundupStore
+public import RoundupStreams
 public import ServiceLifecycle
 import Tracing
 

@@ -4,9 +4,10 @@ import Metrics
 import NIOConcurrencyHelpers
 public import RoundupCore
 public import RoundupJobs
-public import RoundupRedis
+import RoundupRedis
 import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 public import RoundupTrello
 import Tracing
 

@@ -1,6 +1,5 @@
 import Logging
 import RoundupAPI
-import RoundupCore
 import RoundupRuntime
 
 await RoundupProcess.main(label: "roundup.api", failure: "api failed", run: APIApplication.run(configuration:registry:logger:))

@@ -3,6 +3,7 @@ import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 
 /// `roundup-bench dashboard RATE SECONDS PNG`: the operators' dashboard under load, photographed. The real ingress,

@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 
 /// The stack both API-driven benchmarks start: its own redis-server, the ingress, one worker and the API, with no rate

@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 
 // Worker throughput benchmark: fills the webhook stream, starts the real `roundup-worker` binary and times how

@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 
 /// One scenario's outcome, a row of docs/RELIABILITY.md.

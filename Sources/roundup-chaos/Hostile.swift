@@ -6,6 +6,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 
 /// `roundup-chaos hostile`: the figures of issue 14's hostile-traffic scenarios, measured on the real processes, as

@@ -1,5 +1,4 @@
 import Logging
-import RoundupCore
 import RoundupPush
 import RoundupRuntime
 

@@ -9,6 +9,7 @@ import RoundupOps
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 struct Queues: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -10,6 +10,7 @@ import RoundupPush
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// The operators' command line. Reads the same environment as the servers.
 /// Exit codes: 0 ok, 1 a check failed, 2 usage error.

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

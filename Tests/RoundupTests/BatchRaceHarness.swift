@@ -8,6 +8,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import RoundupTrello
 import RoundupWorker

@@ -3,6 +3,7 @@ import Logging
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import RoundupWorker
 import Testing

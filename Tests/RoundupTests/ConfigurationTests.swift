@@ -83,3 +83,33 @@ import Testing
         #expect(throws: ConfigurationError.self) { try RoundupConfiguration(environment: ["ROUNDUP_APNS_APPS_FILE": "/nonexistent.json"]) }
     }
 }
+
+/// docs/CONFIGURATION.md is the reference operators read: its table names every key the configuration reads, and no
+/// other, so the two cannot drift apart.
+@Suite struct ConfigurationReferenceTests {
+    /// The keys `RoundupConfiguration` reads, from its source: every quoted `ROUNDUP_*` or `LOG_*` name in it.
+    static func keysInSource() throws -> Set<String> {
+        let url = TestSupport.sourceRoot.appending(path: "Sources/RoundupRuntime/Configuration.swift")
+        return try names(in: String(contentsOf: url, encoding: .utf8), pattern: #/"((?:ROUNDUP|LOG)_[A-Z0-9_]+)"/#)
+    }
+
+    /// The keys the reference documents: the names in the first column of its table (`A` / `B` rows name two).
+    static func keysInReference() throws -> Set<String> {
+        let url = TestSupport.sourceRoot.appending(path: "docs/CONFIGURATION.md")
+        let rows = try String(contentsOf: url, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("| `") }
+        let firstCells = rows.map { $0.dropFirst(2).prefix { $0 != "|" } }.joined(separator: "\n")
+        return names(in: String(firstCells), pattern: #/`((?:ROUNDUP|LOG)_[A-Z0-9_]+)`/#)
+    }
+
+    static func names(in text: String, pattern: Regex<(Substring, Substring)>) -> Set<String> {
+        Set(text.matches(of: pattern).map { String($0.output.1) })
+    }
+
+    @Test func theReferenceDocumentsEveryKeyTheCodeReadsAndNoOther() throws {
+        let source = try Self.keysInSource()
+        let reference = try Self.keysInReference()
+        #expect(source.count > 60, "the source's keys were not found: \(source.sorted())")
+        #expect(source.subtracting(reference).sorted() == [], "read by Configuration.swift, missing from docs/CONFIGURATION.md")
+        #expect(reference.subtracting(source).sorted() == [], "in docs/CONFIGURATION.md, not read by Configuration.swift")
+    }
+}

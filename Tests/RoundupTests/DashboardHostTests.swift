@@ -7,6 +7,7 @@ import NIOCore
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

@@ -4,6 +4,7 @@ import Logging
 import RoundupCore
 import RoundupRedis
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import RoundupTrello
 import RoundupWorker

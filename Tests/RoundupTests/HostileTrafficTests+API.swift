@@ -11,6 +11,7 @@ import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import Testing
 

@@ -8,6 +8,7 @@ import RoundupPostgres
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import RoundupTrello
 import RoundupWorker

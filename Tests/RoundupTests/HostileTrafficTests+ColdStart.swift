@@ -9,6 +9,7 @@ import RoundupRedis
 import RoundupRuntime
 import RoundupSQLite
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import Testing
 

@@ -12,6 +12,7 @@ import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import RoundupTrello
 

@@ -4,6 +4,7 @@ import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

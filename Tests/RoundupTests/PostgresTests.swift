@@ -5,6 +5,7 @@ import PostgresNIO
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

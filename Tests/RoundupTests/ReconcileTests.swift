@@ -5,6 +5,7 @@ import RoundupCore
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 import RoundupTesting
 import Testing
 

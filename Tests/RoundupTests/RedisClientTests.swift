@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

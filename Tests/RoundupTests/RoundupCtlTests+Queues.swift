@@ -3,6 +3,7 @@ import RoundupCore
 import RoundupOps
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

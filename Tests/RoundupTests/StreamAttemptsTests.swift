@@ -2,6 +2,7 @@ import Foundation
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 import RoundupTesting
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import RoundupRedis
+import RoundupStreams
 import Synchronization
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import RoundupCore
 import RoundupRedis
+import RoundupStreams
 import Synchronization
 import Testing
 

@@ -1,4 +1,4 @@
-import RoundupRedis
+import RoundupStreams
 import RoundupWorker
 
 extension WebhookProcessor {

@@ -9,6 +9,7 @@ import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// Finds the account whose bearer token the request carries and puts it on the context for the routes after it (which
 /// read it from their `AuthenticatedContext`); tokens are looked up by their SHA-256 only, and kept for a while once found (`TokenCache`: a

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 
 /// The accounts of bearer tokens found recently, so that most requests do not ask the store which account a token is
 /// (#19: that query, a round trip to PostgreSQL or a hop to SQLite's reader, was a fifth of a changes page's time).

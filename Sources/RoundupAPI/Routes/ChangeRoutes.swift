@@ -7,6 +7,7 @@ import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// `/dailyroundup/changes`: the pending changes the apps pull, and their acknowledgement.
 struct ChangeRoutes {

@@ -9,6 +9,7 @@ import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// `GET /dailyroundup/changes/stream`: the pending changes as Server-Sent Events. It first sends every pending change
 /// after the client's position (`Last-Event-ID`, or `after_id`), then each new one as the store gets it; each

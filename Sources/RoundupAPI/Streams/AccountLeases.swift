@@ -5,7 +5,8 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 public import ServiceLifecycle
 
 /// What an account holds open on every API process at once, counted in Redis: its change streams and its exports.

@@ -1,8 +1,8 @@
 import NIOCore
 import RoundupCore
 import RoundupRedis
-import RoundupRuntime
 import RoundupStore
+import RoundupStreams
 
 /// What the API processes tell each other about an account, through Redis: its token revoked (`TokenCache`'s epochs),
 /// and its open change streams woken to check their token (`ChangeStreams`, `RedisKeys.changeAnnouncements`).

@@ -6,7 +6,8 @@ import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 public import ServiceLifecycle
 import Tracing
 

@@ -1,8 +1,9 @@
 public import Logging
 import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
 public import RoundupStore
+public import RoundupStreams
 
 /// The ingress's view of accounts lives in Redis (it never opens the database): webhook secrets, callback tokens and
 /// model → account routes. Whatever changes them in the store publishes them here, in order (`RoutingWrites`).

@@ -1,6 +1,7 @@
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
+import RoundupStreams
 
 /// Publishing in order. Several processes write the ingress's view of an account (the API when a secret, a list or the
 /// account changes; every worker at start-up; `roundupctl routes sync`), each from what it read in the store a moment

@@ -1,6 +1,7 @@
 import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
+import RoundupRuntime
+public import RoundupStreams
 
 /// Where Trello calls us: each account's own callback URL (`WebhookCallback`), under the server's public URL, with the
 /// account's callback token, which the ingress checks against the one published in Redis.

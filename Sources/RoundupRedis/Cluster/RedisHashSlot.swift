@@ -22,6 +22,10 @@ public struct RedisHashSlot: Sendable, Hashable, Comparable, CustomStringConvert
     }
 
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.value < rhs.value }
+
+    /// Whether keys built as `prefix + key` keep the hash tags written in `key`: a prefix holding a brace could open or
+    /// close a tag of its own and move every key to another slot.
+    public static func keepsHashTags(underPrefix prefix: String) -> Bool { !prefix.contains("{") && !prefix.contains("}") }
     public var description: String { String(value) }
 
     /// The part of a key that is hashed: its tag if it has a non-empty one, else the whole key.

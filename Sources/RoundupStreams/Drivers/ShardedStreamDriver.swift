@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+public import RoundupRedis
 
 /// `StreamDriver` over one logical stream kept as several Redis streams (the webhook shards), each with its own
 /// dead letters and errors in its own slot. Entries are named `<part>:<id>` (`ShardedEntryID`), so acknowledging,

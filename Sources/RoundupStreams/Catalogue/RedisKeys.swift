@@ -1,4 +1,5 @@
 import RoundupCore
+public import RoundupRuntime
 
 /// Every Redis key the server uses, under one prefix (`ROUNDUP_REDIS_PREFIX`), laid out for Redis Cluster's slots: keys
 /// a script or a multi-key command touches together share a hash tag (`{…}`), so they share a slot (docs/SCALING.md):
@@ -16,9 +17,6 @@ public struct RedisKeys: Sendable {
     public let prefix: String
 
     public init(prefix: String) { self.prefix = prefix }
-
-    /// Whether `prefix` can start keys laid out for slots: a brace in it would move or break every hash tag.
-    public static func isUsablePrefix(_ prefix: String) -> Bool { !prefix.contains("{") && !prefix.contains("}") }
 
     /// The stream the ingress appends a shard's webhook events to.
     public func webhookStream(_ shard: WebhookShard) -> String { prefix + "stream:webhooks:" + shard.tag }
@@ -163,4 +161,9 @@ public struct WebhookShard: Sendable, Hashable, Comparable, CustomStringConverti
     private static let tags = (0..<count).map { $0 < 10 ? "{wh0\($0)}" : "{wh\($0)}" }
     public var description: String { String(index) }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.index < rhs.index }
+}
+
+extension RoundupConfiguration {
+    /// The keys under `ROUNDUP_REDIS_PREFIX`.
+    public var redisKeys: RedisKeys { RedisKeys(prefix: redisPrefix) }
 }

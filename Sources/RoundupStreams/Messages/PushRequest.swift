@@ -1,3 +1,5 @@
+public import RoundupCore
+
 /// A push roundup-pusher sends to an account's devices (all but the one whose sync caused it), on the push stream.
 public struct PushRequest: StreamMessage, Equatable {
     public enum Field: String, CaseIterable, Sendable {

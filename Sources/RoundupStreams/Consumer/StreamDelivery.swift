@@ -1,3 +1,5 @@
+public import RoundupRedis
+
 /// One stream entry as a consumer receives it: its id and its fields, read by the typed message of its stream.
 public struct StreamDelivery: Sendable, Equatable {
     public var id: String

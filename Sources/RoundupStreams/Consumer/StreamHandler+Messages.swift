@@ -1,6 +1,3 @@
-public import RoundupCore
-public import RoundupRedis
-
 extension StreamHandler where Message: StreamMessage {
     /// A stream of typed messages (`StreamMessage`): an entry missing a field the message cannot do without does not
     /// decode, and is dead-lettered by the consumer.

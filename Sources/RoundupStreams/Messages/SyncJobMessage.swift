@@ -1,3 +1,5 @@
+public import RoundupCore
+
 /// A sync, import or reconcile job queued for the workers on the job stream; the job itself is a row in the store.
 public struct SyncJobMessage: StreamMessage, Equatable {
     public enum Field: String, CaseIterable, Sendable {

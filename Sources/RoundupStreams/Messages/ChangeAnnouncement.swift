@@ -1,3 +1,5 @@
+public import RoundupCore
+
 /// Tells every `roundup-api` process that an account has new pending changes, so its open change streams read the
 /// store now rather than at their next heartbeat. It carries no change: the store stays the source of truth, and a
 /// lost announcement only delays a stream until that heartbeat.

@@ -1,3 +1,5 @@
+import RoundupRedis
+
 /// What waits in one stream, per producer: a hash the enqueue script raises and the consumer lowers when it removes
 /// an entry (acknowledged, or moved to the dead letters), so a producer's share of the stream can be bounded without
 /// reading the stream. Its fields: `n:<owner>` (entries), `b:<owner>` (bytes of their `sizeField`), `bytes` (the

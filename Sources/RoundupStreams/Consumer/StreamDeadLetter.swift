@@ -1,3 +1,5 @@
+import RoundupRedis
+
 /// One entry of a dead-letter stream: the original entry's fields, and why and when it was given up. The only code
 /// that names the dead letter's own fields (the dead-letter script writes them from here).
 public struct StreamDeadLetter: Sendable, Equatable {

@@ -1,3 +1,5 @@
+public import RoundupCore
+
 /// A Trello webhook delivery as the ingress enqueues it on the webhook stream and the worker reads it.
 ///
 /// The ingress appends it from a Lua script on its hot path (`IngressScripts.enqueue`) with these field names

@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+public import RoundupRedis
 
 /// `StreamDriver` on Redis streams: XREADGROUP on a dedicated connection (a blocking read must not hold up other
 /// commands), XPENDING/XCLAIM to reclaim, XCLAIM … JUSTID as the lease heartbeat, XACK+XDEL, an errors hash, and a

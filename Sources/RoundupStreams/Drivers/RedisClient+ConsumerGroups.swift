@@ -1,4 +1,5 @@
 import NIOCore
+public import RoundupRedis
 
 /// What every consumer of a stream with a consumer group needs (webhook, job and push streams).
 extension RedisClient {

@@ -1,6 +1,5 @@
 public import RoundupCore
 public import RoundupRedis
-public import RoundupRuntime
 
 /// What every writer of pending changes appends once the store has them: a background push for the account's
 /// devices (roundup-pusher coalesces them per device, and skips a device that holds an open change stream) and a

@@ -1,3 +1,5 @@
+import RoundupCore
+
 /// A message carried on a Redis stream. Its type is the only code that names or reads its fields: writers append
 /// `fields`, readers decode `init(fields:)`.
 public protocol StreamMessage: Sendable {

@@ -1,3 +1,5 @@
+import RoundupRedis
+
 /// One failed delivery of a stream entry: when, by which consumer, with what error. The stream's errors hash keeps
 /// an entry's last `kept` attempts beside its last error (field `<id>:attempts`), and its dead letter carries them
 /// (field `attempts`), so an operator sees how an event failed, not only how it failed last.
