@@ -326,7 +326,7 @@ enum SQLiteMigrations {
             // location and custom field values live in its change's `fields` (what the apps are sent, and what the
             // export includes) and their hashes in `sync_tasks.field_hashes` (what the worker compares); the board's
             // Priority field in `sync_custom_fields`. Copies in rows of their own would cost every event writes that
-            // nothing reads. (README, "The store".)
+            // nothing reads (docs/WEBHOOKS.md, "The path of one webhook").
             try db.execute(
                 sql: """
                     DROP TABLE IF EXISTS sync_checklist_items;

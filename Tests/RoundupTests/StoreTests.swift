@@ -40,7 +40,7 @@ func fullCard(_ title: String, completed: Bool = false) -> [String: JSONValue] {
 }
 
 @Suite struct StoreTests {
-    /// The seed's sixteen tables and `activity`, but the six that were never used (v12 drops them: README, "The store").
+    /// The seed's sixteen tables and `activity`, but the six that were never used (v12 drops them: docs/WEBHOOKS.md, "The path of one webhook").
     @Test(arguments: StoreBackend.available) func migrationsCreateTheElevenTables(backend: StoreBackend) async throws {
         let f = try await StoreFixture(backend)
         let tables = try await f.store.tableNames()

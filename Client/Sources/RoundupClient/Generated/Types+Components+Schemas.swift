@@ -1032,7 +1032,7 @@ extension Components {
             }
         }
         /// The card's values, as the apps receive them: every field for a `create`, the changed ones (`changed_fields`)
-        /// for an `update`. Each comes from one place of the card (README, "What a card becomes"); every field may come
+        /// for an `update`. Each comes from one place of the card (docs/SYNC.md, "What a card becomes"); every field may come
         /// back through `POST /dailyroundup/sync` but `trello_url`. A field this version does not know is kept in
         /// `additionalProperties`.
         ///
