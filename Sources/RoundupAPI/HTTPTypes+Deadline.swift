@@ -25,8 +25,8 @@ extension HTTPResponsePart: HTTPDeadlineOutbound {
 enum ResponsePieces {
     /// The most one piece holds.
     static let size = 64 * 1024
-    /// A body up to this size goes out as one write (a typical page of 200 changes, ~85 KB, among them: writing it in
-    /// pieces cost the changes page 12% more instructions). A client must take this much within the write timeout.
+    /// A body up to this size goes out as one write (a typical page of changes among them: writing it in
+    /// pieces cost the changes page more instructions). A client must take this much within the write timeout.
     static let wholeUpTo = 256 * 1024
 
     /// `buffer` cut into pieces of at most `size` bytes (views of its storage, no copy), or whole up to `wholeUpTo`.

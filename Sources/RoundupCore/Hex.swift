@@ -17,7 +17,7 @@ public enum Hex {
     }
 
     /// A UUID as `uuidString.lowercased()` writes it (8-4-4-4-12 digits), without Foundation's formatting through
-    /// `sprintf` and a second string for the lower case (#19: a request id for every API request, an `apns-id` for
+    /// `sprintf` and a second string for the lower case (a request id for every API request, an `apns-id` for
     /// every push).
     public static func lowercase(_ uuid: UUID) -> String {
         withUnsafeBytes(of: uuid.uuid) { bytes in

@@ -307,11 +307,10 @@ enum PostgresMigrations {
         (
             // A card's changes by id: the worker reads each card's newest live change walking back from its newest row
             // (one index entry, as SQLite does through the rowid its index carries) instead of visiting every superseded
-            // row of the card; an app that stays away while a card is edited often leaves many (#19). And room in
+            // row of the card; an app that stays away while a card is edited often leaves many. And room in
             // sync_tasks' pages (fillfactor 70; new pages only): a task is rewritten with every change of its card, and
-            // a new version that fits on its page is a HOT update (no index entries, pruned in place). In the worker
-            // benchmark (each of 1,000 tasks rewritten 50 times in 6 s) 14% of the updates were HOT and the table grew
-            // to 4,858 pages for 1,000 rows; with the room, 96% and 422 pages.
+            // a new version that fits on its page is a HOT update (no index entries, pruned in place): without the room few
+            // updates were HOT and the table grew about tenfold (docs/BENCHMARKS.md).
             "v10-changes-by-card-and-id",
             [
                 "CREATE INDEX pending_changes_card_id ON pending_changes(account_id, trello_card_id, id)",

@@ -293,7 +293,7 @@ extension PostgresConnection {
     ///
     /// Rows are taken as they arrive, on the connection's event loop (PostgresNIO's `onRow`), not pulled one by one
     /// through its `AsyncSequence`: every query here reads all its rows anyway, and each pull cost an async hop and the
-    /// sequence's back-pressure bookkeeping (a changes page 6.49M → 5.99M instructions, `scripts/bench-cost`).
+    /// sequence's back-pressure bookkeeping (docs/BENCHMARKS.md).
     func rows(_ query: PostgresQuery, _ logger: Logger) async throws -> [PostgresRandomAccessRow] {
         let rows = NIOLockedValueBox<[PostgresRandomAccessRow]>([])
         _ = try await self.query(query, logger: logger) { row in
@@ -305,7 +305,7 @@ extension PostgresConnection {
 
     /// The changes a query of `PendingChange.columns` selects, given to `sink` as each row arrives (on the connection's
     /// event loop, like `rows`): each text column is read from the row's bytes (`PendingChangeCells`), not decoded into a
-    /// `String` — making and freeing those was a quarter of a changes page's instructions (#19).
+    /// `String` — making and freeing those was a quarter of a changes page's instructions.
     func changes<Sink: PendingChangeSink>(_ query: PostgresQuery, into sink: Sink, _ logger: Logger) async throws -> Sink {
         let state = NIOLockedValueBox((sink: sink, scratch: [UInt8]()))
         _ = try await self.query(query, logger: logger) { row in
@@ -354,7 +354,7 @@ extension PendingChangeCells {
         var id: Int64 = 0
         // By position, through `PostgresRandomAccessRow`'s `data` subscript: it hands over the cell's bytes without a
         // `PostgresCell` (whose column name is a `String` retained and released per cell). Iterating the row's cells
-        // cost twice as much: 640 instructions a cell, a fifth of the page.
+        // cost twice as much.
         let row = row.makeRandomAccess()
         guard row.count == columns else { throw UnknownStoredValue.unexpected("pending change row", "\(row.count) columns") }
         try withUnsafeTemporaryAllocation(of: Range<Int>?.self, capacity: columns) { spans in

@@ -88,7 +88,7 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
 /// each (HEADERS and DATA frames on a stream id of its own) and flushes them together; answers are matched to pushes by
 /// stream id (`APNsStreams`). NIOHTTP2 holds back new streams beyond the server's `MAX_CONCURRENT_STREAMS` until
 /// earlier ones close. After a GOAWAY the connection takes no new streams; streams the server did not process fail with
-/// `notProcessed`. (A child channel, a task and a timer per push cost half the pusher's instructions; issue 19.)
+/// `notProcessed`. (A child channel, a task and a timer per push cost half the pusher's instructions.)
 final class APNsConnection: Sendable {
     let channel: any Channel
     /// Set by a GOAWAY (with its last stream id), a closed connection, or a request that got no answer in time.
@@ -125,8 +125,8 @@ final class APNsConnection: Sendable {
                     // No stream multiplexer: frames of every stream pass through this one pipeline. Header blocks are
                     // not validated again on every push: each value sent is a constant, the configuration's, our own
                     // (ids, times, the JWT) or a device token checked as hex when the device registered; and of an
-                    // answer only `:status` and `apns-id` are read. The validation was 20% of a push's instructions
-                    // (issue 19). The tests' fake APNs (`FakeAPNs`) validates every header block it receives.
+                    // answer only `:status` and `apns-id` are read. The validation was a large share of a push's instructions
+                    // (docs/BENCHMARKS.md). The tests' fake APNs (`FakeAPNs`) validates every header block it receives.
                     try channel.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client, headerBlockValidation: .disabled))
                     let streams = APNsStreams(goAway: goAway)
                     try channel.pipeline.syncOperations.addHandler(streams)
@@ -191,8 +191,7 @@ final class APNsConnection: Sendable {
         // Values that repeat from push to push (the token, for an hour; the topic; the type) go into HPACK's dynamic
         // table and are sent as an index after the first time. Values that are new with every push (the id, the
         // device's path, the expiration second) are sent literally and kept out of it: indexing them would only evict
-        // the repeating ones, and every header's lookup scans the whole table (8.6% of the pusher's instructions per push
-        // went with it; docs/BENCHMARKS.md, issue 19).
+        // the repeating ones, and every header's lookup scans the whole table (docs/BENCHMARKS.md).
         headers.add(name: ":path", value: "/3/device/" + request.deviceToken, indexing: .nonIndexable)
         headers.add(name: "authorization", value: "bearer " + token)
         headers.add(name: "apns-topic", value: request.topic)

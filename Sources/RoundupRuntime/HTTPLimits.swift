@@ -100,7 +100,7 @@ public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: H
     /// One timer per connection, not one per phase: a phase only moves `deadline`, and the timer, when it fires, closes
     /// the connection if the deadline has passed or sets itself again. It is never further away than the shortest
     /// timeout, so a new phase never has to move it earlier (setting and cancelling a timer for each request's phases
-    /// cost the ingress 4% of its instructions per webhook).
+    /// cost the ingress instructions on every webhook).
     private var timer: Scheduled<Void>?
     /// When the current phase's time runs out; nil while it is the server's turn.
     private var deadline: NIODeadline?

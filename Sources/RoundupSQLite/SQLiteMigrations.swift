@@ -257,7 +257,7 @@ enum SQLiteMigrations {
             // It goes with its account (foreign key) and its list (`deleteSyncList`: no foreign key, whose cascade could
             // not use the account-first index). One index, in id
             // order within an account and carrying the filter columns: the worker appends to it (an index by card took
-            // a random page per row and 10% of the worker's throughput), and a filtered page reads the account's
+            // a random page per row), and a filtered page reads the account's
             // entries newest first without touching the table until a row matches.
             try db.execute(
                 sql: """

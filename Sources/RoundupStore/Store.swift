@@ -198,7 +198,7 @@ public struct PendingChange: Sendable, Equatable {
     /// A change carries its card's reminder (`reminder_id`, migration v11): it is set from the card's task when the
     /// change is written, and triggers on `sync_tasks` keep it equal to the task's whenever the task's reminder is set,
     /// changed or deleted. Reading it with the change saves the page a lookup in `sync_tasks` per change, which was
-    /// most of PostgreSQL's time for a page (issue 19).
+    /// most of PostgreSQL's time for a page.
     package static let columns =
         "p.id, p.sync_list_id, p.change_type, p.changed_fields, p.fields, p.trello_card_id, p.trello_action_id, p.reminder_id, p.created_at, p.from_sync_list_id"
 }

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import Logging
 import Metrics
 import NIOConcurrencyHelpers
@@ -22,111 +22,6 @@ public protocol CardSource: Sendable {
 }
 
 extension TrelloClient: CardSource {}
-
-/// Why an entry failed, as a value: it decides whether the entry waits for the store, is isolated from its batch, or
-/// counts towards the dead letters. Derived from the thrown error's type and code, never from its text.
-public enum EventFailure: String, Sendable, CaseIterable {
-    /// The store could not be reached, timed out, was busy or restarting: not the event's fault. The entry waits in the
-    /// stream for the store to come back and is never dead-lettered for it.
-    case storeUnavailable = "store_unavailable"
-    /// The store refused this event's data (`StoreFailure.data`: a NUL in text, a constraint, a value too large).
-    /// Its batch is split until the entry fails alone; it counts towards the dead letters.
-    case eventData = "event_data"
-    /// The store refused the statement itself (`StoreFailure.statement`): a bug or a schema out of step. Counts.
-    case storeRejected = "store_rejected"
-    /// Trello answered 429 or 5xx, timed out or could not be reached. Counts.
-    case trelloTransient = "trello_transient"
-    /// Trello refused the request (4xx) or answered something that is not JSON, or the account has no credentials. Counts.
-    case trelloRejected = "trello_rejected"
-    /// The account's Trello token is over its rate limit for longer than a batch waits (`WebhookProcessor.trelloWait`):
-    /// the entry waits in the stream while the rest of the batch settles. It never counts towards the dead letters, and
-    /// the consumer does not back off for it.
-    case trelloThrottled = "trello_throttled"
-    /// An operator paused the entry's account (`roundupctl pause account`): it waits in its shard, pending, while the
-    /// other accounts flow. It never counts towards the dead letters, and the consumer does not back off for it.
-    case accountPaused = "account_paused"
-
-    init(store error: any Error) {
-        switch StoreFailure(error) {
-        case .unavailable: self = .storeUnavailable
-        case .data: self = .eventData
-        case .statement: self = .storeRejected
-        }
-    }
-
-    /// An unreachable store keeps every entry waiting; the consumer backs off.
-    public var waitsForStore: Bool { self == .storeUnavailable }
-}
-
-/// An entry's failure: its class and what happened (recorded in `{prefix}stream:webhooks:errors` as the class, a tab,
-/// the message).
-public typealias EntryError = StreamFailure<EventFailure>
-
-extension EventFailure: StreamFailureClass {
-    /// An unreachable store and a throttled account keep an entry waiting instead of counting its deliveries towards
-    /// the dead letters; only the store makes the consumer back off.
-    public var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled || self == .accountPaused }
-    public var backsOffConsumer: Bool { waitsForStore }
-}
-
-/// The outcome of a batch: which entries are done (ack them), which failed and why.
-public struct BatchOutcome: Sendable {
-    public var done: [String] = []
-    /// Entries whose observations were applied to the store (a subset of `done`).
-    public var applied: [String] = []
-    /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries (unless the store was
-    /// unavailable: `EventFailure.waitsForStore`).
-    public var retry: [(id: String, error: EntryError)] = []
-    public var dropped = 0
-    public var changesWritten = 0
-    /// Accounts whose apps have new changes: each gets a background push.
-    public var accountsWithChanges = Set<String>()
-    /// (account, board) whose labels changed: its synced lists are reconciled (`RedisKeys.reconcileRequests`).
-    public var boardLabelChanges = Set<AccountScoped>()
-    /// Action type of each entry, for metrics by type.
-    public var types: [String: String] = [:]
-    /// Entries left waiting for their account's Trello rate limit (`EventFailure.trelloThrottled`), and how long the
-    /// token must wait: the consumer hands them back after that, in their account's order.
-    public var throttled: [String: Duration] = [:]
-
-    /// Adds what another part of the batch came to.
-    mutating func merge(_ part: BatchOutcome) {
-        done += part.done
-        applied += part.applied
-        retry += part.retry
-        dropped += part.dropped
-        changesWritten += part.changesWritten
-        accountsWithChanges.formUnion(part.accountsWithChanges)
-        boardLabelChanges.formUnion(part.boardLabelChanges)
-        types.merge(part.types) { current, _ in current }
-        throttled.merge(part.throttled) { current, _ in current }
-    }
-}
-
-/// A webhook stream entry as the worker reads it (`WebhookProcessor.decode`): the webhook stream's message.
-public struct WebhookReading: Sendable {
-    public var account: String
-    /// The Trello action's type (for the metrics by type).
-    public var type: String
-    public var actionID: String?
-    public var date: Date
-    public var events: [CardEvent]
-    public var boardID: String?
-    /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
-    public var labelsChangedOnBoard: String? = nil
-    /// Where the ingress enqueued it in a trace (tracing on): the batch's span links to it.
-    public var trace: TraceHeaders? = nil
-}
-
-extension Delivered where Message == WebhookReading {
-    var account: String { message.account }
-    var type: String { message.type }
-    var actionID: String? { message.actionID }
-    var date: Date { message.date }
-    var events: [CardEvent] { message.events }
-    var boardID: String? { message.boardID }
-    var labelsChangedOnBoard: String? { message.labelsChangedOnBoard }
-}
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
 public final class WebhookProcessor: Sendable {
@@ -175,107 +70,9 @@ public final class WebhookProcessor: Sendable {
     /// An entry as the batch reads it: its id on the stream and what it says.
     private typealias Parsed = Delivered<WebhookReading>
 
-    private enum Plan {
-        case apply(CardObservation)
-        /// Read the card from Trello. In no synced list (archived, gone, moved away), it left `knownLists`, the lists it
-        /// may be live in. `trelloList`: the Trello list the payload names (many reads of one list become one read of
-        /// the list: `fetchCards`).
-        case fetch(account: String, cardID: String, boardID: String?, knownLists: [String], trelloList: String?)
-    }
-
-    /// What a card's read needs: its board (for the Priority field) and the list the payload named.
-    struct FetchWant: Sendable {
-        var board: String?
-        var list: String?
-        /// The latest date of the card's events in the batch: a read must hold all of them.
-        var latest: Date = .distantPast
-        /// Its place among the batch's reads: cards are read in the order of their first entry, so an account whose
-        /// token runs out spends what it has on its earliest entries (the ones its order lets through).
-        var order = 0
-    }
-
-    /// A card as processing the batch's earlier entries one at a time would leave it, as far as the planner can tell
-    /// without the store. `known` is the task as read before the batch. Once an entry of the batch changes the card's
-    /// membership (removed, archived, deleted, created, moved, back from the archive), the store's own rules decide
-    /// whether that took (an action delivered late, an echo of our own write), so the card is `unsettled`: every later
-    /// event of it in the batch is resolved from the card as Trello has it, never applied on the strength of its payload.
-    private enum CardView {
-        case known(TaskState?)
-        /// The sync lists the card may be live in now: one of them at most, or none.
-        case unsettled(Set<String>)
-
-        /// The view once the store has applied `o`, whichever way `ChangeApplier`'s guards go.
-        func after(_ o: CardObservation) -> CardView {
-            switch self {
-            case .known(let task):
-                let liveIn = task.flatMap { $0.deleted ? nil : $0.syncListID }
-                let removal: Bool
-                if case .removed = o.kind { removal = true } else { removal = false }
-                if liveIn == o.syncListID {
-                    return removal ? .unsettled([o.syncListID]) : self  // fields of a card live in that list leave it there
-                }
-                if removal { return self }  // not live in that list: the store ignores the removal
-                return .unsettled(Set([o.syncListID] + (liveIn.map { [$0] } ?? [])))
-            case .unsettled(var lists):
-                if case .fields = o.kind { lists.insert(o.syncListID) }
-                return .unsettled(lists)
-            }
-        }
-    }
-
-    /// What `event` of `p` needs, the card seen as `view`: nothing when it concerns no synced list.
-    private func plan(_ event: CardEvent, of p: Parsed, view: CardView, context: BatchContext) -> [Plan] {
-        let list = event.listID.flatMap { context.lists[AccountScoped(p.account, $0)] }
-        let board = event.boardID ?? p.boardID
-        func observation(_ syncListID: String, _ kind: CardObservation.Kind) -> Plan {
-            var o = CardObservation(
-                accountID: p.account, syncListID: syncListID, cardID: event.cardID, actionID: p.actionID, actionDate: p.date, kind: kind)
-            o.previous = event.previous
-            return .apply(o)
-        }
-        switch view {
-        case .known(let task):
-            let liveTask = task.flatMap { $0.deleted ? nil : $0 }
-            let knownLists = liveTask.map { [$0.syncListID] } ?? []
-            switch event.kind {
-            case .removed:
-                guard let syncListID = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil) else { return [] }
-                return [observation(syncListID, .removed)]
-            case .fields(let fields):
-                // The list the payload names, or (when it names none) the one the card is known in.
-                let target = list?.id ?? (event.listID == nil ? liveTask?.syncListID : nil)
-                // A list that filters its cards decides from the whole card: this edit may take it in or out.
-                if let target, let liveTask, liveTask.syncListID == target, !liveTask.listFiltered {
-                    return [observation(target, .fields(fields, full: false))]
-                }
-                // A card we have not seen yet (or not in this list): read it whole.
-                guard list != nil || liveTask != nil else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
-            case .fetch:
-                let boardSynced = board.map { context.boards.contains(AccountScoped(p.account, $0)) } ?? false
-                guard list != nil || liveTask != nil || (event.listID == nil && boardSynced) else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
-            case .membersChanged:
-                // Only a list that filters by member cares who is on the card.
-                let byMember = list.map { !$0.settings.filter.members.isEmpty } ?? (liveTask?.listFiltered ?? false)
-                guard byMember else { return [] }
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: knownLists, trelloList: event.listID)]
-            }
-        case .unsettled(let lists):
-            switch event.kind {
-            case .removed:
-                if let list { return [observation(list.id, .removed)] }
-                guard event.listID == nil else { return [] }
-                return lists.sorted().map { observation($0, .removed) }  // the store removes it from the one it is live in
-            case .fields, .fetch, .membersChanged:
-                return [.fetch(account: p.account, cardID: event.cardID, boardID: board, knownLists: lists.sorted(), trelloList: event.listID)]
-            }
-        }
-    }
-
     /// Processes a batch. Entries of different accounts share nothing in the store (each write takes its accounts'
     /// locks), so a batch of several accounts runs in lanes of whole accounts at once (`accountLanes`): one lane's
-    /// writes are in the database while another's entries are planned (#19: with one batch at a time, the worker's and
+    /// writes are in the database while another's entries are planned (with one batch at a time, the worker's and
     /// PostgreSQL's time added up). An account's entries stay in one lane, in their order.
     public func process(_ batch: [Delivered<WebhookReading>]) async -> BatchOutcome {
         let lanes = Self.lanes(batch, count: accountLanes) { $0.message.account }
@@ -313,7 +110,7 @@ public final class WebhookProcessor: Sendable {
 
     /// What one entry says: its account, action, date and card events; an entry with no account or body, or a body
     /// that is not a Trello action, does not decode (the consumer dead-letters it). Depends on the entry alone: the
-    /// consumer decodes a batch it read ahead while the batch before it is in the store (#19: the JSON parse is about a
+    /// consumer decodes a batch it read ahead while the batch before it is in the store (the JSON parse is about a
     /// sixth of the worker's instructions per event, and there it runs beside the store's round trips).
     public static func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading {
         guard let event = WebhookEvent(fields: entry.fields) else { throw StreamUndecodable("entry has no account or body") }
@@ -367,32 +164,7 @@ public final class WebhookProcessor: Sendable {
         }
 
         var context = firstContext
-        // Which cards to read from Trello. The batch is walked in order, as one-by-one processing would walk it: each
-        // entry is planned against its cards as the entries before it left them (`CardView`). Up to a card's first read
-        // its view is exact; from then on that one read serves every later event of the card.
-        var fetches: [AccountScoped: FetchWant] = [:]
-        var views: [AccountScoped: CardView] = [:]
-        var latest: [AccountScoped: Date] = [:]
-        for p in parsed {
-            var applies: [CardObservation] = []
-            for event in p.events {
-                let key = AccountScoped(p.account, event.cardID)
-                latest[key] = max(latest[key] ?? .distantPast, p.date)
-                guard fetches[key] == nil else { continue }
-                for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
-                    switch planned {
-                    case .apply(let observation): applies.append(observation)
-                    case .fetch(_, _, let boardID, _, let list): fetches[key] = FetchWant(board: boardID, list: list, order: fetches.count)
-                    }
-                }
-            }
-            for o in applies {
-                let key = AccountScoped(o.accountID, o.cardID)
-                views[key] = (views[key] ?? .known(context.tasks[key])).after(o)
-            }
-        }
-
-        for key in Array(fetches.keys) { fetches[key]?.latest = latest[key] ?? .distantPast }
+        let fetches = BatchPlanner(context: context).reads(parsed)
         let fetched = await TrelloWait.$limit.withValue(trelloWait) { await fetchCards(fetches, context: context, known: fetchedBefore) }
         var fetchedCards = fetchedBefore
         for (key, result) in fetched {
@@ -415,87 +187,28 @@ public final class WebhookProcessor: Sendable {
             }
         }
 
-        // Build the observations of every entry that has all it needs, walking the batch in order again, now with what
-        // Trello said. The events of a card that come after one of its events failed wait with it (in the stream).
-        var observations: [CardObservation] = []
-        var applied: [String] = []
-        var dropped: [String] = []
-        var failedCards: [AccountScoped: EntryError] = [:]
-        // An account whose token is throttled: its entries from the first one that waits on, in their order.
-        var throttledAccounts: [String: Duration] = [:]
-        views = [:]
-        for p in parsed {
-            let keys = Set(p.events.map { AccountScoped(p.account, $0.cardID) })
-            if let wait = throttledAccounts[p.account] {
-                outcome.retry.append((p.id, EntryError(.trelloThrottled, "an earlier event of the account waits for its Trello rate limit")))
-                outcome.throttled[p.id] = wait
-                continue
-            }
-            if let earlier = keys.lazy.compactMap({ failedCards[$0] }).first {
-                outcome.retry.append((p.id, EntryError(earlier.failure, "an earlier event of the card failed: \(earlier.message)")))
-                continue
-            }
-            var entryObservations: [CardObservation] = []
-            var failure: EntryError?
-            for event in p.events {
-                let key = AccountScoped(p.account, event.cardID)
-                for planned in plan(event, of: p, view: views[key] ?? .known(context.tasks[key]), context: context) {
-                    switch planned {
-                    case .apply(let observation):
-                        entryObservations.append(observation)
-                    case .fetch(let account, let cardID, _, let knownLists, _):
-                        switch fetched[AccountScoped(account, cardID)] {
-                        case .failure(let error):
-                            failure = EntryError(error.failure, error.message)
-                            if error.failure == .trelloThrottled {
-                                let wait = error.wait ?? .seconds(1)
-                                outcome.throttled[p.id] = max(outcome.throttled[p.id] ?? .zero, wait)
-                                throttledAccounts[p.account] = max(throttledAccounts[p.account] ?? .zero, wait)
-                            }
-                        case .success(let result):
-                            // In a synced list, open, and matching the list's filter: else it is out of every list it was in.
-                            if let result, let list = result.listID.flatMap({ context.lists[AccountScoped(account, $0)] }), !result.closed,
-                                list.settings.filter.admits(result.facts)
-                            {
-                                entryObservations.append(
-                                    CardObservation(
-                                        accountID: account, syncListID: list.id, cardID: cardID, actionID: p.actionID, actionDate: p.date,
-                                        kind: .fields(result.fields, full: true)))
-                            } else {
-                                for listID in knownLists {
-                                    entryObservations.append(
-                                        CardObservation(
-                                            accountID: account, syncListID: listID, cardID: cardID, actionID: p.actionID, actionDate: p.date,
-                                            kind: .removed))
-                                }
-                            }
-                        case nil:
-                            failure = EntryError(.trelloTransient, "card \(cardID) was not fetched")
-                        }
-                    }
-                }
-            }
-            if let failure {
-                outcome.retry.append((p.id, failure))
-                for key in keys { failedCards[key] = failure }
-                continue
-            }
-            for o in entryObservations {
-                let key = AccountScoped(o.accountID, o.cardID)
-                views[key] = (views[key] ?? .known(context.tasks[key])).after(o)
-            }
-            if entryObservations.isEmpty {
-                dropped.append(p.id)
-            } else {
-                observations.append(contentsOf: entryObservations)
-                applied.append(p.id)
-            }
-        }
+        // The observations of every entry that has all it needs, now with what Trello said.
+        let planned = BatchPlanner(context: context).observations(parsed, fetched: fetched)
+        outcome.retry += planned.retry
+        outcome.throttled.merge(planned.throttled) { current, _ in current }
+        var observations = planned.observations
+        let (applied, dropped) = (planned.applied, planned.dropped)
 
         if let echo, !observations.isEmpty {
             observations = await Self.withoutEchoes(observations, context: context, echo: echo, logger: logger)
         }
 
+        return await write(
+            observations, applied: applied, dropped: dropped, outcome: outcome, batch: parsed, fetched: fetchedCards)
+    }
+
+    /// Writes the batch's observations in one store transaction, three attempts at most. When the store refuses an
+    /// entry's data the batch is split (`storeFailed`); when it keeps failing, the applied entries are retried later.
+    private func write(
+        _ observations: [CardObservation], applied: [String], dropped: [String], outcome: BatchOutcome, batch parsed: [Parsed],
+        fetched fetchedCards: [AccountScoped: FetchedCard?]
+    ) async -> BatchOutcome {
+        var outcome = outcome
         var attempt = 0
         while true {
             attempt += 1

@@ -9,7 +9,7 @@ import RoundupStore
 import RoundupStreams
 import RoundupTesting
 
-/// `roundup-chaos hostile`: the figures of issue 14's hostile-traffic scenarios, measured on the real processes, as
+/// `roundup-chaos hostile`: the figures of the hostile-traffic scenarios, measured on the real processes, as
 /// Markdown for docs/RELIABILITY.md. HostileTrafficTests asserts the same outcomes at a smaller scale.
 enum HostileFigures {
     /// The table, and whether every target was met.

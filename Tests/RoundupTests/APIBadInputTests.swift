@@ -650,7 +650,7 @@ import Testing
 extension APIBadInputTests {
     /// Length limits count characters (grapheme clusters), and one character can hold any number of combining marks: a
     /// 200-character `reminder_id` could be hundreds of KB, past PostgreSQL's index entry limit. Every bounded string is
-    /// also bounded in bytes of UTF-8 (issue 43, item 7): refused with 422 naming the field and both bounds, nothing
+    /// also bounded in bytes of UTF-8: refused with 422 naming the field and both bounds, nothing
     /// stored; the same number of characters of one code point each still passes.
     @Test(arguments: StoreBackend.available) func boundedStringsAreBoundedInBytesToo(backend: StoreBackend) async throws {
         try await InProcessAPI.run(store: backend, bootstrapToken: APITests.bootstrap) { api in

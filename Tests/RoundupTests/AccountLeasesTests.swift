@@ -10,7 +10,7 @@ import Testing
 
 @testable import RoundupAPI
 
-/// `AccountLeases` against a real redis-server (issue 43, item 5: leases that heal). A Redis stall longer than a lease's
+/// `AccountLeases` against a real redis-server (item 5: leases that heal). A Redis stall longer than a lease's
 /// lifetime is simulated by its effect: the leases expire in Redis (a short lifetime, nothing renewed meanwhile) or
 /// their key is deleted, while the process still holds them. Two `AccountLeases` over one Redis are two API processes.
 @Suite(.serialized) struct AccountLeasesTests {

@@ -10,7 +10,7 @@ import Testing
 
 @testable import RoundupAPI
 
-/// Where the API's per-request keys live (issue 43, item 7): an account's request counts and token epoch in the
+/// Where the API's per-request keys live: an account's request counts and token epoch in the
 /// account's own slot (`{a:<account>}`), so the requests of a cluster's accounts spread over its primaries instead of
 /// all running their script on the one serving `{auth}`; the throttle of client addresses, asked only for tokens no
 /// process keeps, stays in `{auth}`. Every script names keys of one slot.

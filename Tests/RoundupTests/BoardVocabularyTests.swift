@@ -4,7 +4,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// The board's vocabulary (issue 44, item 5, its first half): `GET /dailyroundup/lists/{id}` gives the board's labels
+/// The board's vocabulary (its first half): `GET /dailyroundup/lists/{id}` gives the board's labels
 /// and Priority options with their levels, read from Trello; an option added after pairing is offered, stored, and
 /// reaches the apps as itself rather than as "no priority". Through the real processes and the fake Trello.
 @Suite(.serialized) struct BoardVocabularyTests {

@@ -10,7 +10,7 @@ import Testing
 
 @testable import RoundupStore
 
-/// The store's rule of `ChangeClaim` (issue 44, item 1), on both stores, with the clock given: a change pulled by one
+/// The store's rule of `ChangeClaim`, on both stores, with the clock given: a change pulled by one
 /// device is that device's until its hold lapses, it gives it back or acks it; a change folded into a newer one passes
 /// its hold on; a pull without a device sees everything and holds nothing.
 @Suite struct ChangeClaimTests {

@@ -4,7 +4,7 @@ import NIOPosix
 import RoundupRedis
 import Testing
 
-/// Learning a cluster's map keeps to the deadline of the command that needs it (issue 43, item 7): each node used to
+/// Learning a cluster's map keeps to the deadline of the command that needs it: each node used to
 /// be given its own connect and command timeouts, so with several silent nodes a 400 ms command waited for seconds.
 /// Seeds that accept connections and never answer (a node hung, or a port that swallows what is sent) need no cluster.
 @Suite struct ClusterRefreshDeadlineTests {

@@ -4,7 +4,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// All-day reminders (issue 44, item 3): a due or start date without a time goes to Trello as noon of that day in the
+/// All-day reminders: a due or start date without a time goes to Trello as noon of that day in the
 /// account's time zone and comes back to the apps as the day while the card holds it; a time set in Trello makes it a
 /// timed date; date-times with an offset are taken and normalised. Through the real processes and the fake Trello.
 @Suite(.serialized) struct DayDatesTests {

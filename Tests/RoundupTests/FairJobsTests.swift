@@ -9,7 +9,7 @@ import Testing
 
 @testable import RoundupStore
 
-/// Issue 43, "fair jobs": a job waiting for a worker is `queued`, and waiting never makes it stale (only a job still
+/// Fair jobs: a job waiting for a worker is `queued`, and waiting never makes it stale (only a job still
 /// queued `JobHeartbeat.queuedLimit` after it was queued is taken for lost); a sync is bounded in the Trello writes it
 /// implies (`SyncWrites`, `ROUNDUP_SYNC_MAX_TRELLO_WRITES`). The end-to-end halves are in `SyncJobTests`.
 @Suite struct FairJobsTests {

@@ -10,7 +10,7 @@ import Testing
 
 @testable import RoundupIngress
 
-/// Fair webhooks (issue 43, item 3): each account holds at most its share of its shard's backlog, in events and in
+/// Fair webhooks: each account holds at most its share of its shard's backlog, in events and in
 /// bytes, and adds events at most at its rate; its neighbours are accepted meanwhile; the share is given back as the
 /// workers remove its entries (acknowledged or dead-lettered), and heals when the shard drains.
 @Suite(.serialized) struct FairWebhooksTests {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import RoundupStore
 
-/// `sync_tasks.field_hashes` is written and read without a `JSONValue` tree (#19): the bytes must stay those of the
+/// `sync_tasks.field_hashes` is written and read without a `JSONValue` tree: the bytes must stay those of the
 /// canonical JSON the tree wrote, and reading must give what the JSON parser gives, for the text the worker writes and
 /// for any other.
 @Suite struct FieldStampsTests {

@@ -91,7 +91,7 @@ extension HostileTrafficTests {
         try await h.shutdown()
     }
 
-    /// The same comparison with the app racing Trello under `lww` (#43 item 6): bursts of archive/unarchive toggles of a
+    /// The same comparison with the app racing Trello under `lww`: bursts of archive/unarchive toggles of a
     /// card, Trello edits of its title, notes and completion (an archived card's too), and the app's own edits synced by
     /// the real sync engine between them, while the worker is down; the worker comes back now and then and the app pulls.
     /// Each drain as one batch ends where it ends one entry at a time, and at the end each side's app holds what its

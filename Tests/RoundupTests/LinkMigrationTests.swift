@@ -4,7 +4,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// Links in the description instead of attachments (#34 item 5): the list setting `move_links_to_notes` for what the
+/// Links in the description instead of attachments: the list setting `move_links_to_notes` for what the
 /// apps send, and the `migrate_links` job for what the cards hold already; through the real processes and the fake Trello.
 @Suite(.serialized) struct LinkMigrationTests {
     /// The migration job's progress is written per card: stale after 12 s without a heartbeat (beats every second), an
@@ -169,7 +169,7 @@ import Testing
         await stack.shutdown()
     }
 
-    // MARK: Issue 43, item 2: the migration and links-to-notes are exact
+    // MARK: The migration and links-to-notes are exact
 
     /// The job's results by card.
     func results(_ job: JSONValue) -> [String: JSONValue] {

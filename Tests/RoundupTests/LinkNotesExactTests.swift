@@ -2,7 +2,7 @@ import RoundupCore
 import RoundupJobs
 import Testing
 
-/// What counts as a link the description holds already (issue 43, item 2): a whole URL, never part of a longer one, and
+/// What counts as a link the description holds already: a whole URL, never part of a longer one, and
 /// a named link with its name; and Trello's 16,384-character limit on what links are appended.
 @Suite struct LinkNotesExactTests {
     static let issue12 = LinkNotes.Link(url: "https://x.example/issue/12", name: "Issue 12 - original crash report")

@@ -6,7 +6,7 @@ import Testing
 
 @testable import RoundupStore
 
-/// A new device starts from the truth (issue 44, item 4): `GET /dailyroundup/lists/{id}/cards` answers, from the store
+/// A new device starts from the truth: `GET /dailyroundup/lists/{id}/cards` answers, from the store
 /// alone, every live card of the list with its reminder and every field as a create carries it, as Trello's edits and
 /// the apps' writes left them; paged by a cursor, each card once.
 @Suite(.serialized) struct ListCardsTests {

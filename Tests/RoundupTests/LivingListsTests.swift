@@ -8,7 +8,7 @@ import RoundupStreams
 import RoundupTesting
 import Testing
 
-/// Lists that live (issue 44, item 6), through the real processes and the fake Trello: a list renamed in Trello is
+/// Lists that live, through the real processes and the fake Trello: a list renamed in Trello is
 /// renamed for the apps, with a push; archived, its pairing pauses (shown to the apps and in `roundupctl lists`, no
 /// reminder deleted, no job written to it); restored, it resumes with a reconciliation.
 @Suite(.serialized) struct LivingListsTests {

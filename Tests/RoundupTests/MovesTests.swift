@@ -5,7 +5,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// Moves both ways (issue 44, item 2), through the real processes and the fake Trello: a card dragged between two
+/// Moves both ways, through the real processes and the fake Trello: a card dragged between two
 /// synced lists, within a board or to another board's, reaches the apps as one `move` of the same reminder; to an
 /// unsynced list it is a delete, from one a create; a reminder moved in the apps moves the same card, with no echo;
 /// a target list that keeps Trello's side moves nothing and says why.

@@ -14,7 +14,7 @@ import Testing
 @testable import RoundupTrello
 
 /// `POST /dailyroundup/lists` asks Trello for the list (`GET /1/lists/{id}?fields=idBoard,name,closed`) before it makes
-/// anything (issue 43, item 7): a list on another board than the one named with it, one Trello does not have, or one
+/// anything: a list on another board than the one named with it, one Trello does not have, or one
 /// archived is refused with 422, and nothing is stored, registered at Trello or routed.
 @Suite struct PairingTests {
     static let bootstrap = "bootstrap-0123456789abcdef"

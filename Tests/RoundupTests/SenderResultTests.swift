@@ -4,7 +4,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// The client keeps its word (issue 44, item 7): a card made or moved from the apps answers its Trello-only values in
+/// The client keeps its word: a card made or moved from the apps answers its Trello-only values in
 /// the job's result for that item, so the device that sent it is not handed a change just to learn them; the account's
 /// other devices are.
 @Suite(.serialized) struct SenderResultTests {

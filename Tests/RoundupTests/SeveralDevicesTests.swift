@@ -5,7 +5,7 @@ import RoundupCore
 import RoundupTesting
 import Testing
 
-/// One person with an iPhone and a Mac on one iCloud account (issue 44, item 1), through the real processes: the
+/// One person with an iPhone and a Mac on one iCloud account, through the real processes: the
 /// iPhone pulls with `device_id`, the Mac streams with it, both at once; a reminder one device makes reaches the other
 /// through "iCloud" a moment later, as it does for people.
 @Suite(.serialized) struct SeveralDevicesTests {

@@ -10,7 +10,7 @@ import RoundupStreams
 import RoundupTesting
 import Testing
 
-/// The apps' API against clients that vanish, stall or lose their token (issue 33), through the real processes: a
+/// The apps' API against clients that vanish, stall or lose their token, through the real processes: a
 /// stream outlives neither its token nor its account, on any API process; every stream's place comes back however its
 /// connection ends; responses nobody reads are ended by the write deadline without the API's memory growing with them;
 /// the limits hold across processes; the authentication throttle refuses guesses only; an account's deletion leaves no

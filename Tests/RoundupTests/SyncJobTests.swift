@@ -691,7 +691,7 @@ extension Stack {
         await stack.shutdown()
     }
 
-    /// Issue 43: four accounts' long jobs kept a fifth account's one-reminder sync from starting, and after 60 s it read
+    /// Four accounts' long jobs kept a fifth account's one-reminder sync from starting, and after 60 s it read
     /// `error: stale` before it ever ran. Here one job slot, stale after 3 s: A's slow job holds the slot while B's
     /// waits twice the stale time — `queued`, not stale — and then runs and completes.
     @Test(arguments: StoreBackend.available) func aJobQueuedLongerThanTheStaleTimeStillRunsAndCompletes(backend: StoreBackend) async throws {

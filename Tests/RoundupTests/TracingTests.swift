@@ -11,7 +11,7 @@ import Testing
 
 @testable import RoundupTrello
 
-/// OpenTelemetry traces (issue 46, item 1): one webhook's path through the real ingress and worker, exported over
+/// OpenTelemetry traces: one webhook's path through the real ingress and worker, exported over
 /// OTLP/HTTP (JSON) to a collector on loopback, found as spans and links; and the rules of the trace context a message
 /// carries.
 @Suite(.serialized) struct TracingTests {

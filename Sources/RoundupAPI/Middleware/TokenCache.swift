@@ -5,7 +5,7 @@ import RoundupRuntime
 import RoundupStreams
 
 /// The accounts of bearer tokens found recently, so that most requests do not ask the store which account a token is
-/// (#19: that query, a round trip to PostgreSQL or a hop to SQLite's reader, was a fifth of a changes page's time).
+/// (that query, a round trip to PostgreSQL or a hop to SQLite's reader, was a fifth of a changes page's time).
 ///
 /// A revoked token must stop working at once, on every API process. So an account found for a token is kept with its
 /// account's **token epoch**, a value in Redis (`RedisKeys.authEpoch(account:)`) that every revocation of the
@@ -86,7 +86,7 @@ struct TokenCache: Sendable {
     /// token is revoked in the store (if Redis cannot be told, the revocation must not happen: this throws) and after
     /// (for a lookup that ran between the two).
     ///
-    /// The epoch's name of before issue 43 (`RedisKeys.legacyAuthEpoch`, in `{auth}`) is advanced too when it exists,
+    /// The epoch's earlier name (`RedisKeys.legacyAuthEpoch`, in `{auth}`) is advanced too when it exists,
     /// for API processes of before that still run during a rolling upgrade and check that one (one that does not exist
     /// is no value any of them kept a token with: they make it before they keep one, as `find` does). Nothing reads it
     /// in this version, so nothing needs moving at start-up: an epoch this version finds missing is made from the clock,
@@ -122,7 +122,7 @@ struct TokenCache: Sendable {
     /// in microseconds: never a value it had before, even after Redis lost writes.
     static let advanceEpoch = RedisScript(name: "token-epoch-advance", source: advanceLua)
 
-    /// The same for the epoch's name of before issue 43, only when it exists (it returns '0' when it does not).
+    /// The same for the epoch's earlier name, only when it exists (it returns '0' when it does not).
     static let advanceLegacyEpoch = RedisScript(
         name: "token-epoch-advance-legacy", source: "if redis.call('EXISTS', KEYS[1]) == 0 then return '0' end\n" + advanceLua)
 

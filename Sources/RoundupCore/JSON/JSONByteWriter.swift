@@ -2,7 +2,7 @@ public import NIOCore
 
 /// Writes JSON text straight into memory a `ByteBuffer` reserved for it (`ByteBuffer.writeJSON(bound:_:)`): a whole
 /// object in one reservation, where a `ByteBuffer` write per literal, string and quote (thirteen per change on the
-/// changes page) paid a capacity check and an exclusivity check each (#19: a seventh of the page's instructions).
+/// changes page) paid a capacity check and an exclusivity check each (a seventh of the page's instructions).
 ///
 /// The caller promises, through the bound it reserves, that everything written fits: `jsonStringBound(_:)` is the
 /// most a string literal can take. Writing past the bound is a programming error and traps.

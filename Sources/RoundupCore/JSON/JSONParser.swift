@@ -185,7 +185,7 @@ public struct JSONParser: ~Copyable {
 
     /// An object, with every member or (`wanted`) only the members named, the others checked and skipped. Members are
     /// gathered first so the table is allocated once at its size: grown one insert at a time, it was rehashed at 1, 2,
-    /// 4, 8... members (a worker's event builds ~30 such tables, 4% of its instructions). A repeated key keeps its
+    /// 4, 8... members (a worker's event builds dozens of such tables). A repeated key keeps its
     /// last value.
     private mutating func objectValue(keeping wanted: [String: JSONSelection]?) throws -> JSONValue {
         var members: [(String, JSONValue)] = []

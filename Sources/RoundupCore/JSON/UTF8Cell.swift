@@ -1,5 +1,5 @@
 /// Text a store lends as its UTF-8 bytes for the time of one call (a column of the row it is reading), so that a
-/// response can be written from it without making a `String` first (#19: making and freeing the nine strings of each
+/// response can be written from it without making a `String` first (making and freeing the nine strings of each
 /// change was a third of a changes page's instructions).
 ///
 /// The bytes need not be valid UTF-8 — SQLite keeps whatever bytes it is given — so every reader checks

@@ -397,8 +397,8 @@ package enum FieldStamps {
     }
 
     /// `sync_tasks.field_hashes`: `{"title":["<hash>",<time>],…}`, the canonical JSON of that object (keys sorted), written
-    /// directly: every event reads and rewrites its card's stamps, and building a `JSONValue` for them took 7% of the
-    /// worker's instructions (#19).
+    /// directly: every event reads and rewrites its card's stamps, and building a `JSONValue` for them was a
+    /// measurable share of the worker's instructions.
     package static func encode(_ stamps: [String: Stamp]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(stamps.count * 64 + 2)
@@ -418,7 +418,7 @@ package enum FieldStamps {
 
     /// The stamps `encode` wrote. The shape it writes (no spaces, no escapes) is read by a scanner of its own; anything
     /// else (text written another way, by hand or by an older version) goes through the JSON parser, as it all did
-    /// before (the parser built a `JSONValue` tree per task: 12% of the worker's instructions, #19). Members that are not
+    /// before (the parser built a `JSONValue` tree per task). Members that are not
     /// a [hash, time] pair are skipped either way.
     package static func decodeStamps(_ text: String) -> [String: Stamp] {
         var text = text

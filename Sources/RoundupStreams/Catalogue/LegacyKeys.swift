@@ -1,7 +1,7 @@
 public import Logging
 public import RoundupRedis
 
-/// The keys of the versions before the layout for Redis Cluster's slots (issue 36), moved at start-up on a standalone
+/// The keys of the versions before the layout for Redis Cluster's slots, moved at start-up on a standalone
 /// Redis (a cluster never held them). The job and push streams, and their dead letters, are renamed, which keeps their
 /// consumer groups and pending entries; if the new stream exists already (a job enqueued by a new API process first),
 /// the old one's entries are appended to it instead, and a job or push that was pending is delivered once more (jobs
@@ -9,7 +9,7 @@ public import RoundupRedis
 /// shards (`ShardedStreamDriver`); the routing tables are published again by every worker at start-up, and the old
 /// ones removed here; other keys (dedupe marks, throttles, echo fingerprints) expire by themselves.
 ///
-/// The API's request counts and token epochs left `{auth}` for their account's slot with issue 43 (`RedisKeys.authEpoch`),
+/// The API's request counts and token epochs left `{auth}` for their account's slot later (`RedisKeys.authEpoch`),
 /// on a cluster too, and are not moved either: a count lives two minutes, and an epoch missing under its new name is
 /// made from Redis's clock, a value no token was ever kept with, so a lost epoch makes processes ask the store again and
 /// never re-validates a revoked token. The old names expire within the hour; until then a revocation advances the old

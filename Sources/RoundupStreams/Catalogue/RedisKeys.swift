@@ -123,7 +123,7 @@ public struct RedisKeys: Sendable {
     public func requestCount(account: String, minute: Int) -> String {
         prefix + "auth:" + Self.accountTag(account) + ":ratelimit:" + String(minute)
     }
-    /// The token epoch's name before issue 43 (all of them in `{auth}`), which API processes of before still read
+    /// The token epoch's earlier name (all of them in `{auth}`), which API processes of before still read
     /// during a rolling upgrade: a revocation advances it too where it exists (`TokenCache.revoke`), so none of them keeps trusting a
     /// revoked token. It expires by itself (an hour after its last advance); drop it once no such process runs.
     public func legacyAuthEpoch(account: String) -> String { prefix + "{auth}:epoch:" + account }
