@@ -1,40 +1,40 @@
-public import Foundation
-public import Hummingbird
-public import Logging
-public import RoundupCore
-public import RoundupJobs
-public import RoundupRedis
-public import RoundupRuntime
+package import Foundation
+package import Hummingbird
+package import Logging
+package import RoundupCore
+package import RoundupJobs
+package import RoundupRedis
+package import RoundupRuntime
 import RoundupStore
-public import RoundupStreams
-public import RoundupTrello
+package import RoundupStreams
+package import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.
-public struct API: Sendable {
-    public struct Options: Sendable {
-        public var publicURL: String
-        public var bootstrapToken: String?
-        public var keys: RedisKeys
-        public var rateLimitPerMinute: Int
+package struct API: Sendable {
+    package struct Options: Sendable {
+        package var publicURL: String
+        package var bootstrapToken: String?
+        package var keys: RedisKeys
+        package var rateLimitPerMinute: Int
         /// A running job whose heartbeat has not moved for this long reads as `error: stale`.
-        public var staleAfter: TimeInterval
+        package var staleAfter: TimeInterval
         /// Failed bearer tokens and bootstrap attempts per client address per minute before 429 (0: no throttle);
         /// `ROUNDUP_AUTH_FAILURE_LIMIT`.
-        public var authFailureLimit: Int
+        package var authFailureLimit: Int
         /// Open change streams and their heartbeat.
-        public var streams: ChangeStreams.Limits
+        package var streams: ChangeStreams.Limits
         /// Exports one account runs at once, on every API process together (`ROUNDUP_EXPORTS_PER_ACCOUNT`).
-        public var exportsPerAccount: Int
+        package var exportsPerAccount: Int
         /// Devices one account may register (`ROUNDUP_DEVICES_PER_ACCOUNT`).
-        public var devicesPerAccount: Int
+        package var devicesPerAccount: Int
         /// The apps a device may register for (`RoundupConfiguration.appBundleIDs`).
-        public var bundleIDs: Set<BundleID>
+        package var bundleIDs: Set<BundleID>
         /// The most Trello writes one sync may imply (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`); 0: no bound.
-        public var syncMaxTrelloWrites = 2000
+        package var syncMaxTrelloWrites = 2000
         /// How long the changes a device pulls are its own (`ROUNDUP_CHANGE_CLAIM_SECONDS`).
-        public var changeClaimSeconds: TimeInterval = 120
+        package var changeClaimSeconds: TimeInterval = 120
 
-        public init(
+        package init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
             authFailureLimit: Int = 30, streams: ChangeStreams.Limits = .init(), exportsPerAccount: Int = 2, devicesPerAccount: Int = 20,
             bundleIDs: Set<BundleID> = []
@@ -65,17 +65,17 @@ public struct API: Sendable {
     /// In front of every route that acts for an account.
     let authentication: AuthenticationMiddleware
     /// The open change streams; a service the process runs (`APIApplication`).
-    public let streams: ChangeStreams
+    package let streams: ChangeStreams
     /// Where jobs are submitted and queued for the workers.
     let jobs: JobQueue
     /// What accounts hold open across API processes (streams, exports); a service the process runs.
-    public let leases: AccountLeases
+    package let leases: AccountLeases
     /// Webhooks at Trello: made with a list, removed with it or its account.
     let webhooks: WebhookRegistrar
     /// A list paired whole or not at all.
     let pairing: ListPairing
 
-    public init(
+    package init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
         metricsText: @escaping @Sendable () -> String = { "" }
     ) {
@@ -103,7 +103,7 @@ public struct API: Sendable {
     }
 
     /// The router: request ids, request logs, errors as the JSON envelope, request metrics, then one route collection per resource.
-    public func router() -> Router<APIRequestContext> {
+    package func router() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         // Every request's lines carry its `X-Request-Id` (`request_id`); headers are never logged.
         router.add(middleware: RequestIDMiddleware())
@@ -148,19 +148,19 @@ public struct API: Sendable {
     }
 
     /// Every route as Hummingbird registers it (path templates with `{parameter}`).
-    public var routes: [Router<APIRequestContext>.RouteDescription] {
+    package var routes: [Router<APIRequestContext>.RouteDescription] {
         let router = Router(context: APIRequestContext.self)
         addRoutes(to: router)
         return router.routes
     }
 
     /// "METHOD /path" for each route; the OpenAPI test compares them with docs/openapi.yaml.
-    public var routeNames: [String] { routes.map { "\($0.method.rawValue) \($0.path.description)" } }
+    package var routeNames: [String] { routes.map { "\($0.method.rawValue) \($0.path.description)" } }
 }
 
 extension API.Options {
     /// The options `roundup-api` runs with, from its configuration.
-    public init(configuration: RoundupConfiguration, publicURL: String) {
+    package init(configuration: RoundupConfiguration, publicURL: String) {
         self.init(
             publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
             rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),

@@ -2,23 +2,23 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdCore
-public import Logging
+package import Logging
 import NIOCore
 import NIOHTTPTypes
-public import Prometheus
+package import Prometheus
 import RoundupCore
 import RoundupDatabase
 import RoundupJobs
 import RoundupRedis
-public import RoundupRuntime
+package import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 import RoundupTrello
 import ServiceLifecycle
 
 /// Everything `roundup-api` runs, wired from the configuration.
-public enum APIApplication {
-    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+package enum APIApplication {
+    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
         }

@@ -1,10 +1,10 @@
 import NIOCore
-public import NIOHTTPTypes
-public import RoundupRuntime
+package import NIOHTTPTypes
+package import RoundupRuntime
 
 // Hummingbird's channel carries the HTTP-types parts; the deadline handler only needs to know where a part stands.
 extension HTTPRequestPart: HTTPDeadlineInbound {
-    public var deadlinePhase: HTTPMessagePhase {
+    package var deadlinePhase: HTTPMessagePhase {
         switch self {
         case .head: .head
         case .body: .body
@@ -14,7 +14,7 @@ extension HTTPRequestPart: HTTPDeadlineInbound {
 }
 
 extension HTTPResponsePart: HTTPDeadlineOutbound {
-    public var endsMessage: Bool {
+    package var endsMessage: Bool {
         if case .end = self { return true }
         return false
     }

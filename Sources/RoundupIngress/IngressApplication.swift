@@ -1,15 +1,15 @@
-public import Logging
+package import Logging
 import NIOCore
-public import Prometheus
+package import Prometheus
 import RoundupCore
 import RoundupRedis
-public import RoundupRuntime
+package import RoundupRuntime
 import RoundupStreams
 import ServiceLifecycle
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.
-public enum IngressApplication {
-    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+package enum IngressApplication {
+    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: webhook signatures are computed over it")
         }

@@ -1,12 +1,12 @@
-public import Foundation
-public import RoundupCore
+package import Foundation
+package import RoundupCore
 import RoundupRuntime
-public import RoundupStore
+package import RoundupStore
 
 /// `roundupctl jobs`: a background job as operators read it (status, progress, heartbeat age, stale or not). A queued
 /// job has no heartbeat yet: it shows how long it has waited for a worker instead (`queued_s`).
-public enum JobsReport {
-    public static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
+package enum JobsReport {
+    package static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
         let age = Timestamp.date(job.updatedAt).map { JSONValue.number((now.timeIntervalSince($0) * 10).rounded() / 10) } ?? .null
         let queued = job.status == .queued
         return .object([
@@ -19,7 +19,7 @@ public enum JobsReport {
     }
 
     /// One line for people; stored text made safe for a terminal.
-    public static func line(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> String {
+    package static func line(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> String {
         let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
         let since = job.status == .queued ? "waiting for a worker for \(age)" : "heartbeat \(age) ago"
         let stale = job.isStale(now: now, after: staleAfter) ? " (STALE)" : ""
@@ -29,12 +29,12 @@ public enum JobsReport {
     }
 
     /// Whether a job will still change: queued (its entry not lost) or running with a live heartbeat.
-    public static func isUnderWay(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
+    package static func isUnderWay(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
         !job.status.hasEnded && !job.isStale(now: now, after: staleAfter)
     }
 
     /// Whether a job ended badly: with an error, or its worker gone (stale).
-    public static func failed(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
+    package static func failed(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
         job.status == .error || job.isStale(now: now, after: staleAfter)
     }
 }

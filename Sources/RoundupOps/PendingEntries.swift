@@ -1,23 +1,23 @@
 import Foundation
-public import RoundupCore
-public import RoundupRedis
+package import RoundupCore
+package import RoundupRedis
 import RoundupRuntime
-public import RoundupStreams
+package import RoundupStreams
 
 /// An entry delivered to a consumer and not yet acknowledged: being worked on, or failing and waiting to be retried.
-public struct PendingEntry: Sendable, Equatable {
-    public var id: String
-    public var consumer: String
-    public var idleMilliseconds: Int
+package struct PendingEntry: Sendable, Equatable {
+    package var id: String
+    package var consumer: String
+    package var idleMilliseconds: Int
     /// Deliveries so far; at `ROUNDUP_MAX_DELIVERIES` a webhook event goes to the dead letters.
-    public var deliveries: Int
+    package var deliveries: Int
     /// The last error recorded for it (webhook events only); nil while none was.
-    public var lastError: String?
+    package var lastError: String?
     /// What the entry is about, read from its fields: its account, and its event type or job kind.
-    public var account: String?
-    public var type: String?
+    package var account: String?
+    package var type: String?
 
-    public var json: JSONValue {
+    package var json: JSONValue {
         .object([
             "id": .string(id), "consumer": .string(consumer), "idle_ms": .number(Double(idleMilliseconds)), "deliveries": .number(Double(deliveries)),
             "last_error": lastError.json, "account": account.json, "type": type.json,
@@ -26,11 +26,11 @@ public struct PendingEntry: Sendable, Equatable {
 }
 
 /// `roundupctl pending`: a stream's pending entries, oldest first, with their delivery counts and last errors.
-public enum PendingInspector {
+package enum PendingInspector {
     /// Up to `limit` pending entries after `after` (exclusive; nil: from the oldest), optionally only those delivered at
     /// least `minDeliveries` times, shard after shard for the webhook stream (ids `<shard>:<id>`). Returns them and the
     /// id to continue after, nil at the end.
-    public static func page(
+    package static func page(
         _ stream: RoundupStream, redis: RedisClient, keys: RedisKeys, after: String? = nil, limit: Int, minDeliveries: Int = 1
     ) async throws -> (entries: [PendingEntry], next: String?) {
         let parts = stream.parts(keys)

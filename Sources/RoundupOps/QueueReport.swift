@@ -1,39 +1,39 @@
-public import Foundation
-public import RoundupCore
-public import RoundupRedis
+package import Foundation
+package import RoundupCore
+package import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-public import RoundupStreams
+package import RoundupStreams
 
 /// What `roundupctl queues` shows for one stream and its consumer group.
-public struct StreamReport: Sendable, Equatable {
-    public struct Consumer: Sendable, Equatable {
-        public var name: String
-        public var pending: Int
-        public var idleMilliseconds: Int
+package struct StreamReport: Sendable, Equatable {
+    package struct Consumer: Sendable, Equatable {
+        package var name: String
+        package var pending: Int
+        package var idleMilliseconds: Int
     }
 
     /// The name operators use (`roundupctl pause webhooks`).
-    public var name: RoundupStream
+    package var name: RoundupStream
     /// Its Redis key (the webhook stream's shards: `…stream:webhooks:{wh00…wh63}`).
-    public var stream: String
-    public var group: String
-    public var length: Int
+    package var stream: String
+    package var group: String
+    package var length: Int
     /// Entries not yet delivered to any consumer of the group.
-    public var lag: Int?
+    package var lag: Int?
     /// Delivered, not yet acknowledged.
-    public var pending: Int
-    public var oldestPendingAgeMilliseconds: Int?
+    package var pending: Int
+    package var oldestPendingAgeMilliseconds: Int?
     /// How long the oldest entry not yet delivered has waited; nil when none waits.
-    public var oldestWaitingAgeMilliseconds: Int?
-    public var consumers: [Consumer]
-    public var deadLetters: Int
+    package var oldestWaitingAgeMilliseconds: Int?
+    package var consumers: [Consumer]
+    package var deadLetters: Int
     /// Since when an operator paused it; nil while it runs.
-    public var pausedSince: Date?
+    package var pausedSince: Date?
     /// Each shard's own figures (the webhook stream's, when asked for); empty otherwise.
-    public var shards: [StreamReport] = []
+    package var shards: [StreamReport] = []
 
-    public var json: JSONValue {
+    package var json: JSONValue {
         var object: [String: JSONValue] = [
             "name": .string(name.rawValue), "stream": .string(stream), "group": .string(group), "length": .number(Double(length)),
             "lag": lag.map { .number(Double($0)) } ?? .null, "pending": .number(Double(pending)),
@@ -52,10 +52,10 @@ public struct StreamReport: Sendable, Equatable {
     }
 }
 
-public enum QueueInspector {
+package enum QueueInspector {
     /// The three streams, in the order `RoundupStream` lists them, with the operators' pauses; with `perShard`, each
     /// webhook shard's own figures too.
-    public static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false) async throws -> [StreamReport] {
+    package static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false) async throws -> [StreamReport] {
         let paused = try await StreamPauses(redis: redis, keys: keys).current()
         var reports: [StreamReport] = []
         for stream in RoundupStream.allCases {
@@ -70,7 +70,7 @@ public enum QueueInspector {
     /// every shard, and its idle time, the least), from XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count,
     /// oldest), XINFO CONSUMERS, the oldest waiting entry, dead letters (of jobs and pushes: entries that did not
     /// decode; a failing job ends with its error in the store). One pipeline per primary.
-    public static func report(
+    package static func report(
         _ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false
     ) async throws -> StreamReport {
         let parts = name.parts(keys)
@@ -156,7 +156,7 @@ public enum QueueInspector {
     }
 
     /// A table for people.
-    public static func table(_ report: StreamReport) -> String {
+    package static func table(_ report: StreamReport) -> String {
         var lines = [
             "stream        \(report.name.rawValue)  (\(report.stream), group \(report.group))\(report.pausedSince.map { "  PAUSED since \(Timestamp.string($0))" } ?? "")",
             "length        \(report.length)",

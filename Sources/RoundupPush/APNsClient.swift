@@ -1,32 +1,32 @@
-public import Foundation
-public import Logging
+package import Foundation
+package import Logging
 import NIOConcurrencyHelpers
-public import NIOCore
+package import NIOCore
 import NIOHPACK
 import NIOHTTP2
-public import NIOPosix
+import NIOPosix
 import NIOSSL
 import RoundupCore
 
 /// One notification for one device token.
-public struct APNsRequest: Sendable {
-    public enum PushType: String, Sendable {
+package struct APNsRequest: Sendable {
+    package enum PushType: String, Sendable {
         case background
         case alert
     }
 
-    public var deviceToken: String
-    public var topic: String
-    public var pushType: PushType
-    public var payload: ByteBuffer
-    public var expiration: Date
-    public var collapseID: String?
+    package var deviceToken: String
+    package var topic: String
+    package var pushType: PushType
+    package var payload: ByteBuffer
+    package var expiration: Date
+    package var collapseID: String?
     /// Sent as `apns-id`; kept across retries, so a push is recognisable in APNs' logs.
-    public var id: UUID = UUID()
+    package var id: UUID = UUID()
 
-    public var priority: Int { pushType == .background ? 5 : 10 }
+    package var priority: Int { pushType == .background ? 5 : 10 }
 
-    public init(deviceToken: String, topic: String, pushType: PushType, payload: ByteBuffer, expiration: Date, collapseID: String? = nil) {
+    package init(deviceToken: String, topic: String, pushType: PushType, payload: ByteBuffer, expiration: Date, collapseID: String? = nil) {
         self.deviceToken = deviceToken
         self.topic = topic
         self.pushType = pushType
@@ -36,21 +36,21 @@ public struct APNsRequest: Sendable {
     }
 }
 
-public struct APNsResponse: Sendable, Equatable {
-    public var status: Int
+package struct APNsResponse: Sendable, Equatable {
+    package var status: Int
     /// APNs' `reason` (`Unregistered`, `BadDeviceToken`, …); nil on success.
-    public var reason: String?
-    public var apnsID: String?
+    package var reason: String?
+    package var apnsID: String?
 }
 
-public enum APNsError: Error, Sendable, CustomStringConvertible {
+package enum APNsError: Error, Sendable, CustomStringConvertible {
     /// APNs did not process the request (refused by GOAWAY, or the stream could not be opened): safe to send again.
     case notProcessed(String)
     /// No answer in time, or the connection broke mid-request: APNs may or may not have it.
     case noResponse(NoResponse)
 
     /// Why a request sent got no answer.
-    public enum NoResponse: Sendable, Equatable, CustomStringConvertible {
+    package enum NoResponse: Sendable, Equatable, CustomStringConvertible {
         /// Nothing within the request's timeout: the connection has stopped answering.
         case timedOut(milliseconds: Int64)
         /// APNs reset the stream (its HTTP/2 error code).
@@ -60,12 +60,12 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
         /// The stream failed (its error).
         case streamFailed(String)
 
-        public var isTimeout: Bool {
+        package var isTimeout: Bool {
             if case .timedOut = self { return true }
             return false
         }
 
-        public var description: String {
+        package var description: String {
             switch self {
             case .timedOut(let ms): return "no answer within \(ms) ms"
             case .streamReset(let code): return "stream reset: \(code)"
@@ -75,7 +75,7 @@ public enum APNsError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .notProcessed(let why): return "not processed: \(why)"
         case .noResponse(let why): return "no response: \(why)"
@@ -435,11 +435,11 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
 
 /// A small pool of long-lived connections to one APNs endpoint, used round-robin; a connection that went away
 /// (GOAWAY, closed) is replaced on next use.
-public final class APNsClient: Sendable {
-    public struct Endpoint: Sendable {
-        public var host: String
-        public var port: Int
-        public init(url: String) throws {
+package final class APNsClient: Sendable {
+    package struct Endpoint: Sendable {
+        package var host: String
+        package var port: Int
+        package init(url: String) throws {
             guard let components = URLComponents(string: url), components.scheme == "https", let host = components.host else {
                 throw APNsError.notProcessed("bad APNs URL \(url)")
             }
@@ -459,7 +459,7 @@ public final class APNsClient: Sendable {
     private let ready: [NIOLockedValueBox<APNsConnection?>]
     private let next = NIOLockedValueBox(0)
 
-    public init(
+    package init(
         endpoint: Endpoint, caFile: String?, connections: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         timeout: TimeAmount = .seconds(10), logger: Logger
     ) throws {
@@ -513,12 +513,12 @@ public final class APNsClient: Sendable {
     }
 
     /// Sends once (no retry here: the caller decides by the outcome).
-    public func send(_ request: APNsRequest, token: String) async throws -> APNsResponse {
+    package func send(_ request: APNsRequest, token: String) async throws -> APNsResponse {
         let connection = try await connection()
         return try await connection.send(request, host: endpoint.host, token: token, timeout: timeout)
     }
 
-    public func shutdown() {
+    package func shutdown() {
         for box in ready { box.withLockedValue { $0 = nil } }
         for slot in slots {
             slot.withLockedValue { future in

@@ -1,25 +1,25 @@
 import Foundation
-public import Logging
+package import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
-public import RoundupCore
-public import RoundupRedis
+package import RoundupCore
+package import RoundupRedis
 import RoundupRuntime
-public import RoundupStore
-public import RoundupStreams
-public import ServiceLifecycle
+package import RoundupStore
+package import RoundupStreams
+import ServiceLifecycle
 import Tracing
 
 /// One app the pusher sends for: its topic (bundle id), its team's provider token, and its own connections to each
 /// APNs environment (a provider token signs for its team's apps only, so apps never share a connection).
-public struct APNsApp: Sendable {
-    public let topic: String
+package struct APNsApp: Sendable {
+    package let topic: String
     let tokens: APNsTokenProvider
     let production: APNsClient
     let sandbox: APNsClient
 
-    public init(topic: String, tokens: APNsTokenProvider, production: APNsClient, sandbox: APNsClient) {
+    package init(topic: String, tokens: APNsTokenProvider, production: APNsClient, sandbox: APNsClient) {
         self.topic = topic
         self.tokens = tokens
         self.production = production
@@ -33,22 +33,22 @@ public struct APNsApp: Sendable {
 }
 
 /// The apps the pusher sends for, chosen by the bundle id a device registered with (none: the default app).
-public struct APNsApps: Sendable {
-    public let defaultApp: APNsApp
+package struct APNsApps: Sendable {
+    package let defaultApp: APNsApp
     let others: [BundleID: APNsApp]
 
-    public init(defaultApp: APNsApp, others: [BundleID: APNsApp] = [:]) {
+    package init(defaultApp: APNsApp, others: [BundleID: APNsApp] = [:]) {
         self.defaultApp = defaultApp
         self.others = others
     }
 
     /// The app of a device; nil when the server has no credentials for its bundle id.
-    public func app(for bundleID: BundleID?) -> APNsApp? {
+    package func app(for bundleID: BundleID?) -> APNsApp? {
         guard let bundleID, bundleID.rawValue != defaultApp.topic else { return defaultApp }
         return others[bundleID]
     }
 
-    public func shutdown() {
+    package func shutdown() {
         defaultApp.shutdown()
         for app in others.values { app.shutdown() }
     }
@@ -57,8 +57,8 @@ public struct APNsApps: Sendable {
 /// Sends one notification with the response rules APNs asks for: 200 done; 410 `Unregistered`, 400 `BadDeviceToken`
 /// or `DeviceTokenNotForTopic` remove the device and never retry; 403 `ExpiredProviderToken` renews the token once and
 /// retries; 429, 500, 503 and requests APNs did not process retry with backoff; 413 is dropped and logged.
-public struct PushSender: Sendable {
-    public enum Outcome: Sendable, Equatable {
+package struct PushSender: Sendable {
+    package enum Outcome: Sendable, Equatable {
         case sent
         case deviceRemoved(String)
         case dropped(String)
@@ -69,7 +69,7 @@ public struct PushSender: Sendable {
     let maxAttempts: Int
     let logger: Logger
 
-    public init(apps: APNsApps, maxAttempts: Int = 5, logger: Logger) {
+    package init(apps: APNsApps, maxAttempts: Int = 5, logger: Logger) {
         self.apps = apps
         self.maxAttempts = maxAttempts
         self.logger = logger
@@ -80,7 +80,7 @@ public struct PushSender: Sendable {
     }
 
     /// Sends `request` (its topic the app's) with the app's token, on the app's connections to the environment.
-    public func send(_ request: APNsRequest, app: APNsApp, sandbox useSandbox: Bool) async -> Outcome {
+    package func send(_ request: APNsRequest, app: APNsApp, sandbox useSandbox: Bool) async -> Outcome {
         let client = useSandbox ? app.sandbox : app.production
         let tokens = app.tokens
         var renewed = false
@@ -141,12 +141,12 @@ public struct PushSender: Sendable {
 /// roundup-pusher's loop on the push stream (consumer group `pushers`): each entry asks for a push to an account's
 /// devices (all but the one whose sync caused it). Background pushes are coalesced per device: at most one per window,
 /// the rest folded into one sent when the window ends (a deferred set in Redis, shared by every pusher process).
-public struct PushConsumer: Service {
-    public struct Options: Sendable {
-        public var keys: RedisKeys
-        public var consumer: String
-        public var window: Duration
-        public init(keys: RedisKeys, consumer: String, window: Duration) {
+package struct PushConsumer: Service {
+    package struct Options: Sendable {
+        package var keys: RedisKeys
+        package var consumer: String
+        package var window: Duration
+        package init(keys: RedisKeys, consumer: String, window: Duration) {
             self.keys = keys
             self.consumer = consumer
             self.window = window
@@ -160,7 +160,7 @@ public struct PushConsumer: Service {
     let pauses: PauseWatcher?
     let logger: Logger
 
-    public init(
+    package init(
         options: Options, redis: RedisClient, store: any DeviceRepository, sender: PushSender, pauses: PauseWatcher? = nil, logger: Logger
     ) {
         self.pauses = pauses
@@ -183,7 +183,7 @@ public struct PushConsumer: Service {
             logger: logger)
     }
 
-    public func run() async throws {
+    package func run() async throws {
         await withDiscardingTaskGroup { tasks in
             tasks.addTask { await self.deferredLoop() }
             await consumer.run(.push, pauses: pauses)

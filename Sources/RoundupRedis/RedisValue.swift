@@ -1,7 +1,7 @@
-public import NIOCore
+package import NIOCore
 
 /// A decoded RESP reply.
-public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
+package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     case status(String)
     case error(String)
     case integer(Int)
@@ -9,7 +9,7 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     case null
     case array([RedisValue])
 
-    public var string: String? {
+    package var string: String? {
         switch self {
         case .status(let s): return s
         case .bulk(let bytes): return String(decoding: bytes, as: UTF8.self)
@@ -18,7 +18,7 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    public var int: Int? {
+    package var int: Int? {
         switch self {
         case .integer(let i): return i
         case .bulk, .status: return string.flatMap { Int($0) }
@@ -26,12 +26,12 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    public var array: [RedisValue]? {
+    package var array: [RedisValue]? {
         if case .array(let values) = self { return values }
         return nil
     }
 
-    public var bytes: [UInt8]? {
+    package var bytes: [UInt8]? {
         switch self {
         case .bulk(let b): return b
         case .status(let s): return Array(s.utf8)
@@ -40,17 +40,17 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// An error reply's text (without its `-`), else nil.
-    public var errorReply: String? {
+    package var errorReply: String? {
         if case .error(let text) = self { return text }
         return nil
     }
 
-    public var isNull: Bool {
+    package var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .status(let s): return "+\(s)"
         case .error(let e): return "-\(e)"
@@ -63,7 +63,7 @@ public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// One argument of a command: bytes, written as a RESP bulk string.
-public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
+package struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
     @usableFromInline var storage: Storage
     @usableFromInline enum Storage: Sendable {
         case string(String)
@@ -71,12 +71,12 @@ public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleBy
         case buffer(ByteBuffer)
     }
 
-    public init(_ string: String) { storage = .string(string) }
-    public init(bytes: [UInt8]) { storage = .bytes(bytes) }
-    public init(buffer: ByteBuffer) { storage = .buffer(buffer) }
-    public init(_ int: Int) { storage = .string(String(int)) }
-    public init(stringLiteral value: String) { storage = .string(value) }
-    public init(integerLiteral value: Int) { storage = .string(String(value)) }
+    package init(_ string: String) { storage = .string(string) }
+    package init(bytes: [UInt8]) { storage = .bytes(bytes) }
+    package init(buffer: ByteBuffer) { storage = .buffer(buffer) }
+    package init(_ int: Int) { storage = .string(String(int)) }
+    package init(stringLiteral value: String) { storage = .string(value) }
+    package init(integerLiteral value: Int) { storage = .string(String(value)) }
 
     /// How many bytes the argument itself holds.
     @usableFromInline var byteCount: Int {
@@ -138,24 +138,24 @@ public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleBy
 }
 
 /// A command: its name and arguments, encoded as a RESP array of bulk strings.
-public struct RedisCommand: Sendable {
-    public var arguments: [RedisArgument]
+package struct RedisCommand: Sendable {
+    package var arguments: [RedisArgument]
 
-    public init(_ name: String, _ arguments: [RedisArgument] = []) {
+    package init(_ name: String, _ arguments: [RedisArgument] = []) {
         self.arguments = [RedisArgument(name)] + arguments
     }
 
-    public init(_ name: String, _ arguments: RedisArgument...) {
+    package init(_ name: String, _ arguments: RedisArgument...) {
         self.init(name, arguments)
     }
 
     /// A command whose arguments, name first, are already in one array.
-    public init(nameAndArguments: [RedisArgument]) {
+    package init(nameAndArguments: [RedisArgument]) {
         self.arguments = nameAndArguments
     }
 
     /// The command name, for errors and logs (arguments are never logged: they may hold secrets).
-    public var name: String {
+    package var name: String {
         if case .string(let s) = arguments.first?.storage { return s }
         return "?"
     }

@@ -1,129 +1,129 @@
-public import Foundation
-public import Logging
-public import RoundupCore
-public import RoundupRedis
+import Foundation
+package import Logging
+package import RoundupCore
+package import RoundupRedis
 
 /// Every setting of every process, read from the environment in one place. docs/CONFIGURATION.md documents each key
 /// (`ConfigurationReferenceTests` holds the two to the same keys).
-public struct RoundupConfiguration: Sendable {
-    public var redisURL: String
+package struct RoundupConfiguration: Sendable {
+    package var redisURL: String
     /// `ROUNDUP_REDIS_CLUSTER=true`: `redisURL` names a Redis Cluster (several seed nodes may be listed).
-    public var redisCluster: Bool
-    public var redisPrefix: String
-    public var redisCAFile: String?
+    package var redisCluster: Bool
+    package var redisPrefix: String
+    package var redisCAFile: String?
     /// `ROUNDUP_REDIS_WAIT_REPLICAS`: replicas that must acknowledge an accepted webhook before the ingress answers 200
     /// (`auto`, the default: one whenever the primary has a replica; 0: never wait), within `redisWaitTimeoutMilliseconds`.
-    public var redisWaitReplicas: RedisReplicaWait.Count
-    public var redisWaitTimeoutMilliseconds: Int
-    public var databaseURL: String
-    public var publicURL: String?
-    public var trelloAPIURL: String
-    public var host: String
-    public var ingressPort: Int
-    public var workerPort: Int
-    public var logLevel: Logger.Level
-    public var logFormat: RoundupLogHandler.Format
+    package var redisWaitReplicas: RedisReplicaWait.Count
+    package var redisWaitTimeoutMilliseconds: Int
+    package var databaseURL: String
+    package var publicURL: String?
+    package var trelloAPIURL: String
+    package var host: String
+    package var ingressPort: Int
+    package var workerPort: Int
+    package var logLevel: Logger.Level
+    package var logFormat: RoundupLogHandler.Format
     /// Seconds a process may take to finish in-flight work after SIGTERM.
-    public var shutdownTimeoutSeconds: Int
+    package var shutdownTimeoutSeconds: Int
     /// Seconds an accepted action id is remembered for deduplication.
-    public var dedupeTTLSeconds: Int
+    package var dedupeTTLSeconds: Int
     /// Deliveries of one event before it goes to the dead-letter stream.
-    public var maxDeliveries: Int
+    package var maxDeliveries: Int
     /// Milliseconds a pending entry may sit with a consumer before another worker reclaims it.
-    public var claimIdleMilliseconds: Int
+    package var claimIdleMilliseconds: Int
     /// Entries read per batch.
-    public var workerBatchSize: Int
+    package var workerBatchSize: Int
     /// A batch of several accounts is processed in this many lanes of whole accounts at once (1: one at a time).
-    public var workerAccountLanes: Int
+    package var workerAccountLanes: Int
     /// A batch wanting this many cards of one list reads the list instead (`WebhookProcessor.fetchCards`).
-    public var workerListReadMin: Int
+    package var workerListReadMin: Int
     /// How long a batch's card read waits for its account's Trello rate limit before the entries needing it are left
     /// in the stream (`ROUNDUP_WORKER_TRELLO_WAIT_MS`).
-    public var workerTrelloWaitMilliseconds: Int
+    package var workerTrelloWaitMilliseconds: Int
     /// How long a sync job runs before it gives its turn back while other jobs wait (`ROUNDUP_JOB_TURN_SECONDS`).
-    public var jobTurnSeconds: Int
+    package var jobTurnSeconds: Int
     /// The consumer name of this worker in the group; defaults to host name and process id.
-    public var workerConsumerName: String
-    public var apiPort: Int
+    package var workerConsumerName: String
+    package var apiPort: Int
     /// The token that allows `POST /dailyroundup/account`; nil turns account creation off.
-    public var bootstrapToken: String?
+    package var bootstrapToken: String?
     /// The password of `roundupctl dashboard` (HTTP Basic); required when it listens beyond loopback.
-    public var dashboardToken: String?
+    package var dashboardToken: String?
     /// The viewer's password of the dashboard: sees every page, changes nothing (needs `dashboardToken`).
-    public var dashboardViewerToken: String?
+    package var dashboardViewerToken: String?
     /// The path the dashboard is served under behind a proxy (`/ops/roundup`), or "" at the root.
-    public var dashboardBasePath: String
+    package var dashboardBasePath: String
     /// Requests per minute one account may make to the API.
-    public var apiRateLimit: Int
+    package var apiRateLimit: Int
     /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
-    public var authFailureLimit: Int
+    package var authFailureLimit: Int
     /// Open change streams (`GET /dailyroundup/changes/stream`) one API process holds in all, and per account.
-    public var maxStreams: Int
-    public var maxStreamsPerAccount: Int
+    package var maxStreams: Int
+    package var maxStreamsPerAccount: Int
     /// Seconds between a change stream's heartbeats (a comment line that keeps proxies from closing it; each one
     /// also reads the store, so a lost announcement delays a change by this much at most).
-    public var streamHeartbeatSeconds: Int
+    package var streamHeartbeatSeconds: Int
     /// A change stream ends after this many seconds whatever it does; its client reconnects from its last id.
-    public var streamMaxSeconds: Int
+    package var streamMaxSeconds: Int
     /// How long the changes a device pulls (or streams) with `device_id` are its own before another device of the
     /// account may have them (a queue's visibility timeout).
-    public var changeClaimSeconds: Int
+    package var changeClaimSeconds: Int
     /// Exports (`GET /dailyroundup/account/export`) one account runs at once on every API process together.
-    public var exportsPerAccount: Int
+    package var exportsPerAccount: Int
     /// Devices one account may register.
-    public var devicesPerAccount: Int
+    package var devicesPerAccount: Int
     /// The apps a device may register for (`bundle_id`): `ROUNDUP_APP_BUNDLE_IDS`, `ROUNDUP_APNS_TOPIC` and the topics
     /// of `ROUNDUP_APNS_APPS_FILE`.
-    public var appBundleIDs: Set<BundleID>
+    package var appBundleIDs: Set<BundleID>
     /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
-    public var jobStaleSeconds: Int
+    package var jobStaleSeconds: Int
     /// How often a running job's heartbeat (`updated_at`) advances.
-    public var jobHeartbeatSeconds: Int
+    package var jobHeartbeatSeconds: Int
     /// Sync jobs one worker runs at once (each belongs to a different account).
-    public var jobConcurrency: Int
+    package var jobConcurrency: Int
     /// The most Trello writes one `POST /dailyroundup/sync` may imply (its changes' cards, fields, check items and
     /// links); more is refused with 413, so no job holds a worker's slot for long. 0: no bound.
-    public var syncMaxTrelloWrites: Int
+    package var syncMaxTrelloWrites: Int
     /// Trello requests per token, and per API key, in any 10-second window, shared by every process through Redis.
-    public var trelloTokenLimit: Int
-    public var trelloKeyLimit: Int
+    package var trelloTokenLimit: Int
+    package var trelloKeyLimit: Int
     /// Seconds a fingerprint of our own Trello write is kept, so its webhook echo is recognised.
-    public var echoTTLSeconds: Int
+    package var echoTTLSeconds: Int
     /// APNs (roundup-pusher): the .p8 key, its id, the team, the app's bundle id, the endpoints.
-    public var apnsKeyFile: String?
-    public var apnsKeyID: String?
-    public var apnsTeamID: String?
-    public var apnsTopic: String?
+    package var apnsKeyFile: String?
+    package var apnsKeyID: String?
+    package var apnsTeamID: String?
+    package var apnsTopic: String?
     /// More apps the pusher sends for, beside the one above (`ROUNDUP_APNS_APPS_FILE`).
-    public var apnsApps: [APNsAppCredentials]
-    public var apnsURL: String
-    public var apnsSandboxURL: String
-    public var apnsCAFile: String?
-    public var apnsConnections: Int
-    public var pusherPort: Int
+    package var apnsApps: [APNsAppCredentials]
+    package var apnsURL: String
+    package var apnsSandboxURL: String
+    package var apnsCAFile: String?
+    package var apnsConnections: Int
+    package var pusherPort: Int
     /// At most one background push per device in this window.
-    public var pushWindowSeconds: Int
+    package var pushWindowSeconds: Int
     /// What roundup-pusher does without its APNs credentials: exit 78 (`fail`, for systemd), or serve only its health
     /// and metrics, not ready, and send nothing (`idle`, for a pod whose other containers must run without them).
-    public var pusherWithoutAPNs: PusherWithoutAPNs
+    package var pusherWithoutAPNs: PusherWithoutAPNs
     /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
-    public var reconcileIntervalSeconds: Int
+    package var reconcileIntervalSeconds: Int
     /// The activity history keeps each row this many days (the worker deletes older ones every hour).
-    public var activityRetentionDays: Int
+    package var activityRetentionDays: Int
     /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
-    public var databasePoolSize: Int
-    public var databaseCAFile: String?
+    package var databasePoolSize: Int
+    package var databaseCAFile: String?
     /// PostgreSQL: seconds one store operation may take, waiting for a connection included, before it fails (and is retried).
-    public var databaseTimeoutSeconds: Int
+    package var databaseTimeoutSeconds: Int
     /// Connection hygiene of the ingress and the API (they face the internet without a proxy in front).
-    public var httpLimits: HTTPLimits
+    package var httpLimits: HTTPLimits
     /// Webhook events waiting in the stream beyond which the ingress answers 503 (Trello retries later); 0: no bound.
-    public var maxBacklog: Int
+    package var maxBacklog: Int
     /// One account's share of its webhook shard: events, bytes and rate (`ROUNDUP_WEBHOOK_ACCOUNT_*`), and the shard's bytes.
-    public var webhookShares: WebhookShares
+    package var webhookShares: WebhookShares
     /// Dead letters kept at most, and for at most this many days; older ones are trimmed (counted and logged).
-    public var deadLetterMax: Int
-    public var deadLetterMaxAgeDays: Int
+    package var deadLetterMax: Int
+    package var deadLetterMaxAgeDays: Int
 
     /// "" (the root), or slash-led segments of unreserved URL characters: safe in any link, form and header as it is.
     static func isBasePath(_ path: String) -> Bool {
@@ -136,7 +136,7 @@ public struct RoundupConfiguration: Sendable {
         }
     }
 
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    package init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         func value(_ key: String) -> String? {
             guard let v = environment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
             return v
@@ -329,15 +329,15 @@ public struct RoundupConfiguration: Sendable {
     }
 
     /// The SQLite file path, when the database URL names one.
-    public var sqlitePath: String? {
+    package var sqlitePath: String? {
         databaseURL.hasPrefix("sqlite:") ? String(databaseURL.dropFirst("sqlite:".count)) : nil
     }
 
     /// The PostgreSQL settings, when the database URL names a server.
-    public var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
+    package var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
 
     /// The APNs settings roundup-pusher cannot start without that are not set.
-    public var missingAPNsKeys: [String] {
+    package var missingAPNsKeys: [String] {
         [
             ("ROUNDUP_APNS_KEY_FILE", apnsKeyFile), ("ROUNDUP_APNS_KEY_ID", apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", apnsTeamID),
             ("ROUNDUP_APNS_TOPIC", apnsTopic),
@@ -348,7 +348,7 @@ public struct RoundupConfiguration: Sendable {
 
 extension RoundupConfiguration {
     /// Reads the configuration or exits with a message naming the bad key.
-    public static func loadOrExit() -> RoundupConfiguration {
+    package static func loadOrExit() -> RoundupConfiguration {
         do {
             return try RoundupConfiguration()
         } catch {
@@ -359,18 +359,18 @@ extension RoundupConfiguration {
 }
 
 /// `ROUNDUP_PUSHER_WITHOUT_APNS`.
-public enum PusherWithoutAPNs: String, Sendable {
+package enum PusherWithoutAPNs: String, Sendable {
     case fail, idle
 }
 
 /// An app the pusher sends for besides the default one: its bundle id (the topic) and its team's signing key.
-public struct APNsAppCredentials: Sendable, Equatable {
-    public var topic: BundleID
-    public var teamID: String
-    public var keyID: String
-    public var keyFile: String
+package struct APNsAppCredentials: Sendable, Equatable {
+    package var topic: BundleID
+    package var teamID: String
+    package var keyID: String
+    package var keyFile: String
 
-    public init(topic: BundleID, teamID: String, keyID: String, keyFile: String) {
+    package init(topic: BundleID, teamID: String, keyID: String, keyFile: String) {
         self.topic = topic
         self.teamID = teamID
         self.keyID = keyID
@@ -405,17 +405,17 @@ public struct APNsAppCredentials: Sendable, Equatable {
 
 /// How much of its webhook shard one account may hold, so an account flooding its own signed deliveries (it knows its
 /// webhook secret) is refused while the other accounts of its shard are not. 0 in any bound: none.
-public struct WebhookShares: Sendable, Equatable {
+package struct WebhookShares: Sendable, Equatable {
     /// Events of one account waiting in its shard (accepted, not yet processed).
-    public var accountEvents: Int
+    package var accountEvents: Int
     /// Bytes of those events' bodies (each at most 1 MiB).
-    public var accountBytes: Int
+    package var accountBytes: Int
     /// Bytes of all events waiting in one shard, every account's.
-    public var shardBytes: Int
+    package var shardBytes: Int
     /// Events one account may add a second, sustained; bursts up to `accountEvents` (a token bucket).
-    public var accountRate: Int
+    package var accountRate: Int
 
-    public init(accountEvents: Int, accountBytes: Int, shardBytes: Int, accountRate: Int) {
+    package init(accountEvents: Int, accountBytes: Int, shardBytes: Int, accountRate: Int) {
         self.accountEvents = accountEvents
         self.accountBytes = accountBytes
         self.shardBytes = shardBytes
@@ -423,6 +423,6 @@ public struct WebhookShares: Sendable, Equatable {
     }
 
     /// The defaults: 500 events and 16 MiB an account, 64 MiB a shard, 50 events a second.
-    public static let standard = WebhookShares(accountEvents: 500, accountBytes: 16 << 20, shardBytes: 64 << 20, accountRate: 50)
-    public static let unbounded = WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 0)
+    package static let standard = WebhookShares(accountEvents: 500, accountBytes: 16 << 20, shardBytes: 64 << 20, accountRate: 50)
+    package static let unbounded = WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 0)
 }

@@ -1,10 +1,10 @@
 import NIOConcurrencyHelpers
-public import NIOCore
+package import NIOCore
 
 /// A small thread-safe cache whose entries expire, bounded in entries and in bytes: what a flood of unique keys can
 /// make it hold is fixed in advance. Full, it first drops what has expired, then the oldest entries. Keys should be
 /// checked for their shape (and so their length) by the caller before they get here.
-public final class ExpiringCache<Value: Sendable>: Sendable {
+package final class ExpiringCache<Value: Sendable>: Sendable {
     private struct Entry {
         var value: Value
         var expires: NIODeadline
@@ -27,13 +27,13 @@ public final class ExpiringCache<Value: Sendable>: Sendable {
     private let state = NIOLockedValueBox(State())
 
     /// `cost` is the size a value adds beyond its key.
-    public init(maxEntries: Int, maxBytes: Int, cost: @escaping @Sendable (Value) -> Int) {
+    package init(maxEntries: Int, maxBytes: Int, cost: @escaping @Sendable (Value) -> Int) {
         self.maxEntries = max(1, maxEntries)
         self.maxBytes = max(1, maxBytes)
         self.cost = cost
     }
 
-    public func value(for key: String, now: NIODeadline = .now()) -> Value? {
+    package func value(for key: String, now: NIODeadline = .now()) -> Value? {
         state.withLockedValue { state in
             guard let entry = state.entries[key] else { return nil }
             guard entry.expires > now else {
@@ -45,7 +45,7 @@ public final class ExpiringCache<Value: Sendable>: Sendable {
         }
     }
 
-    public func set(_ value: Value, for key: String, lifetime: TimeAmount, now: NIODeadline = .now()) {
+    package func set(_ value: Value, for key: String, lifetime: TimeAmount, now: NIODeadline = .now()) {
         let entryCost = key.utf8.count + cost(value) + 64
         guard entryCost <= maxBytes else { return }
         state.withLockedValue { state in
@@ -61,15 +61,15 @@ public final class ExpiringCache<Value: Sendable>: Sendable {
         }
     }
 
-    public func remove(_ key: String) {
+    package func remove(_ key: String) {
         state.withLockedValue { state in
             guard let entry = state.entries.removeValue(forKey: key) else { return }
             state.bytes -= entry.cost
         }
     }
 
-    public var count: Int { state.withLockedValue { $0.entries.count } }
-    public var bytes: Int { state.withLockedValue { $0.bytes } }
+    package var count: Int { state.withLockedValue { $0.entries.count } }
+    package var bytes: Int { state.withLockedValue { $0.bytes } }
 
     private func evict(_ state: inout State, now: NIODeadline) {
         // What has expired goes first (one pass), then the oldest until within both bounds.

@@ -1,9 +1,9 @@
 import Foundation
 import GRDB
 import GRDBSQLite
-public import RoundupCore
-public import RoundupStore
-public import ServiceLifecycle
+package import RoundupCore
+package import RoundupStore
+package import ServiceLifecycle
 
 #if canImport(Glibc)
 import Glibc
@@ -12,11 +12,11 @@ import Darwin
 #endif
 
 /// The embedded store: one SQLite file in WAL mode, through GRDB. Several processes on one machine may share it.
-public final class SQLiteStore: SyncStore {
+package final class SQLiteStore: SyncStore {
     let pool: DatabasePool
 
     /// Opens the file without the start-up lock: `open(path:)` is the way for processes that may start together.
-    public init(path: String) throws {
+    package init(path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
         var configuration = Configuration()
@@ -37,7 +37,7 @@ public final class SQLiteStore: SyncStore {
     /// Opens and migrates the store at `path` under the start-up lock (see `SQLiteStartupLock`): switching a fresh
     /// file to WAL takes an exclusive lock, and SQLite answers "database is locked" at once (no busy wait) to a
     /// second process doing the same, so processes starting together open and migrate one after the other.
-    public static func open(path: String) async throws -> SQLiteStore {
+    package static func open(path: String) async throws -> SQLiteStore {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
         return try await SQLiteStartupLock.withLock(databasePath: path) {
@@ -52,16 +52,16 @@ public final class SQLiteStore: SyncStore {
     /// run the first migration (`table accounts already exists`). An exclusive lock on `<path>.migrate.lock`, held
     /// while migrating, makes them take turns; the second finds everything applied.
     /// Nothing runs beside a SQLite store.
-    public var service: (any Service)? { nil }
+    package var service: (any Service)? { nil }
 
-    public func migrate() async throws {
+    package func migrate() async throws {
         try await SQLiteStartupLock.withLock(databasePath: pool.path) { [pool] in
             try SQLiteMigrations.migrator.migrate(pool)
         }
     }
 
     /// The names of the tables, for tests and `roundupctl`.
-    public func tableNames() async throws -> [String] {
+    package func tableNames() async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
                 db,
@@ -69,18 +69,18 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
-    public func journalMode() async throws -> String {
+    package func journalMode() async throws -> String {
         try await pool.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "" }
     }
 
     /// The writer's `PRAGMA synchronous` (2: FULL), for tests.
-    public func writerSynchronous() async throws -> Int {
+    package func writerSynchronous() async throws -> Int {
         try await pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     // MARK: Accounts and lists
 
-    public func createAccount(authTokenHash: String) async throws -> String {
+    package func createAccount(authTokenHash: String) async throws -> String {
         let id = Hex.lowercase(UUID())
         let now = Timestamp.now()
         try await pool.write { db in
@@ -91,13 +91,13 @@ public final class SQLiteStore: SyncStore {
         return id
     }
 
-    public func account(id: String) async throws -> AccountRecord? {
+    package func account(id: String) async throws -> AccountRecord? {
         try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT \(AccountRecord.columns) FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init(stored:))
         }
     }
 
-    public func insertSyncList(_ list: SyncListRecord) async throws {
+    package func insertSyncList(_ list: SyncListRecord) async throws {
         do {
             try await pool.write { db in
                 try db.execute(
@@ -117,7 +117,7 @@ public final class SQLiteStore: SyncStore {
 
     // MARK: The worker's batch
 
-    public func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
+    package func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
         try await pool.read { db in
             var context = BatchContext()
             var accounts = Set<String>()
@@ -183,7 +183,7 @@ public final class SQLiteStore: SyncStore {
         return PriorityField(fieldID: row[0], storedOptions: row[1])
     }
 
-    public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
+    package func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
         let options = field.storedOptions
         let now = Timestamp.now()
@@ -199,7 +199,7 @@ public final class SQLiteStore: SyncStore {
     }
 
     @discardableResult
-    public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
+    package func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         return try await pool.write { db in
             var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
@@ -210,7 +210,7 @@ public final class SQLiteStore: SyncStore {
 
     // MARK: Reading changes
 
-    public func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
+    package func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
         try await pool.read { db in
             try Self.changes(
                 db, sink,
@@ -222,7 +222,7 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
-    public func claimChanges<Sink: PendingChangeSink>(
+    package func claimChanges<Sink: PendingChangeSink>(
         accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
     ) async throws
         -> Sink?
@@ -274,7 +274,7 @@ public final class SQLiteStore: SyncStore {
         "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?)) AND (\(p)declined_by IS NULL OR \(p)declined_by <> ? OR \(p)claimed_until <= ?)"
     }
 
-    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
+    package func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
         try await pool.write { db in
             // The live change of each card named (a change folded into a newer one passed its hold on to it).
             let release = """
@@ -296,7 +296,7 @@ public final class SQLiteStore: SyncStore {
         }
     }
 
-    public func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
+    package func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
                 db,
@@ -319,14 +319,14 @@ public final class SQLiteStore: SyncStore {
     }
 
     /// Every pending change of every account, oldest first (tests and operators).
-    public func allPendingChanges() async throws -> [PendingChange] {
+    package func allPendingChanges() async throws -> [PendingChange] {
         let accounts = try await pool.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT account_id FROM pending_changes") }
         var all: [PendingChange] = []
         for account in accounts { all += try await pendingChanges(accountID: account, afterID: 0, limit: Int.max) }
         return all.sorted { $0.id < $1.id }
     }
 
-    public func routingSnapshot() async throws -> RoutingSnapshot {
+    package func routingSnapshot() async throws -> RoutingSnapshot {
         try await pool.read { db in
             var secrets: [String: String] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL") {
@@ -375,10 +375,10 @@ enum SQLiteStartupLock {
     }
 }
 
-public struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
-    public let path: String
-    public let problem: String
-    public var description: String { "sqlite migration lock \(path): \(problem)" }
+package struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
+    package let path: String
+    package let problem: String
+    package var description: String { "sqlite migration lock \(path): \(problem)" }
 }
 
 extension PendingChangeCells {

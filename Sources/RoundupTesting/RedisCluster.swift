@@ -1,21 +1,21 @@
-public import Foundation
+package import Foundation
 import Logging
-public import NIOCore
+package import NIOCore
 import NIOPosix
-public import RoundupRedis
+package import RoundupRedis
 
 /// A real Redis Cluster on loopback for one test or benchmark: `masters` primaries with `replicasPerMaster` replicas
 /// each (`redis-server --cluster-enabled yes`, created with `redis-cli --cluster create`), each node with its own
 /// directory and append-only file, so a replica promoted after its primary was killed keeps what it had received.
-public final class RedisCluster: @unchecked Sendable {
+package final class RedisCluster: @unchecked Sendable {
     // @unchecked: `processes` changes only in start/crash/restart, which tests call from one task.
-    public let ports: [Int]
-    public let directory: URL
-    public let nodeTimeout: Duration
-    public let replicasPerMaster: Int
+    package let ports: [Int]
+    package let directory: URL
+    package let nodeTimeout: Duration
+    package let replicasPerMaster: Int
     private var processes: [Int: ManagedProcess] = [:]
 
-    public init(masters: Int = 3, replicasPerMaster: Int = 1, nodeTimeout: Duration = .seconds(3)) async throws {
+    package init(masters: Int = 3, replicasPerMaster: Int = 1, nodeTimeout: Duration = .seconds(3)) async throws {
         self.directory = try TestSupport.temporaryDirectory("redis-cluster")
         self.nodeTimeout = nodeTimeout
         self.replicasPerMaster = replicasPerMaster
@@ -36,9 +36,9 @@ public final class RedisCluster: @unchecked Sendable {
     }
 
     /// The seed URL the server's processes take with `ROUNDUP_REDIS_CLUSTER=true` (three of the nodes).
-    public var url: String { "redis://" + ports.prefix(3).map { "127.0.0.1:\($0)" }.joined(separator: ",") }
+    package var url: String { "redis://" + ports.prefix(3).map { "127.0.0.1:\($0)" }.joined(separator: ",") }
 
-    public func configuration(poolSize: Int = 2, commandTimeout: TimeAmount = .seconds(2)) throws -> RedisConfiguration {
+    package func configuration(poolSize: Int = 2, commandTimeout: TimeAmount = .seconds(2)) throws -> RedisConfiguration {
         var configuration = try RedisConfiguration(url: url, cluster: true)
         configuration.poolSize = poolSize
         configuration.commandTimeout = commandTimeout
@@ -65,7 +65,7 @@ public final class RedisCluster: @unchecked Sendable {
 
     /// One command to one node (not routed), its reply.
     @discardableResult
-    public func send(_ port: Int, _ name: String, _ arguments: RedisArgument..., timeout: TimeAmount = .seconds(2)) async throws -> RedisValue {
+    package func send(_ port: Int, _ name: String, _ arguments: RedisArgument..., timeout: TimeAmount = .seconds(2)) async throws -> RedisValue {
         let client = RedisClient(
             configuration: RedisConfiguration(port: port, poolSize: 1, connectTimeout: .milliseconds(500)), logger: Self.quiet)
         defer { Task { await client.shutdown() } }
@@ -73,10 +73,10 @@ public final class RedisCluster: @unchecked Sendable {
     }
 
     /// The nodes that run now.
-    public var running: [Int] { ports.filter { processes[$0]?.isRunning == true } }
+    package var running: [Int] { ports.filter { processes[$0]?.isRunning == true } }
 
     /// The primary serving `slot`, as a running node sees it.
-    public func primary(serving slot: RedisHashSlot) async throws -> Int {
+    package func primary(serving slot: RedisHashSlot) async throws -> Int {
         for port in running {
             guard let reply = try? await send(port, "CLUSTER", "SHARDS"),
                 let topology = RedisClusterTopology(shardsReply: reply, host: "127.0.0.1"),
@@ -96,7 +96,7 @@ public final class RedisCluster: @unchecked Sendable {
 
     /// Every running node says `cluster_state:ok`, every slot is served by a primary with all its replicas online, and
     /// `redis-cli --cluster check` agrees.
-    public func waitUntilHealthy(timeout: Duration = .seconds(60)) async throws {
+    package func waitUntilHealthy(timeout: Duration = .seconds(60)) async throws {
         let healthy = await TestSupport.eventually(timeout: timeout, interval: .milliseconds(200)) {
             for port in self.running {
                 guard let info = try? await self.send(port, "CLUSTER", "INFO").string, info.contains("cluster_state:ok") else { return false }
@@ -115,25 +115,25 @@ public final class RedisCluster: @unchecked Sendable {
     }
 
     /// SIGKILL, as a crash.
-    public func crash(_ port: Int) async {
+    package func crash(_ port: Int) async {
         processes[port]?.signal(SIGKILL)
         _ = await processes[port]?.wait(timeout: .seconds(10))
     }
 
     /// Sends `signal` to a node (SIGSTOP: it hangs, as a node whose machine stalls; SIGCONT: it goes on).
-    public func signal(_ port: Int, _ signal: Int32) {
+    package func signal(_ port: Int, _ signal: Int32) {
         processes[port]?.signal(signal)
     }
 
     /// Starts a node again (after `crash`), with its configuration and data.
-    public func restart(_ port: Int) async throws {
+    package func restart(_ port: Int) async throws {
         try await start(port)
     }
 
     /// Moves `slot` from its primary to `target`'s, with its keys, as `redis-cli --cluster reshard` does; `keysFirst`
     /// of them are moved before the pause (the slot is then half migrated: its other keys still on the source, where a
     /// command for a moved key is answered `ASK`).
-    public func migrate(slot: RedisHashSlot, to target: Int, pause: Duration = .zero, keysFirst: Int? = nil) async throws {
+    package func migrate(slot: RedisHashSlot, to target: Int, pause: Duration = .zero, keysFirst: Int? = nil) async throws {
         let source = try await primary(serving: slot)
         guard source != target else { return }
         let targetID = try await send(target, "CLUSTER", "MYID").string ?? ""
@@ -170,7 +170,7 @@ public final class RedisCluster: @unchecked Sendable {
         }
     }
 
-    public func stop() async {
+    package func stop() async {
         for process in processes.values { await process.stop(grace: .seconds(5)) }
         processes = [:]
     }
@@ -194,7 +194,7 @@ public final class RedisCluster: @unchecked Sendable {
 
 extension TestSupport {
     /// Whether nothing listens on loopback `port` now.
-    public static func isFree(port: Int) -> Bool {
+    package static func isFree(port: Int) -> Bool {
         guard let channel = try? ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).wait() else {
             return false
         }

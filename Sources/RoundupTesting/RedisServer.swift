@@ -1,17 +1,17 @@
-public import Foundation
+package import Foundation
 import NIOCore
 import RoundupRedis
 
 /// A real `redis-server` on a free loopback port, with no persistence, for one test or benchmark.
-public final class RedisServer: @unchecked Sendable {
+package final class RedisServer: @unchecked Sendable {
     // @unchecked: `process` changes only in start/stop, which tests call from one task.
-    public private(set) var port: Int
-    public let directory: URL
-    public let extraArguments: [String]
-    public let tlsPort: Int?
+    package private(set) var port: Int
+    package let directory: URL
+    package let extraArguments: [String]
+    package let tlsPort: Int?
     private var process: ManagedProcess?
 
-    public init(extraArguments: [String] = [], tlsPort: Int? = nil) async throws {
+    package init(extraArguments: [String] = [], tlsPort: Int? = nil) async throws {
         self.port = try TestSupport.freePort()
         self.directory = try TestSupport.temporaryDirectory("redis")
         self.extraArguments = extraArguments
@@ -31,9 +31,9 @@ public final class RedisServer: @unchecked Sendable {
         }
     }
 
-    public var url: String { "redis://127.0.0.1:\(port)/0" }
+    package var url: String { "redis://127.0.0.1:\(port)/0" }
 
-    public func start() async throws {
+    package func start() async throws {
         let executable = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
         guard let executable else { throw RedisClientError(.connectionFailed, "redis-server is not installed") }
         process = try ManagedProcess(
@@ -57,13 +57,13 @@ public final class RedisServer: @unchecked Sendable {
     }
 
     /// SIGKILL, as a crash: no AOF rewrite or flush on the way out.
-    public func crash() async {
+    package func crash() async {
         process?.signal(SIGKILL)
         _ = await process?.wait(timeout: .seconds(10))
         process = nil
     }
 
-    public func stop() async {
+    package func stop() async {
         await process?.stop()
         process = nil
     }

@@ -1,16 +1,16 @@
 import Foundation
-public import RoundupRedis
+package import RoundupRedis
 import RoundupRuntime
-public import RoundupStreams
+package import RoundupStreams
 
 /// A Redis for a test that talks to it directly: the suite's (`ROUNDUP_TEST_REDIS_URL`) or, without one or when
 /// `private` is asked, a redis-server of its own; keys under a prefix of the test's own.
-public struct TestRedis: Sendable {
-    public let client: RedisClient
-    public let keys: RedisKeys
-    public let server: RedisServer?
+package struct TestRedis: Sendable {
+    package let client: RedisClient
+    package let keys: RedisKeys
+    package let server: RedisServer?
 
-    public static func make(private wanted: Bool = false) async throws -> TestRedis {
+    package static func make(private wanted: Bool = false) async throws -> TestRedis {
         var server: RedisServer?
         let url: String
         if !wanted, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
@@ -24,7 +24,7 @@ public struct TestRedis: Sendable {
         return TestRedis(client: client, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8).lowercased()):"), server: server)
     }
 
-    public func shutdown() async {
+    package func shutdown() async {
         await client.shutdown()
         await server?.stop()
     }

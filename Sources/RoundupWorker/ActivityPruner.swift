@@ -1,19 +1,19 @@
-public import Foundation
-public import Logging
+package import Foundation
+package import Logging
 import Metrics
-public import RoundupStore
-public import ServiceLifecycle
+package import RoundupStore
+import ServiceLifecycle
 
 /// Deletes activity older than the retention, every `interval`, in batches (so one run never holds the store's write
 /// lock for long). Several workers pruning at once only share the work.
-public struct ActivityPruner: Service {
+package struct ActivityPruner: Service {
     let store: any ActivityRepository
     let retentionDays: Int
     let interval: Duration
     let batch: Int
     let logger: Logger
 
-    public init(store: any ActivityRepository, retentionDays: Int, interval: Duration = .seconds(3600), batch: Int = 5000, logger: Logger) {
+    package init(store: any ActivityRepository, retentionDays: Int, interval: Duration = .seconds(3600), batch: Int = 5000, logger: Logger) {
         self.store = store
         self.retentionDays = retentionDays
         self.interval = interval
@@ -22,7 +22,7 @@ public struct ActivityPruner: Service {
     }
 
     /// Deletes every row older than the retention; returns how many went.
-    public func prune(now: Date = Date()) async throws -> Int {
+    package func prune(now: Date = Date()) async throws -> Int {
         let cutoff = now.addingTimeInterval(-Double(retentionDays) * 86_400)
         var total = 0
         while !Task.isShuttingDownGracefully {
@@ -37,7 +37,7 @@ public struct ActivityPruner: Service {
         return total
     }
 
-    public func run() async throws {
+    package func run() async throws {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             do {
                 _ = try await prune()

@@ -1,4 +1,4 @@
-public import RoundupStreams
+package import RoundupStreams
 
 /// One webhook stream entry as the worker reads it (decoded by `WebhookEvent`).
-public typealias StreamEntry = StreamDelivery
+package typealias StreamEntry = StreamDelivery

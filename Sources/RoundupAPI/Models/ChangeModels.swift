@@ -1,20 +1,20 @@
-public import Hummingbird
-public import RoundupCore
+import Hummingbird
+package import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/changes (docs/openapi.yaml: Change, AckBody).
 
 /// A pending change. `GET /dailyroundup/changes` writes its page by splicing the stored JSON columns
 /// (`ChangeRoutes.page`); this type is the page's shape for readers of it (and the tests that check the splice).
-public struct Change: Codable, Sendable, Equatable {
-    public var id: Int64
-    public var changeType: ChangeType
-    public var syncListID: String
-    public var trelloCardID: String
-    @Nullable public var reminderID: String?
-    public var changedFields: [String]
-    public var fields: [String: JSONValue]
-    public var createdAt: String
+package struct Change: Codable, Sendable, Equatable {
+    package var id: Int64
+    package var changeType: ChangeType
+    package var syncListID: String
+    package var trelloCardID: String
+    @Nullable package var reminderID: String?
+    package var changedFields: [String]
+    package var fields: [String: JSONValue]
+    package var createdAt: String
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -29,12 +29,12 @@ public struct Change: Codable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/changes`.
-public struct ChangePage: Codable, Sendable, Equatable {
-    public var changes: [Change]
-    public var hasMore: Bool
-    public var serverTime: String
+package struct ChangePage: Codable, Sendable, Equatable {
+    package var changes: [Change]
+    package var hasMore: Bool
+    package var serverTime: String
     /// With `device_id`: until when the page's changes are the device's (`ChangeClaim`).
-    public var claimedUntil: String?
+    package var claimedUntil: String?
 
     enum CodingKeys: String, CodingKey {
         case changes
@@ -46,9 +46,9 @@ public struct ChangePage: Codable, Sendable, Equatable {
 
 /// `POST /dailyroundup/changes/release`: a device gives back the changes it holds (all, or those of `ids`), so another
 /// device of the account gets them at its next pull instead of after the hold lapses.
-public struct ChangeReleaseBody: Sendable, Equatable {
-    public var deviceID: String
-    public var ids: [Int64]?
+package struct ChangeReleaseBody: Sendable, Equatable {
+    package var deviceID: String
+    package var ids: [Int64]?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"
@@ -67,15 +67,15 @@ public struct ChangeReleaseBody: Sendable, Equatable {
 }
 
 /// The answer to `POST /dailyroundup/changes/release`.
-public struct ReleasedChanges: ResponseCodable, Sendable, Equatable {
+package struct ReleasedChanges: ResponseCodable, Sendable, Equatable {
     /// How many changes the device held and gave back.
-    public var released: Int
+    package var released: Int
 }
 
 /// `POST /dailyroundup/changes/{id}/ack` (the body is optional).
-public struct ChangeAckBody: Codable, Sendable, Equatable {
+package struct ChangeAckBody: Codable, Sendable, Equatable {
     /// The reminder the app made for a create.
-    public var reminderID: String?
+    package var reminderID: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case reminderID = "reminder_id"
@@ -92,10 +92,10 @@ public struct ChangeAckBody: Codable, Sendable, Equatable {
 }
 
 /// `POST /dailyroundup/changes/ack`: `acks` (ids with the reminders made for creates), or the older bare `ids`.
-public struct ChangeAckBatch: Codable, Sendable, Equatable {
-    public struct Item: Codable, Sendable, Equatable {
-        public var id: Int64
-        public var reminderID: String?
+package struct ChangeAckBatch: Codable, Sendable, Equatable {
+    package struct Item: Codable, Sendable, Equatable {
+        package var id: Int64
+        package var reminderID: String?
 
         enum CodingKeys: String, CodingKey {
             case id
@@ -103,8 +103,8 @@ public struct ChangeAckBatch: Codable, Sendable, Equatable {
         }
     }
 
-    public var acks: [Item]?
-    public var ids: [Int64]?
+    package var acks: [Item]?
+    package var ids: [Int64]?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case acks, ids
@@ -151,6 +151,6 @@ public struct ChangeAckBatch: Codable, Sendable, Equatable {
 }
 
 /// The changes acknowledged.
-public struct AckedChanges: ResponseCodable, Sendable, Equatable {
-    public var acked: [Int64]
+package struct AckedChanges: ResponseCodable, Sendable, Equatable {
+    package var acked: [Int64]
 }

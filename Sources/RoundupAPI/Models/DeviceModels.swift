@@ -1,19 +1,19 @@
-public import Hummingbird
-public import RoundupCore
+import Hummingbird
+package import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/devices.
 
 /// A registered device; its APNs token masked.
-public struct Device: ResponseCodable, Sendable, Equatable {
-    public var deviceID: String
-    public var platform: DevicePlatform
-    public var environment: APNsEnvironment
-    @Nullable public var apnsToken: String?
+package struct Device: ResponseCodable, Sendable, Equatable {
+    package var deviceID: String
+    package var platform: DevicePlatform
+    package var environment: APNsEnvironment
+    @Nullable package var apnsToken: String?
     /// The app it registered with; null: the server's default app.
-    @Nullable public var bundleID: BundleID?
-    public var createdAt: String
-    public var updatedAt: String
+    @Nullable package var bundleID: BundleID?
+    package var createdAt: String
+    package var updatedAt: String
 
     enum CodingKeys: String, CodingKey {
         case deviceID = "device_id"
@@ -36,19 +36,19 @@ public struct Device: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/devices`.
-public struct DevicePage: ResponseCodable, Sendable, Equatable {
-    public var devices: [Device]
+package struct DevicePage: ResponseCodable, Sendable, Equatable {
+    package var devices: [Device]
 }
 
 /// `POST /dailyroundup/devices`.
-public struct DeviceRegistration: Codable, Sendable, Equatable {
-    public var deviceID: String
+package struct DeviceRegistration: Codable, Sendable, Equatable {
+    package var deviceID: String
     /// The device token in lower-case hex.
-    public var apnsToken: String
-    public var platform: DevicePlatform
-    public var environment: APNsEnvironment
+    package var apnsToken: String
+    package var platform: DevicePlatform
+    package var environment: APNsEnvironment
     /// The app's bundle id (its pushes' topic); absent: the server's default app.
-    public var bundleID: BundleID?
+    package var bundleID: BundleID?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"

@@ -1,32 +1,32 @@
-public import Hummingbird
-public import RoundupCore
+import Hummingbird
+package import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/lists (docs/openapi.yaml: SyncList, SyncListCreate).
 
 /// A paired Trello list.
-public struct SyncList: ResponseCodable, Sendable, Equatable {
-    public var syncListID: String
-    public var name: String
-    public var trelloListID: String
-    public var trelloBoardID: String
-    @Nullable public var createdAt: String?
+package struct SyncList: ResponseCodable, Sendable, Equatable {
+    package var syncListID: String
+    package var name: String
+    package var trelloListID: String
+    package var trelloBoardID: String
+    @Nullable package var createdAt: String?
     /// When the list was last compared with Trello successfully (null until the first run).
-    @Nullable public var lastReconciledAt: String?
+    @Nullable package var lastReconciledAt: String?
     /// Why the last run failed, if it did.
-    @Nullable public var lastReconcileError: String?
+    @Nullable package var lastReconcileError: String?
     /// How the list syncs (`SyncSettings.json`): every key, defaults filled in.
-    public var settings: JSONValue
+    package var settings: JSONValue
     /// `GET /dailyroundup/lists/{id}` only: the board's labels (`{id, name, color}`) and its Priority field's options
     /// (`{id, text, level}`, the level on EventKit's scale as the server maps it), for the apps to offer.
-    public var labels: [JSONValue]? = nil
-    public var priorityOptions: [JSONValue]? = nil
+    package var labels: [JSONValue]? = nil
+    package var priorityOptions: [JSONValue]? = nil
     /// Why `labels` is missing (Trello could not be asked); the options are then the ones last stored.
-    public var vocabularyError: String? = nil
+    package var vocabularyError: String? = nil
     /// The Trello list is archived: the sync is paused (no reminder deleted, no change written to Trello) until it is
     /// restored there. `archived_at`: when the server found it so.
-    public var archived: Bool
-    @Nullable public var archivedAt: String?
+    package var archived: Bool
+    @Nullable package var archivedAt: String?
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"
@@ -59,17 +59,17 @@ public struct SyncList: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/lists`.
-public struct SyncListPage: ResponseCodable, Sendable, Equatable {
-    public var lists: [SyncList]
+package struct SyncListPage: ResponseCodable, Sendable, Equatable {
+    package var lists: [SyncList]
 }
 
 /// `POST /dailyroundup/lists`: the Trello list to pair.
-public struct SyncListCreate: Sendable, Equatable {
-    public var name: String
-    public var trelloBoardID: String
-    public var trelloListID: String
+package struct SyncListCreate: Sendable, Equatable {
+    package var name: String
+    package var trelloBoardID: String
+    package var trelloListID: String
     /// The settings asked for (over the defaults); `me` among the filter's members is still to be resolved.
-    public var settings: SyncSettings
+    package var settings: SyncSettings
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case name
@@ -114,15 +114,15 @@ enum SyncListSettingsBody {
 }
 
 /// One card of `GET /dailyroundup/lists/{id}/cards`: what the server maps and knows of it.
-public struct ListCard: Codable, Sendable, Equatable {
-    public var trelloCardID: String
+package struct ListCard: Codable, Sendable, Equatable {
+    package var trelloCardID: String
     /// The reminder an app made of the card; null while its `create` waits for the apps.
-    @Nullable public var reminderID: String?
+    @Nullable package var reminderID: String?
     /// Every field as a `create` change carries them (the list's settings apply, an all-day date is its day); null
     /// when the server has not read the card since it began keeping its values (the list's next reconciliation does).
-    @Nullable public var fields: [String: JSONValue]?
+    @Nullable package var fields: [String: JSONValue]?
     /// When the server last wrote what it knows of the card.
-    public var updatedAt: String
+    package var updatedAt: String
 
     enum CodingKeys: String, CodingKey {
         case trelloCardID = "trello_card_id"
@@ -140,10 +140,10 @@ public struct ListCard: Codable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/lists/{id}/cards`: a page of the list's cards, and the cursor of the next (null: the last page).
-public struct ListCardPage: ResponseCodable, Sendable, Equatable {
-    public var syncListID: String
-    public var cards: [ListCard]
-    @Nullable public var nextCursor: String?
+package struct ListCardPage: ResponseCodable, Sendable, Equatable {
+    package var syncListID: String
+    package var cards: [ListCard]
+    @Nullable package var nextCursor: String?
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"

@@ -1,23 +1,23 @@
-public import Hummingbird
-public import RoundupCore
+import Hummingbird
+package import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/conflicts and /dailyroundup/duplicates.
 
 /// A field both sides changed, with both values.
-public struct Conflict: ResponseCodable, Sendable, Equatable {
-    public var id: Int64
-    @Nullable public var syncListID: String?
-    @Nullable public var trelloCardID: String?
-    @Nullable public var reminderID: String?
-    public var field: String
+package struct Conflict: ResponseCodable, Sendable, Equatable {
+    package var id: Int64
+    @Nullable package var syncListID: String?
+    @Nullable package var trelloCardID: String?
+    @Nullable package var reminderID: String?
+    package var field: String
     /// The value as JSON (null when none was recorded).
-    public var trelloValue: JSONValue
-    public var remindersValue: JSONValue
-    public var status: ConflictStatus
-    public var createdAt: String
-    @Nullable public var resolution: ConflictChoice?
-    @Nullable public var resolvedAt: String?
+    package var trelloValue: JSONValue
+    package var remindersValue: JSONValue
+    package var status: ConflictStatus
+    package var createdAt: String
+    @Nullable package var resolution: ConflictChoice?
+    @Nullable package var resolvedAt: String?
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -49,15 +49,15 @@ public struct Conflict: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/conflicts`.
-public struct ConflictPage: ResponseCodable, Sendable, Equatable {
-    public var conflicts: [Conflict]
+package struct ConflictPage: ResponseCodable, Sendable, Equatable {
+    package var conflicts: [Conflict]
 }
 
 /// `POST /dailyroundup/conflicts/{id}/resolve`.
-public struct ConflictResolution: Codable, Sendable, Equatable {
-    public var choice: ConflictChoice
+package struct ConflictResolution: Codable, Sendable, Equatable {
+    package var choice: ConflictChoice
     /// The value the user typed; required when `choice` is `value`.
-    public var value: JSONValue?
+    package var value: JSONValue?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case choice, value
@@ -72,15 +72,15 @@ public struct ConflictResolution: Codable, Sendable, Equatable {
 }
 
 /// A card that may be a reminder the app already has.
-public struct Duplicate: ResponseCodable, Sendable, Equatable {
-    public var id: Int64
-    public var syncListID: String
-    @Nullable public var reminderID: String?
-    public var trelloCardID: String
-    public var title: String
-    @Nullable public var dueDate: String?
-    public var status: DuplicateStatus
-    public var createdAt: String
+package struct Duplicate: ResponseCodable, Sendable, Equatable {
+    package var id: Int64
+    package var syncListID: String
+    @Nullable package var reminderID: String?
+    package var trelloCardID: String
+    package var title: String
+    @Nullable package var dueDate: String?
+    package var status: DuplicateStatus
+    package var createdAt: String
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -106,13 +106,13 @@ public struct Duplicate: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/duplicates`.
-public struct DuplicatePage: ResponseCodable, Sendable, Equatable {
-    public var duplicates: [Duplicate]
+package struct DuplicatePage: ResponseCodable, Sendable, Equatable {
+    package var duplicates: [Duplicate]
 }
 
 /// `POST /dailyroundup/duplicates/{id}/resolve`.
-public struct DuplicateResolution: Codable, Sendable, Equatable {
-    public var action: DuplicateAction
+package struct DuplicateResolution: Codable, Sendable, Equatable {
+    package var action: DuplicateAction
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case action

@@ -1,15 +1,15 @@
 import Foundation
 import Metrics
-public import RoundupCore
+package import RoundupCore
 import RoundupJobs
 import RoundupStore
 
 // The body of `POST /dailyroundup/sync` (docs/openapi.yaml: SyncRequest, SyncChange).
 
 /// The apps' edits to send to Trello.
-public struct SyncRequest: Codable, Sendable, Equatable {
-    public var deviceID: String
-    public var changes: [SyncChange]
+package struct SyncRequest: Codable, Sendable, Equatable {
+    package var deviceID: String
+    package var changes: [SyncChange]
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"
@@ -33,15 +33,15 @@ public struct SyncRequest: Codable, Sendable, Equatable {
 }
 
 /// One edit of a reminder, for its card.
-public struct SyncChange: Codable, Sendable, Equatable {
-    public var op: SyncOp
-    public var syncListID: String
-    public var reminderID: String
-    public var trelloCardID: String?
+package struct SyncChange: Codable, Sendable, Equatable {
+    package var op: SyncOp
+    package var syncListID: String
+    package var reminderID: String
+    package var trelloCardID: String?
     /// Field values keyed by field name, normalized (`SyncFields`).
-    public var fields: [String: JSONValue]
-    public var changedFields: [String]
-    public var modifiedAt: String
+    package var fields: [String: JSONValue]
+    package var changedFields: [String]
+    package var modifiedAt: String
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case op

@@ -2,8 +2,8 @@ import RoundupRedis
 
 /// One entry of a dead-letter stream: the original entry's fields, and why and when it was given up. The only code
 /// that names the dead letter's own fields (the dead-letter script writes them from here).
-public struct StreamDeadLetter: Sendable, Equatable {
-    public enum Field: String, CaseIterable, Sendable {
+package struct StreamDeadLetter: Sendable, Equatable {
+    package enum Field: String, CaseIterable, Sendable {
         case originalID = "original_id"
         case error, deliveries
         case failedAt = "failed_at"
@@ -13,20 +13,20 @@ public struct StreamDeadLetter: Sendable, Equatable {
     static let ownFields = Set(Field.allCases.map(\.rawValue))
 
     /// Its id in the dead-letter stream.
-    public var id: String
+    package var id: String
     /// The fields the entry had on its own stream.
-    public var original: [String: [UInt8]]
-    public var originalID: String?
+    package var original: [String: [UInt8]]
+    package var originalID: String?
     /// The last recorded error (`class<TAB>message`), or the one the consumer gave when none was recorded.
-    public var error: String?
-    public var deliveries: Int?
+    package var error: String?
+    package var deliveries: Int?
     /// Milliseconds since 1970.
-    public var failedAt: Int?
+    package var failedAt: Int?
     /// Its failed deliveries, oldest first: the last `StreamAttempt.kept` (none for a stream that records no errors,
     /// or a letter from before attempts were kept).
-    public var attempts: [StreamAttempt]
+    package var attempts: [StreamAttempt]
 
-    public init(id: String, fields: [String: [UInt8]]) {
+    package init(id: String, fields: [String: [UInt8]]) {
         self.id = id
         func text(_ field: Field) -> String? { fields[field.rawValue].map { String(decoding: $0, as: UTF8.self) } }
         originalID = text(.originalID)
@@ -38,7 +38,7 @@ public struct StreamDeadLetter: Sendable, Equatable {
     }
 
     /// The failure class of `error` when it was recorded in the `class<TAB>message` form.
-    public func failure<Class: StreamFailureClass>(as: Class.Type) -> StreamFailure<Class>? {
+    package func failure<Class: StreamFailureClass>(as: Class.Type) -> StreamFailure<Class>? {
         error.flatMap(StreamFailure<Class>.init(recorded:))
     }
 

@@ -3,7 +3,7 @@
 /// The contract is typed, as swift-jobs' job types are: a handler names its `Message` and how an entry reads as one
 /// (`decode`); the consumer decodes every entry it reads or takes over, dead-letters the ones that do not decode (at
 /// once: they never will), and hands the handler only messages. No handler acknowledges an entry it could not read.
-public protocol StreamHandler: Sendable {
+package protocol StreamHandler: Sendable {
     /// What an entry of the stream says, once read.
     associatedtype Message: Sendable
     associatedtype Failure: StreamFailureClass = UnclassifiedFailure
@@ -31,18 +31,18 @@ public protocol StreamHandler: Sendable {
 }
 
 extension StreamHandler {
-    public func orderKey(_ message: Message) -> String? { nil }
-    public func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
-    public func recordGauges(inFlight: Int) async {}
+    package func orderKey(_ message: Message) -> String? { nil }
+    package func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
+    package func recordGauges(inFlight: Int) async {}
 }
 
 /// An entry read as its stream's message.
-public struct Delivered<Message: Sendable>: Sendable {
+package struct Delivered<Message: Sendable>: Sendable {
     /// Its id on the stream.
-    public var id: String
-    public var message: Message
+    package var id: String
+    package var message: Message
 
-    public init(id: String, message: Message) {
+    package init(id: String, message: Message) {
         self.id = id
         self.message = message
     }
@@ -51,35 +51,35 @@ public struct Delivered<Message: Sendable>: Sendable {
 extension Delivered: Equatable where Message: Equatable {}
 
 /// Why an entry can never be read as its stream's message. Recorded in its dead letter as `undecodable: <reason>`.
-public struct StreamUndecodable: Error, Sendable, Equatable, CustomStringConvertible {
-    public var reason: String
+package struct StreamUndecodable: Error, Sendable, Equatable, CustomStringConvertible {
+    package var reason: String
 
-    public init(_ reason: String) { self.reason = reason }
+    package init(_ reason: String) { self.reason = reason }
 
-    public var description: String { "undecodable: \(reason)" }
+    package var description: String { "undecodable: \(reason)" }
 }
 
 /// What became of the entries of a batch.
-public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
+package struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     /// Acknowledged and deleted.
-    public var done: [String] = []
+    package var done: [String] = []
     /// Left pending, to be reclaimed after the claim timeout. With a failure it is recorded, and the entry counts its
     /// deliveries towards the dead letters (unless its class keeps the entry waiting); without one nothing is
     /// recorded (a job interrupted by a shutdown).
-    public var retry: [(id: String, failure: StreamFailure<Failure>?)] = []
+    package var retry: [(id: String, failure: StreamFailure<Failure>?)] = []
     /// Will never succeed as it is: dead-lettered now.
-    public var deadLetter: [(id: String, failure: StreamFailure<Failure>)] = []
+    package var deadLetter: [(id: String, failure: StreamFailure<Failure>)] = []
     /// Entries to append to other streams with the settling (best effort).
-    public var appends: [StreamAppend] = []
+    package var appends: [StreamAppend] = []
     /// Entries of `retry` the consumer hands back to `handle` itself after the wait given (their account's Trello rate
     /// limit, say), instead of leaving them for a reclaim after the claim timeout: they stay pending with it, leased,
     /// and later entries of the same `orderKey` wait behind them. Only the consumer reading ahead (concurrency 1)
     /// does; others leave them to the reclaim.
-    public var later: [String: Duration] = [:]
+    package var later: [String: Duration] = [:]
     /// Whatever the handler wants back in `settled` (its own counts).
-    public var detail: (any Sendable)?
+    package var detail: (any Sendable)?
 
-    public init(
+    package init(
         done: [String] = [], retry: [(id: String, failure: StreamFailure<Failure>?)] = [],
         deadLetter: [(id: String, failure: StreamFailure<Failure>)] = [], appends: [StreamAppend] = []
     ) {
@@ -90,5 +90,5 @@ public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     }
 
     /// Whether an entry failed because a dependency is down: the consumer backs off before it reads more.
-    public var waitsForDependency: Bool { retry.contains { $0.failure?.failure.backsOffConsumer == true } }
+    package var waitsForDependency: Bool { retry.contains { $0.failure?.failure.backsOffConsumer == true } }
 }
