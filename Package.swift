@@ -10,13 +10,18 @@ let swiftSettings: [SwiftSetting] = [
 let package = Package(
     name: "roundup-server",
     platforms: [.macOS(.v14)],
-    // Executables only: the libraries are the server's own (`package` access), not for other packages.
     products: [
         .executable(name: "roundup-ingress", targets: ["roundup-ingress"]),
         .executable(name: "roundup-worker", targets: ["roundup-worker"]),
         .executable(name: "roundup-api", targets: ["roundup-api"]),
         .executable(name: "roundupctl", targets: ["roundupctl"]),
         .executable(name: "roundup-pusher", targets: ["roundup-pusher"]),
+        .library(name: "RoundupRedis", targets: ["RoundupRedis"]),
+        .library(name: "RoundupCore", targets: ["RoundupCore"]),
+        .library(name: "RoundupRuntime", targets: ["RoundupRuntime"]),
+        .library(name: "RoundupStreams", targets: ["RoundupStreams"]),
+        .library(name: "RoundupStore", targets: ["RoundupStore"]),
+        .library(name: "RoundupDatabase", targets: ["RoundupDatabase"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

@@ -1,40 +1,40 @@
-package import Foundation
-package import Hummingbird
-package import Logging
-package import RoundupCore
-package import RoundupJobs
-package import RoundupRedis
-package import RoundupRuntime
+public import Foundation
+public import Hummingbird
+public import Logging
+public import RoundupCore
+public import RoundupJobs
+public import RoundupRedis
+public import RoundupRuntime
 import RoundupStore
-package import RoundupStreams
-package import RoundupTrello
+public import RoundupStreams
+public import RoundupTrello
 
 /// roundup-api's logic: the routes the apps call, over a store, Redis and the Trello client.
-package struct API: Sendable {
-    package struct Options: Sendable {
-        package var publicURL: String
-        package var bootstrapToken: String?
-        package var keys: RedisKeys
-        package var rateLimitPerMinute: Int
+public struct API: Sendable {
+    public struct Options: Sendable {
+        public var publicURL: String
+        public var bootstrapToken: String?
+        public var keys: RedisKeys
+        public var rateLimitPerMinute: Int
         /// A running job whose heartbeat has not moved for this long reads as `error: stale`.
-        package var staleAfter: TimeInterval
+        public var staleAfter: TimeInterval
         /// Failed bearer tokens and bootstrap attempts per client address per minute before 429 (0: no throttle);
         /// `ROUNDUP_AUTH_FAILURE_LIMIT`.
-        package var authFailureLimit: Int
+        public var authFailureLimit: Int
         /// Open change streams and their heartbeat.
-        package var streams: ChangeStreams.Limits
+        public var streams: ChangeStreams.Limits
         /// Exports one account runs at once, on every API process together (`ROUNDUP_EXPORTS_PER_ACCOUNT`).
-        package var exportsPerAccount: Int
+        public var exportsPerAccount: Int
         /// Devices one account may register (`ROUNDUP_DEVICES_PER_ACCOUNT`).
-        package var devicesPerAccount: Int
+        public var devicesPerAccount: Int
         /// The apps a device may register for (`RoundupConfiguration.appBundleIDs`).
-        package var bundleIDs: Set<BundleID>
+        public var bundleIDs: Set<BundleID>
         /// The most Trello writes one sync may imply (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`); 0: no bound.
-        package var syncMaxTrelloWrites = 2000
+        public var syncMaxTrelloWrites = 2000
         /// How long the changes a device pulls are its own (`ROUNDUP_CHANGE_CLAIM_SECONDS`).
-        package var changeClaimSeconds: TimeInterval = 120
+        public var changeClaimSeconds: TimeInterval = 120
 
-        package init(
+        public init(
             publicURL: String, bootstrapToken: String?, keys: RedisKeys, rateLimitPerMinute: Int, staleAfter: TimeInterval = 60,
             authFailureLimit: Int = 30, streams: ChangeStreams.Limits = .init(), exportsPerAccount: Int = 2, devicesPerAccount: Int = 20,
             bundleIDs: Set<BundleID> = []
@@ -65,17 +65,17 @@ package struct API: Sendable {
     /// In front of every route that acts for an account.
     let authentication: AuthenticationMiddleware
     /// The open change streams; a service the process runs (`APIApplication`).
-    package let streams: ChangeStreams
+    public let streams: ChangeStreams
     /// Where jobs are submitted and queued for the workers.
     let jobs: JobQueue
     /// What accounts hold open across API processes (streams, exports); a service the process runs.
-    package let leases: AccountLeases
+    public let leases: AccountLeases
     /// Webhooks at Trello: made with a list, removed with it or its account.
     let webhooks: WebhookRegistrar
     /// A list paired whole or not at all.
     let pairing: ListPairing
 
-    package init(
+    public init(
         options: Options, store: any OutboundStore, redis: RedisClient, trello: TrelloClient, engine: SyncEngine, logger: Logger,
         metricsText: @escaping @Sendable () -> String = { "" }
     ) {
@@ -103,7 +103,7 @@ package struct API: Sendable {
     }
 
     /// The router: request ids, request logs, errors as the JSON envelope, request metrics, then one route collection per resource.
-    package func router() -> Router<APIRequestContext> {
+    public func router() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         // Every request's lines carry its `X-Request-Id` (`request_id`); headers are never logged.
         router.add(middleware: RequestIDMiddleware())
@@ -148,19 +148,19 @@ package struct API: Sendable {
     }
 
     /// Every route as Hummingbird registers it (path templates with `{parameter}`).
-    package var routes: [Router<APIRequestContext>.RouteDescription] {
+    public var routes: [Router<APIRequestContext>.RouteDescription] {
         let router = Router(context: APIRequestContext.self)
         addRoutes(to: router)
         return router.routes
     }
 
     /// "METHOD /path" for each route; the OpenAPI test compares them with docs/openapi.yaml.
-    package var routeNames: [String] { routes.map { "\($0.method.rawValue) \($0.path.description)" } }
+    public var routeNames: [String] { routes.map { "\($0.method.rawValue) \($0.path.description)" } }
 }
 
 extension API.Options {
     /// The options `roundup-api` runs with, from its configuration.
-    package init(configuration: RoundupConfiguration, publicURL: String) {
+    public init(configuration: RoundupConfiguration, publicURL: String) {
         self.init(
             publicURL: publicURL, bootstrapToken: configuration.bootstrapToken, keys: configuration.redisKeys,
             rateLimitPerMinute: configuration.apiRateLimit, staleAfter: TimeInterval(configuration.jobStaleSeconds),

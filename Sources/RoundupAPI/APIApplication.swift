@@ -2,23 +2,23 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import HummingbirdCore
-package import Logging
+public import Logging
 import NIOCore
 import NIOHTTPTypes
-package import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupDatabase
 import RoundupJobs
 import RoundupRedis
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 import RoundupTrello
 import ServiceLifecycle
 
 /// Everything `roundup-api` runs, wired from the configuration.
-package enum APIApplication {
-    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+public enum APIApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: Trello webhooks are registered with it")
         }

@@ -1,18 +1,18 @@
-package import HTTPTypes
-package import Hummingbird
+public import HTTPTypes
+public import Hummingbird
 import NIOCore
-package import RoundupCore
+public import RoundupCore
 
 /// Every error the API answers with: a status and `{"error": {"code", "message"}}`.
-package struct APIError: Error, HTTPResponseError, Sendable, CustomStringConvertible {
-    package var status: HTTPResponse.Status
-    package var code: String
-    package var message: String
-    package var headers: HTTPFields = [:]
+public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConvertible {
+    public var status: HTTPResponse.Status
+    public var code: String
+    public var message: String
+    public var headers: HTTPFields = [:]
     /// More members of the `error` object (the running job's `job_id` of a 409, say).
-    package var extra: [String: JSONValue] = [:]
+    public var extra: [String: JSONValue] = [:]
 
-    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:], extra: [String: JSONValue] = [:]) {
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, headers: HTTPFields = [:], extra: [String: JSONValue] = [:]) {
         self.status = status
         self.code = code
         self.message = message
@@ -20,9 +20,9 @@ package struct APIError: Error, HTTPResponseError, Sendable, CustomStringConvert
         self.extra = extra
     }
 
-    package var description: String { "\(status.code) \(code): \(message)" }
+    public var description: String { "\(status.code) \(code): \(message)" }
 
-    package func response(from request: Request, context: some RequestContext) throws -> Response {
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers = self.headers
         headers[.contentType] = "application/json"
         var error: [String: JSONValue] = extra

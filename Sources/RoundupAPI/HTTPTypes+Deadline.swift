@@ -1,10 +1,10 @@
 import NIOCore
-package import NIOHTTPTypes
-package import RoundupRuntime
+public import NIOHTTPTypes
+public import RoundupRuntime
 
 // Hummingbird's channel carries the HTTP-types parts; the deadline handler only needs to know where a part stands.
 extension HTTPRequestPart: HTTPDeadlineInbound {
-    package var deadlinePhase: HTTPMessagePhase {
+    public var deadlinePhase: HTTPMessagePhase {
         switch self {
         case .head: .head
         case .body: .body
@@ -14,7 +14,7 @@ extension HTTPRequestPart: HTTPDeadlineInbound {
 }
 
 extension HTTPResponsePart: HTTPDeadlineOutbound {
-    package var endsMessage: Bool {
+    public var endsMessage: Bool {
         if case .end = self { return true }
         return false
     }

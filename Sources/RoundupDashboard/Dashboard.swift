@@ -1,16 +1,16 @@
 import Crypto
 import Foundation
 import HTTPTypes
-package import Hummingbird
+public import Hummingbird
 import Logging
 import Mustache
 import NIOCore
 import RoundupCore
 import RoundupOps
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
+public import RoundupStore
+public import RoundupStreams
 
 /// The operators' web dashboard (`roundupctl dashboard`), in the spirit of Sidekiq Web and asynqmon: the three streams
 /// with their depth, waits and pauses, charts of depth and throughput, dead letters to replay or delete, entries failing
@@ -19,23 +19,23 @@ package import RoundupStreams
 /// It is a process of its own rather than a route of roundup-api: the API faces the internet and serves the apps with
 /// their tokens, while this reads every account's queues and can replay and delete; it listens on loopback by default
 /// (reached through `ssh -L` or `kubectl port-forward`) and asks for `ROUNDUP_DASHBOARD_TOKEN` when given one.
-package struct Dashboard: Sendable {
-    package struct Options: Sendable {
-        package var keys: RedisKeys
+public struct Dashboard: Sendable {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
         /// The operator's password (HTTP Basic, the user name is who they say they are, logged with each action); nil
         /// asks none: loopback only, both the address listened on (`DashboardCommand`) and the Host names answered
         /// (`DashboardGuard`).
-        package var token: String?
+        public var token: String?
         /// The viewer's password: every page, no form; each changing request refused (403) and logged.
-        package var viewerToken: String?
+        public var viewerToken: String?
         /// The path the dashboard is served under behind a proxy (`/ops/roundup`), or "": every link, asset, form and
         /// redirect is under it, and a request is answered with it or without it (a proxy that strips it).
-        package var basePath: String
+        public var basePath: String
         /// Seconds between the overview's refreshes.
-        package var refreshSeconds: Int
-        package var jobStaleSeconds: Int
+        public var refreshSeconds: Int
+        public var jobStaleSeconds: Int
 
-        package init(
+        public init(
             keys: RedisKeys, token: String?, viewerToken: String? = nil, basePath: String = "", refreshSeconds: Int = 5, jobStaleSeconds: Int
         ) {
             self.keys = keys
@@ -50,13 +50,13 @@ package struct Dashboard: Sendable {
     let options: Options
     let redis: RedisClient
     let store: any ServerStore
-    package let history: DashboardHistory
+    public let history: DashboardHistory
     /// The token every form carries back (a random value of this process, compared in constant time): a page from
     /// another site cannot know it, so it cannot make an operator's browser replay or delete.
     let csrf: String
     let templates: MustacheLibrary
 
-    package init(options: Options, redis: RedisClient, store: any ServerStore, history: DashboardHistory) {
+    public init(options: Options, redis: RedisClient, store: any ServerStore, history: DashboardHistory) {
         self.options = options
         self.redis = redis
         self.store = store
@@ -67,7 +67,7 @@ package struct Dashboard: Sendable {
 
     var deadLetters: DeadLetterQueue { DeadLetterQueue(redis: redis, keys: options.keys) }
 
-    package func router() -> Router<DashboardContext> {
+    public func router() -> Router<DashboardContext> {
         let router = Router(context: DashboardContext.self)
         router.add(middleware: DashboardGuard(token: options.token, viewerToken: options.viewerToken, basePath: options.basePath, csrf: csrf))
         // At the root (behind a proxy that strips the base path, or none) and under the base path (one that passes it).

@@ -1,10 +1,10 @@
 import Foundation
 import Hummingbird
-package import Logging
+public import Logging
 import RoundupCore
 import RoundupDatabase
 import RoundupRedis
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 import ServiceLifecycle
@@ -12,7 +12,7 @@ import ServiceLifecycle
 extension Dashboard {
     /// Runs the dashboard on `host:port` until SIGTERM or SIGINT. Beyond loopback it needs `ROUNDUP_DASHBOARD_TOKEN`:
     /// the page can replay and delete.
-    package static func run(configuration: RoundupConfiguration, host: String, port: Int, logger: Logger) async throws {
+    public static func run(configuration: RoundupConfiguration, host: String, port: Int, logger: Logger) async throws {
         let loopback = ["127.0.0.1", "::1", "localhost"].contains(host)
         if !loopback && configuration.dashboardToken == nil {
             throw ConfigurationError(

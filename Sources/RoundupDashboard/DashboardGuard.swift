@@ -1,25 +1,25 @@
 import Foundation
 import HTTPTypes
-package import Hummingbird
+public import Hummingbird
 import Logging
 import NIOCore
 import RoundupCore
 import RoundupRuntime
 
 /// Who is looking at the dashboard: the operator (every page and form) or a viewer (every page, no change).
-package enum DashboardRole: String, Sendable {
+public enum DashboardRole: String, Sendable {
     case `operator`, viewer
 }
 
 /// A dashboard request's context: who made it, as `DashboardGuard` found.
-package struct DashboardContext: RequestContext {
-    package var coreContext: CoreRequestContextStorage
-    package var role: DashboardRole = .operator
+public struct DashboardContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var role: DashboardRole = .operator
     /// The user name of the request's HTTP Basic credentials (printable, at most 64 characters), as they say who they
     /// are; "-" without one.
-    package var user = "-"
+    public var user = "-"
 
-    package init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
+    public init(source: ApplicationRequestContextSource) { coreContext = .init(source: source) }
 
     /// A change made, logged with who made it.
     func logAction(_ action: String, target: String, done: Int? = nil) {

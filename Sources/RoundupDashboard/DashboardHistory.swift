@@ -1,30 +1,30 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import NIOConcurrencyHelpers
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStreams
+public import ServiceLifecycle
 
 /// The dashboard's small memory: one sample of each stream every `every`, the last `capacity` kept (ten minutes at
 /// 5 s), for the depth and throughput charts. Bounded whatever happens: the oldest sample makes room for the newest.
-package final class DashboardHistory: Service, Sendable {
-    package struct Sample: Sendable, Equatable {
-        package var at: Date
+public final class DashboardHistory: Service, Sendable {
+    public struct Sample: Sendable, Equatable {
+        public var at: Date
         /// Entries in the stream (waiting and pending).
-        package var length: Int
+        public var length: Int
         /// Entries ever added (`XINFO STREAM` entries-added); with `length`, how many were finished since the last sample.
-        package var added: Int
+        public var added: Int
     }
 
-    package let every: Duration
-    package let capacity: Int
+    public let every: Duration
+    public let capacity: Int
     let redis: RedisClient
     let keys: RedisKeys
     let logger: Logger
     private let samples = NIOLockedValueBox<[RoundupStream: [Sample]]>([:])
 
-    package init(redis: RedisClient, keys: RedisKeys, every: Duration = .seconds(5), capacity: Int = 120, logger: Logger) {
+    public init(redis: RedisClient, keys: RedisKeys, every: Duration = .seconds(5), capacity: Int = 120, logger: Logger) {
         self.redis = redis
         self.keys = keys
         self.every = every
@@ -32,7 +32,7 @@ package final class DashboardHistory: Service, Sendable {
         self.logger = logger
     }
 
-    package func run() async throws {
+    public func run() async throws {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             await sample()
             try? await Task.sleep(for: every)
@@ -41,7 +41,7 @@ package final class DashboardHistory: Service, Sendable {
 
     /// Takes one sample of every stream, its parts (the webhook shards) summed, in one pipeline per primary (skipped
     /// while Redis does not answer: a gap, not a zero).
-    package func sample(at now: Date = Date()) async {
+    public func sample(at now: Date = Date()) async {
         let streams = RoundupStream.allCases
         let parts = streams.map { $0.parts(keys) }
         guard
@@ -68,10 +68,10 @@ package final class DashboardHistory: Service, Sendable {
         }
     }
 
-    package func samples(of stream: RoundupStream) -> [Sample] { samples.withLockedValue { $0[stream] ?? [] } }
+    public func samples(of stream: RoundupStream) -> [Sample] { samples.withLockedValue { $0[stream] ?? [] } }
 
     /// Entries finished (acknowledged and removed) per second between consecutive samples: added minus growth.
-    package static func throughput(_ samples: [Sample]) -> [Double] {
+    public static func throughput(_ samples: [Sample]) -> [Double] {
         zip(samples, samples.dropFirst()).map { before, after in
             let seconds = after.at.timeIntervalSince(before.at)
             guard seconds > 0 else { return 0 }

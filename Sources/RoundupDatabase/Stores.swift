@@ -1,17 +1,17 @@
-package import Logging
+public import Logging
 import RoundupCore
 import RoundupPostgres
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupSQLite
-package import RoundupStore
+public import RoundupStore
 import ServiceLifecycle
 
 /// Opening the store `ROUNDUP_DATABASE_URL` names: a SQLite file, or a PostgreSQL server.
-package enum Stores {
+public enum Stores {
     /// The store, ready to be run: a SQLite file is opened and migrated here (under its start-up lock); a PostgreSQL
     /// store's connection pool is `store.service`, which the process's ServiceGroup runs (`RoundupServices.run`'s
     /// `dependencies`), and it is migrated in the group's start-up, once the pool runs.
-    package static func make(configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store")) async throws -> any ServerStore {
+    public static func make(configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store")) async throws -> any ServerStore {
         if let url = configuration.postgresURL {
             return try PostgresStore(
                 url: url, poolSize: configuration.databasePoolSize, caFile: configuration.databaseCAFile,
@@ -25,7 +25,7 @@ package enum Stores {
 
     /// For commands that use the store for a moment (roundupctl): the store made, its service run beside `body` for
     /// as long as `body` runs, migrated first; the pool is closed before this returns.
-    package static func withStore<T>(
+    public static func withStore<T>(
         configuration: RoundupConfiguration, logger: Logger = Logger(label: "roundup.store"),
         _ body: (any ServerStore) async throws -> T
     ) async throws -> T {

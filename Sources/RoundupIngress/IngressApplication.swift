@@ -1,15 +1,15 @@
-package import Logging
+public import Logging
 import NIOCore
-package import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupRedis
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupStreams
 import ServiceLifecycle
 
 /// Everything `roundup-ingress` runs: a Redis client and the webhook server, in one service group.
-package enum IngressApplication {
-    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+public enum IngressApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         guard let publicURL = configuration.publicURL else {
             throw ConfigurationError(key: "ROUNDUP_PUBLIC_URL", problem: "is required: webhook signatures are computed over it")
         }

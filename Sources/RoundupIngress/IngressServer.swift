@@ -1,33 +1,33 @@
-package import Logging
-package import NIOCore
+public import Logging
+public import NIOCore
 import NIOHTTP1
 import NIOPosix
 import RoundupCore
-package import RoundupRedis
-package import RoundupRuntime
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupRedis
+public import RoundupRuntime
+public import RoundupStreams
+public import ServiceLifecycle
 
 /// The ingress as a service: binds, serves until graceful shutdown, then stops accepting and closes.
-package struct IngressService: Service {
-    package struct Options: Sendable {
-        package var host: String
-        package var port: Int
-        package var publicURL: String
-        package var keys: RedisKeys
-        package var dedupeTTLSeconds: Int
-        package var secretCacheTTL: TimeAmount = .seconds(5)
-        package var redisTimeout: TimeAmount = .milliseconds(800)
-        package var answerDeadline: TimeAmount = .milliseconds(950)
+public struct IngressService: Service {
+    public struct Options: Sendable {
+        public var host: String
+        public var port: Int
+        public var publicURL: String
+        public var keys: RedisKeys
+        public var dedupeTTLSeconds: Int
+        public var secretCacheTTL: TimeAmount = .seconds(5)
+        public var redisTimeout: TimeAmount = .milliseconds(800)
+        public var answerDeadline: TimeAmount = .milliseconds(950)
         /// Events waiting in the stream beyond which deliveries are answered 503; 0: no bound.
-        package var maxBacklog: Int
+        public var maxBacklog: Int
         /// One account's share of its shard (none unless set: `RoundupConfiguration.webhookShares` sets them).
-        package var shares: WebhookShares = .unbounded
-        package var limits: HTTPLimits
+        public var shares: WebhookShares = .unbounded
+        public var limits: HTTPLimits
         /// Replicas that must have an accepted event before it is answered 200 (nil: none).
-        package var replicas: RedisReplicaWait? = RedisReplicaWait(count: .auto, timeout: .milliseconds(250))
+        public var replicas: RedisReplicaWait? = RedisReplicaWait(count: .auto, timeout: .milliseconds(250))
 
-        package init(
+        public init(
             host: String, port: Int, publicURL: String, keys: RedisKeys, dedupeTTLSeconds: Int, maxBacklog: Int = 0, limits: HTTPLimits = HTTPLimits()
         ) {
             self.host = host
@@ -46,7 +46,7 @@ package struct IngressService: Service {
     let metricsText: @Sendable () -> String
     let onBound: @Sendable (Int) -> Void
 
-    package init(
+    public init(
         options: Options, redis: RedisClient, logger: Logger, metricsText: @escaping @Sendable () -> String = { "" },
         onBound: @escaping @Sendable (Int) -> Void = { _ in }
     ) {
@@ -57,7 +57,7 @@ package struct IngressService: Service {
         self.onBound = onBound
     }
 
-    package func run() async throws {
+    public func run() async throws {
         let context = IngressContext(
             redis: redis, keys: options.keys,
             directory: SecretDirectory(redis: redis, keys: options.keys, ttl: options.secretCacheTTL),

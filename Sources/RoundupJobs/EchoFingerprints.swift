@@ -1,44 +1,44 @@
-package import Logging
+public import Logging
 import Metrics
 import NIOCore
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
+public import RoundupStore
+public import RoundupStreams
 
 /// Fingerprints of the values this server writes to Trello, so the webhook that echoes a write is not taken
 /// for a user's edit. Set before the write, checked (not consumed) by the webhook worker, deleted once the
 /// store has the written values' hashes (after which the hash comparison recognises the echo by itself).
-package struct EchoFingerprints: Sendable {
+public struct EchoFingerprints: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
     let ttlSeconds: Int
 
-    package init(redis: RedisClient, keys: RedisKeys, ttlSeconds: Int) {
+    public init(redis: RedisClient, keys: RedisKeys, ttlSeconds: Int) {
         self.redis = redis
         self.keys = keys
         self.ttlSeconds = ttlSeconds
     }
 
-    package static let removedField = "_removed"
+    public static let removedField = "_removed"
     /// The pseudo-field of a card's list: set before we move a card (`SyncEngine.move`) to the sync list it names.
-    package static let listField = "_list"
+    public static let listField = "_list"
 
-    package func moveKey(account: String, card: String, syncList: String) -> String {
+    public func moveKey(account: String, card: String, syncList: String) -> String {
         fieldKey(account: account, card: card, field: Self.listField, value: .string(syncList))
     }
 
-    package func fieldKey(account: String, card: String, field: String, value: JSONValue) -> String {
+    public func fieldKey(account: String, card: String, field: String, value: JSONValue) -> String {
         keys.echo(account: account, card: card, field: field, hash: value.fieldHash)
     }
 
-    package func createKey(account: String, syncList: String, title: String) -> String {
+    public func createKey(account: String, syncList: String, title: String) -> String {
         keys.echoCreate(account: account, syncList: syncList, titleHash: JSONValue.string(SyncFields.normalizedTitle(title)).fieldHash)
     }
 
     /// Must succeed before the write: a write without its fingerprint could come back as an edit.
-    package func mark(_ names: [String]) async throws {
+    public func mark(_ names: [String]) async throws {
         guard !names.isEmpty else { return }
         let replies = try await redis.pipeline(
             names.map { RedisCommand("SET", [RedisArgument($0), "1", "EX", RedisArgument(ttlSeconds)]) }, timeout: .seconds(2))
@@ -47,14 +47,14 @@ package struct EchoFingerprints: Sendable {
         }
     }
 
-    package func clear(_ names: [String]) async {
+    public func clear(_ names: [String]) async {
         guard !names.isEmpty else { return }
         // Several accounts' (slots') keys: one DEL per slot.
         _ = try? await redis.delete(names, timeout: .seconds(2))
     }
 
     /// Which of these fingerprints exist.
-    package func present(_ names: [String]) async throws -> [Bool] {
+    public func present(_ names: [String]) async throws -> [Bool] {
         guard !names.isEmpty else { return [] }
         // A batch's fingerprints are of several accounts (slots): one MGET per slot.
         return try await redis.values(of: names, timeout: .seconds(2)).map { !$0.isNull }
@@ -68,7 +68,7 @@ extension EchoFingerprints {
     /// the store catches echoes that arrive after the write was recorded; this catches the ones that arrive before.
     /// When Redis cannot answer, that comparison is all there is. `isLive` says whether the store holds the card as
     /// present (a card it does not know may be one we are creating).
-    package func withoutEchoes(
+    public func withoutEchoes(
         _ observations: [CardObservation], logger: Logger, isLive: (_ account: String, _ card: String) -> Bool
     ) async -> [CardObservation] {
         var names: [String] = []

@@ -1,29 +1,29 @@
-package import Foundation
+public import Foundation
 import NIOCore
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
+public import RoundupStore
+public import RoundupStreams
 
 /// Submitting a background job and putting it on the job stream, in one place for every caller (the API's sync and
 /// list jobs, `roundupctl reconcile`): a job the stream did not take is ended at once (`could not be queued`), so its
 /// account is not blocked behind a job no worker will ever run, and the caller is told.
-package struct JobQueue: Sendable {
+public struct JobQueue: Sendable {
     /// The job was stored but Redis did not take its entry; it has been ended, nothing else changed: submit again.
-    package struct NotQueued: Error, Sendable, CustomStringConvertible {
-        package var jobID: String
-        package var reason: String
-        package var description: String { "job \(jobID) could not be queued: \(reason)" }
+    public struct NotQueued: Error, Sendable, CustomStringConvertible {
+        public var jobID: String
+        public var reason: String
+        public var description: String { "job \(jobID) could not be queued: \(reason)" }
     }
 
     let store: any JobRepository
     let redis: RedisClient
     let keys: RedisKeys
     /// When a job without a heartbeat reads as stale (`ROUNDUP_JOB_STALE_SECONDS`).
-    package let staleAfter: TimeInterval
+    public let staleAfter: TimeInterval
 
-    package init(store: any JobRepository, redis: RedisClient, keys: RedisKeys, staleAfter: TimeInterval) {
+    public init(store: any JobRepository, redis: RedisClient, keys: RedisKeys, staleAfter: TimeInterval) {
         self.store = store
         self.redis = redis
         self.keys = keys
@@ -32,7 +32,7 @@ package struct JobQueue: Sendable {
 
     /// Submits a job (`JobRepository.submitJob`: the account's lease, the idempotency key) and queues one created now.
     /// `trace`: the submitting request's trace context (an app's `traceparent`), which the job's entry carries.
-    package func submit(
+    public func submit(
         accountID: String, kind: JobKind, deviceID: String? = nil, idempotencyKey: String? = nil, payload: JSONValue, total: Int,
         trace: TraceHeaders? = nil
     ) async throws -> JobSubmission {
@@ -44,7 +44,7 @@ package struct JobQueue: Sendable {
     }
 
     /// Appends a stored job's entry to the job stream; when Redis does not take it, the job is ended and `NotQueued` thrown.
-    package func enqueue(_ job: SyncJob, trace: TraceHeaders? = nil) async throws {
+    public func enqueue(_ job: SyncJob, trace: TraceHeaders? = nil) async throws {
         do {
             _ = try await redis.send(
                 .streamAppend(keys.jobStream, fields: SyncJobMessage(jobID: job.id, account: job.accountID, kind: job.kind, trace: trace).fields),
@@ -68,15 +68,15 @@ package struct JobQueue: Sendable {
 /// (title, notes, dates, completion, location, due reminder, labels), one for the priority, each checklist and check
 /// item it names one (a rename, a tick, an add or a delete: the engine deletes only what says `deleted`), each link
 /// added or deleted one, and a new `url` two (the old first link deleted, the new one added).
-package enum SyncWrites {
+public enum SyncWrites {
     /// Fields a create sends with the card itself (`SyncFields.cardAttribute`, and the labels).
     static let createFields: Set<SyncField> = [.title, .notes, .dueDate, .startDate, .completed, .labels]
 
     /// At most the Trello writes of `items`.
-    package static func estimate(_ items: [SyncItem]) -> Int { items.reduce(0) { $0 + estimate($1) } }
+    public static func estimate(_ items: [SyncItem]) -> Int { items.reduce(0) { $0 + estimate($1) } }
 
     /// At most the Trello writes of one item.
-    package static func estimate(_ item: SyncItem) -> Int {
+    public static func estimate(_ item: SyncItem) -> Int {
         switch item.op {
         case .delete, .complete: return 1
         case .move:

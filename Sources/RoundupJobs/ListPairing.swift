@@ -1,23 +1,23 @@
 import Logging
-package import RoundupCore
-package import RoundupStore
-package import RoundupTrello
+public import RoundupCore
+public import RoundupStore
+public import RoundupTrello
 
 /// Pairs a Trello list with a reminders list, whole or not at all: asks Trello that the list is on the board named
 /// with it, stores it, registers its webhooks (`WebhookRegistrar`), then publishes its routes for the ingress. Any
 /// failure removes what was made (webhooks at Trello, the stored list). The apps' `POST /dailyroundup/lists` is a thin
 /// wrapper around it.
-package struct ListPairing: Sendable {
+public struct ListPairing: Sendable {
     /// The webhooks made with a list; its store, Redis and logger serve the pairing too.
     let webhooks: WebhookRegistrar
     var store: any ListRepository & AccountRepository & ReconcileStore { webhooks.store }
 
-    package init(webhooks: WebhookRegistrar) { self.webhooks = webhooks }
+    public init(webhooks: WebhookRegistrar) { self.webhooks = webhooks }
 
     /// The board's labels (`{id, name, color}`) and its Priority field, both read from Trello now: what the apps may
     /// offer for a list's cards. A Priority field that changed since the store read it (an option added after pairing)
     /// is stored, so the worker and the jobs map its options from then on.
-    package func boardVocabulary(
+    public func boardVocabulary(
         accountID: String, boardID: String, credentials: TrelloCredentials
     ) async throws -> (labels: [[String: JSONValue]], priority: PriorityField?) {
         let labels = try await webhooks.trello.boardLabels(boardID: boardID, credentials: credentials)
@@ -29,12 +29,12 @@ package struct ListPairing: Sendable {
     }
 
     /// The Trello member the account's token belongs to: whom `me` names among a list filter's members.
-    package func tokenMember(_ credentials: TrelloCredentials) async throws -> String {
+    public func tokenMember(_ credentials: TrelloCredentials) async throws -> String {
         try await webhooks.trello.memberID(credentials: credentials)
     }
 
     /// Why a pairing made nothing.
-    package enum Failure: Error, Sendable {
+    public enum Failure: Error, Sendable {
         /// The account was deleted meanwhile.
         case accountGone
         /// The account already syncs this Trello list.
@@ -54,7 +54,7 @@ package struct ListPairing: Sendable {
     }
 
     /// The pairing: the list as stored, with its webhooks.
-    package func pair(
+    public func pair(
         account: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings, credentials: TrelloCredentials
     ) async throws(Failure) -> SyncListRecord {
         // The list must be the board's: the board's webhook and routes are made with it, and a list on another board
@@ -122,7 +122,7 @@ package struct ListPairing: Sendable {
     /// Trello refusing or unreachable never keeps the list: what may remain is logged and counted), the list deleted
     /// with its tasks and pending changes, then the routes published as the store has them now (the board stays routed
     /// while another list of the account is on it).
-    package func unpair(_ list: SyncListRecord, credentials: TrelloCredentials?) async throws {
+    public func unpair(_ list: SyncListRecord, credentials: TrelloCredentials?) async throws {
         let account = list.accountID
         let hooks = WebhookRegistrar.webhooks(of: list, others: try await store.syncLists(accountID: account))
         await webhooks.unregister(hooks, credentials: credentials, account: account, syncList: list.id)

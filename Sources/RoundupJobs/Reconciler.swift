@@ -1,13 +1,13 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOCore
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-package import RoundupTrello
+public import RoundupStore
+public import RoundupStreams
+public import RoundupTrello
 
 /// The periodic delta pass that heals what webhooks missed, and the repair of the webhooks themselves.
 /// For one list: check the list and board webhooks (missing, inactive or pointing at another callback URL → registered
@@ -15,16 +15,16 @@ package import RoundupTrello
 /// for every card the store holds that Trello no longer shows in the list, to the same comparison webhooks go through —
 /// so it emits exactly the changes webhooks would have, and nothing for a list in sync. One run per list at a time
 /// across every worker (a lock in Redis).
-package struct Reconciler: Sendable {
-    package struct Outcome: Sendable, Equatable {
-        package var cards = 0
-        package var changes: [ChangeType: Int] = [:]
-        package var webhooksRegistered = 0
-        package var trelloRequests = 0
+public struct Reconciler: Sendable {
+    public struct Outcome: Sendable, Equatable {
+        public var cards = 0
+        public var changes: [ChangeType: Int] = [:]
+        public var webhooksRegistered = 0
+        public var trelloRequests = 0
         /// The Trello list is archived: its pairing is paused, its cards left as they are.
-        package var archived = false
+        public var archived = false
 
-        package var summary: [String: JSONValue] {
+        public var summary: [String: JSONValue] {
             [
                 "cards": .number(Double(cards)),
                 "changes": .object(Dictionary(uniqueKeysWithValues: changes.map { ($0.key.rawValue, JSONValue.number(Double($0.value))) })),
@@ -33,13 +33,13 @@ package struct Reconciler: Sendable {
         }
     }
 
-    package enum Failure: Error, Sendable, CustomStringConvertible {
+    public enum Failure: Error, Sendable, CustomStringConvertible {
         /// Another run of this list holds the lock.
         case busy
         case noCredentials
         /// Trello says the token is not valid any more: the account is flagged, not retried.
         case tokenRevoked
-        package var description: String {
+        public var description: String {
             switch self {
             case .busy: return "another reconciliation of this list is running"
             case .noCredentials: return "the account has no Trello key and token"
@@ -48,18 +48,18 @@ package struct Reconciler: Sendable {
         }
     }
 
-    package let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
+    public let store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed
     /// Mends the lists' webhooks at Trello; its client, Redis and logger serve the reconciliation too.
     let webhooks: WebhookRegistrar
     let pageSize: Int
     /// Our own writes in flight (a sync job between its Trello write and its bookkeeping) are not drift.
     let echo: EchoFingerprints?
     var trello: TrelloClient { webhooks.trello }
-    package var redis: RedisClient { webhooks.callbacks.redis }
-    package var keys: RedisKeys { webhooks.callbacks.keys }
+    public var redis: RedisClient { webhooks.callbacks.redis }
+    public var keys: RedisKeys { webhooks.callbacks.keys }
     var logger: Logger { webhooks.logger }
 
-    package init(
+    public init(
         store: any ReconcileStore & ListRepository & AccountRepository & ChangeFeed, trello: TrelloClient, redis: RedisClient, keys: RedisKeys,
         publicURL: String?, pageSize: Int = 1000,
         echo: EchoFingerprints? = nil, logger: Logger
@@ -80,7 +80,7 @@ package struct Reconciler: Sendable {
 
     /// Runs the list; waits up to `wait` for a run that holds the lock (an on-demand request behind a scheduled run).
     /// `skipIfReconciledWithin`: a scheduled run that finds the list done meanwhile (by another worker) does nothing.
-    package func run(_ list: SyncListRecord, wait: Duration = .zero, skipIfReconciledWithin: TimeInterval? = nil) async throws -> Outcome {
+    public func run(_ list: SyncListRecord, wait: Duration = .zero, skipIfReconciledWithin: TimeInterval? = nil) async throws -> Outcome {
         let lock = keys.prefix + "reconcile:lock:" + list.id
         let owner = UUID().uuidString
         let deadline = ContinuousClock.now + wait

@@ -1,21 +1,21 @@
-package import AsyncHTTPClient
+public import AsyncHTTPClient
 import Crypto
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOCore
-package import NIOHTTP1
-package import RoundupCore
-package import RoundupRedis
-package import RoundupRuntime
+public import NIOHTTP1
+public import RoundupCore
+public import RoundupRedis
+public import RoundupRuntime
 import RoundupStore
-package import RoundupStreams
-package import RoundupTrello
+public import RoundupStreams
+public import RoundupTrello
 
 /// Trello's rate limits, shared by every process through Redis: at most `tokenLimit` requests per token and
 /// `keyLimit` per API key in any sliding 10-second window, and a pause for a token after Trello answers 429 or
 /// says no requests remain. Keys in Redis name SHA-256 prefixes of the credentials, never the credentials.
-package struct RedisTrelloGate: TrelloRequestGate {
+public struct RedisTrelloGate: TrelloRequestGate {
     let redis: RedisClient
     let keys: RedisKeys
     let tokenLimit: Int
@@ -24,7 +24,7 @@ package struct RedisTrelloGate: TrelloRequestGate {
     let windowMilliseconds: Int
     let logger: Logger
 
-    package init(
+    public init(
         redis: RedisClient, keys: RedisKeys, tokenLimit: Int, keyLimit: Int, window: Duration = .seconds(10), margin: Duration = .milliseconds(500),
         logger: Logger
     ) {
@@ -67,7 +67,7 @@ package struct RedisTrelloGate: TrelloRequestGate {
             return 0
             """)
 
-    package func acquire(_ credentials: TrelloCredentials) async throws {
+    public func acquire(_ credentials: TrelloCredentials) async throws {
         let token = "t:" + Self.digest(credentials.token)
         let apiKey = Self.digest(credentials.apiKey)
         let key = "k:" + apiKey
@@ -107,7 +107,7 @@ package struct RedisTrelloGate: TrelloRequestGate {
         }
     }
 
-    package func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async {
+    public func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async {
         var pauseMilliseconds = 0
         if status == 429 {
             Counter(label: "roundup_trello_429_total").increment()
@@ -132,7 +132,7 @@ package struct RedisTrelloGate: TrelloRequestGate {
 
 extension TrelloClient {
     /// The Trello client every process uses: `ROUNDUP_TRELLO_API_URL`, behind the rate limits shared through Redis.
-    package static func make(configuration: RoundupConfiguration, http: HTTPClient, redis: RedisClient, logger: Logger) -> TrelloClient {
+    public static func make(configuration: RoundupConfiguration, http: HTTPClient, redis: RedisClient, logger: Logger) -> TrelloClient {
         let gate = RedisTrelloGate(
             redis: redis, keys: configuration.redisKeys, tokenLimit: configuration.trelloTokenLimit, keyLimit: configuration.trelloKeyLimit,
             logger: logger)

@@ -1,10 +1,10 @@
 import Foundation
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 import RoundupTrello
 
 /// Why a resolution could not be applied.
-package enum ResolveError: Error, Sendable, Equatable {
+public enum ResolveError: Error, Sendable, Equatable {
     case notFound
     case alreadyResolved
     /// Another request is resolving it right now.
@@ -25,7 +25,7 @@ extension SyncEngine {
 
     /// Applies the user's choice for a conflict: Trello's value goes to the apps, or the reminder's (or a new)
     /// value goes to Trello (and to the apps), then the conflict is marked resolved.
-    package func resolveConflict(accountID: String, id: Int64, choice: ConflictChoice, value: JSONValue?) async throws -> ConflictDetail {
+    public func resolveConflict(accountID: String, id: Int64, choice: ConflictChoice, value: JSONValue?) async throws -> ConflictDetail {
         guard let conflict = try await store.conflict(accountID: accountID, id: id) else { throw ResolveError.notFound }
         guard conflict.record.status == .open else { throw ResolveError.alreadyResolved }
         guard let field = SyncField(rawValue: conflict.record.field) else {
@@ -110,7 +110,7 @@ extension SyncEngine {
 
     /// `merge`: the reminder is the card; the card's fields go to the app as an update carrying the mapping.
     /// `keep_both`: a card is made for the reminder.
-    package func resolveDuplicate(accountID: String, id: Int64, action: DuplicateAction) async throws -> DuplicateDetail {
+    public func resolveDuplicate(accountID: String, id: Int64, action: DuplicateAction) async throws -> DuplicateDetail {
         guard let duplicate = try await store.duplicate(accountID: accountID, id: id) else { throw ResolveError.notFound }
         guard duplicate.record.status == .open else { throw ResolveError.alreadyResolved }
         guard let reminderID = duplicate.record.reminderID else { throw ResolveError.invalid("the duplicate has no reminder") }

@@ -1,21 +1,21 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-package import RoundupTrello
+public import RoundupStore
+public import RoundupStreams
+public import RoundupTrello
 import ServiceLifecycle
 
 /// What the API takes of the store (it serves every resource and queues reconciliations).
-package typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore & ActivityRepository
+public typealias OutboundStore = SyncStore & SyncJobStore & ReconcileStore & ActivityRepository
 /// What the sync engine takes: accounts and lists to write to, the change feed (a Trello value kept before its webhook
 /// reaches the apps), jobs, card state and resolutions; no devices, maintenance or reconciliation.
-package typealias SyncEngineStore = AccountRepository & ListRepository & ChangeFeed & JobRepository & CardStateRepository & ResolutionRepository
+public typealias SyncEngineStore = AccountRepository & ListRepository & ChangeFeed & JobRepository & CardStateRepository & ResolutionRepository
 
 /// An item that cannot succeed as it is: reported in the item's result, never retried.
 struct ItemFailure: Error, CustomStringConvertible {
@@ -25,17 +25,17 @@ struct ItemFailure: Error, CustomStringConvertible {
 /// Applies the apps' edits to Trello: the items of sync jobs, imports, and the resolution of conflicts and
 /// duplicates. Every write is fingerprinted before it is sent (echo suppression) and its values' hashes are
 /// stamped in the store after, in one transaction with the job's bookkeeping.
-package struct SyncEngine: Sendable {
-    package struct Options: Sendable {
-        package var keys: RedisKeys
-        package var staleAfter: TimeInterval
-        package var heartbeat: Duration
+public struct SyncEngine: Sendable {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var staleAfter: TimeInterval
+        public var heartbeat: Duration
         /// Attempts of one item when Trello or the store fail transiently (429, 5xx, timeouts, busy).
-        package var itemAttempts: Int = 6
+        public var itemAttempts: Int = 6
         /// A sync job that has run this long gives its turn back after its current item while jobs of other accounts
         /// wait for a worker (`run`'s `othersWaiting`): slots are shared by turns, not held by the longest jobs.
-        package var turn: Duration
-        package init(keys: RedisKeys, staleAfter: TimeInterval, heartbeat: Duration, turn: Duration = .seconds(10)) {
+        public var turn: Duration
+        public init(keys: RedisKeys, staleAfter: TimeInterval, heartbeat: Duration, turn: Duration = .seconds(10)) {
             self.turn = turn
             self.keys = keys
             self.staleAfter = staleAfter
@@ -52,7 +52,7 @@ package struct SyncEngine: Sendable {
     /// Runs `reconcile` jobs (nil: such jobs fail saying so).
     let reconciler: Reconciler?
 
-    package init(
+    public init(
         options: Options, store: any SyncEngineStore, trello: TrelloClient, echo: EchoFingerprints, redis: RedisClient, reconciler: Reconciler? = nil,
         logger: Logger
     ) {
@@ -95,7 +95,7 @@ package struct SyncEngine: Sendable {
         var told: [String: JSONValue] = [:]
     }
 
-    package enum RunOutcome: Sendable, Equatable {
+    public enum RunOutcome: Sendable, Equatable {
         case completed
         case failed(String)
         /// The job was given up as stale while it ran (its heartbeat could not be written in time).
@@ -113,7 +113,7 @@ package struct SyncEngine: Sendable {
     /// (the consumer keeps its stream entry from looking idle). `othersWaiting` says whether jobs wait for a worker:
     /// asked (at most once a second) after each item once the job has run `Options.turn`; when it says so the job
     /// yields.
-    package func run(
+    public func run(
         _ job: SyncJob, holder: String, beat: @escaping @Sendable () async -> Void = {}, othersWaiting: (@Sendable () async -> Bool)? = nil
     ) async -> RunOutcome {
         let lost = NIOLockedValueBox(false)

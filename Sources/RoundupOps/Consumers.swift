@@ -1,20 +1,20 @@
-package import RoundupRedis
-package import RoundupStreams
+public import RoundupRedis
+public import RoundupStreams
 
 /// Consumer names left in a group by processes that are gone (every restart of a worker without `ROUNDUP_WORKER_NAME`,
 /// every pod of a rollout): `roundupctl consumers prune` removes them.
-package enum ConsumerPruner {
-    package struct Pruned: Sendable, Equatable {
-        package var stream: RoundupStream
-        package var consumer: String
-        package var idleMilliseconds: Int
+public enum ConsumerPruner {
+    public struct Pruned: Sendable, Equatable {
+        public var stream: RoundupStream
+        public var consumer: String
+        public var idleMilliseconds: Int
     }
 
     /// Removes the consumers of `stream`'s group idle at least `idleAtLeast` ms that hold no pending entry, and returns
     /// them (with `dryRun`, only says which). A consumer's pending entries would be lost with it (they leave the
     /// pending list, so nothing would ever reclaim them): the check and the removal are one script, so an entry
     /// delivered to it meanwhile keeps it.
-    package static func prune(
+    public static func prune(
         _ stream: RoundupStream, redis: RedisClient, keys: RedisKeys, idleAtLeast: Int, dryRun: Bool = false
     ) async throws -> [Pruned] {
         let report = try await QueueInspector.report(stream, redis: redis, keys: keys)

@@ -1,29 +1,29 @@
-package import Foundation
-package import RoundupCore
-package import RoundupRedis
+public import Foundation
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
+public import RoundupStreams
 
 /// One dead letter of the webhook stream: the original event and why it failed.
-package struct DeadLetter: Sendable, Equatable {
-    package var letter: StreamDeadLetter
+public struct DeadLetter: Sendable, Equatable {
+    public var letter: StreamDeadLetter
     /// The event as the ingress enqueued it; nil when its fields do not make one (no account or body).
-    package var event: WebhookEvent?
+    public var event: WebhookEvent?
 
-    package init(_ letter: StreamDeadLetter) {
+    public init(_ letter: StreamDeadLetter) {
         self.letter = letter
         event = WebhookEvent(fields: letter.original)
     }
 
-    package var id: String { letter.id }
+    public var id: String { letter.id }
 
     // The event's fields are read one by one as text: a dead letter may hold too little to make an event.
-    package var account: String? { event?.account ?? letter.original.text(WebhookEvent.Field.account) }
-    package var type: String? { event?.type ?? letter.original.text(WebhookEvent.Field.type) }
+    public var account: String? { event?.account ?? letter.original.text(WebhookEvent.Field.account) }
+    public var type: String? { event?.type ?? letter.original.text(WebhookEvent.Field.type) }
     /// The event's body as text.
-    package var body: String? { letter.original.text(WebhookEvent.Field.body) }
+    public var body: String? { letter.original.text(WebhookEvent.Field.body) }
 
-    package var summary: JSONValue {
+    public var summary: JSONValue {
         .object([
             "id": .string(id), "original_id": letter.originalID.json, "account": account.json,
             "action": (event?.actionID ?? letter.original.text(WebhookEvent.Field.action)).json, "type": type.json, "error": letter.error.json,
@@ -35,7 +35,7 @@ package struct DeadLetter: Sendable, Equatable {
 
 extension StreamAttempt {
     /// As the tools show it: when (ISO 8601), by whom, the error (`class: message`).
-    package var json: JSONValue {
+    public var json: JSONValue {
         .object([
             "at": .string(Timestamp.string(Date(timeIntervalSince1970: Double(at) / 1000))), "consumer": .string(consumer),
             "error": .string(error.replacingOccurrences(of: "\t", with: ": ")),
@@ -50,14 +50,14 @@ extension Optional where Wrapped == String {
 /// A stream's dead letters (the webhook stream's unless told): list, show, replay into the stream, purge. The webhook
 /// stream's are kept per shard, each beside its shard's stream; they are listed shard after shard and named
 /// `<shard>:<id>`.
-package struct DeadLetterQueue: Sendable {
+public struct DeadLetterQueue: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
-    package let stream: RoundupStream
+    public let stream: RoundupStream
     /// Where its dead letters are.
     let parts: [StreamPart]
 
-    package init(redis: RedisClient, keys: RedisKeys, stream: RoundupStream = .webhooks) {
+    public init(redis: RedisClient, keys: RedisKeys, stream: RoundupStream = .webhooks) {
         self.redis = redis
         self.keys = keys
         self.stream = stream
@@ -73,17 +73,17 @@ package struct DeadLetterQueue: Sendable {
     }
 
     /// Which dead letters a page shows, or a replay puts back: all of those given must match.
-    package struct Filter: Sendable, Equatable {
-        package var account: String?
-        package var type: String?
+    public struct Filter: Sendable, Equatable {
+        public var account: String?
+        public var type: String?
         /// Text the error contains, in any case.
-        package var error: String?
+        public var error: String?
         /// Failed at or after this time (milliseconds since 1970); a letter that does not say when never matches.
-        package var since: Int?
+        public var since: Int?
         /// Failed before this time (milliseconds since 1970).
-        package var until: Int?
+        public var until: Int?
 
-        package init(account: String? = nil, type: String? = nil, error: String? = nil, since: Int? = nil, until: Int? = nil) {
+        public init(account: String? = nil, type: String? = nil, error: String? = nil, since: Int? = nil, until: Int? = nil) {
             self.account = account
             self.type = type
             self.error = error
@@ -92,11 +92,11 @@ package struct DeadLetterQueue: Sendable {
         }
 
         /// No condition: every dead letter.
-        package var isEmpty: Bool { self == Filter() }
+        public var isEmpty: Bool { self == Filter() }
 
         /// Milliseconds since 1970 of an ISO 8601 time, or of an age before `now` (`90s`, `30m`, `2h`, `1d`); nil when
         /// the text is neither.
-        package static func moment(_ text: String, now: Date = Date()) -> Int? {
+        public static func moment(_ text: String, now: Date = Date()) -> Int? {
             if let date = Timestamp.date(text) { return Int(date.timeIntervalSince1970 * 1000) }
             let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
             guard let unit = text.last.flatMap({ units[$0] }), let amount = Double(text.dropLast()), amount >= 0, amount < 1e7 else { return nil }
@@ -104,11 +104,11 @@ package struct DeadLetterQueue: Sendable {
         }
 
         /// What to say of a time `moment` cannot read.
-        package static func unreadable(_ name: String, _ text: String) -> String {
+        public static func unreadable(_ name: String, _ text: String) -> String {
             "\(name) \(text): use an ISO 8601 time (2026-12-07T02:00:00Z) or an age (90s, 30m, 2h, 1d)"
         }
 
-        package func matches(_ letter: DeadLetter) -> Bool {
+        public func matches(_ letter: DeadLetter) -> Bool {
             if let account, letter.account != account { return false }
             if let type, letter.type != type { return false }
             if let error, !(letter.letter.error ?? "").localizedCaseInsensitiveContains(error) { return false }
@@ -123,16 +123,16 @@ package struct DeadLetterQueue: Sendable {
 
     /// What a replay by filter found: how many matched, by action type and by error class, and the first ids (of a
     /// dry run, what would be put back; of a replay, what was).
-    package struct Selection: Sendable, Equatable {
-        package var matched = 0
-        package var replayed = 0
-        package var byType: [String: Int] = [:]
-        package var byError: [String: Int] = [:]
-        package var ids: [String] = []
+    public struct Selection: Sendable, Equatable {
+        public var matched = 0
+        public var replayed = 0
+        public var byType: [String: Int] = [:]
+        public var byError: [String: Int] = [:]
+        public var ids: [String] = []
         /// The most ids a selection lists (the counts cover every match).
-        package static let listed = 100
+        public static let listed = 100
 
-        package func json(dryRun: Bool) -> JSONValue {
+        public func json(dryRun: Bool) -> JSONValue {
             .object([
                 "dry_run": .bool(dryRun), "matched": .number(Double(matched)), "replayed": .number(Double(replayed)),
                 "by_type": .object(byType.mapValues { .number(Double($0)) }), "by_error": .object(byError.mapValues { .number(Double($0)) }),
@@ -144,7 +144,7 @@ package struct DeadLetterQueue: Sendable {
     /// Puts back the dead letters that match `filter` (every one there is when it begins, shard after shard; one
     /// dead-lettered again meanwhile waits for the next replay), or with `dryRun` only counts them: the same walk,
     /// nothing written.
-    package func replay(matching filter: Filter, dryRun: Bool, progress: (Int) -> Void = { _ in }) async throws -> Selection {
+    public func replay(matching filter: Filter, dryRun: Bool, progress: (Int) -> Void = { _ in }) async throws -> Selection {
         var selection = Selection()
         for part in parts {
             let newest = try await redis.send(RedisCommand("XREVRANGE", [RedisArgument(part.deadLetters), "+", "-", "COUNT", "1"])).streamEntries
@@ -176,7 +176,7 @@ package struct DeadLetterQueue: Sendable {
 
     /// Up to `limit` dead letters matching `filter`, oldest first (shard after shard), after `after` (exclusive; nil:
     /// from the oldest). Returns them and the id to continue after, nil when no more can follow.
-    package func page(after: String? = nil, limit: Int, filter: Filter = Filter()) async throws -> (letters: [DeadLetter], next: String?) {
+    public func page(after: String? = nil, limit: Int, filter: Filter = Filter()) async throws -> (letters: [DeadLetter], next: String?) {
         var letters: [DeadLetter] = []
         var firstPart = 0
         var cursor: String?
@@ -209,7 +209,7 @@ package struct DeadLetterQueue: Sendable {
     }
 
     /// Deletes these dead letters for good; returns how many existed.
-    package func delete(ids: [String]) async throws -> Int {
+    public func delete(ids: [String]) async throws -> Int {
         var deleted = 0
         for id in ids {
             let (part, local) = try locate(id)
@@ -218,13 +218,13 @@ package struct DeadLetterQueue: Sendable {
         return deleted
     }
 
-    package func show(id: String) async throws -> DeadLetter? {
+    public func show(id: String) async throws -> DeadLetter? {
         let (part, local) = try locate(id)
         let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(part.deadLetters), RedisArgument(local), RedisArgument(local)]))
         return parse(reply, in: part).first?.letter
     }
 
-    package func count() async throws -> Int {
+    public func count() async throws -> Int {
         try await redis.deadLetterCount(of: stream, keys: keys)
     }
 
@@ -232,7 +232,7 @@ package struct DeadLetterQueue: Sendable {
     /// returns how many. `ids` nil means all of those there are when it begins: an entry replayed and dead-lettered
     /// again meanwhile (one that still does not decode) is left for the next replay, not replayed in a loop.
     /// `progress` is told after each batch.
-    package func replay(ids: [String]?, progress: (Int) -> Void = { _ in }) async throws -> Int {
+    public func replay(ids: [String]?, progress: (Int) -> Void = { _ in }) async throws -> Int {
         var done = 0
         if let ids {
             for id in ids {
@@ -281,7 +281,7 @@ package struct DeadLetterQueue: Sendable {
             """)
 
     /// Deletes every dead letter; returns how many there were.
-    package func purge() async throws -> Int {
+    public func purge() async throws -> Int {
         let count = try await count()
         for part in parts { _ = try await redis.send(RedisCommand("DEL", [RedisArgument(part.deadLetters)])) }
         return count

@@ -3,20 +3,20 @@ import NIOCore
 import RoundupCore
 import RoundupDatabase
 import RoundupPush
-package import RoundupRedis
-package import RoundupRuntime
+public import RoundupRedis
+public import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 
 /// `roundupctl check`: Redis and the store reached, stored credentials that look right, the configuration the
 /// processes need. What passed, and every problem (the command exits 1 when there is one).
-package struct DeploymentCheck: Sendable {
-    package var passed: [String] = []
-    package var problems: [String] = []
+public struct DeploymentCheck: Sendable {
+    public var passed: [String] = []
+    public var problems: [String] = []
 
-    package var ok: Bool { problems.isEmpty }
+    public var ok: Bool { problems.isEmpty }
 
-    package static func run(configuration: RoundupConfiguration, redis: RedisClient) async -> DeploymentCheck {
+    public static func run(configuration: RoundupConfiguration, redis: RedisClient) async -> DeploymentCheck {
         var check = DeploymentCheck()
         do {
             _ = try await redis.send(RedisCommand("PING"), timeout: .seconds(2))
@@ -89,7 +89,7 @@ package struct DeploymentCheck: Sendable {
     }
 
     /// APNs credentials as roundup-pusher needs them (only checked when any of them is set).
-    package static func apnsProblems(_ c: RoundupConfiguration) -> [String] {
+    public static func apnsProblems(_ c: RoundupConfiguration) -> [String] {
         let given = [c.apnsKeyFile, c.apnsKeyID, c.apnsTeamID, c.apnsTopic].compactMap { $0 }
         guard !given.isEmpty else { return [] }
         var problems = c.missingAPNsKeys.map { "\($0) is not set (roundup-pusher needs it)" }

@@ -1,27 +1,27 @@
 import Foundation
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
+public import RoundupStore
+public import RoundupStreams
 
 /// `roundupctl find` and the dashboard's search: where one webhook event is now, by Trello action id, card id or
 /// account (all of those given must match). An event is in one of four places: waiting in its shard's stream (not yet
 /// delivered to a worker), pending (delivered, not acknowledged: with whom, for how long, how often, its last error),
 /// dead-lettered (with its error), or applied (the activity history's rows for it: what it changed, and when).
-package enum EventFinder {
-    package struct Query: Sendable, Equatable {
-        package var actionID: String?
-        package var cardID: String?
-        package var account: String?
+public enum EventFinder {
+    public struct Query: Sendable, Equatable {
+        public var actionID: String?
+        public var cardID: String?
+        public var account: String?
 
-        package init(actionID: String? = nil, cardID: String? = nil, account: String? = nil) {
+        public init(actionID: String? = nil, cardID: String? = nil, account: String? = nil) {
             self.actionID = actionID
             self.cardID = cardID
             self.account = account
         }
 
-        package var isEmpty: Bool { actionID == nil && cardID == nil && account == nil }
+        public var isEmpty: Bool { actionID == nil && cardID == nil && account == nil }
 
         func matches(account: String?, actionID: String?, body: [UInt8]?) -> Bool {
             if let want = self.account, account != want { return false }
@@ -36,37 +36,37 @@ package enum EventFinder {
         }
     }
 
-    package enum Place: String, Sendable {
+    public enum Place: String, Sendable {
         case waiting, pending
         case deadLetter = "dead_letter"
         case applied
     }
 
     /// One place an event (or what it did) was found.
-    package struct Found: Sendable, Equatable {
-        package var place: Place
+    public struct Found: Sendable, Equatable {
+        public var place: Place
         /// The entry's id as the tools name it (`<shard>:<id>`); nil for an applied event's history.
-        package var id: String?
-        package var account: String?
-        package var actionID: String?
-        package var type: String?
-        package var cardID: String?
+        public var id: String?
+        public var account: String?
+        public var actionID: String?
+        public var type: String?
+        public var cardID: String?
         /// When the ingress took it (ISO 8601), for an event still in a stream.
-        package var receivedAt: String?
-        package var consumer: String?
-        package var idleMilliseconds: Int?
-        package var deliveries: Int?
-        package var error: String?
+        public var receivedAt: String?
+        public var consumer: String?
+        public var idleMilliseconds: Int?
+        public var deliveries: Int?
+        public var error: String?
         /// A dead letter's, as milliseconds since 1970.
-        package var failedAt: Int?
+        public var failedAt: Int?
         /// A pending entry's or a dead letter's failed deliveries, oldest first (`StreamAttempt.kept` at most).
-        package var attempts: [StreamAttempt] = []
+        public var attempts: [StreamAttempt] = []
         /// The trace the ingress started for it (tracing on): the id to look up in the tracing backend.
-        package var traceID: String?
+        public var traceID: String?
         /// An applied event's history row: what it changed.
-        package var activity: ActivityRecord?
+        public var activity: ActivityRecord?
 
-        package var json: JSONValue {
+        public var json: JSONValue {
             var object: [String: JSONValue] = [
                 "place": .string(place.rawValue), "id": id.json, "account": account.json, "action": actionID.json, "type": type.json,
                 "card": cardID.json, "received_at": receivedAt.json, "consumer": consumer.json,
@@ -92,7 +92,7 @@ package enum EventFinder {
     /// Every place the events matching `query` are, at most `limit` of each kind, streams first. The applied history is
     /// read for the accounts named or found in the streams; with neither, for every account (`searchedAccounts` says
     /// how many were read).
-    package static func find(
+    public static func find(
         _ query: Query, redis: RedisClient, keys: RedisKeys, store: any ServerStore, limit: Int = 50
     ) async throws -> (found: [Found], searchedAccounts: Int) {
         precondition(!query.isEmpty, "a query names something")

@@ -1,12 +1,12 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 import RoundupRuntime
-package import RoundupStore
+public import RoundupStore
 
 /// `roundupctl jobs`: a background job as operators read it (status, progress, heartbeat age, stale or not). A queued
 /// job has no heartbeat yet: it shows how long it has waited for a worker instead (`queued_s`).
-package enum JobsReport {
-    package static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
+public enum JobsReport {
+    public static func json(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> JSONValue {
         let age = Timestamp.date(job.updatedAt).map { JSONValue.number((now.timeIntervalSince($0) * 10).rounded() / 10) } ?? .null
         let queued = job.status == .queued
         return .object([
@@ -19,7 +19,7 @@ package enum JobsReport {
     }
 
     /// One line for people; stored text made safe for a terminal.
-    package static func line(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> String {
+    public static func line(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> String {
         let age = Timestamp.date(job.updatedAt).map { String(format: "%.0f s", now.timeIntervalSince($0)) } ?? "?"
         let since = job.status == .queued ? "waiting for a worker for \(age)" : "heartbeat \(age) ago"
         let stale = job.isStale(now: now, after: staleAfter) ? " (STALE)" : ""
@@ -29,12 +29,12 @@ package enum JobsReport {
     }
 
     /// Whether a job will still change: queued (its entry not lost) or running with a live heartbeat.
-    package static func isUnderWay(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
+    public static func isUnderWay(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
         !job.status.hasEnded && !job.isStale(now: now, after: staleAfter)
     }
 
     /// Whether a job ended badly: with an error, or its worker gone (stale).
-    package static func failed(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
+    public static func failed(_ job: JobRecord, now: Date, staleAfter: TimeInterval) -> Bool {
         job.status == .error || job.isStale(now: now, after: staleAfter)
     }
 }

@@ -1,23 +1,23 @@
 import Foundation
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
+public import RoundupStreams
 
 /// An entry delivered to a consumer and not yet acknowledged: being worked on, or failing and waiting to be retried.
-package struct PendingEntry: Sendable, Equatable {
-    package var id: String
-    package var consumer: String
-    package var idleMilliseconds: Int
+public struct PendingEntry: Sendable, Equatable {
+    public var id: String
+    public var consumer: String
+    public var idleMilliseconds: Int
     /// Deliveries so far; at `ROUNDUP_MAX_DELIVERIES` a webhook event goes to the dead letters.
-    package var deliveries: Int
+    public var deliveries: Int
     /// The last error recorded for it (webhook events only); nil while none was.
-    package var lastError: String?
+    public var lastError: String?
     /// What the entry is about, read from its fields: its account, and its event type or job kind.
-    package var account: String?
-    package var type: String?
+    public var account: String?
+    public var type: String?
 
-    package var json: JSONValue {
+    public var json: JSONValue {
         .object([
             "id": .string(id), "consumer": .string(consumer), "idle_ms": .number(Double(idleMilliseconds)), "deliveries": .number(Double(deliveries)),
             "last_error": lastError.json, "account": account.json, "type": type.json,
@@ -26,11 +26,11 @@ package struct PendingEntry: Sendable, Equatable {
 }
 
 /// `roundupctl pending`: a stream's pending entries, oldest first, with their delivery counts and last errors.
-package enum PendingInspector {
+public enum PendingInspector {
     /// Up to `limit` pending entries after `after` (exclusive; nil: from the oldest), optionally only those delivered at
     /// least `minDeliveries` times, shard after shard for the webhook stream (ids `<shard>:<id>`). Returns them and the
     /// id to continue after, nil at the end.
-    package static func page(
+    public static func page(
         _ stream: RoundupStream, redis: RedisClient, keys: RedisKeys, after: String? = nil, limit: Int, minDeliveries: Int = 1
     ) async throws -> (entries: [PendingEntry], next: String?) {
         let parts = stream.parts(keys)

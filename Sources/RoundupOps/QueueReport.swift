@@ -1,39 +1,39 @@
-package import Foundation
-package import RoundupCore
-package import RoundupRedis
+public import Foundation
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-package import RoundupStreams
+public import RoundupStreams
 
 /// What `roundupctl queues` shows for one stream and its consumer group.
-package struct StreamReport: Sendable, Equatable {
-    package struct Consumer: Sendable, Equatable {
-        package var name: String
-        package var pending: Int
-        package var idleMilliseconds: Int
+public struct StreamReport: Sendable, Equatable {
+    public struct Consumer: Sendable, Equatable {
+        public var name: String
+        public var pending: Int
+        public var idleMilliseconds: Int
     }
 
     /// The name operators use (`roundupctl pause webhooks`).
-    package var name: RoundupStream
+    public var name: RoundupStream
     /// Its Redis key (the webhook stream's shards: `…stream:webhooks:{wh00…wh63}`).
-    package var stream: String
-    package var group: String
-    package var length: Int
+    public var stream: String
+    public var group: String
+    public var length: Int
     /// Entries not yet delivered to any consumer of the group.
-    package var lag: Int?
+    public var lag: Int?
     /// Delivered, not yet acknowledged.
-    package var pending: Int
-    package var oldestPendingAgeMilliseconds: Int?
+    public var pending: Int
+    public var oldestPendingAgeMilliseconds: Int?
     /// How long the oldest entry not yet delivered has waited; nil when none waits.
-    package var oldestWaitingAgeMilliseconds: Int?
-    package var consumers: [Consumer]
-    package var deadLetters: Int
+    public var oldestWaitingAgeMilliseconds: Int?
+    public var consumers: [Consumer]
+    public var deadLetters: Int
     /// Since when an operator paused it; nil while it runs.
-    package var pausedSince: Date?
+    public var pausedSince: Date?
     /// Each shard's own figures (the webhook stream's, when asked for); empty otherwise.
-    package var shards: [StreamReport] = []
+    public var shards: [StreamReport] = []
 
-    package var json: JSONValue {
+    public var json: JSONValue {
         var object: [String: JSONValue] = [
             "name": .string(name.rawValue), "stream": .string(stream), "group": .string(group), "length": .number(Double(length)),
             "lag": lag.map { .number(Double($0)) } ?? .null, "pending": .number(Double(pending)),
@@ -52,10 +52,10 @@ package struct StreamReport: Sendable, Equatable {
     }
 }
 
-package enum QueueInspector {
+public enum QueueInspector {
     /// The three streams, in the order `RoundupStream` lists them, with the operators' pauses; with `perShard`, each
     /// webhook shard's own figures too.
-    package static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false) async throws -> [StreamReport] {
+    public static func reports(redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false) async throws -> [StreamReport] {
         let paused = try await StreamPauses(redis: redis, keys: keys).current()
         var reports: [StreamReport] = []
         for stream in RoundupStream.allCases {
@@ -70,7 +70,7 @@ package enum QueueInspector {
     /// every shard, and its idle time, the least), from XLEN, XINFO GROUPS (lag, last delivered), XPENDING (count,
     /// oldest), XINFO CONSUMERS, the oldest waiting entry, dead letters (of jobs and pushes: entries that did not
     /// decode; a failing job ends with its error in the store). One pipeline per primary.
-    package static func report(
+    public static func report(
         _ name: RoundupStream, redis: RedisClient, keys: RedisKeys, now: Date = Date(), perShard: Bool = false
     ) async throws -> StreamReport {
         let parts = name.parts(keys)
@@ -156,7 +156,7 @@ package enum QueueInspector {
     }
 
     /// A table for people.
-    package static func table(_ report: StreamReport) -> String {
+    public static func table(_ report: StreamReport) -> String {
         var lines = [
             "stream        \(report.name.rawValue)  (\(report.stream), group \(report.group))\(report.pausedSince.map { "  PAUSED since \(Timestamp.string($0))" } ?? "")",
             "length        \(report.length)",

@@ -1,29 +1,29 @@
-package import Foundation
+public import Foundation
 import RoundupCore
-package import RoundupJobs
-package import RoundupStore
+public import RoundupJobs
+public import RoundupStore
 
 /// `roundupctl reconcile`: a reconciliation job for one list or every list, queued through `JobQueue` as the API
 /// queues one (a worker runs it), and, when asked, waited for.
-package struct ReconcileRun: Sendable {
+public struct ReconcileRun: Sendable {
     let store: any OperatorStore & ReconcileStore
     let queue: JobQueue
     let staleAfter: TimeInterval
 
-    package init(store: any OperatorStore & ReconcileStore, queue: JobQueue, staleAfter: TimeInterval) {
+    public init(store: any OperatorStore & ReconcileStore, queue: JobQueue, staleAfter: TimeInterval) {
         self.store = store
         self.queue = queue
         self.staleAfter = staleAfter
     }
 
     /// The lists to reconcile: the one named (none when it does not exist), or every list.
-    package func lists(_ id: String?) async throws -> [SyncListRecord] {
+    public func lists(_ id: String?) async throws -> [SyncListRecord] {
         try await store.allSyncLists().map(\.list).filter { id == nil || $0.id == id }
     }
 
     /// Queues a job per list; a list whose account runs another job is passed over (the scheduled reconciliation
     /// comes to it). Returns the jobs queued, with their lists.
-    package func queue(_ lists: [SyncListRecord]) async throws -> [(job: String, list: SyncListRecord)] {
+    public func queue(_ lists: [SyncListRecord]) async throws -> [(job: String, list: SyncListRecord)] {
         var queued: [(job: String, list: SyncListRecord)] = []
         for list in lists {
             guard
@@ -36,7 +36,7 @@ package struct ReconcileRun: Sendable {
     }
 
     /// The jobs as the store has them now.
-    package func jobs(_ ids: [String]) async throws -> [JobRecord] {
+    public func jobs(_ ids: [String]) async throws -> [JobRecord] {
         var jobs: [JobRecord] = []
         for id in ids { jobs += try await store.jobs(limit: 1, id: id) }
         return jobs
@@ -44,7 +44,7 @@ package struct ReconcileRun: Sendable {
 
     /// Reads the jobs every half second until none is under way; `progress` is told each new `reconciled n/m list(s),
     /// k failed`. Returns them as they ended.
-    package func waitUntilEnded(_ ids: [String], progress: (String) -> Void) async throws -> [JobRecord] {
+    public func waitUntilEnded(_ ids: [String], progress: (String) -> Void) async throws -> [JobRecord] {
         var last = ""
         while true {
             let jobs = try await jobs(ids)

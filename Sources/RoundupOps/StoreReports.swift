@@ -1,13 +1,13 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 import RoundupRuntime
-package import RoundupStore
+public import RoundupStore
 
 /// `roundupctl accounts list`: each account with its lists and pending changes, its credentials masked.
-package enum AccountsReport {
-    package typealias Row = (details: AccountDetails, lists: Int, pendingChanges: Int)
+public enum AccountsReport {
+    public typealias Row = (details: AccountDetails, lists: Int, pendingChanges: Int)
 
-    package static func json(_ row: Row) -> JSONValue {
+    public static func json(_ row: Row) -> JSONValue {
         .object([
             "account_id": .string(row.details.id), "trello_api_key": maskSecret(row.details.trelloAPIKey).map(JSONValue.string) ?? .null,
             "trello_token": maskSecret(row.details.trelloToken).map(JSONValue.string) ?? .null,
@@ -17,7 +17,7 @@ package enum AccountsReport {
         ])
     }
 
-    package static func line(_ row: Row) -> String {
+    public static func line(_ row: Row) -> String {
         let d = row.details
         return
             "\(d.id)  lists \(row.lists)  pending \(row.pendingChanges)  key \(maskSecret(d.trelloAPIKey) ?? "-")  token \(maskSecret(d.trelloToken) ?? "-")  created \(d.createdAt)"
@@ -26,8 +26,8 @@ package enum AccountsReport {
 
 /// `roundupctl lists`: every synced list with its last reconciliation with Trello, and whether it is paused (its Trello
 /// list archived).
-package enum ListsReport {
-    package static func json(_ list: SyncListRecord, needsAttention: Bool) -> JSONValue {
+public enum ListsReport {
+    public static func json(_ list: SyncListRecord, needsAttention: Bool) -> JSONValue {
         .object([
             "sync_list_id": .string(list.id), "account_id": .string(list.accountID), "name": .string(list.name),
             "trello_list_id": .string(list.trelloListID), "last_reconciled_at": list.lastReconciledAt.map(JSONValue.string) ?? .null,
@@ -37,7 +37,7 @@ package enum ListsReport {
     }
 
     /// One line for people; stored text made safe for a terminal.
-    package static func line(_ list: SyncListRecord, needsAttention: Bool, now: Date = Date()) -> String {
+    public static func line(_ list: SyncListRecord, needsAttention: Bool, now: Date = Date()) -> String {
         let last = list.lastReconciledAt.flatMap(Timestamp.date).map { String(format: "%.0f s ago", now.timeIntervalSince($0)) } ?? "never"
         let error = list.lastReconcileError.map { "  (last error: \(TerminalText.printable($0)))" } ?? ""
         let paused = list.archivedAt.map { "  PAUSED: trello list archived \(TerminalText.printable($0))" } ?? ""

@@ -1,25 +1,25 @@
 import Foundation
 import Logging
 import PostgresNIO
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// What `roundup-api` reads and writes, on PostgreSQL (as `SQLiteStore+API`). Every query names the account.
 extension PostgresStore {
-    package func accountID(tokenHash: String) async throws -> String? {
+    public func accountID(tokenHash: String) async throws -> String? {
         try await read { [self] c in
             try await c.execute(PostgresStatements.AccountByToken(tokenHash: tokenHash), logger: logger).first { _ in true }
         }
     }
 
-    package func rotateToken(accountID: String, newTokenHash: String) async throws {
+    public func rotateToken(accountID: String, newTokenHash: String) async throws {
         let now = Timestamp.now()
         try await write { [self] c in
             _ = try await c.run("UPDATE accounts SET auth_token_hash = \(newTokenHash), updated_at = \(now) WHERE id = \(accountID)", logger)
         }
     }
 
-    package func accountDetails(id: String) async throws -> AccountDetails? {
+    public func accountDetails(id: String) async throws -> AccountDetails? {
         try await read { [self] c in try await Self.accountDetails(c, id: id, logger: logger) }
     }
 
@@ -30,7 +30,7 @@ extension PostgresStore {
         ).first.map(AccountDetails.init(stored:))
     }
 
-    package func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
+    public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
         let now = Timestamp.now()
         return try await write { [self] c in
             guard let account = try await Self.accountDetails(c, id: id, forUpdate: true, logger: logger)?.applying(update, at: now) else {
@@ -49,7 +49,7 @@ extension PostgresStore {
         }
     }
 
-    package func deleteAccount(id: String) async throws -> [SyncListRecord] {
+    public func deleteAccount(id: String) async throws -> [SyncListRecord] {
         try await write { [self] c in
             // The account's lock: a second delete running at once finds nothing, as on SQLite.
             try await Self.lockAccounts(c, [id], logger: logger)
@@ -60,7 +60,7 @@ extension PostgresStore {
         }
     }
 
-    package func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
+    public func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
         try await read { [self] c in
             try await c.rows(
                 """
@@ -72,7 +72,7 @@ extension PostgresStore {
         }
     }
 
-    package func syncLists(accountID: String) async throws -> [SyncListRecord] {
+    public func syncLists(accountID: String) async throws -> [SyncListRecord] {
         try await read { [self] c in try await Self.syncLists(c, accountID: accountID, logger: logger) }
     }
 
@@ -104,7 +104,7 @@ extension PostgresStore {
         }
     }
 
-    package func setTrelloListState(
+    public func setTrelloListState(
         accountID: String, id: String, name: String?, trelloListName: String, archivedAt: String?
     ) async throws
         -> SyncListRecord?
@@ -121,7 +121,7 @@ extension PostgresStore {
         }
     }
 
-    package func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord? {
+    public func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord? {
         let text = settings.storedText
         let now = Timestamp.now()
         return try await write { [self] c in
@@ -131,11 +131,11 @@ extension PostgresStore {
         }
     }
 
-    package func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
+    public func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
         try await read { [self] c in try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first }
     }
 
-    package func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
+    public func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
         let now = Timestamp.now()
         try await write { [self] c in
             _ = try await c.run(
@@ -144,7 +144,7 @@ extension PostgresStore {
         }
     }
 
-    package func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
+    public func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
         try await write { [self] c in
             try await Self.lockAccounts(c, [accountID], logger: logger)
             guard let list = try await Self.syncLists(c, accountID: accountID, id: id, logger: logger).first else { return nil }
@@ -155,7 +155,7 @@ extension PostgresStore {
         }
     }
 
-    package func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
+    public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
         guard !acks.isEmpty else { return .acked([]) }
         return try await write { [self] c in
             // The account's lock first, then the rows: no worker folds a change into one being acked meanwhile.
@@ -167,7 +167,7 @@ extension PostgresStore {
         }
     }
 
-    package func upsertDevice(
+    public func upsertDevice(
         accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
     ) async throws -> (DeviceRecord, created: Bool) {
         try await write { [self] c in
@@ -194,11 +194,11 @@ extension PostgresStore {
         ).map(DeviceRecord.init(stored:))
     }
 
-    package func devices(accountID: String) async throws -> [DeviceRecord] {
+    public func devices(accountID: String) async throws -> [DeviceRecord] {
         try await read { [self] c in try await Self.devices(c, accountID: accountID, logger: logger) }
     }
 
-    package func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
+    public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
         try await write { [self] c in
             let deleted = try await c.run("DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) RETURNING 1", logger) > 0
             // Its holds lapse now: the worker's `HoldLapseWaker` wakes the other devices for them.
@@ -213,7 +213,7 @@ extension PostgresStore {
     }
 
     /// Deletes the device only while it still has this token (as in `SQLiteStore`).
-    package func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
+    public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
         try await write { [self] c in
             try await c.run(
                 "DELETE FROM devices WHERE account_id = \(accountID) AND device_id = \(deviceID) AND apns_token = \(apnsToken) RETURNING 1", logger)
@@ -221,14 +221,14 @@ extension PostgresStore {
         }
     }
 
-    package func conflicts(accountID: String) async throws -> [ConflictRecord] {
+    public func conflicts(accountID: String) async throws -> [ConflictRecord] {
         try await read { [self] c in
             try await c.rows("SELECT \(unescaped: ConflictRecord.columns) FROM conflicts WHERE account_id = \(accountID) ORDER BY id", logger)
                 .map(ConflictRecord.init(stored:))
         }
     }
 
-    package func duplicates(accountID: String) async throws -> [DuplicateRecord] {
+    public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = \(accountID) ORDER BY id", logger
@@ -237,14 +237,14 @@ extension PostgresStore {
         }
     }
 
-    package func ping() async throws {
+    public func ping() async throws {
         _ = try await read { [self] c in try await c.run("SELECT 1", logger) }
     }
 }
 
 extension PostgresStore {
     /// Every account, for operators (`roundupctl accounts list`).
-    package func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
+    public func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
         try await read { [self] c in
             try await c.rows(
                 """
@@ -260,7 +260,7 @@ extension PostgresStore {
         }
     }
 
-    package func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
+    public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
         try await read { [self] c in
             let rows: [PostgresRandomAccessRow]
             if let id {

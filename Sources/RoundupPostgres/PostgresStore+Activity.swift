@@ -1,8 +1,8 @@
-package import Foundation
+public import Foundation
 import Logging
 import PostgresNIO
 import RoundupCore
-package import RoundupStore
+public import RoundupStore
 
 /// The activity history on PostgreSQL: rows written in one statement with the batch they describe, read newest
 /// first, pruned by age.
@@ -42,7 +42,7 @@ extension PostgresStore: ActivityRepository {
         sql.appendLiteral(") WITH ORDINALITY AS u(a, l, k, r, t, s, f, o, v, p, w, m, j, x, n, i) ORDER BY i")
     }
 
-    package func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {
+    public func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {
         guard !rows.isEmpty else { return }
         let now = Timestamp.now()
         try await write { [logger] c in
@@ -50,7 +50,7 @@ extension PostgresStore: ActivityRepository {
         }
     }
 
-    package func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord] {
+    public func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord] {
         try await read { [logger] c in
             try await c.rows(
                 """
@@ -68,7 +68,7 @@ extension PostgresStore: ActivityRepository {
         }
     }
 
-    package func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
+    public func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
         try await read { [logger] c in
             try await c.rows(
                 """
@@ -80,7 +80,7 @@ extension PostgresStore: ActivityRepository {
     }
 
     /// Walks from the oldest row by id (ids grow with time), so it needs no index on the time.
-    package func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int {
+    public func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int {
         let cutoffText = Timestamp.string(cutoff)
         return try await write { [logger] c in
             let edge = try await c.rows("SELECT id, created_at FROM activity ORDER BY id LIMIT 1 OFFSET \(Int64(max(batch - 1, 0)))", logger)

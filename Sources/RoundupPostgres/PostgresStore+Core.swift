@@ -1,12 +1,12 @@
 import Foundation
 import Logging
 import PostgresNIO
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// Accounts, lists, the worker's batch and the apps' changes, on PostgreSQL.
 extension PostgresStore: SyncStore {
-    package func createAccount(authTokenHash: String) async throws -> String {
+    public func createAccount(authTokenHash: String) async throws -> String {
         let id = Hex.lowercase(UUID())
         let now = Timestamp.now()
         try await write { [self] c in
@@ -17,14 +17,14 @@ extension PostgresStore: SyncStore {
         return id
     }
 
-    package func account(id: String) async throws -> AccountRecord? {
+    public func account(id: String) async throws -> AccountRecord? {
         try await read { [self] c in
             try await c.rows("SELECT \(unescaped: AccountRecord.columns) FROM accounts WHERE id = \(id)", logger).first.map(
                 AccountRecord.init(stored:))
         }
     }
 
-    package func insertSyncList(_ list: SyncListRecord) async throws {
+    public func insertSyncList(_ list: SyncListRecord) async throws {
         let text = list.settings.storedText
         do {
             try await write { [self] c in
@@ -43,7 +43,7 @@ extension PostgresStore: SyncStore {
     // MARK: The worker's batch
 
     /// The same answer as SQLite's lookup, in five queries whatever the batch's size.
-    package func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
+    public func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
         var listAccounts: [String] = [], listIDs: [String] = []
         var boardAccounts: [String] = [], boardIDs: [String] = []
         var taskAccounts: [String] = [], cardIDs: [String] = []
@@ -132,7 +132,7 @@ extension PostgresStore: SyncStore {
         ).first.map { priorityField(fieldID: try $0.text(0), options: try $0.text(1)) }
     }
 
-    package func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
+    public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
         let options = field.storedOptions
         let now = Timestamp.now()
@@ -147,7 +147,7 @@ extension PostgresStore: SyncStore {
     }
 
     @discardableResult
-    package func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
+    public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         let keys = observations.map { AccountScoped($0.accountID, $0.cardID) }
         return try await write { [self] c in
@@ -161,7 +161,7 @@ extension PostgresStore: SyncStore {
 
     // MARK: Reading changes
 
-    package func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
+    public func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
         try await read { [self] c in
             try await c.changes(
                 """
@@ -171,7 +171,7 @@ extension PostgresStore: SyncStore {
         }
     }
 
-    package func claimChanges<Sink: PendingChangeSink>(
+    public func claimChanges<Sink: PendingChangeSink>(
         accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
     ) async throws
         -> Sink?
@@ -204,7 +204,7 @@ extension PostgresStore: SyncStore {
         }
     }
 
-    package func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
         try await write { [self] c in
             // Under the account's lock, as a claim reads and holds: a claim never holds a change it did not read.
             try await Self.lockAccounts(c, [accountID], logger: logger)
@@ -229,7 +229,7 @@ extension PostgresStore: SyncStore {
         }
     }
 
-    package func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
+    public func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
         try await read { [self] c in
             try await c.rows(
                 """
@@ -241,7 +241,7 @@ extension PostgresStore: SyncStore {
     }
 
     /// Every pending change of every account, oldest first (tests and operators).
-    package func allPendingChanges() async throws -> [PendingChange] {
+    public func allPendingChanges() async throws -> [PendingChange] {
         let accounts = try await read { [self] c in
             try await c.rows("SELECT DISTINCT account_id FROM pending_changes", logger).map { try $0.text(0) }
         }
@@ -250,7 +250,7 @@ extension PostgresStore: SyncStore {
         return all.sorted { $0.id < $1.id }
     }
 
-    package func routingSnapshot() async throws -> RoutingSnapshot {
+    public func routingSnapshot() async throws -> RoutingSnapshot {
         try await read { [self] c in
             var secrets: [String: String] = [:]
             for row in try await c.rows("SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL", logger) {

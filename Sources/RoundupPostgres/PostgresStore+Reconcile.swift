@@ -1,12 +1,12 @@
 import Foundation
 import Logging
 import PostgresNIO
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// Reconciliation and webhook health, on PostgreSQL (as `SQLiteStore+Reconcile`).
 extension PostgresStore: ReconcileStore {
-    package func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
+    public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
         try await read { [self] c in
             try await c.rows(
                 """
@@ -28,7 +28,7 @@ extension PostgresStore: ReconcileStore {
         }
     }
 
-    package func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
+    public func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
         let now = Timestamp.now()
         try await write { [self] c in
             if succeeded {
@@ -41,7 +41,7 @@ extension PostgresStore: ReconcileStore {
     }
 
     @discardableResult
-    package func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
+    public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await write { [self] c in
             guard
                 let row = try await c.rows("SELECT trello_token FROM accounts WHERE id = \(accountID) FOR UPDATE", logger).first,
@@ -51,7 +51,7 @@ extension PostgresStore: ReconcileStore {
         }
     }
 
-    package func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
+    public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
         try await read { [self] c in
             try await c.rows(
                 "SELECT trello_card_id, deleted FROM sync_tasks WHERE account_id = \(accountID) AND sync_list_id = \(syncListID)", logger
@@ -62,7 +62,7 @@ extension PostgresStore: ReconcileStore {
         }
     }
 
-    package func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
+    public func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
         let column = board ? "board_webhook_id" : "list_webhook_id"
         let now = Timestamp.now()
         try await write { [self] c in

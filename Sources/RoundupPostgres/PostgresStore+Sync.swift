@@ -1,8 +1,8 @@
-package import Foundation
+public import Foundation
 import Logging
 import PostgresNIO
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on PostgreSQL (as `SQLiteStore+Sync`).
 /// Every write to a job or the lease first takes its account's advisory lock (`lockAccounts`).
@@ -11,7 +11,7 @@ extension PostgresStore: SyncJobStore {
         try await c.rows("SELECT \(unescaped: SyncJob.columns) FROM background_jobs WHERE id = \(id)", logger).first.map(SyncJob.init(stored:))
     }
 
-    package func submitJob(
+    public func submitJob(
         accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval
     ) async throws -> JobSubmission {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
@@ -25,7 +25,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func job(accountID: String, id: String) async throws -> SyncJob? {
+    public func job(accountID: String, id: String) async throws -> SyncJob? {
         try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: SyncJob.columns) FROM background_jobs WHERE id = \(id) AND account_id = \(accountID)", logger
@@ -47,19 +47,19 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart {
+    public func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart {
         try await withJobLease(jobID: id, staleAfter: staleAfter) { lease, rows in try lease.start(jobID: id, holder: holder, rows: &rows) }
     }
 
-    package func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+    public func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in try lease.beat(jobID: jobID, holder: holder, rows: &rows) }
     }
 
-    package func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+    public func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in try lease.yield(jobID: jobID, holder: holder, rows: &rows) }
     }
 
-    package func recordResult(
+    public func recordResult(
         jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval
     ) async throws -> Bool {
         try await withJobLease(jobID: jobID, staleAfter: staleAfter) { lease, rows in
@@ -67,14 +67,14 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
+    public func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
         try await withJobLease(jobID: jobID, staleAfter: 0) { lease, rows in try lease.finish(jobID: jobID, status: status, error: error, rows: &rows)
         }
     }
 
     // MARK: Mappings
 
-    package func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
+    public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
         try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(cardID)", logger
@@ -82,7 +82,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
+    public func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
         try await read { [self] c in
             try await c.rows(
                 """
@@ -94,7 +94,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
+    public func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
         try await read { [self] c in
             Set(
                 try await c.rows(
@@ -107,7 +107,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
+    public func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
         try await read { [self] c in
             try await c.changes(
                 """
@@ -119,7 +119,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws {
+    public func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws {
         let now = Timestamp.now()
         let placeholder = SyncTaskRecord.placeholderPrefix + reminderID
         try await write { [self] c in
@@ -133,14 +133,14 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func releaseCreate(accountID: String, reminderID: String) async throws {
+    public func releaseCreate(accountID: String, reminderID: String) async throws {
         let placeholder = SyncTaskRecord.placeholderPrefix + reminderID
         try await write { [self] c in
             _ = try await c.run("DELETE FROM sync_tasks WHERE account_id = \(accountID) AND trello_card_id = \(placeholder)", logger)
         }
     }
 
-    package func recordSyncWrite(_ w: SyncWrite) async throws -> [Int64] {
+    public func recordSyncWrite(_ w: SyncWrite) async throws -> [Int64] {
         let now = Date()
         return try await write { [self] c in
             let keys = [AccountScoped(w.accountID, w.cardID)]
@@ -156,7 +156,7 @@ extension PostgresStore: SyncJobStore {
 
     // MARK: Duplicates and conflicts
 
-    package func addDuplicate(accountID: String, _ d: NewDuplicate) async throws -> Int64 {
+    public func addDuplicate(accountID: String, _ d: NewDuplicate) async throws -> Int64 {
         let now = Timestamp.now()
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await write { [self] c in
@@ -188,14 +188,14 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func conflict(accountID: String, id: Int64) async throws -> ConflictDetail? {
+    public func conflict(accountID: String, id: Int64) async throws -> ConflictDetail? {
         try await read { [self] c in
             try await c.rows("SELECT \(unescaped: ConflictDetail.columns) FROM conflicts WHERE account_id = \(accountID) AND id = \(id)", logger)
                 .first.map(ConflictDetail.init(stored:))
         }
     }
 
-    package func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
+    public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
         let now = Timestamp.now()
         return try await write { [self] c in
             guard try await lockOpen(c, .conflicts, accountID: accountID, id: id) else { return false }
@@ -219,7 +219,7 @@ extension PostgresStore: SyncJobStore {
         return try table.isOpen(row.text(0))
     }
 
-    package func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
+    public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
         try await read { [self] c in
             try await c.rows(
                 "SELECT \(unescaped: DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = \(accountID) AND id = \(id)", logger
@@ -230,7 +230,7 @@ extension PostgresStore: SyncJobStore {
 
     /// Claims an open conflict or duplicate for one resolution at a time, by `ResolutionClaim`: the row is read under its
     /// lock (`FOR UPDATE`), so two claims cannot both succeed.
-    package func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
+    public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
         let rule = ResolutionClaim()
         return try await write { [self] c in
             guard
@@ -243,13 +243,13 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
+    public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
         try await write { [self] c in
             _ = try await c.run("UPDATE \(unescaped: table.rawValue) SET resolving_at = NULL WHERE account_id = \(accountID) AND id = \(id)", logger)
         }
     }
 
-    package func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
+    public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
         let now = Timestamp.now()
         return try await write { [self] c in
             guard try await lockOpen(c, .duplicates, accountID: accountID, id: id) else { return false }
@@ -260,7 +260,7 @@ extension PostgresStore: SyncJobStore {
 
     // MARK: Import, settings
 
-    package func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int {
+    public func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int {
         guard !cards.isEmpty else { return 0 }
         let now = Date()
         return try await write { [self] c in
@@ -273,7 +273,7 @@ extension PostgresStore: SyncJobStore {
         }
     }
 
-    package func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
+    public func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
         try await read { [self] c in try await Self.priorityField(c, accountID: accountID, boardID: boardID, logger: logger) }
     }
 }

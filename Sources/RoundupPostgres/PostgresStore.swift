@@ -1,12 +1,12 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOSSL
-package import PostgresNIO
-package import RoundupCore
-package import RoundupStore
-package import ServiceLifecycle
+public import PostgresNIO
+public import RoundupCore
+public import RoundupStore
+public import ServiceLifecycle
 
 /// The shared store: PostgreSQL through PostgresNIO's connection pool, for API and worker processes on several machines.
 /// The same tables, columns and timestamp encoding (ISO-8601 text, UTC, milliseconds) as `SQLiteStore`, so both back
@@ -16,12 +16,12 @@ package import ServiceLifecycle
 /// that write an account's tasks, changes, jobs or lease take a transaction-scoped advisory lock per account
 /// (`lockAccounts`), always in one order, so two workers folding changes of one card run one after the other, one sync
 /// job per account holds, and an account's change ids become visible in order.
-package final class PostgresStore: Sendable {
+public final class PostgresStore: Sendable {
     let client: PostgresClient
     let logger: Logger
     let timeout: Duration
 
-    package init(
+    public init(
         url: PostgresURL, poolSize: Int = 10, caFile: String? = nil, timeout: Duration = .seconds(30),
         logger: Logger = Logger(label: "roundup.postgres")
     ) throws {
@@ -51,7 +51,7 @@ package final class PostgresStore: Sendable {
     }
 
     /// The connection pool, a service for the process's ServiceGroup: until it runs, queries wait for a connection.
-    package var service: (any Service)? { client }
+    public var service: (any Service)? { client }
 
     // MARK: Transactions
 
@@ -190,12 +190,12 @@ package final class PostgresStore: Sendable {
 
     // MARK: Migrations
 
-    package func migrate() async throws {
+    public func migrate() async throws {
         try await PostgresMigrations.migrate(self)
     }
 
     /// The names of the tables, for tests and `roundupctl`.
-    package func tableNames() async throws -> [String] {
+    public func tableNames() async throws -> [String] {
         try await read { [self] c in
             try await c.query(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'roundup_migrations' ORDER BY tablename",
@@ -205,7 +205,7 @@ package final class PostgresStore: Sendable {
     }
 
     /// Migration versions applied, in order (by their number: "v10-…" comes after "v9-…").
-    package func appliedMigrations() async throws -> [String] {
+    public func appliedMigrations() async throws -> [String] {
         try await read { [self] c in
             try await c.query(
                 "SELECT version FROM roundup_migrations ORDER BY substring(version FROM '^v([0-9]+)')::int, version", logger: logger
@@ -381,9 +381,9 @@ extension PostgresStore: OperatorStore {}
 /// A PostgreSQL failure as operators need it in logs: `PSQLError`'s own description is deliberately generic. Only the
 /// SQLSTATE, the server's message and the client's error code are kept: never the query, its values, or the server's
 /// `detail` (which can quote a row).
-package struct PostgresStoreError: StoreClassifiedError, CustomStringConvertible, Sendable {
-    package var sqlState: String?
-    package var description: String
+public struct PostgresStoreError: StoreClassifiedError, CustomStringConvertible, Sendable {
+    public var sqlState: String?
+    public var description: String
     /// How the error this one wraps was classified where it arose (a damaged row read inside the transaction).
     var wrapped: StoreFailure? = nil
 
@@ -415,7 +415,7 @@ extension PostgresStoreError {
     /// (triggered data change), 54 (program limit, e.g. an index row too large) and P0 (raised by a trigger) are the
     /// values' fault; 42 (syntax or access rule) the statement's; no SQLSTATE (no answer, a lost connection, a timeout)
     /// or any other class an outage.
-    package var storeFailure: StoreFailure { wrapped ?? Self.failure(sqlState: sqlState) }
+    public var storeFailure: StoreFailure { wrapped ?? Self.failure(sqlState: sqlState) }
 
     static func failure(sqlState: String?) -> StoreFailure {
         switch sqlState?.prefix(2) {
@@ -428,5 +428,5 @@ extension PostgresStoreError {
 
 /// A PostgresNIO error that reached a caller without passing `read`/`write` (which wrap it), classified alike.
 extension PSQLError: StoreClassifiedError {
-    package var storeFailure: StoreFailure { PostgresStoreError.failure(sqlState: serverInfo?[.sqlState]) }
+    public var storeFailure: StoreFailure { PostgresStoreError.failure(sqlState: serverInfo?[.sqlState]) }
 }

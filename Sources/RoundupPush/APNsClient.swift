@@ -1,32 +1,32 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import NIOConcurrencyHelpers
-package import NIOCore
+public import NIOCore
 import NIOHPACK
 import NIOHTTP2
-import NIOPosix
+public import NIOPosix
 import NIOSSL
 import RoundupCore
 
 /// One notification for one device token.
-package struct APNsRequest: Sendable {
-    package enum PushType: String, Sendable {
+public struct APNsRequest: Sendable {
+    public enum PushType: String, Sendable {
         case background
         case alert
     }
 
-    package var deviceToken: String
-    package var topic: String
-    package var pushType: PushType
-    package var payload: ByteBuffer
-    package var expiration: Date
-    package var collapseID: String?
+    public var deviceToken: String
+    public var topic: String
+    public var pushType: PushType
+    public var payload: ByteBuffer
+    public var expiration: Date
+    public var collapseID: String?
     /// Sent as `apns-id`; kept across retries, so a push is recognisable in APNs' logs.
-    package var id: UUID = UUID()
+    public var id: UUID = UUID()
 
-    package var priority: Int { pushType == .background ? 5 : 10 }
+    public var priority: Int { pushType == .background ? 5 : 10 }
 
-    package init(deviceToken: String, topic: String, pushType: PushType, payload: ByteBuffer, expiration: Date, collapseID: String? = nil) {
+    public init(deviceToken: String, topic: String, pushType: PushType, payload: ByteBuffer, expiration: Date, collapseID: String? = nil) {
         self.deviceToken = deviceToken
         self.topic = topic
         self.pushType = pushType
@@ -36,21 +36,21 @@ package struct APNsRequest: Sendable {
     }
 }
 
-package struct APNsResponse: Sendable, Equatable {
-    package var status: Int
+public struct APNsResponse: Sendable, Equatable {
+    public var status: Int
     /// APNs' `reason` (`Unregistered`, `BadDeviceToken`, …); nil on success.
-    package var reason: String?
-    package var apnsID: String?
+    public var reason: String?
+    public var apnsID: String?
 }
 
-package enum APNsError: Error, Sendable, CustomStringConvertible {
+public enum APNsError: Error, Sendable, CustomStringConvertible {
     /// APNs did not process the request (refused by GOAWAY, or the stream could not be opened): safe to send again.
     case notProcessed(String)
     /// No answer in time, or the connection broke mid-request: APNs may or may not have it.
     case noResponse(NoResponse)
 
     /// Why a request sent got no answer.
-    package enum NoResponse: Sendable, Equatable, CustomStringConvertible {
+    public enum NoResponse: Sendable, Equatable, CustomStringConvertible {
         /// Nothing within the request's timeout: the connection has stopped answering.
         case timedOut(milliseconds: Int64)
         /// APNs reset the stream (its HTTP/2 error code).
@@ -60,12 +60,12 @@ package enum APNsError: Error, Sendable, CustomStringConvertible {
         /// The stream failed (its error).
         case streamFailed(String)
 
-        package var isTimeout: Bool {
+        public var isTimeout: Bool {
             if case .timedOut = self { return true }
             return false
         }
 
-        package var description: String {
+        public var description: String {
             switch self {
             case .timedOut(let ms): return "no answer within \(ms) ms"
             case .streamReset(let code): return "stream reset: \(code)"
@@ -75,7 +75,7 @@ package enum APNsError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    package var description: String {
+    public var description: String {
         switch self {
         case .notProcessed(let why): return "not processed: \(why)"
         case .noResponse(let why): return "no response: \(why)"
@@ -435,11 +435,11 @@ final class APNsStreams: ChannelInboundHandler, RemovableChannelHandler {
 
 /// A small pool of long-lived connections to one APNs endpoint, used round-robin; a connection that went away
 /// (GOAWAY, closed) is replaced on next use.
-package final class APNsClient: Sendable {
-    package struct Endpoint: Sendable {
-        package var host: String
-        package var port: Int
-        package init(url: String) throws {
+public final class APNsClient: Sendable {
+    public struct Endpoint: Sendable {
+        public var host: String
+        public var port: Int
+        public init(url: String) throws {
             guard let components = URLComponents(string: url), components.scheme == "https", let host = components.host else {
                 throw APNsError.notProcessed("bad APNs URL \(url)")
             }
@@ -459,7 +459,7 @@ package final class APNsClient: Sendable {
     private let ready: [NIOLockedValueBox<APNsConnection?>]
     private let next = NIOLockedValueBox(0)
 
-    package init(
+    public init(
         endpoint: Endpoint, caFile: String?, connections: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         timeout: TimeAmount = .seconds(10), logger: Logger
     ) throws {
@@ -513,12 +513,12 @@ package final class APNsClient: Sendable {
     }
 
     /// Sends once (no retry here: the caller decides by the outcome).
-    package func send(_ request: APNsRequest, token: String) async throws -> APNsResponse {
+    public func send(_ request: APNsRequest, token: String) async throws -> APNsResponse {
         let connection = try await connection()
         return try await connection.send(request, host: endpoint.host, token: token, timeout: timeout)
     }
 
-    package func shutdown() {
+    public func shutdown() {
         for box in ready { box.withLockedValue { $0 = nil } }
         for slot in slots {
             slot.withLockedValue { future in

@@ -1,24 +1,24 @@
-package import Crypto
-package import Foundation
+public import Crypto
+public import Foundation
 import Metrics
 import NIOConcurrencyHelpers
 
 /// The provider token APNs wants in `authorization: bearer …`: an ES256 JWT (`alg`, `kid`; `iss` = team id, `iat`)
 /// signed with the `.p8` key. Made once and reused until `lifetime` has passed (APNs refuses tokens older than an hour
 /// and throttles providers that renew more often than every 20 minutes), or until APNs says it expired.
-package final class APNsTokenProvider: Sendable {
-    package struct Token: Sendable, Equatable {
-        package var value: String
-        package var issuedAt: Date
+public final class APNsTokenProvider: Sendable {
+    public struct Token: Sendable, Equatable {
+        public var value: String
+        public var issuedAt: Date
     }
 
     let key: P256.Signing.PrivateKey
-    package let keyID: String
-    package let teamID: String
-    package let lifetime: TimeInterval
+    public let keyID: String
+    public let teamID: String
+    public let lifetime: TimeInterval
     private let current = NIOLockedValueBox<Token?>(nil)
 
-    package init(key: P256.Signing.PrivateKey, keyID: String, teamID: String, lifetime: TimeInterval = 40 * 60) {
+    public init(key: P256.Signing.PrivateKey, keyID: String, teamID: String, lifetime: TimeInterval = 40 * 60) {
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
@@ -26,14 +26,14 @@ package final class APNsTokenProvider: Sendable {
     }
 
     /// Reads a `.p8` file (PKCS#8 PEM, as Apple hands it out).
-    package convenience init(keyFile: String, keyID: String, teamID: String, lifetime: TimeInterval = 40 * 60) throws {
+    public convenience init(keyFile: String, keyID: String, teamID: String, lifetime: TimeInterval = 40 * 60) throws {
         let pem = try String(contentsOfFile: keyFile, encoding: .utf8)
         self.init(key: try P256.Signing.PrivateKey(pemRepresentation: pem), keyID: keyID, teamID: teamID, lifetime: lifetime)
     }
 
     /// The token to send now. (The time is read under the lock: a caller holding an older "now" must not take a token
     /// made a moment later for one from the future and make yet another.)
-    package func token(now given: Date? = nil) -> Token {
+    public func token(now given: Date? = nil) -> Token {
         current.withLockedValue { current in
             let now = given ?? Date()
             if let token = current, now.timeIntervalSince(token.issuedAt) < lifetime, now.timeIntervalSince(token.issuedAt) > -300 { return token }
@@ -46,7 +46,7 @@ package final class APNsTokenProvider: Sendable {
 
     /// APNs said `ExpiredProviderToken` for `token`: the next call makes a new one — once, however many requests
     /// failed with the same token.
-    package func expire(_ token: Token) {
+    public func expire(_ token: Token) {
         current.withLockedValue { current in
             if current == token { current = nil }
         }
@@ -57,7 +57,7 @@ package final class APNsTokenProvider: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
-    package static func make(key: P256.Signing.PrivateKey, keyID: String, teamID: String, issuedAt: Date) -> String {
+    public static func make(key: P256.Signing.PrivateKey, keyID: String, teamID: String, issuedAt: Date) -> String {
         let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
         let claims = #"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#
         let input = base64URL(Array(header.utf8)) + "." + base64URL(Array(claims.utf8))

@@ -1,25 +1,25 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStore
+public import RoundupStreams
+public import ServiceLifecycle
 import Tracing
 
 /// One app the pusher sends for: its topic (bundle id), its team's provider token, and its own connections to each
 /// APNs environment (a provider token signs for its team's apps only, so apps never share a connection).
-package struct APNsApp: Sendable {
-    package let topic: String
+public struct APNsApp: Sendable {
+    public let topic: String
     let tokens: APNsTokenProvider
     let production: APNsClient
     let sandbox: APNsClient
 
-    package init(topic: String, tokens: APNsTokenProvider, production: APNsClient, sandbox: APNsClient) {
+    public init(topic: String, tokens: APNsTokenProvider, production: APNsClient, sandbox: APNsClient) {
         self.topic = topic
         self.tokens = tokens
         self.production = production
@@ -33,22 +33,22 @@ package struct APNsApp: Sendable {
 }
 
 /// The apps the pusher sends for, chosen by the bundle id a device registered with (none: the default app).
-package struct APNsApps: Sendable {
-    package let defaultApp: APNsApp
+public struct APNsApps: Sendable {
+    public let defaultApp: APNsApp
     let others: [BundleID: APNsApp]
 
-    package init(defaultApp: APNsApp, others: [BundleID: APNsApp] = [:]) {
+    public init(defaultApp: APNsApp, others: [BundleID: APNsApp] = [:]) {
         self.defaultApp = defaultApp
         self.others = others
     }
 
     /// The app of a device; nil when the server has no credentials for its bundle id.
-    package func app(for bundleID: BundleID?) -> APNsApp? {
+    public func app(for bundleID: BundleID?) -> APNsApp? {
         guard let bundleID, bundleID.rawValue != defaultApp.topic else { return defaultApp }
         return others[bundleID]
     }
 
-    package func shutdown() {
+    public func shutdown() {
         defaultApp.shutdown()
         for app in others.values { app.shutdown() }
     }
@@ -57,8 +57,8 @@ package struct APNsApps: Sendable {
 /// Sends one notification with the response rules APNs asks for: 200 done; 410 `Unregistered`, 400 `BadDeviceToken`
 /// or `DeviceTokenNotForTopic` remove the device and never retry; 403 `ExpiredProviderToken` renews the token once and
 /// retries; 429, 500, 503 and requests APNs did not process retry with backoff; 413 is dropped and logged.
-package struct PushSender: Sendable {
-    package enum Outcome: Sendable, Equatable {
+public struct PushSender: Sendable {
+    public enum Outcome: Sendable, Equatable {
         case sent
         case deviceRemoved(String)
         case dropped(String)
@@ -69,7 +69,7 @@ package struct PushSender: Sendable {
     let maxAttempts: Int
     let logger: Logger
 
-    package init(apps: APNsApps, maxAttempts: Int = 5, logger: Logger) {
+    public init(apps: APNsApps, maxAttempts: Int = 5, logger: Logger) {
         self.apps = apps
         self.maxAttempts = maxAttempts
         self.logger = logger
@@ -80,7 +80,7 @@ package struct PushSender: Sendable {
     }
 
     /// Sends `request` (its topic the app's) with the app's token, on the app's connections to the environment.
-    package func send(_ request: APNsRequest, app: APNsApp, sandbox useSandbox: Bool) async -> Outcome {
+    public func send(_ request: APNsRequest, app: APNsApp, sandbox useSandbox: Bool) async -> Outcome {
         let client = useSandbox ? app.sandbox : app.production
         let tokens = app.tokens
         var renewed = false
@@ -141,12 +141,12 @@ package struct PushSender: Sendable {
 /// roundup-pusher's loop on the push stream (consumer group `pushers`): each entry asks for a push to an account's
 /// devices (all but the one whose sync caused it). Background pushes are coalesced per device: at most one per window,
 /// the rest folded into one sent when the window ends (a deferred set in Redis, shared by every pusher process).
-package struct PushConsumer: Service {
-    package struct Options: Sendable {
-        package var keys: RedisKeys
-        package var consumer: String
-        package var window: Duration
-        package init(keys: RedisKeys, consumer: String, window: Duration) {
+public struct PushConsumer: Service {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var consumer: String
+        public var window: Duration
+        public init(keys: RedisKeys, consumer: String, window: Duration) {
             self.keys = keys
             self.consumer = consumer
             self.window = window
@@ -160,7 +160,7 @@ package struct PushConsumer: Service {
     let pauses: PauseWatcher?
     let logger: Logger
 
-    package init(
+    public init(
         options: Options, redis: RedisClient, store: any DeviceRepository, sender: PushSender, pauses: PauseWatcher? = nil, logger: Logger
     ) {
         self.pauses = pauses
@@ -183,7 +183,7 @@ package struct PushConsumer: Service {
             logger: logger)
     }
 
-    package func run() async throws {
+    public func run() async throws {
         await withDiscardingTaskGroup { tasks in
             tasks.addTask { await self.deferredLoop() }
             await consumer.run(.push, pauses: pauses)

@@ -1,20 +1,20 @@
 import Foundation
-package import Logging
+public import Logging
 import NIOCore
 import NIOHTTP1
-package import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupDatabase
 import RoundupRedis
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 import ServiceLifecycle
 
 /// Everything `roundup-pusher` runs: the APNs clients (production and sandbox), the token provider, the consumer on
 /// the push stream and the health/metrics endpoint.
-package enum PusherApplication {
-    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+public enum PusherApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         let missing = configuration.missingAPNsKeys
         if !missing.isEmpty, configuration.pusherWithoutAPNs == .idle {
             // Pushes wait on the push stream (and RoundupNoPushers fires) until the credentials come and the process

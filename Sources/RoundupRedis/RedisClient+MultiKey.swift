@@ -1,10 +1,10 @@
-package import NIOCore
+public import NIOCore
 
 /// Commands over many keys that may live in different slots: in a cluster one command per slot, all in one pipeline (one
 /// write per primary), so a caller never builds a `CROSSSLOT`; on a standalone Redis one command, as before.
 extension RedisClient {
     /// `MGET` of `keys`, in their order.
-    package func values(of keys: [String], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
+    public func values(of keys: [String], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
         guard !keys.isEmpty else { return [] }
         let groups = isCluster ? Self.bySlot(keys) : [Array(keys.indices)]
         let replies = try await pipeline(groups.map { RedisCommand("MGET", $0.map { RedisArgument(keys[$0]) }) }, timeout: timeout)
@@ -18,7 +18,7 @@ extension RedisClient {
 
     /// `DEL` of `keys`; how many existed.
     @discardableResult
-    package func delete(_ keys: [String], timeout: TimeAmount? = nil) async throws -> Int {
+    public func delete(_ keys: [String], timeout: TimeAmount? = nil) async throws -> Int {
         guard !keys.isEmpty else { return 0 }
         let groups = isCluster ? Self.bySlot(keys) : [Array(keys.indices)]
         let replies = try await pipeline(groups.map { RedisCommand("DEL", $0.map { RedisArgument(keys[$0]) }) }, timeout: timeout)

@@ -1,15 +1,15 @@
 import Crypto
-package import Logging
+public import Logging
 import NIOConcurrencyHelpers
-package import NIOCore
-import NIOPosix
+public import NIOCore
+public import NIOPosix
 
 /// The server's Redis client: a small pool of pipelined connections to one Redis, or, for a cluster
 /// (`RedisConfiguration.cluster`), a pool per primary with each command routed to the primary serving its key
 /// (`RedisClusterRouter`). A connection that fails is dropped and a new one is opened on the next use, so the client
 /// recovers by itself when Redis comes back.
-package final class RedisClient: Sendable {
-    package let configuration: RedisConfiguration
+public final class RedisClient: Sendable {
+    public let configuration: RedisConfiguration
     private let group: any EventLoopGroup
     /// Standalone Redis: its pool.
     private let single: RedisNodePool?
@@ -18,7 +18,7 @@ package final class RedisClient: Sendable {
     /// A standalone primary's replicas, as last learnt (for `RedisReplicaWait`'s auto count).
     private let replicas = NIOLockedValueBox((count: 0, at: NIODeadline?.none, learning: false))
 
-    package init(
+    public init(
         configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "roundup.redis")
     ) {
@@ -34,11 +34,11 @@ package final class RedisClient: Sendable {
     }
 
     /// Whether this client talks to a Redis Cluster.
-    package var isCluster: Bool { router != nil }
+    public var isCluster: Bool { router != nil }
 
     /// A connection of its own, outside the pool, for blocking commands (XREADGROUP BLOCK) on `key`: in a cluster, to
     /// the primary serving the key's slot (a read that then answers `MOVED` needs a new one).
-    package func dedicatedConnection(for key: String) -> EventLoopFuture<RedisConnection> {
+    public func dedicatedConnection(for key: String) -> EventLoopFuture<RedisConnection> {
         if let single { return single.dedicatedConnection() }
         let promise = group.next().makePromise(of: RedisConnection.self)
         let router = router!
@@ -47,7 +47,7 @@ package final class RedisClient: Sendable {
     }
 
     /// Sends one command; a server error reply is thrown as `RedisClientError(.server)`.
-    package func send(_ command: RedisCommand, timeout: TimeAmount? = nil, on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisValue> {
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil, on eventLoop: (any EventLoop)? = nil) -> EventLoopFuture<RedisValue> {
         if let single { return single.connection(on: eventLoop).flatMap { $0.send(command, timeout: timeout) } }
         return clustered(on: eventLoop) { router in
             let reply = try await router.execute([command], timeout: timeout)[0]
@@ -58,7 +58,7 @@ package final class RedisClient: Sendable {
 
     /// Sends several commands and returns their replies in order, error replies as `.error` values. Standalone, they
     /// leave in one write; in a cluster, in one write per primary, in their order there.
-    package func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
+    public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
         if let single { return single.pipeline(commands, timeout: timeout) }
         return clustered(on: nil) { router in try await router.execute(commands, timeout: timeout) }
     }
@@ -66,7 +66,7 @@ package final class RedisClient: Sendable {
     /// `pipeline`, each command's own outcome: in a cluster a primary that cannot be reached (or whose connection
     /// fails) fails its commands only, and the others' replies are kept. On a standalone Redis the commands succeed or
     /// fail together.
-    package func pipelineEach(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async -> [Result<RedisValue, any Error>] {
+    public func pipelineEach(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async -> [Result<RedisValue, any Error>] {
         if let router { return await router.executeEach(commands, timeout: timeout) }
         do {
             return try await pipeline(commands, timeout: timeout).map { .success($0) }
@@ -84,20 +84,20 @@ package final class RedisClient: Sendable {
         return promise.futureResult
     }
 
-    package func send(_ name: String, _ arguments: RedisArgument..., timeout: TimeAmount? = nil) async throws -> RedisValue {
+    public func send(_ name: String, _ arguments: RedisArgument..., timeout: TimeAmount? = nil) async throws -> RedisValue {
         try await send(RedisCommand(name, arguments), timeout: timeout).get()
     }
 
-    package func send(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> RedisValue {
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> RedisValue {
         try await send(command, timeout: timeout).get()
     }
 
-    package func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
+    public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) async throws -> [RedisValue] {
         try await pipeline(commands, timeout: timeout).get()
     }
 
     /// Runs a Lua script by its SHA1 (EVALSHA), loading it with EVAL when the server does not know it yet.
-    package func evaluate(
+    public func evaluate(
         _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil,
         on eventLoop: (any EventLoop)? = nil
     ) -> EventLoopFuture<RedisValue> {
@@ -112,7 +112,7 @@ package final class RedisClient: Sendable {
     ///
     /// With `replicas`, the script's writes count only once that many replicas of the primary that ran it acknowledged
     /// them (`WAIT`, sent right after the script on the same connection); fewer in time fail it with `.notReplicated`.
-    package func evaluate(
+    public func evaluate(
         _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil, replicas: RedisReplicaWait? = nil,
         on eventLoop: any EventLoop, completion: @escaping @Sendable (Result<RedisValue, any Error>) -> Void
     ) {
@@ -301,7 +301,7 @@ package final class RedisClient: Sendable {
         }
     }
 
-    package func evaluate(
+    public func evaluate(
         _ script: RedisScript, keys: [RedisArgument], arguments: [RedisArgument], timeout: TimeAmount? = nil
     ) async throws -> RedisValue {
         try await evaluate(script, keys: keys, arguments: arguments, timeout: timeout).get()
@@ -309,7 +309,7 @@ package final class RedisClient: Sendable {
 
     /// Runs `command` on every primary (a standalone Redis is its own only one), each answering for itself: `INFO`,
     /// `DBSIZE`, `SCRIPT LOAD`. Replies come back in slot order, keyed by the node, error replies as `.error` values.
-    package func onEveryPrimary(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> [(node: RedisNodeAddress, reply: RedisValue)] {
+    public func onEveryPrimary(_ command: RedisCommand, timeout: TimeAmount? = nil) async throws -> [(node: RedisNodeAddress, reply: RedisValue)] {
         if let single { return [(single.address, try await single.pipeline([command], timeout: timeout).get()[0])] }
         var replies: [(node: RedisNodeAddress, reply: RedisValue)] = []
         for pool in try await router!.primaries() {
@@ -321,7 +321,7 @@ package final class RedisClient: Sendable {
     /// Walks the keys matching `pattern` with SCAN on the one node serving `key`'s slot (a standalone Redis: its only
     /// one), calling `body` with each page, at most `maxPages` pages; returns whether the walk reached its end. Meant
     /// for patterns whose keys share `key`'s hash tag: never a walk of the whole cluster.
-    package func scan(
+    public func scan(
         matching pattern: String, onNodeServing key: String, count: Int = 1000, maxPages: Int, timeout: TimeAmount? = nil,
         _ body: ([String]) async throws -> Void
     ) async throws -> Bool {
@@ -336,7 +336,7 @@ package final class RedisClient: Sendable {
 
     /// Walks the keys matching `pattern` on every primary, for tools and tests that must see the whole keyspace (the
     /// server itself never does: its walks name one slot).
-    package func scanEveryPrimary(matching pattern: String, count: Int = 1000, _ body: ([String]) async throws -> Void) async throws {
+    public func scanEveryPrimary(matching pattern: String, count: Int = 1000, _ body: ([String]) async throws -> Void) async throws {
         let pools: [RedisNodePool]
         if let single { pools = [single] } else { pools = try await router!.primaries() }
         for pool in pools { _ = try await Self.scan(pool, matching: pattern, count: count, maxPages: .max, timeout: nil, body) }
@@ -363,30 +363,30 @@ package final class RedisClient: Sendable {
     }
 
     /// The cluster's map as last learnt (learnt now if it was not yet); nil for a standalone Redis.
-    package func clusterTopology(refresh: Bool = false) async throws -> RedisClusterTopology? {
+    public func clusterTopology(refresh: Bool = false) async throws -> RedisClusterTopology? {
         guard let router else { return nil }
         return refresh ? try await router.refresh() : try await router.currentTopology()
     }
 
     /// Closes every pooled connection.
-    package func shutdown() async {
+    public func shutdown() async {
         await single?.shutdown()
         await router?.shutdown()
     }
 }
 
 /// How many replicas must acknowledge a script's writes before it counts (`WAIT`), and how long to wait for them.
-package struct RedisReplicaWait: Sendable, Equatable {
-    package enum Count: Sendable, Equatable {
+public struct RedisReplicaWait: Sendable, Equatable {
+    public enum Count: Sendable, Equatable {
         /// One, when the primary has a replica (as last learnt); none otherwise.
         case auto
         case exactly(Int)
     }
 
-    package var count: Count
-    package var timeout: TimeAmount
+    public var count: Count
+    public var timeout: TimeAmount
 
-    package init(count: Count, timeout: TimeAmount) {
+    public init(count: Count, timeout: TimeAmount) {
         self.count = count
         self.timeout = timeout
     }
@@ -410,12 +410,12 @@ extension RedisErrorCode {
 }
 
 /// A Lua script, run by SHA1 with a fallback to its source.
-package struct RedisScript: Sendable {
-    package let name: String
-    package let source: String
-    package let sha1: String
+public struct RedisScript: Sendable {
+    public let name: String
+    public let source: String
+    public let sha1: String
 
-    package init(name: String, source: String) {
+    public init(name: String, source: String) {
         self.name = name
         self.source = source
         self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).map { byte in

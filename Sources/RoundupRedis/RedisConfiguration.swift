@@ -1,28 +1,28 @@
 import Foundation
-package import NIOCore
+public import NIOCore
 
 /// Where and how to reach Redis, parsed from a URL:
 /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://` for TLS. A cluster's URL may name several seed nodes,
 /// `redis://h1:7000,h2:7001,h3:7002` (its credentials and scheme apply to every node).
-package struct RedisConfiguration: Sendable, Equatable {
+public struct RedisConfiguration: Sendable, Equatable {
     /// The node to connect to (a cluster's first seed).
-    package var host: String
-    package var port: Int
+    public var host: String
+    public var port: Int
     /// Redis Cluster: learn the slot map from `seeds` and route each command to the primary serving its key.
-    package var cluster: Bool
+    public var cluster: Bool
     /// The nodes a cluster client asks for the slot map first (every host of the URL); `host:port` alone otherwise.
-    package var seeds: [RedisNodeAddress]
-    package var database: Int
-    package var username: String?
-    package var password: String?
-    package var tls: Bool
+    public var seeds: [RedisNodeAddress]
+    public var database: Int
+    public var username: String?
+    public var password: String?
+    public var tls: Bool
     /// A PEM file of CA certificates to trust for TLS, besides the system's.
-    package var caFile: String?
-    package var poolSize: Int
-    package var connectTimeout: TimeAmount
-    package var commandTimeout: TimeAmount
+    public var caFile: String?
+    public var poolSize: Int
+    public var connectTimeout: TimeAmount
+    public var commandTimeout: TimeAmount
 
-    package init(
+    public init(
         host: String = "127.0.0.1", port: Int = 6379, database: Int = 0, username: String? = nil,
         password: String? = nil, tls: Bool = false, caFile: String? = nil, poolSize: Int = 4,
         connectTimeout: TimeAmount = .milliseconds(1000), commandTimeout: TimeAmount = .milliseconds(2000),
@@ -43,7 +43,7 @@ package struct RedisConfiguration: Sendable, Equatable {
     }
 
     /// `cluster`: the URL is a cluster's (it may name several hosts; its database must be 0).
-    package init(url string: String, cluster: Bool) throws {
+    public init(url string: String, cluster: Bool) throws {
         // URLComponents takes one host: parse the first, add the others as seeds.
         var hosts: [Substring] = []
         var first = string
@@ -73,7 +73,7 @@ package struct RedisConfiguration: Sendable, Equatable {
         }
     }
 
-    package init(url string: String) throws {
+    public init(url string: String) throws {
         guard let components = URLComponents(string: string), let scheme = components.scheme?.lowercased() else {
             throw RedisClientError(.invalidURL, "not a URL (expected redis://host:port/db or rediss://…)")
         }
@@ -100,7 +100,7 @@ package struct RedisConfiguration: Sendable, Equatable {
     }
 
     /// host:port, for messages. Never includes credentials.
-    package var endpoint: String {
+    public var endpoint: String {
         let scheme = tls ? "rediss" : "redis"
         if cluster { return "\(scheme)://\(seeds.map(\.description).joined(separator: ",")) (cluster)" }
         return "\(scheme)://\(RedisNodeAddress(host: host, port: port))/\(database)"

@@ -1,11 +1,11 @@
 import Logging
 import NIOConcurrencyHelpers
-package import NIOCore
+public import NIOCore
 import NIOPosix
 import NIOSSL
 
 /// One connection to Redis. Commands sent before earlier replies arrive are pipelined.
-package final class RedisConnection: Sendable {
+public final class RedisConnection: Sendable {
     let channel: any Channel
     let configuration: RedisConfiguration
     /// Set by the handler the moment it fails its requests (a timeout, a protocol error), before the channel has
@@ -18,12 +18,12 @@ package final class RedisConnection: Sendable {
         self.failed = failed
     }
 
-    package var isActive: Bool { channel.isActive && !failed.withLockedValue { $0 } }
-    package var eventLoop: any EventLoop { channel.eventLoop }
-    package var closeFuture: EventLoopFuture<Void> { channel.closeFuture }
+    public var isActive: Bool { channel.isActive && !failed.withLockedValue { $0 } }
+    public var eventLoop: any EventLoop { channel.eventLoop }
+    public var closeFuture: EventLoopFuture<Void> { channel.closeFuture }
 
     /// Opens a connection, with TLS for rediss://, then AUTH and SELECT as configured.
-    package static func connect(
+    public static func connect(
         _ configuration: RedisConfiguration, on eventLoop: any EventLoop
     ) -> EventLoopFuture<RedisConnection> {
         let sslContext: NIOSSLContext?
@@ -90,7 +90,7 @@ package final class RedisConnection: Sendable {
 
     /// Sends several commands in one write and returns their replies in order.
     /// Server errors come back as `.error` values, not thrown: callers decide per reply.
-    package func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
+    public func pipeline(_ commands: [RedisCommand], timeout: TimeAmount? = nil) -> EventLoopFuture<[RedisValue]> {
         let promise = channel.eventLoop.makePromise(of: [RedisValue].self)
         let request = RedisRequest(commands: commands, promise: promise, timeout: timeout ?? configuration.commandTimeout)
         // A write on a channel that has just closed fails with NIO's error; callers get the client's own.
@@ -102,7 +102,7 @@ package final class RedisConnection: Sendable {
     }
 
     /// Sends one command; a server error reply is thrown as `RedisClientError(.server)`.
-    package func send(_ command: RedisCommand, timeout: TimeAmount? = nil) -> EventLoopFuture<RedisValue> {
+    public func send(_ command: RedisCommand, timeout: TimeAmount? = nil) -> EventLoopFuture<RedisValue> {
         pipeline([command], timeout: timeout).flatMapThrowing { replies in
             let reply = replies[0]
             if case .error(let message) = reply { throw RedisClientError.reply(message, answering: command.name) }
@@ -110,7 +110,7 @@ package final class RedisConnection: Sendable {
         }
     }
 
-    package func close() -> EventLoopFuture<Void> {
+    public func close() -> EventLoopFuture<Void> {
         channel.close().flatMapError { _ in self.channel.eventLoop.makeSucceededVoidFuture() }
     }
 }

@@ -1,6 +1,6 @@
 /// What went wrong talking to Redis. Messages name the command and the endpoint, never arguments.
-package struct RedisClientError: Error, Sendable, CustomStringConvertible, Equatable {
-    package enum Code: Sendable, Equatable {
+public struct RedisClientError: Error, Sendable, CustomStringConvertible, Equatable {
+    public enum Code: Sendable, Equatable {
         case connectionFailed
         case connectionClosed
         case timeout
@@ -12,27 +12,27 @@ package struct RedisClientError: Error, Sendable, CustomStringConvertible, Equat
         case notReplicated
     }
 
-    package let code: Code
-    package let message: String
+    public let code: Code
+    public let message: String
     /// For an error reply of Redis (`.server`): its code, read once where the reply arrived.
-    package let replyCode: RedisErrorCode?
+    public let replyCode: RedisErrorCode?
 
     /// Redis answered that the stream or its consumer group does not exist yet (nothing was ever consumed from it).
-    package var isNoGroup: Bool { replyCode == .noGroup }
+    public var isNoGroup: Bool { replyCode == .noGroup }
 
-    package init(_ code: Code, _ message: String, replyCode: RedisErrorCode? = nil) {
+    public init(_ code: Code, _ message: String, replyCode: RedisErrorCode? = nil) {
         self.code = code
         self.message = message
         self.replyCode = replyCode
     }
 
     /// An error reply of Redis (`reply`, without its `-`), answering `what` (a command's or a script's name).
-    package static func reply(_ reply: String, answering what: String) -> RedisClientError {
+    public static func reply(_ reply: String, answering what: String) -> RedisClientError {
         RedisClientError(.server, "\(what): \(reply)", replyCode: RedisErrorCode(reply: reply))
     }
 
     /// True when the failure says nothing about the command itself: retrying later may succeed.
-    package var isTransient: Bool {
+    public var isTransient: Bool {
         switch code {
         case .connectionFailed, .connectionClosed, .timeout, .notReplicated: return true
         case .server: return replyCode?.isTransient ?? false
@@ -40,12 +40,12 @@ package struct RedisClientError: Error, Sendable, CustomStringConvertible, Equat
         }
     }
 
-    package var description: String { "redis \(code): \(message)" }
+    public var description: String { "redis \(code): \(message)" }
 }
 
 /// The code an error reply of Redis starts with (`-NOGROUP No such key…`, `-MOVED 3999 127.0.0.1:6381`): the kind of
 /// refusal. Read once, where a reply becomes an error; nothing matches the reply's text anywhere else.
-package enum RedisErrorCode: Sendable, Hashable {
+public enum RedisErrorCode: Sendable, Hashable {
     case err, wrongType, noGroup, busyGroup, noScript, busy, loading, tryAgain, clusterDown, moved, ask, oom, readOnly, noAuth, noPerm
     case execAbort, masterDown
     /// A command or script named keys of several slots of a cluster.
@@ -53,7 +53,7 @@ package enum RedisErrorCode: Sendable, Hashable {
     /// A code this client has no case for (its first word, at most 32 characters).
     case other(String)
 
-    package init(reply: String) {
+    public init(reply: String) {
         let word = reply.prefix { $0 != " " }
         switch word {
         case "ERR": self = .err
@@ -80,7 +80,7 @@ package enum RedisErrorCode: Sendable, Hashable {
 
     /// Redis could not run the command now (a script running, the dataset loading, a slot migrating): the same command
     /// may succeed later.
-    package var isTransient: Bool {
+    public var isTransient: Bool {
         switch self {
         case .busy, .loading, .tryAgain: return true
         default: return false

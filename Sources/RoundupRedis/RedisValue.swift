@@ -1,7 +1,7 @@
-package import NIOCore
+public import NIOCore
 
 /// A decoded RESP reply.
-package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
+public enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     case status(String)
     case error(String)
     case integer(Int)
@@ -9,7 +9,7 @@ package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     case null
     case array([RedisValue])
 
-    package var string: String? {
+    public var string: String? {
         switch self {
         case .status(let s): return s
         case .bulk(let bytes): return String(decoding: bytes, as: UTF8.self)
@@ -18,7 +18,7 @@ package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    package var int: Int? {
+    public var int: Int? {
         switch self {
         case .integer(let i): return i
         case .bulk, .status: return string.flatMap { Int($0) }
@@ -26,12 +26,12 @@ package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    package var array: [RedisValue]? {
+    public var array: [RedisValue]? {
         if case .array(let values) = self { return values }
         return nil
     }
 
-    package var bytes: [UInt8]? {
+    public var bytes: [UInt8]? {
         switch self {
         case .bulk(let b): return b
         case .status(let s): return Array(s.utf8)
@@ -40,17 +40,17 @@ package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// An error reply's text (without its `-`), else nil.
-    package var errorReply: String? {
+    public var errorReply: String? {
         if case .error(let text) = self { return text }
         return nil
     }
 
-    package var isNull: Bool {
+    public var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
-    package var description: String {
+    public var description: String {
         switch self {
         case .status(let s): return "+\(s)"
         case .error(let e): return "-\(e)"
@@ -63,7 +63,7 @@ package enum RedisValue: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// One argument of a command: bytes, written as a RESP bulk string.
-package struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
+public struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
     @usableFromInline var storage: Storage
     @usableFromInline enum Storage: Sendable {
         case string(String)
@@ -71,12 +71,12 @@ package struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleB
         case buffer(ByteBuffer)
     }
 
-    package init(_ string: String) { storage = .string(string) }
-    package init(bytes: [UInt8]) { storage = .bytes(bytes) }
-    package init(buffer: ByteBuffer) { storage = .buffer(buffer) }
-    package init(_ int: Int) { storage = .string(String(int)) }
-    package init(stringLiteral value: String) { storage = .string(value) }
-    package init(integerLiteral value: Int) { storage = .string(String(value)) }
+    public init(_ string: String) { storage = .string(string) }
+    public init(bytes: [UInt8]) { storage = .bytes(bytes) }
+    public init(buffer: ByteBuffer) { storage = .buffer(buffer) }
+    public init(_ int: Int) { storage = .string(String(int)) }
+    public init(stringLiteral value: String) { storage = .string(value) }
+    public init(integerLiteral value: Int) { storage = .string(String(value)) }
 
     /// How many bytes the argument itself holds.
     @usableFromInline var byteCount: Int {
@@ -138,24 +138,24 @@ package struct RedisArgument: Sendable, ExpressibleByStringLiteral, ExpressibleB
 }
 
 /// A command: its name and arguments, encoded as a RESP array of bulk strings.
-package struct RedisCommand: Sendable {
-    package var arguments: [RedisArgument]
+public struct RedisCommand: Sendable {
+    public var arguments: [RedisArgument]
 
-    package init(_ name: String, _ arguments: [RedisArgument] = []) {
+    public init(_ name: String, _ arguments: [RedisArgument] = []) {
         self.arguments = [RedisArgument(name)] + arguments
     }
 
-    package init(_ name: String, _ arguments: RedisArgument...) {
+    public init(_ name: String, _ arguments: RedisArgument...) {
         self.init(name, arguments)
     }
 
     /// A command whose arguments, name first, are already in one array.
-    package init(nameAndArguments: [RedisArgument]) {
+    public init(nameAndArguments: [RedisArgument]) {
         self.arguments = nameAndArguments
     }
 
     /// The command name, for errors and logs (arguments are never logged: they may hold secrets).
-    package var name: String {
+    public var name: String {
         if case .string(let s) = arguments.first?.storage { return s }
         return "?"
     }

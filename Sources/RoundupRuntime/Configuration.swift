@@ -1,129 +1,129 @@
-import Foundation
-package import Logging
-package import RoundupCore
-package import RoundupRedis
+public import Foundation
+public import Logging
+public import RoundupCore
+public import RoundupRedis
 
 /// Every setting of every process, read from the environment in one place. docs/CONFIGURATION.md documents each key
 /// (`ConfigurationReferenceTests` holds the two to the same keys).
-package struct RoundupConfiguration: Sendable {
-    package var redisURL: String
+public struct RoundupConfiguration: Sendable {
+    public var redisURL: String
     /// `ROUNDUP_REDIS_CLUSTER=true`: `redisURL` names a Redis Cluster (several seed nodes may be listed).
-    package var redisCluster: Bool
-    package var redisPrefix: String
-    package var redisCAFile: String?
+    public var redisCluster: Bool
+    public var redisPrefix: String
+    public var redisCAFile: String?
     /// `ROUNDUP_REDIS_WAIT_REPLICAS`: replicas that must acknowledge an accepted webhook before the ingress answers 200
     /// (`auto`, the default: one whenever the primary has a replica; 0: never wait), within `redisWaitTimeoutMilliseconds`.
-    package var redisWaitReplicas: RedisReplicaWait.Count
-    package var redisWaitTimeoutMilliseconds: Int
-    package var databaseURL: String
-    package var publicURL: String?
-    package var trelloAPIURL: String
-    package var host: String
-    package var ingressPort: Int
-    package var workerPort: Int
-    package var logLevel: Logger.Level
-    package var logFormat: RoundupLogHandler.Format
+    public var redisWaitReplicas: RedisReplicaWait.Count
+    public var redisWaitTimeoutMilliseconds: Int
+    public var databaseURL: String
+    public var publicURL: String?
+    public var trelloAPIURL: String
+    public var host: String
+    public var ingressPort: Int
+    public var workerPort: Int
+    public var logLevel: Logger.Level
+    public var logFormat: RoundupLogHandler.Format
     /// Seconds a process may take to finish in-flight work after SIGTERM.
-    package var shutdownTimeoutSeconds: Int
+    public var shutdownTimeoutSeconds: Int
     /// Seconds an accepted action id is remembered for deduplication.
-    package var dedupeTTLSeconds: Int
+    public var dedupeTTLSeconds: Int
     /// Deliveries of one event before it goes to the dead-letter stream.
-    package var maxDeliveries: Int
+    public var maxDeliveries: Int
     /// Milliseconds a pending entry may sit with a consumer before another worker reclaims it.
-    package var claimIdleMilliseconds: Int
+    public var claimIdleMilliseconds: Int
     /// Entries read per batch.
-    package var workerBatchSize: Int
+    public var workerBatchSize: Int
     /// A batch of several accounts is processed in this many lanes of whole accounts at once (1: one at a time).
-    package var workerAccountLanes: Int
+    public var workerAccountLanes: Int
     /// A batch wanting this many cards of one list reads the list instead (`WebhookProcessor.fetchCards`).
-    package var workerListReadMin: Int
+    public var workerListReadMin: Int
     /// How long a batch's card read waits for its account's Trello rate limit before the entries needing it are left
     /// in the stream (`ROUNDUP_WORKER_TRELLO_WAIT_MS`).
-    package var workerTrelloWaitMilliseconds: Int
+    public var workerTrelloWaitMilliseconds: Int
     /// How long a sync job runs before it gives its turn back while other jobs wait (`ROUNDUP_JOB_TURN_SECONDS`).
-    package var jobTurnSeconds: Int
+    public var jobTurnSeconds: Int
     /// The consumer name of this worker in the group; defaults to host name and process id.
-    package var workerConsumerName: String
-    package var apiPort: Int
+    public var workerConsumerName: String
+    public var apiPort: Int
     /// The token that allows `POST /dailyroundup/account`; nil turns account creation off.
-    package var bootstrapToken: String?
+    public var bootstrapToken: String?
     /// The password of `roundupctl dashboard` (HTTP Basic); required when it listens beyond loopback.
-    package var dashboardToken: String?
+    public var dashboardToken: String?
     /// The viewer's password of the dashboard: sees every page, changes nothing (needs `dashboardToken`).
-    package var dashboardViewerToken: String?
+    public var dashboardViewerToken: String?
     /// The path the dashboard is served under behind a proxy (`/ops/roundup`), or "" at the root.
-    package var dashboardBasePath: String
+    public var dashboardBasePath: String
     /// Requests per minute one account may make to the API.
-    package var apiRateLimit: Int
+    public var apiRateLimit: Int
     /// Failed bearer tokens and bootstrap attempts per client address per minute before the API answers 429 (0: off).
-    package var authFailureLimit: Int
+    public var authFailureLimit: Int
     /// Open change streams (`GET /dailyroundup/changes/stream`) one API process holds in all, and per account.
-    package var maxStreams: Int
-    package var maxStreamsPerAccount: Int
+    public var maxStreams: Int
+    public var maxStreamsPerAccount: Int
     /// Seconds between a change stream's heartbeats (a comment line that keeps proxies from closing it; each one
     /// also reads the store, so a lost announcement delays a change by this much at most).
-    package var streamHeartbeatSeconds: Int
+    public var streamHeartbeatSeconds: Int
     /// A change stream ends after this many seconds whatever it does; its client reconnects from its last id.
-    package var streamMaxSeconds: Int
+    public var streamMaxSeconds: Int
     /// How long the changes a device pulls (or streams) with `device_id` are its own before another device of the
     /// account may have them (a queue's visibility timeout).
-    package var changeClaimSeconds: Int
+    public var changeClaimSeconds: Int
     /// Exports (`GET /dailyroundup/account/export`) one account runs at once on every API process together.
-    package var exportsPerAccount: Int
+    public var exportsPerAccount: Int
     /// Devices one account may register.
-    package var devicesPerAccount: Int
+    public var devicesPerAccount: Int
     /// The apps a device may register for (`bundle_id`): `ROUNDUP_APP_BUNDLE_IDS`, `ROUNDUP_APNS_TOPIC` and the topics
     /// of `ROUNDUP_APNS_APPS_FILE`.
-    package var appBundleIDs: Set<BundleID>
+    public var appBundleIDs: Set<BundleID>
     /// A running sync job whose heartbeat has not moved for this many seconds is reported as `error: stale`.
-    package var jobStaleSeconds: Int
+    public var jobStaleSeconds: Int
     /// How often a running job's heartbeat (`updated_at`) advances.
-    package var jobHeartbeatSeconds: Int
+    public var jobHeartbeatSeconds: Int
     /// Sync jobs one worker runs at once (each belongs to a different account).
-    package var jobConcurrency: Int
+    public var jobConcurrency: Int
     /// The most Trello writes one `POST /dailyroundup/sync` may imply (its changes' cards, fields, check items and
     /// links); more is refused with 413, so no job holds a worker's slot for long. 0: no bound.
-    package var syncMaxTrelloWrites: Int
+    public var syncMaxTrelloWrites: Int
     /// Trello requests per token, and per API key, in any 10-second window, shared by every process through Redis.
-    package var trelloTokenLimit: Int
-    package var trelloKeyLimit: Int
+    public var trelloTokenLimit: Int
+    public var trelloKeyLimit: Int
     /// Seconds a fingerprint of our own Trello write is kept, so its webhook echo is recognised.
-    package var echoTTLSeconds: Int
+    public var echoTTLSeconds: Int
     /// APNs (roundup-pusher): the .p8 key, its id, the team, the app's bundle id, the endpoints.
-    package var apnsKeyFile: String?
-    package var apnsKeyID: String?
-    package var apnsTeamID: String?
-    package var apnsTopic: String?
+    public var apnsKeyFile: String?
+    public var apnsKeyID: String?
+    public var apnsTeamID: String?
+    public var apnsTopic: String?
     /// More apps the pusher sends for, beside the one above (`ROUNDUP_APNS_APPS_FILE`).
-    package var apnsApps: [APNsAppCredentials]
-    package var apnsURL: String
-    package var apnsSandboxURL: String
-    package var apnsCAFile: String?
-    package var apnsConnections: Int
-    package var pusherPort: Int
+    public var apnsApps: [APNsAppCredentials]
+    public var apnsURL: String
+    public var apnsSandboxURL: String
+    public var apnsCAFile: String?
+    public var apnsConnections: Int
+    public var pusherPort: Int
     /// At most one background push per device in this window.
-    package var pushWindowSeconds: Int
+    public var pushWindowSeconds: Int
     /// What roundup-pusher does without its APNs credentials: exit 78 (`fail`, for systemd), or serve only its health
     /// and metrics, not ready, and send nothing (`idle`, for a pod whose other containers must run without them).
-    package var pusherWithoutAPNs: PusherWithoutAPNs
+    public var pusherWithoutAPNs: PusherWithoutAPNs
     /// Every list is reconciled with Trello this often (0: never on a schedule; on demand still works).
-    package var reconcileIntervalSeconds: Int
+    public var reconcileIntervalSeconds: Int
     /// The activity history keeps each row this many days (the worker deletes older ones every hour).
-    package var activityRetentionDays: Int
+    public var activityRetentionDays: Int
     /// PostgreSQL: connections one process keeps at most, and the CA file for `sslmode=verify-full`.
-    package var databasePoolSize: Int
-    package var databaseCAFile: String?
+    public var databasePoolSize: Int
+    public var databaseCAFile: String?
     /// PostgreSQL: seconds one store operation may take, waiting for a connection included, before it fails (and is retried).
-    package var databaseTimeoutSeconds: Int
+    public var databaseTimeoutSeconds: Int
     /// Connection hygiene of the ingress and the API (they face the internet without a proxy in front).
-    package var httpLimits: HTTPLimits
+    public var httpLimits: HTTPLimits
     /// Webhook events waiting in the stream beyond which the ingress answers 503 (Trello retries later); 0: no bound.
-    package var maxBacklog: Int
+    public var maxBacklog: Int
     /// One account's share of its webhook shard: events, bytes and rate (`ROUNDUP_WEBHOOK_ACCOUNT_*`), and the shard's bytes.
-    package var webhookShares: WebhookShares
+    public var webhookShares: WebhookShares
     /// Dead letters kept at most, and for at most this many days; older ones are trimmed (counted and logged).
-    package var deadLetterMax: Int
-    package var deadLetterMaxAgeDays: Int
+    public var deadLetterMax: Int
+    public var deadLetterMaxAgeDays: Int
 
     /// "" (the root), or slash-led segments of unreserved URL characters: safe in any link, form and header as it is.
     static func isBasePath(_ path: String) -> Bool {
@@ -136,7 +136,7 @@ package struct RoundupConfiguration: Sendable {
         }
     }
 
-    package init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         func value(_ key: String) -> String? {
             guard let v = environment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
             return v
@@ -329,15 +329,15 @@ package struct RoundupConfiguration: Sendable {
     }
 
     /// The SQLite file path, when the database URL names one.
-    package var sqlitePath: String? {
+    public var sqlitePath: String? {
         databaseURL.hasPrefix("sqlite:") ? String(databaseURL.dropFirst("sqlite:".count)) : nil
     }
 
     /// The PostgreSQL settings, when the database URL names a server.
-    package var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
+    public var postgresURL: PostgresURL? { sqlitePath == nil ? try? PostgresURL(databaseURL) : nil }
 
     /// The APNs settings roundup-pusher cannot start without that are not set.
-    package var missingAPNsKeys: [String] {
+    public var missingAPNsKeys: [String] {
         [
             ("ROUNDUP_APNS_KEY_FILE", apnsKeyFile), ("ROUNDUP_APNS_KEY_ID", apnsKeyID), ("ROUNDUP_APNS_TEAM_ID", apnsTeamID),
             ("ROUNDUP_APNS_TOPIC", apnsTopic),
@@ -348,7 +348,7 @@ package struct RoundupConfiguration: Sendable {
 
 extension RoundupConfiguration {
     /// Reads the configuration or exits with a message naming the bad key.
-    package static func loadOrExit() -> RoundupConfiguration {
+    public static func loadOrExit() -> RoundupConfiguration {
         do {
             return try RoundupConfiguration()
         } catch {
@@ -359,18 +359,18 @@ extension RoundupConfiguration {
 }
 
 /// `ROUNDUP_PUSHER_WITHOUT_APNS`.
-package enum PusherWithoutAPNs: String, Sendable {
+public enum PusherWithoutAPNs: String, Sendable {
     case fail, idle
 }
 
 /// An app the pusher sends for besides the default one: its bundle id (the topic) and its team's signing key.
-package struct APNsAppCredentials: Sendable, Equatable {
-    package var topic: BundleID
-    package var teamID: String
-    package var keyID: String
-    package var keyFile: String
+public struct APNsAppCredentials: Sendable, Equatable {
+    public var topic: BundleID
+    public var teamID: String
+    public var keyID: String
+    public var keyFile: String
 
-    package init(topic: BundleID, teamID: String, keyID: String, keyFile: String) {
+    public init(topic: BundleID, teamID: String, keyID: String, keyFile: String) {
         self.topic = topic
         self.teamID = teamID
         self.keyID = keyID
@@ -405,17 +405,17 @@ package struct APNsAppCredentials: Sendable, Equatable {
 
 /// How much of its webhook shard one account may hold, so an account flooding its own signed deliveries (it knows its
 /// webhook secret) is refused while the other accounts of its shard are not. 0 in any bound: none.
-package struct WebhookShares: Sendable, Equatable {
+public struct WebhookShares: Sendable, Equatable {
     /// Events of one account waiting in its shard (accepted, not yet processed).
-    package var accountEvents: Int
+    public var accountEvents: Int
     /// Bytes of those events' bodies (each at most 1 MiB).
-    package var accountBytes: Int
+    public var accountBytes: Int
     /// Bytes of all events waiting in one shard, every account's.
-    package var shardBytes: Int
+    public var shardBytes: Int
     /// Events one account may add a second, sustained; bursts up to `accountEvents` (a token bucket).
-    package var accountRate: Int
+    public var accountRate: Int
 
-    package init(accountEvents: Int, accountBytes: Int, shardBytes: Int, accountRate: Int) {
+    public init(accountEvents: Int, accountBytes: Int, shardBytes: Int, accountRate: Int) {
         self.accountEvents = accountEvents
         self.accountBytes = accountBytes
         self.shardBytes = shardBytes
@@ -423,6 +423,6 @@ package struct WebhookShares: Sendable, Equatable {
     }
 
     /// The defaults: 500 events and 16 MiB an account, 64 MiB a shard, 50 events a second.
-    package static let standard = WebhookShares(accountEvents: 500, accountBytes: 16 << 20, shardBytes: 64 << 20, accountRate: 50)
-    package static let unbounded = WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 0)
+    public static let standard = WebhookShares(accountEvents: 500, accountBytes: 16 << 20, shardBytes: 64 << 20, accountRate: 50)
+    public static let unbounded = WebhookShares(accountEvents: 0, accountBytes: 0, shardBytes: 0, accountRate: 0)
 }

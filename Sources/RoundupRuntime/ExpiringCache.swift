@@ -1,10 +1,10 @@
 import NIOConcurrencyHelpers
-package import NIOCore
+public import NIOCore
 
 /// A small thread-safe cache whose entries expire, bounded in entries and in bytes: what a flood of unique keys can
 /// make it hold is fixed in advance. Full, it first drops what has expired, then the oldest entries. Keys should be
 /// checked for their shape (and so their length) by the caller before they get here.
-package final class ExpiringCache<Value: Sendable>: Sendable {
+public final class ExpiringCache<Value: Sendable>: Sendable {
     private struct Entry {
         var value: Value
         var expires: NIODeadline
@@ -27,13 +27,13 @@ package final class ExpiringCache<Value: Sendable>: Sendable {
     private let state = NIOLockedValueBox(State())
 
     /// `cost` is the size a value adds beyond its key.
-    package init(maxEntries: Int, maxBytes: Int, cost: @escaping @Sendable (Value) -> Int) {
+    public init(maxEntries: Int, maxBytes: Int, cost: @escaping @Sendable (Value) -> Int) {
         self.maxEntries = max(1, maxEntries)
         self.maxBytes = max(1, maxBytes)
         self.cost = cost
     }
 
-    package func value(for key: String, now: NIODeadline = .now()) -> Value? {
+    public func value(for key: String, now: NIODeadline = .now()) -> Value? {
         state.withLockedValue { state in
             guard let entry = state.entries[key] else { return nil }
             guard entry.expires > now else {
@@ -45,7 +45,7 @@ package final class ExpiringCache<Value: Sendable>: Sendable {
         }
     }
 
-    package func set(_ value: Value, for key: String, lifetime: TimeAmount, now: NIODeadline = .now()) {
+    public func set(_ value: Value, for key: String, lifetime: TimeAmount, now: NIODeadline = .now()) {
         let entryCost = key.utf8.count + cost(value) + 64
         guard entryCost <= maxBytes else { return }
         state.withLockedValue { state in
@@ -61,15 +61,15 @@ package final class ExpiringCache<Value: Sendable>: Sendable {
         }
     }
 
-    package func remove(_ key: String) {
+    public func remove(_ key: String) {
         state.withLockedValue { state in
             guard let entry = state.entries.removeValue(forKey: key) else { return }
             state.bytes -= entry.cost
         }
     }
 
-    package var count: Int { state.withLockedValue { $0.entries.count } }
-    package var bytes: Int { state.withLockedValue { $0.bytes } }
+    public var count: Int { state.withLockedValue { $0.entries.count } }
+    public var bytes: Int { state.withLockedValue { $0.bytes } }
 
     private func evict(_ state: inout State, now: NIODeadline) {
         // What has expired goes first (one pass), then the oldest until within both bounds.

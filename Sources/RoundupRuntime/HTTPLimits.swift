@@ -1,27 +1,27 @@
 import Metrics
 import NIOConcurrencyHelpers
-package import NIOCore
-package import NIOHTTP1
+public import NIOCore
+public import NIOHTTP1
 
 /// Connection hygiene for the processes that face the internet without a proxy in front (the ingress and the API):
 /// how long a client may take to send a request head and a body, how long a kept-alive connection may idle, how large
 /// the head may be, and how many connections one process holds at once. docs/CONFIGURATION.md documents the keys.
-package struct HTTPLimits: Sendable, Equatable {
+public struct HTTPLimits: Sendable, Equatable {
     /// From the connection's start until its first request head is complete.
-    package var headTimeoutSeconds: Int
+    public var headTimeoutSeconds: Int
     /// From a request's head until its body is complete.
-    package var bodyTimeoutSeconds: Int
+    public var bodyTimeoutSeconds: Int
     /// From a response's end until the next request head is complete (a kept-alive connection doing nothing).
-    package var idleTimeoutSeconds: Int
+    public var idleTimeoutSeconds: Int
     /// The request line and headers together.
-    package var maxHeaderBytes: Int
-    package var maxConnections: Int
+    public var maxHeaderBytes: Int
+    public var maxConnections: Int
     /// While a response is being written: the longest the server waits for the client to take any of its bytes (a
     /// write handed to the socket) before it closes the connection. A client that stops reading holds a response's
     /// memory this long at most.
-    package var writeTimeoutSeconds: Int
+    public var writeTimeoutSeconds: Int
 
-    package init(
+    public init(
         headTimeoutSeconds: Int = 10, bodyTimeoutSeconds: Int = 30, idleTimeoutSeconds: Int = 60, maxHeaderBytes: Int = 16_384,
         maxConnections: Int = 4096, writeTimeoutSeconds: Int = 30
     ) {
@@ -33,13 +33,13 @@ package struct HTTPLimits: Sendable, Equatable {
         self.maxConnections = maxConnections
     }
 
-    package var headTimeout: TimeAmount { .seconds(Int64(headTimeoutSeconds)) }
-    package var bodyTimeout: TimeAmount { .seconds(Int64(bodyTimeoutSeconds)) }
-    package var idleTimeout: TimeAmount { .seconds(Int64(idleTimeoutSeconds)) }
-    package var writeTimeout: TimeAmount { .seconds(Int64(writeTimeoutSeconds)) }
+    public var headTimeout: TimeAmount { .seconds(Int64(headTimeoutSeconds)) }
+    public var bodyTimeout: TimeAmount { .seconds(Int64(bodyTimeoutSeconds)) }
+    public var idleTimeout: TimeAmount { .seconds(Int64(idleTimeoutSeconds)) }
+    public var writeTimeout: TimeAmount { .seconds(Int64(writeTimeoutSeconds)) }
 
     /// NIO's HTTP/1 decoder limits for these settings (one header field may use the whole budget).
-    package var decoderLimits: NIOHTTPDecoderLimitConfiguration {
+    public var decoderLimits: NIOHTTPDecoderLimitConfiguration {
         var limits = NIOHTTPDecoderLimitConfiguration()
         limits.maxHeaderFieldSize = maxHeaderBytes
         limits.maxHeaderListSize = maxHeaderBytes
@@ -50,20 +50,20 @@ package struct HTTPLimits: Sendable, Equatable {
 
 /// Where a request part stands in its request, so `HTTPDeadlineHandler` can work on NIO's HTTP/1 parts and on
 /// the HTTP-types parts Hummingbird uses alike.
-package enum HTTPMessagePhase: Sendable {
+public enum HTTPMessagePhase: Sendable {
     case head, body, end
 }
 
-package protocol HTTPDeadlineInbound {
+public protocol HTTPDeadlineInbound {
     var deadlinePhase: HTTPMessagePhase { get }
 }
 
-package protocol HTTPDeadlineOutbound {
+public protocol HTTPDeadlineOutbound {
     var endsMessage: Bool { get }
 }
 
 extension HTTPPart: HTTPDeadlineInbound, HTTPDeadlineOutbound {
-    package var deadlinePhase: HTTPMessagePhase {
+    public var deadlinePhase: HTTPMessagePhase {
         switch self {
         case .head: .head
         case .body: .body
@@ -71,7 +71,7 @@ extension HTTPPart: HTTPDeadlineInbound, HTTPDeadlineOutbound {
         }
     }
 
-    package var endsMessage: Bool {
+    public var endsMessage: Bool {
         if case .end = self { return true }
         return false
     }
@@ -89,11 +89,11 @@ private enum ClientPhase: String {
 /// written whole up to 256 KiB and in 64 KiB pieces beyond, so a slow client that keeps taking bytes is not) or whose sent bytes stay
 /// unacknowledged that long (`TCP_USER_TIMEOUT`: a peer that vanished without a word). While the server itself works on a request no client deadline runs: the handlers have their own.
 /// Sits after the HTTP decoder.
-package final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {
-    package typealias InboundIn = Inbound
-    package typealias InboundOut = Inbound
-    package typealias OutboundIn = Outbound
-    package typealias OutboundOut = Outbound
+public final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: HTTPDeadlineOutbound>: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = Inbound
+    public typealias InboundOut = Inbound
+    public typealias OutboundIn = Outbound
+    public typealias OutboundOut = Outbound
 
     private let limits: HTTPLimits
     private let server: String
@@ -117,20 +117,20 @@ package final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: 
 
     /// `writeDeadlines`: close a connection whose pending writes make no progress for `limits.writeTimeout` (one promise
     /// per write: the API's responses, not the ingress's few bytes).
-    package init(limits: HTTPLimits, server: String, writeDeadlines: Bool = false) {
+    public init(limits: HTTPLimits, server: String, writeDeadlines: Bool = false) {
         self.limits = limits
         self.server = server
         self.writeDeadlines = writeDeadlines
     }
 
-    package func handlerAdded(context: ChannelHandlerContext) {
+    public func handlerAdded(context: ChannelHandlerContext) {
         if context.channel.isActive {
             arm(.head, context: context)
             limitUnacknowledged(context: context)
         }
     }
 
-    package func channelActive(context: ChannelHandlerContext) {
+    public func channelActive(context: ChannelHandlerContext) {
         if !armed {
             arm(.head, context: context)
             limitUnacknowledged(context: context)
@@ -150,16 +150,16 @@ package final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: 
         #endif
     }
 
-    package func channelInactive(context: ChannelHandlerContext) {
+    public func channelInactive(context: ChannelHandlerContext) {
         stopTimer()
         context.fireChannelInactive()
     }
 
-    package func handlerRemoved(context: ChannelHandlerContext) {
+    public func handlerRemoved(context: ChannelHandlerContext) {
         stopTimer()
     }
 
-    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data).deadlinePhase {
         case .head:
             responded = false
@@ -172,7 +172,7 @@ package final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: 
         context.fireChannelRead(data)
     }
 
-    package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if unwrapOutboundIn(data).endsMessage {
             // The response is complete: the client has `idleTimeout` to send its next request head.
             responded = true
@@ -249,22 +249,22 @@ package final class HTTPDeadlineHandler<Inbound: HTTPDeadlineInbound, Outbound: 
 /// Caps the connections a server holds at once: past `limit`, a new connection is closed as soon as it is accepted
 /// (its client sees a reset and tries again), so a flood of idle sockets cannot exhaust file descriptors or memory.
 /// Add it to the server channel's pipeline.
-package final class ConnectionLimitHandler: ChannelInboundHandler, Sendable {
-    package typealias InboundIn = any Channel
-    package typealias InboundOut = any Channel
+public final class ConnectionLimitHandler: ChannelInboundHandler, Sendable {
+    public typealias InboundIn = any Channel
+    public typealias InboundOut = any Channel
 
     private let limit: Int
     private let server: String
     private let open = NIOLockedValueBox(0)
 
-    package init(limit: Int, server: String) {
+    public init(limit: Int, server: String) {
         self.limit = limit
         self.server = server
     }
 
-    package var openConnections: Int { open.withLockedValue { $0 } }
+    public var openConnections: Int { open.withLockedValue { $0 } }
 
-    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let child = unwrapInboundIn(data)
         let admitted = open.withLockedValue { count -> Bool in
             guard count < limit else { return false }

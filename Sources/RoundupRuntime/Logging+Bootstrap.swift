@@ -1,11 +1,11 @@
 import Foundation
-package import Logging
+public import Logging
 import RoundupCore
 
 /// Sets up logging once per process (executables only; tests never call it).
-package enum RoundupLogging {
+public enum RoundupLogging {
     /// `metadataProvider`: metadata every line gets (the current span's trace and span ids when tracing is on).
-    package static func bootstrap(level: Logger.Level, format: RoundupLogHandler.Format = .text, metadataProvider: Logger.MetadataProvider? = nil) {
+    public static func bootstrap(level: Logger.Level, format: RoundupLogHandler.Format = .text, metadataProvider: Logger.MetadataProvider? = nil) {
         LoggingSystem.bootstrap(
             { label, provider in
                 var handler = RoundupLogHandler(label: label, level: level, format: format)
@@ -19,24 +19,24 @@ package enum RoundupLogging {
 /// (`LOG_FORMAT=json`), with secrets redacted:
 /// a metadata value is replaced when its key names a secret (token, secret, password, authorization, api key…), and any
 /// `Bearer …` credential is cut from messages and values.
-package struct RoundupLogHandler: LogHandler {
-    package enum Format: String, Sendable {
+public struct RoundupLogHandler: LogHandler {
+    public enum Format: String, Sendable {
         case text, json
     }
 
-    package var metadata: Logger.Metadata = [:]
-    package var logLevel: Logger.Level
-    package var metadataProvider: Logger.MetadataProvider?
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level
+    public var metadataProvider: Logger.MetadataProvider?
     let label: String
     let format: Format
 
-    package init(label: String, level: Logger.Level, format: Format) {
+    public init(label: String, level: Logger.Level, format: Format) {
         self.label = label
         self.logLevel = level
         self.format = format
     }
 
-    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
@@ -44,14 +44,14 @@ package struct RoundupLogHandler: LogHandler {
     static let secretKeyWords = ["secret", "token", "password", "authorization", "api_key", "apikey", "credential", "bootstrap"]
 
     /// Whether a metadata key names a secret.
-    package static func isSecretKey(_ key: String) -> Bool {
+    public static func isSecretKey(_ key: String) -> Bool {
         let lower = key.lowercased()
         return secretKeyWords.contains { lower.contains($0) }
     }
 
     /// Cuts `Bearer <credential>`, `oauth_token="…"`-style values and Trello's `key=`/`token=` query parameters out of
     /// free text.
-    package static func redact(_ text: String) -> String {
+    public static func redact(_ text: String) -> String {
         var out = text
         for pattern in [#"(?i)bearer\s+[A-Za-z0-9._~+/=-]+"#, #"(?i)(oauth_token|oauth_consumer_key)="[^"]*""#] {
             out = out.replacingOccurrences(of: pattern, with: "[redacted]", options: .regularExpression)
@@ -71,12 +71,12 @@ package struct RoundupLogHandler: LogHandler {
         }
     }
 
-    package func log(event: LogEvent) {
+    public func log(event: LogEvent) {
         FileHandle.standardError.write(Data(line(for: event).utf8))
     }
 
     /// The line `log(event:)` writes, newline included.
-    package func line(for event: LogEvent) -> String {
+    public func line(for event: LogEvent) -> String {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }

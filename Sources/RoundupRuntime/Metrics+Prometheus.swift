@@ -1,10 +1,10 @@
 import CoreMetrics
-package import Prometheus
+public import Prometheus
 
 /// The process's Prometheus registry, behind swift-metrics. Executables call `bootstrap()` once;
 /// libraries only use swift-metrics' `Counter`, `Gauge`, `Timer`.
-package enum RoundupMetrics {
-    package static func bootstrap() -> PrometheusCollectorRegistry {
+public enum RoundupMetrics {
+    public static func bootstrap() -> PrometheusCollectorRegistry {
         let registry = PrometheusCollectorRegistry()
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.defaultDurationHistogramBuckets = [
@@ -24,7 +24,7 @@ package enum RoundupMetrics {
     }
 
     /// The text exposition of the registry.
-    package static func render(_ registry: PrometheusCollectorRegistry) -> String {
+    public static func render(_ registry: PrometheusCollectorRegistry) -> String {
         var bytes: [UInt8] = []
         registry.emit(into: &bytes)
         return String(decoding: bytes, as: UTF8.self)
@@ -32,7 +32,7 @@ package enum RoundupMetrics {
 }
 
 /// The end-to-end latency histograms, from the time a stream entry was added (its id's milliseconds).
-package enum RoundupLatency: String, CaseIterable, Sendable {
+public enum RoundupLatency: String, CaseIterable, Sendable {
     /// Worker: a webhook accepted by the ingress (its entry added) → its card's change applied to the store.
     case webhookToChange = "roundup_webhook_to_change_seconds"
     /// Pusher: a change written (its push request added to the push stream) → the push accepted by APNs.

@@ -1,14 +1,14 @@
 import Foundation
-package import Logging
-package import Prometheus
+public import Logging
+public import Prometheus
 import RoundupCore
 
 /// How every roundup server executable starts and ends: its configuration read (a bad one exits 78, EX_CONFIG),
 /// logging, metrics and traces (when `OTEL_*` configures them: `RoundupTracing`) set up, then `run` until the process is told to stop. A failure is logged as `failure` and
 /// exits 1; with `configurationErrorsExit`, a `ConfigurationError` from `run` is written to standard error and exits 78
 /// instead.
-package enum RoundupProcess {
-    package static func main(
+public enum RoundupProcess {
+    public static func main(
         label: String, failure: Logger.Message, configurationErrorsExit: Bool = false,
         run: (RoundupConfiguration, PrometheusCollectorRegistry, Logger) async throws -> Void
     ) async -> Never {

@@ -1,5 +1,5 @@
-package import Logging
-package import ServiceLifecycle
+public import Logging
+public import ServiceLifecycle
 import UnixSignals
 
 /// How every roundup process runs its services: one group, stopped by SIGTERM or SIGINT within
@@ -8,8 +8,8 @@ import UnixSignals
 /// `dependencies` (the PostgreSQL connection pool) run in the group from the start and stop last; `startUp` (migrating
 /// the store, publishing routes) runs once they run, and only when it has succeeded do `services` start, in a group of
 /// their own inside the process's group. A start-up that fails ends the process with its error.
-package enum RoundupServices {
-    package static func run(
+public enum RoundupServices {
+    public static func run(
         _ services: [ServiceGroupConfiguration.ServiceConfiguration], dependencies: [any Service] = [],
         startUp: (@Sendable () async throws -> Void)? = nil, configuration: RoundupConfiguration, logger: Logger,
         afterwards close: () async -> Void
@@ -42,7 +42,7 @@ package enum RoundupServices {
 extension ServiceGroupConfiguration.ServiceConfiguration {
     /// A service the process exists for (a stream consumer, the HTTP server): when it ends, however it ends, the
     /// process shuts down rather than run on without it.
-    package static func essential(_ service: some Service) -> Self {
+    public static func essential(_ service: some Service) -> Self {
         .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
     }
 }
@@ -67,18 +67,18 @@ struct AfterStartUp: Service {
 
 /// A start-up chore as a service: runs `operation` until it succeeds, with backoff (200 ms doubling to 5 s), beside
 /// the process's other services rather than before them; stops early on graceful shutdown.
-package struct RetryingTask: Service {
+public struct RetryingTask: Service {
     let name: String
     let logger: Logger
     let operation: @Sendable () async throws -> Void
 
-    package init(name: String, logger: Logger, operation: @escaping @Sendable () async throws -> Void) {
+    public init(name: String, logger: Logger, operation: @escaping @Sendable () async throws -> Void) {
         self.name = name
         self.logger = logger
         self.operation = operation
     }
 
-    package func run() async throws {
+    public func run() async throws {
         var delay = Duration.milliseconds(200)
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             do {

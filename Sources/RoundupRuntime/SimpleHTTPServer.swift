@@ -1,57 +1,57 @@
-package import Logging
-package import NIOCore
-package import NIOHTTP1
-import NIOPosix
-import ServiceLifecycle
+public import Logging
+public import NIOCore
+public import NIOHTTP1
+public import NIOPosix
+public import ServiceLifecycle
 
 /// A request as `SimpleHTTPServer` hands it to its handler: head and the whole body.
-package struct SimpleHTTPRequest: Sendable {
-    package var method: HTTPMethod
-    package var uri: String
-    package var headers: HTTPHeaders
-    package var body: ByteBuffer
+public struct SimpleHTTPRequest: Sendable {
+    public var method: HTTPMethod
+    public var uri: String
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer
 
-    package var path: Substring { uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
-    package var query: Substring? {
+    public var path: Substring { uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "" }
+    public var query: Substring? {
         let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         return parts.count == 2 ? parts[1] : nil
     }
 }
 
-package struct SimpleHTTPResponse: Sendable {
-    package var status: HTTPResponseStatus
-    package var headers: HTTPHeaders
-    package var body: ByteBuffer
+public struct SimpleHTTPResponse: Sendable {
+    public var status: HTTPResponseStatus
+    public var headers: HTTPHeaders
+    public var body: ByteBuffer
 
-    package init(status: HTTPResponseStatus, headers: HTTPHeaders = [:], body: ByteBuffer = ByteBuffer()) {
+    public init(status: HTTPResponseStatus, headers: HTTPHeaders = [:], body: ByteBuffer = ByteBuffer()) {
         self.status = status
         self.headers = headers
         self.body = body
     }
 
-    package static func json(_ status: HTTPResponseStatus, _ text: String) -> SimpleHTTPResponse {
+    public static func json(_ status: HTTPResponseStatus, _ text: String) -> SimpleHTTPResponse {
         SimpleHTTPResponse(status: status, headers: ["content-type": "application/json"], body: ByteBuffer(string: text))
     }
 
-    package static func text(_ status: HTTPResponseStatus, _ text: String, contentType: String = "text/plain; charset=utf-8") -> SimpleHTTPResponse {
+    public static func text(_ status: HTTPResponseStatus, _ text: String, contentType: String = "text/plain; charset=utf-8") -> SimpleHTTPResponse {
         SimpleHTTPResponse(status: status, headers: ["content-type": contentType], body: ByteBuffer(string: text))
     }
 }
 
 /// A small HTTP/1.1 server on SwiftNIO for the non-hot paths: health and metrics endpoints, test fakes.
 /// Each request runs its async handler; responses keep request order (NIO's pipelining helper).
-package final class SimpleHTTPServer: Sendable {
-    package typealias Handler = @Sendable (SimpleHTTPRequest) async -> SimpleHTTPResponse
+public final class SimpleHTTPServer: Sendable {
+    public typealias Handler = @Sendable (SimpleHTTPRequest) async -> SimpleHTTPResponse
 
     private let channel: any Channel
-    package let port: Int
+    public let port: Int
 
     private init(channel: any Channel) {
         self.channel = channel
         self.port = channel.localAddress?.port ?? 0
     }
 
-    package static func start(
+    public static func start(
         host: String, port: Int, maxBodySize: Int = 1 << 20,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, handler: @escaping Handler
     ) async throws -> SimpleHTTPServer {
@@ -68,7 +68,7 @@ package final class SimpleHTTPServer: Sendable {
         return SimpleHTTPServer(channel: channel)
     }
 
-    package func stop() async {
+    public func stop() async {
         try? await channel.close().get()
     }
 }
@@ -134,14 +134,14 @@ final class SimpleHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 /// Runs a `SimpleHTTPServer` as a service: bound at start, closed on graceful shutdown.
-package struct SimpleHTTPService: Service {
+public struct SimpleHTTPService: Service {
     let host: String
     let port: Int
     let handler: SimpleHTTPServer.Handler
     let logger: Logger
     let name: String
 
-    package init(name: String, host: String, port: Int, logger: Logger, handler: @escaping SimpleHTTPServer.Handler) {
+    public init(name: String, host: String, port: Int, logger: Logger, handler: @escaping SimpleHTTPServer.Handler) {
         self.name = name
         self.host = host
         self.port = port
@@ -149,7 +149,7 @@ package struct SimpleHTTPService: Service {
         self.handler = handler
     }
 
-    package func run() async throws {
+    public func run() async throws {
         let server = try await SimpleHTTPServer.start(host: host, port: port, handler: handler)
         logger.notice("listening", metadata: ["service": "\(name)", "address": "\(host):\(server.port)"])
         try? await gracefulShutdown()

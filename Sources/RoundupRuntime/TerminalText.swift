@@ -1,6 +1,6 @@
 /// Text from outside (list names, Trello's error messages, ids in a request) on its way to a log line or a terminal.
 /// A raw newline forges a log line of its own; an escape sequence recolours, retitles or rewrites an operator's terminal.
-package enum TerminalText {
+public enum TerminalText {
     /// Whether a scalar controls rather than prints: C0, DEL, C1, and the line and paragraph separators.
     static func isControl(_ value: UInt32) -> Bool {
         value < 0x20 || (0x7F...0x9F).contains(value) || value == 0x2028 || value == 0x2029
@@ -13,7 +13,7 @@ package enum TerminalText {
 
     /// For the text log format: every control character written out, so one record stays one line and a terminal
     /// `tail`ing the log runs nothing. `\n`, `\r` and `\t` read as such; the others as `\u{1B}`-style escapes.
-    package static func escaped(_ text: String) -> String {
+    public static func escaped(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: { isControl($0.value) }) else { return text }
         var out = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
@@ -31,7 +31,7 @@ package enum TerminalText {
     /// For JSON text (`JSONValue.canonicalJSON` already escapes C0): DEL, C1 and the line separators as `\u` escapes
     /// too. Outside strings JSON text holds only ASCII punctuation, digits and letters, so this changes only string
     /// contents, and what they decode to stays the same.
-    package static func jsonSafe(_ json: String) -> String {
+    public static func jsonSafe(_ json: String) -> String {
         guard json.unicodeScalars.contains(where: { isControl($0.value) }) else { return json }
         var out = String.UnicodeScalarView()
         for scalar in json.unicodeScalars {
@@ -48,7 +48,7 @@ package enum TerminalText {
     /// For a name printed to an operator's terminal: terminal escape sequences (CSI, OSC, DCS, SOS, PM, APC, and
     /// two-character ESC sequences) removed whole, line breaks and tabs turned into spaces, every other control and
     /// bidirectional override dropped.
-    package static func printable(_ text: String) -> String {
+    public static func printable(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: { isControl($0.value) || isBidiControl($0.value) }) else { return text }
         let scalars = Array(text.unicodeScalars)
         var out = String.UnicodeScalarView()

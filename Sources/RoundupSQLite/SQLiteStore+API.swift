@@ -1,25 +1,25 @@
 import Foundation
 import GRDB
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// What `roundup-api` reads and writes: accounts, lists, acks, devices, conflicts, duplicates.
 /// Every query names the account, so one account can never reach another's rows.
 extension SQLiteStore {
-    package func accountID(tokenHash: String) async throws -> String? {
+    public func accountID(tokenHash: String) async throws -> String? {
         try await pool.read { db in
             try String.fetchOne(db.cachedStatement(sql: "SELECT id FROM accounts WHERE auth_token_hash = ?"), arguments: [tokenHash])
         }
     }
 
-    package func rotateToken(accountID: String, newTokenHash: String) async throws {
+    public func rotateToken(accountID: String, newTokenHash: String) async throws {
         try await pool.write { db in
             try db.execute(
                 sql: "UPDATE accounts SET auth_token_hash = ?, updated_at = ? WHERE id = ?", arguments: [newTokenHash, Timestamp.now(), accountID])
         }
     }
 
-    package func accountDetails(id: String) async throws -> AccountDetails? {
+    public func accountDetails(id: String) async throws -> AccountDetails? {
         try await pool.read { db in try Self.accountDetails(db, id: id) }
     }
 
@@ -27,7 +27,7 @@ extension SQLiteStore {
         try Row.fetchOne(db, sql: "SELECT \(AccountDetails.columns) FROM accounts WHERE id = ?", arguments: [id]).map(AccountDetails.init(stored:))
     }
 
-    package func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
+    public func updateAccount(id: String, _ update: AccountUpdate) async throws -> AccountDetails? {
         let now = Timestamp.now()
         return try await pool.write { db in
             guard let account = try Self.accountDetails(db, id: id)?.applying(update, at: now) else { return nil }
@@ -45,7 +45,7 @@ extension SQLiteStore {
         }
     }
 
-    package func deleteAccount(id: String) async throws -> [SyncListRecord] {
+    public func deleteAccount(id: String) async throws -> [SyncListRecord] {
         try await pool.write { db in
             let lists = try Self.syncLists(db, accountID: id)
             // Foreign keys cascade to lists, tasks, changes, devices and the rest.
@@ -54,7 +54,7 @@ extension SQLiteStore {
         }
     }
 
-    package func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
+    public func listCards(accountID: String, syncListID: String, after: Int64, limit: Int) async throws -> [ListCardRecord] {
         try await pool.read { db in
             try Row.fetchAll(
                 db.cachedStatement(
@@ -67,7 +67,7 @@ extension SQLiteStore {
         }
     }
 
-    package func syncLists(accountID: String) async throws -> [SyncListRecord] {
+    public func syncLists(accountID: String) async throws -> [SyncListRecord] {
         try await pool.read { db in try Self.syncLists(db, accountID: accountID) }
     }
 
@@ -90,7 +90,7 @@ extension SQLiteStore {
         }
     }
 
-    package func setTrelloListState(
+    public func setTrelloListState(
         accountID: String, id: String, name: String?, trelloListName: String, archivedAt: String?
     ) async throws
         -> SyncListRecord?
@@ -106,7 +106,7 @@ extension SQLiteStore {
         }
     }
 
-    package func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord? {
+    public func updateSyncListSettings(accountID: String, id: String, settings: SyncSettings) async throws -> SyncListRecord? {
         try await pool.write { db in
             try db.execute(
                 sql: "UPDATE sync_lists SET settings = ?, updated_at = ? WHERE account_id = ? AND id = ?",
@@ -115,11 +115,11 @@ extension SQLiteStore {
         }
     }
 
-    package func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
+    public func syncList(accountID: String, id: String) async throws -> SyncListRecord? {
         try await pool.read { db in try Self.syncLists(db, accountID: accountID, id: id).first }
     }
 
-    package func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
+    public func setWebhooks(syncListID: String, listWebhookID: String?, boardWebhookID: String?) async throws {
         try await pool.write { db in
             try db.execute(
                 sql: "UPDATE sync_lists SET list_webhook_id = ?, board_webhook_id = ?, updated_at = ? WHERE id = ?",
@@ -127,7 +127,7 @@ extension SQLiteStore {
         }
     }
 
-    package func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
+    public func deleteSyncList(accountID: String, id: String) async throws -> SyncListRecord? {
         try await pool.write { db in
             guard let list = try Self.syncLists(db, accountID: accountID, id: id).first else { return nil }
             try db.execute(sql: "DELETE FROM sync_lists WHERE account_id = ? AND id = ?", arguments: [accountID, id])
@@ -137,7 +137,7 @@ extension SQLiteStore {
         }
     }
 
-    package func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
+    public func acknowledge(accountID: String, acks: [ChangeAck]) async throws -> AckResult {
         guard !acks.isEmpty else { return .acked([]) }
         return try await pool.write { db in
             var rows = SQLiteAckRows(db: db)
@@ -145,7 +145,7 @@ extension SQLiteStore {
         }
     }
 
-    package func upsertDevice(
+    public func upsertDevice(
         accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
     ) async throws -> (DeviceRecord, created: Bool) {
         try await pool.write { db in
@@ -174,11 +174,11 @@ extension SQLiteStore {
         ).map(DeviceRecord.init(stored:))
     }
 
-    package func devices(accountID: String) async throws -> [DeviceRecord] {
+    public func devices(accountID: String) async throws -> [DeviceRecord] {
         try await pool.read { db in try Self.devices(db, accountID: accountID) }
     }
 
-    package func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
+    public func deleteDevice(accountID: String, deviceID: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ?", arguments: [accountID, deviceID])
             let deleted = db.changesCount > 0
@@ -191,7 +191,7 @@ extension SQLiteStore {
     }
 
     /// Deletes the device only while it still has this token (APNs refused that token; a newer one may be registered).
-    package func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
+    public func deleteDevice(accountID: String, deviceID: String, apnsToken: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(
                 sql: "DELETE FROM devices WHERE account_id = ? AND device_id = ? AND apns_token = ?", arguments: [accountID, deviceID, apnsToken])
@@ -199,14 +199,14 @@ extension SQLiteStore {
         }
     }
 
-    package func conflicts(accountID: String) async throws -> [ConflictRecord] {
+    public func conflicts(accountID: String) async throws -> [ConflictRecord] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT \(ConflictRecord.columns) FROM conflicts WHERE account_id = ? ORDER BY id", arguments: [accountID])
                 .map(ConflictRecord.init(stored:))
         }
     }
 
-    package func duplicates(accountID: String) async throws -> [DuplicateRecord] {
+    public func duplicates(accountID: String) async throws -> [DuplicateRecord] {
         try await pool.read { db in
             try Row.fetchAll(
                 db, sql: "SELECT \(DuplicateRecord.columns) FROM potential_duplicates WHERE account_id = ? ORDER BY id", arguments: [accountID]
@@ -215,14 +215,14 @@ extension SQLiteStore {
         }
     }
 
-    package func ping() async throws {
+    public func ping() async throws {
         _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
     }
 }
 
 extension SQLiteStore {
     /// Every account, for operators (`roundupctl accounts list`).
-    package func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
+    public func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)] {
         try await pool.read { db in
             let ids = try String.fetchAll(db, sql: "SELECT id FROM accounts ORDER BY created_at, id")
             return try ids.compactMap { id in
@@ -237,7 +237,7 @@ extension SQLiteStore {
 }
 
 extension SQLiteStore {
-    package func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
+    public func jobs(limit: Int, id: String? = nil) async throws -> [JobRecord] {
         try await pool.read { db in
             var sql = "SELECT \(JobRecord.columns) FROM background_jobs"
             var arguments: StatementArguments = []

@@ -1,7 +1,7 @@
-package import Foundation
+public import Foundation
 import GRDB
 import RoundupCore
-package import RoundupStore
+public import RoundupStore
 
 /// The activity history on SQLite: rows written in the caller's transaction, read newest first, pruned by age.
 extension SQLiteStore: ActivityRepository {
@@ -15,7 +15,7 @@ extension SQLiteStore: ActivityRepository {
         ])
     }
 
-    package func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {
+    public func recordActivity(accountID: String, _ rows: [NewActivity]) async throws {
         guard !rows.isEmpty else { return }
         let now = Timestamp.now()
         try await pool.write { db in
@@ -23,7 +23,7 @@ extension SQLiteStore: ActivityRepository {
         }
     }
 
-    package func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord] {
+    public func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord] {
         try await pool.read { db in
             var sql = "SELECT \(ActivityRecord.columns) FROM activity WHERE account_id = ?"
             var arguments: StatementArguments = [accountID]
@@ -57,7 +57,7 @@ extension SQLiteStore: ActivityRepository {
         }
     }
 
-    package func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
+    public func mappings(accountID: String, afterID: Int64, limit: Int) async throws -> [MappingRecord] {
         try await pool.read { db in
             try Row.fetchAll(
                 db, sql: "SELECT \(MappingRecord.columns) FROM sync_tasks WHERE account_id = ? AND id > ? ORDER BY id LIMIT ?",
@@ -67,7 +67,7 @@ extension SQLiteStore: ActivityRepository {
     }
 
     /// Walks from the oldest row by id (ids grow with time), so it needs no index on the time.
-    package func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int {
+    public func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int {
         let cutoffText = Timestamp.string(cutoff)
         return try await pool.write { db in
             // The newest of the next `batch` oldest rows: if even it is old enough, they all go.

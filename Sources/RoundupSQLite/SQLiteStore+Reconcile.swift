@@ -1,10 +1,10 @@
 import Foundation
 import GRDB
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 extension SQLiteStore: ReconcileStore {
-    package func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
+    public func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)] {
         try await pool.read { db in
             try Row.fetchAll(
                 db,
@@ -24,7 +24,7 @@ extension SQLiteStore: ReconcileStore {
         }
     }
 
-    package func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
+    public func markReconciled(syncListID: String, succeeded: Bool, error: String?) async throws {
         let now = Timestamp.now()
         try await pool.write { db in
             if succeeded {
@@ -37,7 +37,7 @@ extension SQLiteStore: ReconcileStore {
     }
 
     @discardableResult
-    package func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
+    public func setNeedsAttention(accountID: String, reason: AttentionReason?, whileToken: String?) async throws -> Bool {
         try await pool.write { db in
             guard
                 let row = try Row.fetchOne(db, sql: "SELECT trello_token FROM accounts WHERE id = ?", arguments: [accountID]),
@@ -48,7 +48,7 @@ extension SQLiteStore: ReconcileStore {
         }
     }
 
-    package func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
+    public func liveCardIDs(accountID: String, syncListID: String) async throws -> [String] {
         try await pool.read { db in
             try Row.fetchAll(
                 db, sql: "SELECT trello_card_id, deleted FROM sync_tasks WHERE account_id = ? AND sync_list_id = ?",
@@ -60,7 +60,7 @@ extension SQLiteStore: ReconcileStore {
         }
     }
 
-    package func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
+    public func replaceWebhook(accountID: String, old: String?, new: String, board: Bool, syncListID: String) async throws {
         let column = board ? "board_webhook_id" : "list_webhook_id"
         try await pool.write { db in
             try db.execute(sql: "UPDATE sync_lists SET \(column) = ?, updated_at = ? WHERE id = ?", arguments: [new, Timestamp.now(), syncListID])

@@ -1,7 +1,7 @@
-package import Foundation
+public import Foundation
 import GRDB
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 /// Sync jobs, the account lease, mappings, conflicts and duplicates, on SQLite.
 extension SQLiteStore: SyncJobStore {
@@ -9,7 +9,7 @@ extension SQLiteStore: SyncJobStore {
         try Row.fetchOne(db, sql: "SELECT \(SyncJob.columns) FROM background_jobs WHERE id = ?", arguments: [id]).map(SyncJob.init(stored:))
     }
 
-    package func submitJob(
+    public func submitJob(
         accountID: String, kind: JobKind, deviceID: String?, idempotencyKey: String?, payload: JSONValue, total: Int, staleAfter: TimeInterval
     ) async throws -> JobSubmission {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
@@ -20,14 +20,14 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func job(accountID: String, id: String) async throws -> SyncJob? {
+    public func job(accountID: String, id: String) async throws -> SyncJob? {
         try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT \(SyncJob.columns) FROM background_jobs WHERE id = ? AND account_id = ?", arguments: [id, accountID])
                 .map(SyncJob.init(stored:))
         }
     }
 
-    package func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart {
+    public func startJob(id: String, holder: String, staleAfter: TimeInterval) async throws -> JobStart {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
         return try await pool.write { db in
             var rows = SQLiteJobLeaseRows(db: db)
@@ -35,7 +35,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+    public func heartbeat(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
         return try await pool.write { db in
             var rows = SQLiteJobLeaseRows(db: db)
@@ -43,7 +43,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func recordResult(
+    public func recordResult(
         jobID: String, holder: String, index: Int, result: SyncItemResult, total: Int?, staleAfter: TimeInterval
     ) async throws -> Bool {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
@@ -53,7 +53,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
+    public func yieldJob(jobID: String, holder: String, staleAfter: TimeInterval) async throws -> Bool {
         let lease = JobLease(staleAfter: staleAfter, now: Date())
         return try await pool.write { db in
             var rows = SQLiteJobLeaseRows(db: db)
@@ -61,7 +61,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
+    public func finishJob(jobID: String, status: JobStatus, error: String?) async throws {
         let lease = JobLease(staleAfter: 0, now: Date())
         try await pool.write { db in
             var rows = SQLiteJobLeaseRows(db: db)
@@ -71,7 +71,7 @@ extension SQLiteStore: SyncJobStore {
 
     // MARK: Mappings
 
-    package func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
+    public func task(accountID: String, cardID: String) async throws -> SyncTaskRecord? {
         try await pool.read { db in
             try Row.fetchOne(
                 db, sql: "SELECT \(SyncTaskRecord.columns) FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
@@ -80,7 +80,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
+    public func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord] {
         try await pool.read { db in
             try Row.fetchAll(
                 db,
@@ -90,7 +90,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
+    public func mappedCardIDs(accountID: String, syncListID: String) async throws -> Set<String> {
         try await pool.read { db in
             Set(
                 try String.fetchAll(
@@ -101,7 +101,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
+    public func unackedChange(accountID: String, cardID: String) async throws -> PendingChange? {
         try await pool.read { db in
             try Self.changes(
                 db, PendingChangeList(accountID: accountID),
@@ -114,7 +114,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws {
+    public func reserveCreate(accountID: String, syncListID: String, reminderID: String) async throws {
         let now = Timestamp.now()
         try await pool.write { db in
             try db.execute(
@@ -127,7 +127,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func releaseCreate(accountID: String, reminderID: String) async throws {
+    public func releaseCreate(accountID: String, reminderID: String) async throws {
         try await pool.write { db in
             try db.execute(
                 sql: "DELETE FROM sync_tasks WHERE account_id = ? AND trello_card_id = ?",
@@ -135,7 +135,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func recordSyncWrite(_ w: SyncWrite) async throws -> [Int64] {
+    public func recordSyncWrite(_ w: SyncWrite) async throws -> [Int64] {
         let now = Date()
         return try await pool.write { db in
             var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
@@ -145,7 +145,7 @@ extension SQLiteStore: SyncJobStore {
 
     // MARK: Duplicates and conflicts
 
-    package func addDuplicate(accountID: String, _ d: NewDuplicate) async throws -> Int64 {
+    public func addDuplicate(accountID: String, _ d: NewDuplicate) async throws -> Int64 {
         let now = Timestamp.now()
         let fields = JSONValue.object(d.fields).canonicalJSON
         return try await pool.write { db in
@@ -169,14 +169,14 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func conflict(accountID: String, id: Int64) async throws -> ConflictDetail? {
+    public func conflict(accountID: String, id: Int64) async throws -> ConflictDetail? {
         try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT \(ConflictDetail.columns) FROM conflicts WHERE account_id = ? AND id = ?", arguments: [accountID, id])
                 .map(ConflictDetail.init(stored:))
         }
     }
 
-    package func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
+    public func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool {
         try await resolve(
             .conflicts, accountID: accountID, id: id, set: "status = ?, resolution = ?, resolved_at = ?",
             [ConflictStatus.resolved, resolution, Timestamp.now()])
@@ -196,7 +196,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
+    public func duplicate(accountID: String, id: Int64) async throws -> DuplicateDetail? {
         try await pool.read { db in
             try Row.fetchOne(
                 db, sql: "SELECT \(DuplicateDetail.columns) FROM potential_duplicates WHERE account_id = ? AND id = ?", arguments: [accountID, id]
@@ -207,7 +207,7 @@ extension SQLiteStore: SyncJobStore {
 
     /// Claims an open conflict or duplicate for one resolution at a time (a claim older than a minute has died);
     /// false when it is resolved or another resolution holds it.
-    package func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
+    public func claimResolution(accountID: String, table: ResolutionTable, id: Int64) async throws -> Bool {
         let rule = ResolutionClaim()
         return try await pool.write { db in
             guard
@@ -220,19 +220,19 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
+    public func releaseResolution(accountID: String, table: ResolutionTable, id: Int64) async throws {
         try await pool.write { db in
             try db.execute(sql: "UPDATE \(table.rawValue) SET resolving_at = NULL WHERE account_id = ? AND id = ?", arguments: [accountID, id])
         }
     }
 
-    package func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
+    public func resolveDuplicate(accountID: String, id: Int64, status: DuplicateStatus) async throws -> Bool {
         try await resolve(.duplicates, accountID: accountID, id: id, set: "status = ?, resolved_at = ?", [status, Timestamp.now()])
     }
 
     // MARK: Import, settings
 
-    package func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int {
+    public func importCards(accountID: String, syncListID: String, cards: [(cardID: String, fields: [String: JSONValue])]) async throws -> Int {
         guard !cards.isEmpty else { return 0 }
         let now = Date()
         return try await pool.write { db in
@@ -242,7 +242,7 @@ extension SQLiteStore: SyncJobStore {
         }
     }
 
-    package func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
+    public func priorityField(accountID: String, boardID: String) async throws -> PriorityField? {
         try await pool.read { db in try Self.priorityField(db, accountID: accountID, boardID: boardID) }
     }
 }

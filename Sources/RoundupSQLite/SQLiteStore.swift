@@ -1,9 +1,9 @@
 import Foundation
 import GRDB
 import GRDBSQLite
-package import RoundupCore
-package import RoundupStore
-package import ServiceLifecycle
+public import RoundupCore
+public import RoundupStore
+public import ServiceLifecycle
 
 #if canImport(Glibc)
 import Glibc
@@ -12,11 +12,11 @@ import Darwin
 #endif
 
 /// The embedded store: one SQLite file in WAL mode, through GRDB. Several processes on one machine may share it.
-package final class SQLiteStore: SyncStore {
+public final class SQLiteStore: SyncStore {
     let pool: DatabasePool
 
     /// Opens the file without the start-up lock: `open(path:)` is the way for processes that may start together.
-    package init(path: String) throws {
+    public init(path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
         var configuration = Configuration()
@@ -37,7 +37,7 @@ package final class SQLiteStore: SyncStore {
     /// Opens and migrates the store at `path` under the start-up lock (see `SQLiteStartupLock`): switching a fresh
     /// file to WAL takes an exclusive lock, and SQLite answers "database is locked" at once (no busy wait) to a
     /// second process doing the same, so processes starting together open and migrate one after the other.
-    package static func open(path: String) async throws -> SQLiteStore {
+    public static func open(path: String) async throws -> SQLiteStore {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
         return try await SQLiteStartupLock.withLock(databasePath: path) {
@@ -52,16 +52,16 @@ package final class SQLiteStore: SyncStore {
     /// run the first migration (`table accounts already exists`). An exclusive lock on `<path>.migrate.lock`, held
     /// while migrating, makes them take turns; the second finds everything applied.
     /// Nothing runs beside a SQLite store.
-    package var service: (any Service)? { nil }
+    public var service: (any Service)? { nil }
 
-    package func migrate() async throws {
+    public func migrate() async throws {
         try await SQLiteStartupLock.withLock(databasePath: pool.path) { [pool] in
             try SQLiteMigrations.migrator.migrate(pool)
         }
     }
 
     /// The names of the tables, for tests and `roundupctl`.
-    package func tableNames() async throws -> [String] {
+    public func tableNames() async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
                 db,
@@ -69,18 +69,18 @@ package final class SQLiteStore: SyncStore {
         }
     }
 
-    package func journalMode() async throws -> String {
+    public func journalMode() async throws -> String {
         try await pool.read { db in try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "" }
     }
 
     /// The writer's `PRAGMA synchronous` (2: FULL), for tests.
-    package func writerSynchronous() async throws -> Int {
+    public func writerSynchronous() async throws -> Int {
         try await pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     // MARK: Accounts and lists
 
-    package func createAccount(authTokenHash: String) async throws -> String {
+    public func createAccount(authTokenHash: String) async throws -> String {
         let id = Hex.lowercase(UUID())
         let now = Timestamp.now()
         try await pool.write { db in
@@ -91,13 +91,13 @@ package final class SQLiteStore: SyncStore {
         return id
     }
 
-    package func account(id: String) async throws -> AccountRecord? {
+    public func account(id: String) async throws -> AccountRecord? {
         try await pool.read { db in
             try Row.fetchOne(db, sql: "SELECT \(AccountRecord.columns) FROM accounts WHERE id = ?", arguments: [id]).map(AccountRecord.init(stored:))
         }
     }
 
-    package func insertSyncList(_ list: SyncListRecord) async throws {
+    public func insertSyncList(_ list: SyncListRecord) async throws {
         do {
             try await pool.write { db in
                 try db.execute(
@@ -117,7 +117,7 @@ package final class SQLiteStore: SyncStore {
 
     // MARK: The worker's batch
 
-    package func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
+    public func lookup(_ items: [BatchLookup]) async throws -> BatchContext {
         try await pool.read { db in
             var context = BatchContext()
             var accounts = Set<String>()
@@ -183,7 +183,7 @@ package final class SQLiteStore: SyncStore {
         return PriorityField(fieldID: row[0], storedOptions: row[1])
     }
 
-    package func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
+    public func savePriorityField(accountID: String, boardID: String, field: PriorityField?) async throws {
         guard let field else { return }
         let options = field.storedOptions
         let now = Timestamp.now()
@@ -199,7 +199,7 @@ package final class SQLiteStore: SyncStore {
     }
 
     @discardableResult
-    package func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
+    public func apply(_ observations: [CardObservation]) async throws -> AppliedChanges {
         guard !observations.isEmpty else { return AppliedChanges() }
         return try await pool.write { db in
             var applier = ChangeApplier(rows: SQLiteChangeRows(db: db))
@@ -210,7 +210,7 @@ package final class SQLiteStore: SyncStore {
 
     // MARK: Reading changes
 
-    package func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
+    public func pendingChanges<Sink: PendingChangeSink>(accountID: String, afterID: Int64, limit: Int, into sink: Sink) async throws -> Sink {
         try await pool.read { db in
             try Self.changes(
                 db, sink,
@@ -222,7 +222,7 @@ package final class SQLiteStore: SyncStore {
         }
     }
 
-    package func claimChanges<Sink: PendingChangeSink>(
+    public func claimChanges<Sink: PendingChangeSink>(
         accountID: String, claim: ChangeClaim, afterID: Int64, limit: Int, into sink: Sink
     ) async throws
         -> Sink?
@@ -274,7 +274,7 @@ package final class SQLiteStore: SyncStore {
         "(\(p)claimed_by IS NULL OR \(p)claimed_until <= ? OR (\(p)claimed_by = ? AND ?)) AND (\(p)declined_by IS NULL OR \(p)declined_by <> ? OR \(p)claimed_until <= ?)"
     }
 
-    package func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
+    public func releaseClaims(accountID: String, deviceID: String, ids: [Int64]?, declinedUntil: Int64) async throws -> Int {
         try await pool.write { db in
             // The live change of each card named (a change folded into a newer one passed its hold on to it).
             let release = """
@@ -296,7 +296,7 @@ package final class SQLiteStore: SyncStore {
         }
     }
 
-    package func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
+    public func accountsWithLapsedHolds(after: Int64, through: Int64) async throws -> [String] {
         try await pool.read { db in
             try String.fetchAll(
                 db,
@@ -319,14 +319,14 @@ package final class SQLiteStore: SyncStore {
     }
 
     /// Every pending change of every account, oldest first (tests and operators).
-    package func allPendingChanges() async throws -> [PendingChange] {
+    public func allPendingChanges() async throws -> [PendingChange] {
         let accounts = try await pool.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT account_id FROM pending_changes") }
         var all: [PendingChange] = []
         for account in accounts { all += try await pendingChanges(accountID: account, afterID: 0, limit: Int.max) }
         return all.sorted { $0.id < $1.id }
     }
 
-    package func routingSnapshot() async throws -> RoutingSnapshot {
+    public func routingSnapshot() async throws -> RoutingSnapshot {
         try await pool.read { db in
             var secrets: [String: String] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT id, trello_webhook_secret FROM accounts WHERE trello_webhook_secret IS NOT NULL") {
@@ -375,10 +375,10 @@ enum SQLiteStartupLock {
     }
 }
 
-package struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
-    package let path: String
-    package let problem: String
-    package var description: String { "sqlite migration lock \(path): \(problem)" }
+public struct SQLiteStartupLockError: Error, CustomStringConvertible, Sendable {
+    public let path: String
+    public let problem: String
+    public var description: String { "sqlite migration lock \(path): \(problem)" }
 }
 
 extension PendingChangeCells {

@@ -1,7 +1,7 @@
-package import GRDB
+public import GRDB
 import GRDBSQLite
-package import RoundupCore
-package import RoundupStore
+public import RoundupCore
+public import RoundupStore
 
 // Stored as their raw text on both stores: GRDB converts raw-representable values itself (`ChangeType`, read once per
 // row of the changes page, also straight from the SQLite statement); the PostgreSQL store reads
@@ -86,7 +86,7 @@ private final class FirstRowCursor: DatabaseCursor {
 /// SQLite's result codes, classified once here: constraint (a trigger's `RAISE(ABORT, …)` included), type mismatch,
 /// too big and range errors are the values' fault; the generic error (no such table or column) the statement's.
 extension DatabaseError: StoreClassifiedError {
-    package var storeFailure: StoreFailure {
+    public var storeFailure: StoreFailure {
         switch resultCode {
         case .SQLITE_CONSTRAINT, .SQLITE_MISMATCH, .SQLITE_TOOBIG, .SQLITE_RANGE: .data
         case .SQLITE_ERROR: .statement

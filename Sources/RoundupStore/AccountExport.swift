@@ -1,25 +1,25 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// An account's whole data as one JSON document (`GET /dailyroundup/account/export`, `roundupctl accounts export`):
 /// the account with its credentials masked, its lists with their settings, devices (APNs tokens masked), card ↔
 /// reminder mappings, pending changes, conflicts, possible duplicates and the activity history. Written section by
 /// section and the long ones page by page, so memory stays flat however big the account; each page is its own read,
 /// so a change made during the export may show in one section and not yet in another.
-package struct AccountExport: Sendable {
-    package static let format = "roundup-export/1"
-    package typealias Store = SyncStore & SyncJobStore & ActivityRepository
+public struct AccountExport: Sendable {
+    public static let format = "roundup-export/1"
+    public typealias Store = SyncStore & SyncJobStore & ActivityRepository
 
     package let store: any Store
     package let pageSize: Int
 
-    package init(store: any Store, pageSize: Int = 500) {
+    public init(store: any Store, pageSize: Int = 500) {
         self.store = store
         self.pageSize = pageSize
     }
 
     /// Writes the document to `sink` in pieces; false (nothing written) when the account does not exist.
-    package func write(accountID: String, now: Date = Date(), to sink: (String) async throws -> Void) async throws -> Bool {
+    public func write(accountID: String, now: Date = Date(), to sink: (String) async throws -> Void) async throws -> Bool {
         guard let account = try await store.accountDetails(id: accountID) else { return false }
         try await sink(#"{"format":"# + JSONValue.string(Self.format).canonicalJSON)
         try await sink(#","exported_at":"# + JSONValue.string(Timestamp.string(now)).canonicalJSON)
@@ -130,7 +130,7 @@ package struct AccountExport: Sendable {
 
 extension ActivityRecord {
     /// The row as `GET /dailyroundup/activity` and the export show it (docs/openapi.yaml `Activity`).
-    package var json: JSONValue {
+    public var json: JSONValue {
         typealias E = AccountExport
         return .object([
             "id": .number(Double(id)), "kind": .string(kind.rawValue), "sync_list_id": E.text(syncListID), "trello_card_id": E.text(cardID),

@@ -1,26 +1,26 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// One decision about an item, to be written in the transaction that acts on it (`activity`).
-package struct NewActivity: Sendable, Equatable {
-    package var syncListID: String?
-    package var cardID: String?
-    package var reminderID: String?
-    package var kind: ActivityKind
+public struct NewActivity: Sendable, Equatable {
+    public var syncListID: String?
+    public var cardID: String?
+    public var reminderID: String?
+    public var kind: ActivityKind
     /// Where the change was made.
-    package var side: SyncSide?
-    package var field: String?
+    public var side: SyncSide?
+    public var field: String?
     /// The value before (nil: not known, as for a card read whole), and after.
-    package var oldValue: JSONValue?
-    package var newValue: JSONValue?
-    package var rule: ConflictRule?
+    public var oldValue: JSONValue?
+    public var newValue: JSONValue?
+    public var rule: ConflictRule?
     /// Whose value stands after a conflict.
-    package var kept: SyncSide?
-    package var message: String?
-    package var jobID: String?
-    package var trelloActionID: String?
+    public var kept: SyncSide?
+    public var message: String?
+    public var jobID: String?
+    public var trelloActionID: String?
 
-    package init(
+    public init(
         kind: ActivityKind, syncListID: String?, cardID: String?, reminderID: String? = nil, side: SyncSide? = nil, field: String? = nil,
         oldValue: JSONValue? = nil, newValue: JSONValue? = nil, rule: ConflictRule? = nil, kept: SyncSide? = nil, message: String? = nil,
         jobID: String? = nil, trelloActionID: String? = nil
@@ -50,49 +50,49 @@ package struct NewActivity: Sendable, Equatable {
 }
 
 /// An activity row as stored. Values stay canonical JSON text, so a page carries them without re-encoding.
-package struct ActivityRecord: Sendable, Equatable {
-    package var id: Int64
-    package var accountID: String
-    package var syncListID: String?
-    package var cardID: String?
-    package var reminderID: String?
-    package var kind: ActivityKind
-    package var side: SyncSide?
-    package var field: String?
-    package var oldValueJSON: String?
-    package var newValueJSON: String?
-    package var rule: ConflictRule?
-    package var kept: SyncSide?
-    package var message: String?
-    package var jobID: String?
-    package var trelloActionID: String?
-    package var createdAt: String
+public struct ActivityRecord: Sendable, Equatable {
+    public var id: Int64
+    public var accountID: String
+    public var syncListID: String?
+    public var cardID: String?
+    public var reminderID: String?
+    public var kind: ActivityKind
+    public var side: SyncSide?
+    public var field: String?
+    public var oldValueJSON: String?
+    public var newValueJSON: String?
+    public var rule: ConflictRule?
+    public var kept: SyncSide?
+    public var message: String?
+    public var jobID: String?
+    public var trelloActionID: String?
+    public var createdAt: String
 }
 
 /// A card ↔ reminder mapping as stored (`sync_tasks`), for the export.
-package struct MappingRecord: Sendable, Equatable {
-    package var id: Int64
-    package var syncListID: String
+public struct MappingRecord: Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String
     /// The Trello card, or `pending:<reminder>` while a create is in flight.
-    package var cardID: String
-    package var reminderID: String?
+    public var cardID: String
+    public var reminderID: String?
     /// The card left the list (deleted, archived, moved out).
-    package var deleted: Bool
-    package var lastSyncedAt: String?
-    package var createdAt: String
-    package var updatedAt: String
+    public var deleted: Bool
+    public var lastSyncedAt: String?
+    public var createdAt: String
+    public var updatedAt: String
 }
 
 /// Which activity to read: newest first, before `beforeID` when given. A reminder's activity includes its card's.
-package struct ActivityQuery: Sendable, Equatable {
-    package var syncListID: String?
-    package var reminderID: String?
-    package var cardID: String?
+public struct ActivityQuery: Sendable, Equatable {
+    public var syncListID: String?
+    public var reminderID: String?
+    public var cardID: String?
     /// The rows a Trello action (a webhook event) made.
-    package var trelloActionID: String?
-    package var beforeID: Int64?
-    package var limit: Int
-    package init(
+    public var trelloActionID: String?
+    public var beforeID: Int64?
+    public var limit: Int
+    public init(
         syncListID: String? = nil, reminderID: String? = nil, cardID: String? = nil, trelloActionID: String? = nil, beforeID: Int64? = nil,
         limit: Int = 50
     ) {
@@ -106,7 +106,7 @@ package struct ActivityQuery: Sendable, Equatable {
 }
 
 /// The activity history: read by the apps, written by every rule that decides about an item, pruned by age.
-package protocol ActivityRepository: Sendable {
+public protocol ActivityRepository: Sendable {
     func activity(accountID: String, _ query: ActivityQuery) async throws -> [ActivityRecord]
     /// Deletes rows created before `cutoff`, oldest first, at most `batch` at a time; returns how many went.
     func pruneActivity(before cutoff: Date, batch: Int) async throws -> Int

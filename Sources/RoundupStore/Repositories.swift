@@ -1,13 +1,13 @@
-package import Foundation
-package import RoundupCore
-package import ServiceLifecycle
+public import Foundation
+public import RoundupCore
+public import ServiceLifecycle
 
 // The store as callers see it: small repositories, each a seam with two real implementations (SQLiteStore and
 // PostgresStore). A caller takes the ones it uses (`any ChangeFeed & ListRepository`, say); the compositions at the
 // end name what a whole process needs.
 
 /// Accounts: creation, tokens, credentials and settings, deletion.
-package protocol AccountRepository: Sendable {
+public protocol AccountRepository: Sendable {
     func createAccount(authTokenHash: String) async throws -> String
     func accountID(tokenHash: String) async throws -> String?
     func rotateToken(accountID: String, newTokenHash: String) async throws
@@ -21,20 +21,20 @@ package protocol AccountRepository: Sendable {
 
 extension AccountRepository {
     /// Sets the account's Trello credentials and webhook secret (nil keeps one), by the update rule.
-    package func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
+    public func updateAccountCredentials(id: String, apiKey: String?, token: String?, webhookSecret: String?) async throws {
         _ = try await updateAccount(id: id, AccountUpdate(trelloAPIKey: apiKey, trelloToken: token, trelloWebhookSecret: webhookSecret))
     }
 
     /// How the account's conflicts are resolved and its deleted reminders handled; `missingAccountPolicy` for an
     /// account the store does not have.
-    package func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
+    public func conflictPolicy(accountID: String) async throws -> (policy: ConflictPolicy, deleteMode: DeleteMode) {
         guard let account = try await accountDetails(id: accountID) else { return AccountDetails.missingAccountPolicy }
         return (account.conflictPolicy, account.deleteMode)
     }
 }
 
 /// The Trello lists an account syncs, their webhooks, and their boards' Priority field.
-package protocol ListRepository: Sendable {
+public protocol ListRepository: Sendable {
     /// Stores a new pairing as made by `SyncListRecord.new` (through `createSyncList`); `StoreError.duplicateList` when the
     /// account pairs that Trello list already.
     func insertSyncList(_ list: SyncListRecord) async throws
@@ -60,7 +60,7 @@ package protocol ListRepository: Sendable {
 
 extension ListRepository {
     /// Pairs a Trello list: a new list record (its id and pairing time made here, once for both stores), stored.
-    package func createSyncList(
+    public func createSyncList(
         accountID: String, name: String, trelloBoardID: String, trelloListID: String, settings: SyncSettings = .default,
         trelloListName: String? = nil
     ) async throws -> SyncListRecord {
@@ -73,7 +73,7 @@ extension ListRepository {
 }
 
 /// What changed on Trello's side, for the apps: written by the worker, pulled and acknowledged by the apps.
-package protocol ChangeFeed: Sendable {
+public protocol ChangeFeed: Sendable {
     /// What the worker needs before it fetches and applies a batch, read in one transaction.
     func lookup(_ items: [BatchLookup]) async throws -> BatchContext
     /// Applies observations in one transaction: the pending-change rows written, the accounts that got them (for
@@ -106,7 +106,7 @@ package protocol ChangeFeed: Sendable {
 }
 
 /// The devices that get an account's pushes.
-package protocol DeviceRepository: Sendable {
+public protocol DeviceRepository: Sendable {
     /// Inserts or updates a device; `created` tells which.
     func upsertDevice(
         accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment, bundleID: BundleID?
@@ -119,7 +119,7 @@ package protocol DeviceRepository: Sendable {
 
 extension DeviceRepository {
     /// A device of the server's default app.
-    package func upsertDevice(
+    public func upsertDevice(
         accountID: String, deviceID: String, apnsToken: String, platform: DevicePlatform, environment: APNsEnvironment
     ) async throws -> (DeviceRecord, created: Bool) {
         try await upsertDevice(
@@ -128,7 +128,7 @@ extension DeviceRepository {
 }
 
 /// Background jobs and the account's job lease (`JobLease`).
-package protocol JobRepository: Sendable {
+public protocol JobRepository: Sendable {
     /// Creates a job and takes the account's lease in one transaction (or finds the idempotent replay, or the job
     /// that holds the lease). A lease whose job went stale is taken over, and that job is marked stale.
     func submitJob(
@@ -149,7 +149,7 @@ package protocol JobRepository: Sendable {
 }
 
 /// What the store knows of each card: its stamps and its reminder, and what an outbound write changes.
-package protocol CardStateRepository: Sendable {
+public protocol CardStateRepository: Sendable {
     func task(accountID: String, cardID: String) async throws -> SyncTaskRecord?
     /// Every card row that names the reminder, the most recently updated first (`task(accountID:reminderID:)` picks one).
     func tasks(accountID: String, reminderID: String) async throws -> [SyncTaskRecord]
@@ -167,13 +167,13 @@ package protocol CardStateRepository: Sendable {
 
 extension CardStateRepository {
     /// The card a reminder maps to, by `SyncTaskRecord.mapping(among:)`.
-    package func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
+    public func task(accountID: String, reminderID: String) async throws -> SyncTaskRecord? {
         SyncTaskRecord.mapping(among: try await tasks(accountID: accountID, reminderID: reminderID))
     }
 }
 
 /// Conflicts and possible duplicates, and their resolution by the user.
-package protocol ResolutionRepository: Sendable {
+public protocol ResolutionRepository: Sendable {
     func conflicts(accountID: String) async throws -> [ConflictRecord]
     func conflict(accountID: String, id: Int64) async throws -> ConflictDetail?
     func resolveConflict(accountID: String, id: Int64, resolution: ConflictChoice) async throws -> Bool
@@ -187,7 +187,7 @@ package protocol ResolutionRepository: Sendable {
 }
 
 /// The store itself: its schema, its health, and the routing the ingress reads from Redis.
-package protocol StoreMaintenance: Sendable {
+public protocol StoreMaintenance: Sendable {
     /// What must run for the store to answer, as a service for the process's ServiceGroup (PostgreSQL's connection
     /// pool); nil when nothing must (SQLite).
     var service: (any Service)? { get }
@@ -199,12 +199,12 @@ package protocol StoreMaintenance: Sendable {
 }
 
 /// What the API and the ingress-facing side use.
-package typealias SyncStore = AccountRepository & ListRepository & ChangeFeed & DeviceRepository & StoreMaintenance
+public typealias SyncStore = AccountRepository & ListRepository & ChangeFeed & DeviceRepository & StoreMaintenance
 /// The outbound side: jobs, card state, resolutions.
-package typealias SyncJobStore = JobRepository & CardStateRepository & ResolutionRepository
+public typealias SyncJobStore = JobRepository & CardStateRepository & ResolutionRepository
 
 /// What reconciliation and webhook health need from the store.
-package protocol ReconcileStore: Sendable {
+public protocol ReconcileStore: Sendable {
     /// Every synced list of every account, with whether its account needs its user (then it is not reconciled).
     func allSyncLists() async throws -> [(list: SyncListRecord, needsAttention: Bool)]
     /// Records a run: its time when it succeeded, its error either way (nil clears it).
@@ -219,7 +219,7 @@ package protocol ReconcileStore: Sendable {
 }
 
 /// What operators read, on either back end.
-package protocol OperatorStore: Sendable {
+public protocol OperatorStore: Sendable {
     func allAccounts() async throws -> [(details: AccountDetails, lists: Int, pendingChanges: Int)]
     func jobs(limit: Int, id: String?) async throws -> [JobRecord]
     func allPendingChanges() async throws -> [PendingChange]
@@ -227,4 +227,4 @@ package protocol OperatorStore: Sendable {
 }
 
 /// Everything a process may need of the store.
-package typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore & ActivityRepository
+public typealias ServerStore = SyncStore & SyncJobStore & ReconcileStore & OperatorStore & ActivityRepository

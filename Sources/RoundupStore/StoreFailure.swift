@@ -1,6 +1,6 @@
 /// Why a store operation failed, from the error's type and code (never its text): the worker retries an outage,
 /// isolates an entry whose data the store refuses, and counts a refused statement towards the dead letters.
-package enum StoreFailure: Sendable, Equatable {
+public enum StoreFailure: Sendable, Equatable {
     /// Not reached, timed out, busy, restarting, out of resources: no fault of what was written.
     case unavailable
     /// The store refused the values: PostgreSQL SQLSTATE classes 22 (data exception, e.g. 22021 for a NUL in text),
@@ -14,12 +14,12 @@ package enum StoreFailure: Sendable, Equatable {
 
     /// Each backend classifies its own errors (`StoreClassifiedError`, at its edge); anything else — no answer, a lost
     /// connection, a timeout, a cancellation — is an outage.
-    package init(_ error: any Error) {
+    public init(_ error: any Error) {
         self = (error as? any StoreClassifiedError)?.storeFailure ?? .unavailable
     }
 }
 
 /// An error a backend knows the kind of, by its code.
-package protocol StoreClassifiedError: Error {
+public protocol StoreClassifiedError: Error {
     var storeFailure: StoreFailure { get }
 }

@@ -1,18 +1,18 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// One edit an app posted in `POST /dailyroundup/sync`, validated.
-package struct SyncItem: Sendable, Equatable {
-    package var op: SyncOp
-    package var syncListID: String
-    package var reminderID: String
-    package var trelloCardID: String?
+public struct SyncItem: Sendable, Equatable {
+    public var op: SyncOp
+    public var syncListID: String
+    public var reminderID: String
+    public var trelloCardID: String?
     /// Values in the form the apps see them in changes (`due_date` as ISO-8601 with milliseconds, `priority` lower case).
-    package var fields: [String: JSONValue]
-    package var changedFields: [String]
-    package var modifiedAt: Date
+    public var fields: [String: JSONValue]
+    public var changedFields: [String]
+    public var modifiedAt: Date
 
-    package init(
+    public init(
         op: SyncOp, syncListID: String, reminderID: String, trelloCardID: String?, fields: [String: JSONValue], changedFields: [String],
         modifiedAt: Date
     ) {
@@ -25,7 +25,7 @@ package struct SyncItem: Sendable, Equatable {
         self.modifiedAt = modifiedAt
     }
 
-    package var json: JSONValue {
+    public var json: JSONValue {
         .object([
             "op": .string(op.rawValue), "sync_list_id": .string(syncListID), "reminder_id": .string(reminderID),
             "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "fields": .object(fields),
@@ -33,7 +33,7 @@ package struct SyncItem: Sendable, Equatable {
         ])
     }
 
-    package init?(json: JSONValue) {
+    public init?(json: JSONValue) {
         guard let op = json["op"]?.stringValue.flatMap(SyncOp.init(rawValue:)), let list = json["sync_list_id"]?.stringValue,
             let reminder = json["reminder_id"]?.stringValue,
             let modified = json["modified_at"]?.stringValue.flatMap(Timestamp.date)
@@ -46,26 +46,26 @@ package struct SyncItem: Sendable, Equatable {
 }
 
 /// What became of one item of a job.
-package struct SyncItemResult: Sendable, Equatable {
-    package var reminderID: String?
-    package var op: JobItemOp
-    package var status: ItemStatus
-    package var trelloCardID: String?
-    package var error: String?
-    package var conflictIDs: [Int64]
-    package var duplicateID: Int64?
+public struct SyncItemResult: Sendable, Equatable {
+    public var reminderID: String?
+    public var op: JobItemOp
+    public var status: ItemStatus
+    public var trelloCardID: String?
+    public var error: String?
+    public var conflictIDs: [Int64]
+    public var duplicateID: Int64?
     /// A reconciliation's figures (changes emitted by type, cards seen, webhooks registered again).
-    package var summary: [String: JSONValue]?
+    public var summary: [String: JSONValue]?
     /// Fields of the edit the list's settings keep from Trello (the rest was written).
-    package var skippedFields: [String] = []
+    public var skippedFields: [String] = []
     /// Why the item was skipped, for `ItemStatus.skipped`.
-    package var reason: String?
+    public var reason: String?
     /// What the card holds that the app did not send, or sent in another form (its `trello_url`, label ids, the ids
     /// Trello gave new check items and links, what a move to another board dropped): the device that sent the item
     /// learns them here, not from a change.
-    package var fields: [String: JSONValue]?
+    public var fields: [String: JSONValue]?
 
-    package init(
+    public init(
         reminderID: String?, op: JobItemOp, status: ItemStatus, trelloCardID: String? = nil, error: String? = nil, conflictIDs: [Int64] = [],
         duplicateID: Int64? = nil
     ) {
@@ -78,7 +78,7 @@ package struct SyncItemResult: Sendable, Equatable {
         self.duplicateID = duplicateID
     }
 
-    package var json: JSONValue {
+    public var json: JSONValue {
         var object: [String: JSONValue] = [
             "reminder_id": reminderID.map(JSONValue.string) ?? .null, "op": .string(op.rawValue), "status": .string(status.rawValue),
             "trello_card_id": trelloCardID.map(JSONValue.string) ?? .null, "error": error.map(JSONValue.string) ?? .null,
@@ -125,7 +125,7 @@ package struct SyncItemResult: Sendable, Equatable {
         return row
     }
 
-    package init?(json: JSONValue) {
+    public init?(json: JSONValue) {
         guard let op = json["op"]?.stringValue.flatMap(JobItemOp.init(rawValue:)),
             let status = json["status"]?.stringValue.flatMap(ItemStatus.init(rawValue:))
         else { return nil }
@@ -145,7 +145,7 @@ package struct SyncItemResult: Sendable, Equatable {
     }
 
     /// An item the list's settings keep from Trello whole.
-    package static func skipped(_ item: SyncItem, cardID: String? = nil, reason: String) -> Self {
+    public static func skipped(_ item: SyncItem, cardID: String? = nil, reason: String) -> Self {
         var result = Self(reminderID: item.reminderID, op: JobItemOp(item.op), status: .skipped, trelloCardID: cardID)
         result.reason = reason
         return result
@@ -153,30 +153,30 @@ package struct SyncItemResult: Sendable, Equatable {
 }
 
 /// A background job (`background_jobs`): a sync of the apps' edits, or an import of a Trello list.
-package struct SyncJob: Sendable, Equatable {
-    package var id: String
-    package var accountID: String
-    package var kind: JobKind
-    package var status: JobStatus
-    package var deviceID: String?
-    package var processed: Int
-    package var total: Int
+public struct SyncJob: Sendable, Equatable {
+    public var id: String
+    public var accountID: String
+    public var kind: JobKind
+    public var status: JobStatus
+    public var deviceID: String?
+    public var processed: Int
+    public var total: Int
     /// For a sync: the items. For an import: `[{"sync_list_id": …}]`.
-    package var payload: JSONValue
-    package var results: [SyncItemResult]
-    package var error: String?
-    package var createdAt: String
-    package var updatedAt: String
+    public var payload: JSONValue
+    public var results: [SyncItemResult]
+    public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
 
     /// Running, but the heartbeat has not moved for `staleAfter` seconds: its worker is gone; or still queued long
     /// after it was submitted (`JobHeartbeat.queuedLimit`): its stream entry is lost.
-    package func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
+    public func isStale(now: Date = Date(), staleAfter: TimeInterval) -> Bool {
         JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: staleAfter)
     }
 
     /// A sync's items as the API accepted them. Throws when the stored payload is not that array (a row edited by hand,
     /// a value a store could not hold): such a job fails loudly, it never reads as "no items".
-    package func syncItems() throws -> [SyncItem] {
+    public func syncItems() throws -> [SyncItem] {
         guard case .array(let values) = payload else { throw UnreadablePayload(jobID: id, detail: "the stored payload is not an array of items") }
         var items: [SyncItem] = []
         items.reserveCapacity(values.count)
@@ -196,34 +196,34 @@ package struct SyncJob: Sendable, Equatable {
 extension SyncJob {
     /// The stored item at `index`, nil when there is none or it cannot be read: for the history of one result. Running a
     /// job reads them all with `syncItems()`, which fails loudly instead.
-    package func storedItem(at index: Int) -> SyncItem? {
+    public func storedItem(at index: Int) -> SyncItem? {
         guard let values = payload.arrayValue, values.indices.contains(index) else { return nil }
         return SyncItem(json: values[index])
     }
 }
 
 /// A job whose stored payload cannot be read as what the API accepted.
-package struct UnreadablePayload: Error, CustomStringConvertible, Equatable {
-    package var jobID: String
-    package var detail: String
-    package var description: String { "the job's stored items cannot be read: \(detail)" }
+public struct UnreadablePayload: Error, CustomStringConvertible, Equatable {
+    public var jobID: String
+    public var detail: String
+    public var description: String { "the job's stored items cannot be read: \(detail)" }
 }
 
 /// A background job as operators see it.
-package struct JobRecord: Sendable, Equatable {
-    package var id: String
-    package var accountID: String
-    package var kind: JobKind
-    package var status: JobStatus
-    package var processed: Int
-    package var total: Int
-    package var error: String?
-    package var createdAt: String
-    package var updatedAt: String
+public struct JobRecord: Sendable, Equatable {
+    public var id: String
+    public var accountID: String
+    public var kind: JobKind
+    public var status: JobStatus
+    public var processed: Int
+    public var total: Int
+    public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
 
     /// Running, but its heartbeat (`updated_at`) has not moved for `after` seconds: its worker is gone; or still queued
     /// long after it was submitted (`JobHeartbeat.queuedLimit`): its stream entry is lost.
-    package func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
+    public func isStale(now: Date = Date(), after: TimeInterval = 60) -> Bool {
         JobHeartbeat.isStale(status: status, updatedAt: updatedAt, now: now, after: after)
     }
 }
@@ -236,14 +236,14 @@ package struct JobRecord: Sendable, Equatable {
 /// `updated_at`: an hour with the default 60 s) reads as stale: its stream entry is lost (Redis lost it, an operator
 /// purged it, it was dead-lettered), no worker will ever start it, and its account must not stay blocked behind it.
 /// Jobs are bounded (`ROUNDUP_SYNC_MAX_TRELLO_WRITES`), so a live entry waits minutes, not an hour.
-package enum JobHeartbeat {
+public enum JobHeartbeat {
     /// How many times the staleness a job may wait in the queue before it is taken for lost.
-    package static let queuedFactor: Double = 60
+    public static let queuedFactor: Double = 60
 
     /// How long a queued job waits before it reads as lost (`queuedFactor` × `staleAfter`).
-    package static func queuedLimit(staleAfter: TimeInterval) -> TimeInterval { staleAfter * queuedFactor }
+    public static func queuedLimit(staleAfter: TimeInterval) -> TimeInterval { staleAfter * queuedFactor }
 
-    package static func isStale(status: JobStatus, updatedAt: String, now: Date, after: TimeInterval) -> Bool {
+    public static func isStale(status: JobStatus, updatedAt: String, now: Date, after: TimeInterval) -> Bool {
         let limit: TimeInterval
         switch status {
         case .running: limit = after
@@ -257,10 +257,10 @@ package enum JobHeartbeat {
 
 extension JobStatus {
     /// Completed or failed: nothing about the job changes any more. A queued or running job has not ended.
-    package var hasEnded: Bool { self == .completed || self == .error }
+    public var hasEnded: Bool { self == .completed || self == .error }
 }
 
-package enum JobSubmission: Sendable, Equatable {
+public enum JobSubmission: Sendable, Equatable {
     case created(SyncJob)
     /// The same `Idempotency-Key` was used before: that job, untouched.
     case replayed(SyncJob)
@@ -269,14 +269,14 @@ package enum JobSubmission: Sendable, Equatable {
 }
 
 /// What a worker gets when it picks up a job.
-package enum JobStart: Sendable, Equatable {
+public enum JobStart: Sendable, Equatable {
     case run(SyncJob)
     /// Finished already, or given up as stale: acknowledge the stream entry and move on.
     case skip(JobSkip)
 }
 
 /// Why a worker does not run a job it picked up.
-package enum JobSkip: Sendable, Equatable, CustomStringConvertible {
+public enum JobSkip: Sendable, Equatable, CustomStringConvertible {
     case noSuchJob
     /// Completed or failed already.
     case ended(JobStatus)
@@ -287,7 +287,7 @@ package enum JobSkip: Sendable, Equatable, CustomStringConvertible {
     /// Its entry looked idle, but the worker running it still beats.
     case runningOn(holder: String)
 
-    package var description: String {
+    public var description: String {
         switch self {
         case .noSuchJob: "no such job"
         case .ended(let status): "already \(status.rawValue)"
@@ -299,53 +299,53 @@ package enum JobSkip: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// The per-field stamp of a card: the hash of the value last seen on Trello's side and when it was set.
-package struct FieldStamp: Sendable, Equatable {
-    package var hash: String
-    package var time: Double
-    package init(hash: String, time: Double) {
+public struct FieldStamp: Sendable, Equatable {
+    public var hash: String
+    public var time: Double
+    public init(hash: String, time: Double) {
         self.hash = hash
         self.time = time
     }
 }
 
 /// A card as the store knows it (`sync_tasks`).
-package struct SyncTaskRecord: Sendable, Equatable {
-    package var syncListID: String
-    package var cardID: String
-    package var reminderID: String?
-    package var deleted: Bool
-    package var stamps: [String: FieldStamp]
-    package var lastSyncedAt: String?
+public struct SyncTaskRecord: Sendable, Equatable {
+    public var syncListID: String
+    public var cardID: String
+    public var reminderID: String?
+    public var deleted: Bool
+    public var stamps: [String: FieldStamp]
+    public var lastSyncedAt: String?
 
     /// A create in flight: the card's id is not known yet (`trello_card_id` = `pending:<reminder>`).
-    package var isPlaceholder: Bool { cardID.hasPrefix(SyncTaskRecord.placeholderPrefix) }
-    package static let placeholderPrefix = "pending:"
+    public var isPlaceholder: Bool { cardID.hasPrefix(SyncTaskRecord.placeholderPrefix) }
+    public static let placeholderPrefix = "pending:"
 
     /// When the card left its list (deleted, archived or moved out in Trello, or deleted by the apps), seconds since
     /// 1970; nil while it is in one.
-    package var removedAt: Double? {
+    public var removedAt: Double? {
         guard deleted, let stamp = stamps[FieldStamps.membership], stamp.hash == "removed" else { return nil }
         return stamp.time
     }
 }
 
 /// A card the store has in a list, as the list's cards answer it (`ListRepository.listCards`).
-package struct ListCardRecord: Sendable, Equatable {
+public struct ListCardRecord: Sendable, Equatable {
     /// The row's id: the page's cursor.
-    package var id: Int64
-    package var cardID: String
-    package var reminderID: String?
+    public var id: Int64
+    public var cardID: String
+    public var reminderID: String?
     /// `sync_tasks.field_values` as stored (nil: not yet known).
-    package var values: String?
-    package var stamps: [String: FieldStamp]
-    package var updatedAt: String
+    public var values: String?
+    public var stamps: [String: FieldStamp]
+    public var updatedAt: String
 }
 
-package struct NewConflict: Sendable, Equatable {
-    package var field: String
-    package var trelloValue: JSONValue
-    package var remindersValue: JSONValue
-    package init(field: String, trelloValue: JSONValue, remindersValue: JSONValue) {
+public struct NewConflict: Sendable, Equatable {
+    public var field: String
+    public var trelloValue: JSONValue
+    public var remindersValue: JSONValue
+    public init(field: String, trelloValue: JSONValue, remindersValue: JSONValue) {
         self.field = field
         self.trelloValue = trelloValue
         self.remindersValue = remindersValue
@@ -353,37 +353,37 @@ package struct NewConflict: Sendable, Equatable {
 }
 
 /// Everything one outbound write changes in the store, in one transaction.
-package struct SyncWrite: Sendable {
-    package var accountID: String
-    package var syncListID: String
-    package var cardID: String
-    package var reminderID: String?
+public struct SyncWrite: Sendable {
+    public var accountID: String
+    public var syncListID: String
+    public var cardID: String
+    public var reminderID: String?
     /// Stamps to set (fields written to Trello, and Trello values sent to the apps).
-    package var stamps: [String: FieldStamp] = [:]
+    public var stamps: [String: FieldStamp] = [:]
     /// The card's values of the fields this write knows (what it wrote, read or told): kept for the list's cards
     /// (`ListRepository.listCards`), over the values stored before. Set with their stamps by `stamp(_:_:time:)`.
-    package var values: [String: JSONValue] = [:]
+    public var values: [String: JSONValue] = [:]
     /// Stamps to remove (an all-day date's mark, once the app sets a time: `FieldStamps.dayDateKey`).
-    package var forget: Set<String> = []
+    public var forget: Set<String> = []
     /// Marks the card gone from the list (deleted or archived by us).
-    package var deleted: Bool = false
+    public var deleted: Bool = false
     /// The app's values that won over an unacknowledged Trello-side change: that change is rewritten with them,
     /// so an app that already pulled it gets the winning value next.
-    package var winning: [String: JSONValue] = [:]
+    public var winning: [String: JSONValue] = [:]
     /// Trello's values the apps must receive (the conflict policy kept Trello's side).
-    package var toApps: [String: JSONValue] = [:]
+    public var toApps: [String: JSONValue] = [:]
     /// `toApps` are only what the device `sender` learns from its job's result (`SyncItemResult.fields`): their change
     /// is not handed to that device until `until` (milliseconds since 1970; as a declined hold, `ChangeClaim`), while
     /// the account's other devices may take it.
-    package var toldOnly: (sender: String, until: Int64)? = nil
-    package var conflicts: [NewConflict] = []
-    package var jobID: String?
+    public var toldOnly: (sender: String, until: Int64)? = nil
+    public var conflicts: [NewConflict] = []
+    public var jobID: String?
     /// Drop unacknowledged changes of this card (the app deleted its reminder).
-    package var dropPending: Bool = false
+    public var dropPending: Bool = false
     /// The decisions behind this write, for the activity history (written in its transaction).
-    package var activity: [NewActivity] = []
+    public var activity: [NewActivity] = []
 
-    package init(accountID: String, syncListID: String, cardID: String, reminderID: String?) {
+    public init(accountID: String, syncListID: String, cardID: String, reminderID: String?) {
         self.accountID = accountID
         self.syncListID = syncListID
         self.cardID = cardID
@@ -393,18 +393,18 @@ package struct SyncWrite: Sendable {
     /// The stamp that records the value of `field` a sync sent back to the apps after writing what they sent (`toApps`
     /// of our own write: label ids, new check items' ids). An unacknowledged change holding exactly that value is the
     /// apps' own edit, not Trello's: it makes no conflict with their next edit.
-    package static func toldStamp(_ field: String) -> String { "_told:" + field }
+    public static func toldStamp(_ field: String) -> String { "_told:" + field }
 
     /// The card holds `value` in `field` as of `time`: its stamp, and its value for the list's cards.
-    package mutating func stamp(_ field: String, _ value: JSONValue, time: Double) {
+    public mutating func stamp(_ field: String, _ value: JSONValue, time: Double) {
         stamps[field] = FieldStamp(hash: value.fieldHash, time: time)
         values[field] = value
     }
 
-    package mutating func stamp(_ field: SyncField, _ value: JSONValue, time: Double) { stamp(field.rawValue, value, time: time) }
+    public mutating func stamp(_ field: SyncField, _ value: JSONValue, time: Double) { stamp(field.rawValue, value, time: time) }
 
     /// Sends `values` to the apps as what our own write left on the card (`toldStamp`).
-    package mutating func tell(_ values: [String: JSONValue], time: Double) {
+    public mutating func tell(_ values: [String: JSONValue], time: Double) {
         for (field, value) in values {
             toApps[field] = value
             self.values[field] = value
@@ -413,15 +413,15 @@ package struct SyncWrite: Sendable {
     }
 }
 
-package struct NewDuplicate: Sendable, Equatable {
-    package var syncListID: String
-    package var reminderID: String
-    package var cardID: String
-    package var title: String
-    package var dueDate: String?
-    package var fields: [String: JSONValue]
-    package var jobID: String?
-    package init(syncListID: String, reminderID: String, cardID: String, title: String, dueDate: String?, fields: [String: JSONValue], jobID: String?)
+public struct NewDuplicate: Sendable, Equatable {
+    public var syncListID: String
+    public var reminderID: String
+    public var cardID: String
+    public var title: String
+    public var dueDate: String?
+    public var fields: [String: JSONValue]
+    public var jobID: String?
+    public init(syncListID: String, reminderID: String, cardID: String, title: String, dueDate: String?, fields: [String: JSONValue], jobID: String?)
     {
         self.syncListID = syncListID
         self.reminderID = reminderID
@@ -433,20 +433,20 @@ package struct NewDuplicate: Sendable, Equatable {
     }
 }
 
-package enum ResolutionTable: String, Sendable {
+public enum ResolutionTable: String, Sendable {
     case conflicts
     case duplicates = "potential_duplicates"
 }
 
 /// A conflict or duplicate as the resolve endpoints need it.
-package struct ConflictDetail: Sendable, Equatable {
-    package var record: ConflictRecord
-    package var resolution: ConflictChoice?
-    package var resolvedAt: String?
+public struct ConflictDetail: Sendable, Equatable {
+    public var record: ConflictRecord
+    public var resolution: ConflictChoice?
+    public var resolvedAt: String?
 }
 
-package struct DuplicateDetail: Sendable, Equatable {
-    package var record: DuplicateRecord
-    package var fields: [String: JSONValue]
-    package var resolvedAt: String?
+public struct DuplicateDetail: Sendable, Equatable {
+    public var record: DuplicateRecord
+    public var fields: [String: JSONValue]
+    public var resolvedAt: String?
 }

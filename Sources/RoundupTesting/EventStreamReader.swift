@@ -2,17 +2,17 @@ import AsyncHTTPClient
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
-package import NIOHTTP1
+public import NIOHTTP1
 
 /// A Server-Sent Events client for tests: opens a `text/event-stream` request and keeps every event it reads, as
 /// an EventSource would parse them (fields `id`, `event`, `data`; `:` comments; a blank line ends an event).
-package final class EventStreamReader: Sendable {
-    package struct Event: Sendable, Equatable {
-        package var id: String?
-        package var event: String?
-        package var data: String
+public final class EventStreamReader: Sendable {
+    public struct Event: Sendable, Equatable {
+        public var id: String?
+        public var event: String?
+        public var data: String
         /// When the reader parsed it.
-        package var receivedAt: ContinuousClock.Instant
+        public var receivedAt: ContinuousClock.Instant
     }
 
     private struct State {
@@ -22,10 +22,10 @@ package final class EventStreamReader: Sendable {
         var error: String?
     }
 
-    package let status: HTTPResponseStatus
-    package let headers: HTTPHeaders
+    public let status: HTTPResponseStatus
+    public let headers: HTTPHeaders
     /// The whole body of a response that is no stream (an error), else empty.
-    package let errorBody: String
+    public let errorBody: String
     private let state = NIOLockedValueBox(State())
     private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
@@ -40,7 +40,7 @@ package final class EventStreamReader: Sendable {
 
     /// Opens `url` with these headers, on a client of its own (so `close()` surely closes the connection); a
     /// response other than 200 is read whole into `errorBody`.
-    package static func open(url: String, headers: [String: String] = [:]) async throws -> EventStreamReader {
+    public static func open(url: String, headers: [String: String] = [:]) async throws -> EventStreamReader {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         var request = HTTPClientRequest(url: url)
         request.headers.add(name: "accept", value: "text/event-stream")
@@ -83,16 +83,16 @@ package final class EventStreamReader: Sendable {
     }
 
     /// Every event read so far, in order.
-    package var events: [Event] { state.withLockedValue { $0.events } }
+    public var events: [Event] { state.withLockedValue { $0.events } }
     /// Every comment line read so far (without its `:`).
-    package var comments: [String] { state.withLockedValue { $0.comments } }
+    public var comments: [String] { state.withLockedValue { $0.comments } }
     /// Whether the server ended the stream (or the connection broke).
-    package var ended: Bool { state.withLockedValue { $0.ended } }
+    public var ended: Bool { state.withLockedValue { $0.ended } }
     /// Why reading ended, when it was not the server ending the response (the connection broke, or `close()`).
-    package var failure: String? { state.withLockedValue { $0.error } }
+    public var failure: String? { state.withLockedValue { $0.error } }
 
     /// Stops reading and closes the connection.
-    package func close() async {
+    public func close() async {
         let task = self.task.withLockedValue { $0 }
         task?.cancel()
         try? await http?.shutdown()

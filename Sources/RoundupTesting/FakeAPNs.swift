@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-package import NIOConcurrencyHelpers
+public import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
@@ -15,73 +15,73 @@ import RoundupCore
 /// errors per device token. It can send GOAWAY in the middle of a burst. Several apps: `addApp` registers another
 /// team's key and topic; a token is checked against the key its `kid` names and that key's team, and a topic must be
 /// one of that team's (`TopicDisallowed` otherwise), as APNs checks them.
-package final class FakeAPNs: Sendable {
-    package struct Received: Sendable {
-        package var deviceToken: String
-        package var headers: [String: String]
-        package var payload: String
-        package var apnsID: String
+public final class FakeAPNs: Sendable {
+    public struct Received: Sendable {
+        public var deviceToken: String
+        public var headers: [String: String]
+        public var payload: String
+        public var apnsID: String
         /// The provider token's `iat`.
-        package var issuedAt: Int
-        package var token: String
-        package var connection: Int
+        public var issuedAt: Int
+        public var token: String
+        public var connection: Int
         /// The provider token's `kid`, and the topic.
-        package var keyID: String = ""
-        package var topic: String { headers["apns-topic"] ?? "" }
+        public var keyID: String = ""
+        public var topic: String { headers["apns-topic"] ?? "" }
     }
 
     /// One developer team's signing key and the topics (bundle ids) of its apps.
-    package struct App: Sendable {
-        package var topic: String
-        package var teamID: String
-        package var keyID: String
+    public struct App: Sendable {
+        public var topic: String
+        public var teamID: String
+        public var keyID: String
         /// The key as a `.p8` file, for the pusher.
-        package var keyFile: String
+        public var keyFile: String
         let publicKey: P256.Signing.PublicKey
     }
 
-    package struct Failure: Sendable {
-        package var status: Int
-        package var reason: String
+    public struct Failure: Sendable {
+        public var status: Int
+        public var reason: String
         /// How many more times to answer so (nil: always).
-        package var remaining: Int?
-        package init(status: Int, reason: String, remaining: Int? = nil) {
+        public var remaining: Int?
+        public init(status: Int, reason: String, remaining: Int? = nil) {
             self.status = status
             self.reason = reason
             self.remaining = remaining
         }
     }
 
-    package struct State: Sendable {
+    public struct State: Sendable {
         /// Pushes answered 200.
-        package var delivered: [Received] = []
+        public var delivered: [Received] = []
         /// Every request that reached a handler, with the status it got.
-        package var answered: [(token: String, status: Int, reason: String?)] = []
-        package var failures: [String: Failure] = [:]
+        public var answered: [(token: String, status: Int, reason: String?)] = []
+        public var failures: [String: Failure] = [:]
         /// Provider tokens issued before this (seconds since 1970) are answered `ExpiredProviderToken`.
-        package var expiredBefore: Int?
+        public var expiredBefore: Int?
         /// The connection whose Nth request arrives answers it and the ones before, sends GOAWAY and drops the rest.
-        package var goAwayAfter: Int?
+        public var goAwayAfter: Int?
         /// The next this-many requests are never answered (their streams stay open): the client's timeout must fire.
-        package var stallNext = 0
-        package var stalled = 0
-        package var goAwaysSent = 0
-        package var connections = 0
+        public var stallNext = 0
+        public var stalled = 0
+        public var goAwaysSent = 0
+        public var connections = 0
         /// Record payloads (off for benchmarks).
-        package var record = true
-        package var verifiedTokens: Set<String> = []
+        public var record = true
+        public var verifiedTokens: Set<String> = []
         /// Apps added beside the first (`addApp`), by key id.
-        package var apps: [String: App] = [:]
+        public var apps: [String: App] = [:]
     }
 
-    package let state = NIOLockedValueBox(State())
-    package let port: Int
-    package let caFile: String
-    package let keyFile: String
-    package let keyID = "ABC123DEFG"
-    package let teamID = "DEF123GHIJ"
-    package let topic: String
-    package var url: String { "https://127.0.0.1:\(port)" }
+    public let state = NIOLockedValueBox(State())
+    public let port: Int
+    public let caFile: String
+    public let keyFile: String
+    public let keyID = "ABC123DEFG"
+    public let teamID = "DEF123GHIJ"
+    public let topic: String
+    public var url: String { "https://127.0.0.1:\(port)" }
     let publicKey: P256.Signing.PublicKey
     private let channel: any Channel
 
@@ -94,7 +94,7 @@ package final class FakeAPNs: Sendable {
         self.publicKey = publicKey
     }
 
-    package static func start(topic: String = "app.dailyroundup.ios", maxConcurrentStreams: Int = 1000, port: Int = 0) async throws -> FakeAPNs {
+    public static func start(topic: String = "app.dailyroundup.ios", maxConcurrentStreams: Int = 1000, port: Int = 0) async throws -> FakeAPNs {
         let dir = try TestSupport.temporaryDirectory("apns")
         try TestSupport.makeTestCertificates(in: dir, name: "roundup-test-apns")
 
@@ -145,14 +145,14 @@ package final class FakeAPNs: Sendable {
         return fake
     }
 
-    package func stop() async {
+    public func stop() async {
         try? await channel.close()
     }
 
-    package var delivered: [Received] { state.withLockedValue { $0.delivered } }
+    public var delivered: [Received] { state.withLockedValue { $0.delivered } }
 
     /// Registers another app: a team and key of its own (written as a `.p8` beside the first) and its topic.
-    package func addApp(topic: String, teamID: String, keyID: String) throws -> App {
+    public func addApp(topic: String, teamID: String, keyID: String) throws -> App {
         let key = P256.Signing.PrivateKey()
         let file = URL(fileURLWithPath: keyFile).deletingLastPathComponent().appendingPathComponent("AuthKey_\(keyID).p8").path
         try key.pemRepresentation.write(toFile: file, atomically: true, encoding: .utf8)
@@ -162,14 +162,14 @@ package final class FakeAPNs: Sendable {
     }
 
     /// The first app, started with the fake.
-    package var firstApp: App { App(topic: topic, teamID: teamID, keyID: keyID, keyFile: keyFile, publicKey: publicKey) }
+    public var firstApp: App { App(topic: topic, teamID: teamID, keyID: keyID, keyFile: keyFile, publicKey: publicKey) }
 
-    package func fail(token: String, status: Int, reason: String, times: Int? = nil) {
+    public func fail(token: String, status: Int, reason: String, times: Int? = nil) {
         state.withLockedValue { $0.failures[token] = Failure(status: status, reason: reason, remaining: times) }
     }
 
     /// A provider token the fake accepts (for h2load in benchmarks).
-    package func validProviderToken() throws -> String {
+    public func validProviderToken() throws -> String {
         let pem = try String(contentsOfFile: keyFile, encoding: .utf8)
         return Self.jwt(key: try P256.Signing.PrivateKey(pemRepresentation: pem), keyID: keyID, teamID: teamID, issuedAt: Date())
     }

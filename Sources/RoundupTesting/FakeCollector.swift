@@ -9,22 +9,22 @@ import RoundupRuntime
 /// (`OTEL_EXPORTER_OTLP_PROTOCOL=http/json`): it answers `POST /v1/traces` as a collector does and keeps every span,
 /// with the exporting process's `service.name`. Ids are kept as hex, as a `traceparent` writes them (the JSON carries
 /// them in base64, protobuf's form for bytes).
-package final class FakeCollector: Sendable {
-    package struct Span: Sendable, CustomStringConvertible {
-        package var service: String
-        package var traceID: String
-        package var spanID: String
+public final class FakeCollector: Sendable {
+    public struct Span: Sendable, CustomStringConvertible {
+        public var service: String
+        public var traceID: String
+        public var spanID: String
         /// Empty for a root span.
-        package var parentSpanID: String
-        package var name: String
+        public var parentSpanID: String
+        public var name: String
         /// OTLP's: 1 internal, 2 server, 3 client, 4 producer, 5 consumer.
-        package var kind: Int
-        package var attributes: [String: String]
-        package var links: [(traceID: String, spanID: String, attributes: [String: String])]
+        public var kind: Int
+        public var attributes: [String: String]
+        public var links: [(traceID: String, spanID: String, attributes: [String: String])]
         /// 2: error.
-        package var statusCode: Int
+        public var statusCode: Int
 
-        package var description: String { "\(service) \(name) kind \(kind) trace \(traceID) span \(spanID) parent \(parentSpanID)" }
+        public var description: String { "\(service) \(name) kind \(kind) trace \(traceID) span \(spanID) parent \(parentSpanID)" }
     }
 
     private let server: SimpleHTTPServer
@@ -32,14 +32,14 @@ package final class FakeCollector: Sendable {
     private let requests = NIOLockedValueBox<[String]>([])
 
     /// The endpoint for `OTEL_EXPORTER_OTLP_ENDPOINT`.
-    package var url: String { "http://127.0.0.1:\(server.port)" }
-    package var spans: [Span] { received.withLockedValue { $0 } }
+    public var url: String { "http://127.0.0.1:\(server.port)" }
+    public var spans: [Span] { received.withLockedValue { $0 } }
     /// Each request's path and content type, in order.
-    package var requestLog: [String] { requests.withLockedValue { $0 } }
+    public var requestLog: [String] { requests.withLockedValue { $0 } }
 
     private init(server: SimpleHTTPServer) { self.server = server }
 
-    package static func start() async throws -> FakeCollector {
+    public static func start() async throws -> FakeCollector {
         let box = NIOLockedValueBox<FakeCollector?>(nil)
         let server = try await SimpleHTTPServer.start(host: "127.0.0.1", port: 0, maxBodySize: 8 << 20) { request in
             guard let collector = box.withLockedValue({ $0 }) else { return .text(.serviceUnavailable, "starting") }
@@ -50,7 +50,7 @@ package final class FakeCollector: Sendable {
         return collector
     }
 
-    package func stop() async { await server.stop() }
+    public func stop() async { await server.stop() }
 
     func serve(_ request: SimpleHTTPRequest) -> SimpleHTTPResponse {
         let contentType = request.headers.first(name: "content-type") ?? ""

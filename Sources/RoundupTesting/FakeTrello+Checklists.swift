@@ -6,7 +6,7 @@ import RoundupCore
 
 extension FakeTrello {
     /// Gives a board these labels (id, name, color), replacing any it had; cards carrying one show its name and colour.
-    package func setBoardLabels(boardID: String, _ labels: [(id: String, name: String, color: String?)]) {
+    public func setBoardLabels(boardID: String, _ labels: [(id: String, name: String, color: String?)]) {
         state.withLockedValue { state in
             state.boardLabels[boardID] = labels.map {
                 .object([
@@ -18,13 +18,13 @@ extension FakeTrello {
 
     /// A person renames or recolours a board label: the cards carrying it show the new one, and the board's webhooks
     /// hear `updateLabel` (no card is named; list webhooks hear nothing, as in Trello).
-    package func userUpdateLabel(boardID: String, labelID: String, name: String, color: String?) {
+    public func userUpdateLabel(boardID: String, labelID: String, name: String, color: String?) {
         perform { $0.updateLabel(boardID: boardID, labelID: labelID, name: name, color: color, member: .user) }
     }
 
     /// A person adds a checklist with items (names; all unticked) to a card. Returns the checklist's id and its items' ids.
     @discardableResult
-    package func userAddChecklist(cardID: String, name: String, items: [String]) -> (id: String, items: [String]) {
+    public func userAddChecklist(cardID: String, name: String, items: [String]) -> (id: String, items: [String]) {
         guard case .success(let write) = perform({ $0.createChecklist(cardID: cardID, ["name": .string(name)], member: .user) }),
             let id = write.body["id"]?.stringValue
         else { return ("", []) }
@@ -41,7 +41,7 @@ extension FakeTrello {
 
     /// A person attaches a link, or uploads a file (`upload`, with its MIME type), to a card. Returns the attachment's id.
     @discardableResult
-    package func userAddAttachment(cardID: String, url: String, name: String, upload: Bool = false, mimeType: String? = nil) -> String {
+    public func userAddAttachment(cardID: String, url: String, name: String, upload: Bool = false, mimeType: String? = nil) -> String {
         var params: [String: JSONValue] = ["url": .string(url), "name": .string(name)]
         if upload {
             params["isUpload"] = true
@@ -52,17 +52,17 @@ extension FakeTrello {
     }
 
     /// A person ticks or unticks a check item (`updateCheckItemStateOnCard`).
-    package func userSetCheckItem(cardID: String, itemID: String, completed: Bool) {
+    public func userSetCheckItem(cardID: String, itemID: String, completed: Bool) {
         perform { $0.updateCheckItem(cardID: cardID, itemID: itemID, ["state": .string(completed ? "complete" : "incomplete")], member: .user) }
     }
 
     /// A person renames a checklist (`updateChecklist`).
-    package func userRenameChecklist(checklistID: String, name: String) {
+    public func userRenameChecklist(checklistID: String, name: String) {
         perform { $0.renameChecklist(id: checklistID, ["name": .string(name)], member: .user) }
     }
 
     /// A person renames a check item (`updateCheckItem`).
-    package func userRenameCheckItem(cardID: String, itemID: String, name: String) {
+    public func userRenameCheckItem(cardID: String, itemID: String, name: String) {
         perform { $0.updateCheckItem(cardID: cardID, itemID: itemID, ["name": .string(name)], member: .user) }
     }
 }

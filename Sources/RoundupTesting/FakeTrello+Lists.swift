@@ -6,7 +6,7 @@ import RoundupCore
 extension FakeTrello {
     /// A person renames a list, or archives or restores it (`closed`): `GET /1/lists/{id}` says so from then on, and the
     /// webhooks watching the list or its board hear `updateList` with `data.old` naming what changed.
-    package func userUpdateList(id: String, name: String? = nil, closed: Bool? = nil) {
+    public func userUpdateList(id: String, name: String? = nil, closed: Bool? = nil) {
         perform { $0.updateList(id: id, name: name, closed: closed, member: .user) }
     }
 }

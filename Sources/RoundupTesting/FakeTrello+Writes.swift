@@ -4,7 +4,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-package import RoundupCore
+public import RoundupCore
 import RoundupRuntime
 
 // Card writes (REST and a person's edits in Trello's UI), the webhooks Trello sends for them, and rate-limit
@@ -13,16 +13,16 @@ import RoundupRuntime
 
 extension FakeTrello {
     /// Who made a change, as Trello names its `memberCreator`.
-    package struct Member: Sendable, Equatable {
-        package var id: String
-        package var username: String
-        package var fullName: String
+    public struct Member: Sendable, Equatable {
+        public var id: String
+        public var username: String
+        public var fullName: String
 
         /// The person editing in Trello's UI (`user…` methods).
-        package static let user = Member(id: "5c0ffee05c0ffee05c0ffee0", username: "trellouser", fullName: "Trello User")
+        public static let user = Member(id: "5c0ffee05c0ffee05c0ffee0", username: "trellouser", fullName: "Trello User")
 
         /// The member a token belongs to (REST writes); the same for the same token, different between tokens.
-        package static func api(token: String) -> Member {
+        public static func api(token: String) -> Member {
             let digest = SHA256.hash(data: Array(token.utf8))
             let id = digest.prefix(12).map(FakeTrello.hexByte).joined()
             return Member(id: id, username: "api\(id.suffix(6))", fullName: "API \(id.suffix(6))")
@@ -59,13 +59,13 @@ extension FakeTrello {
     // MARK: Public API
 
     /// Cards created over REST.
-    package var cardsCreated: Int { state.withLockedValue { $0.cardsCreated } }
+    public var cardsCreated: Int { state.withLockedValue { $0.cardsCreated } }
 
     /// The stored card, as `GET /1/cards/{id}` returns it.
-    package func cardValue(_ id: String) -> [String: JSONValue]? { state.withLockedValue { $0.cards[id] } }
+    public func cardValue(_ id: String) -> [String: JSONValue]? { state.withLockedValue { $0.cards[id] } }
 
     /// The list's cards that are not archived, by id.
-    package func openCards(inList listID: String) -> [[String: JSONValue]] {
+    public func openCards(inList listID: String) -> [[String: JSONValue]] {
         state.withLockedValue { state in
             state.cards.values.filter { $0["idList"]?.stringValue == listID && $0["closed"]?.boolValue != true }
         }.sorted { ($0["id"]?.stringValue ?? "") < ($1["id"]?.stringValue ?? "") }
@@ -74,7 +74,7 @@ extension FakeTrello {
     /// A person adds a card in Trello's UI: stored, and announced (`createCard`) to the webhooks.
     /// Returns its id, or "" when Trello would refuse it (an unknown list: `addList` or `setCard` it first; a bad due).
     @discardableResult
-    package func userCreateCard(listID: String, name: String, desc: String = "", due: String? = nil) -> String {
+    public func userCreateCard(listID: String, name: String, desc: String = "", due: String? = nil) -> String {
         var params: [String: JSONValue] = ["idList": .string(listID), "name": .string(name), "desc": .string(desc)]
         if let due { params["due"] = .string(due) }
         guard case .success(let write) = perform({ $0.createCard(params, member: .user) }) else { return "" }
@@ -83,32 +83,32 @@ extension FakeTrello {
 
     /// A person edits a card: attributes as Trello names them (name, desc, due, start, dueComplete, closed, idList).
     /// One `updateCard` action for all that changed; nothing when nothing did, the card is unknown or a value is invalid.
-    package func userUpdateCard(id: String, _ changes: [String: JSONValue]) {
+    public func userUpdateCard(id: String, _ changes: [String: JSONValue]) {
         perform { $0.updateCard(id: id, changes, member: .user) }
     }
 
     /// A person puts a label on a card, or takes it off (`addLabelToCard`, `removeLabelFromCard`).
-    package func userSetLabel(cardID: String, labelID: String, on: Bool) {
+    public func userSetLabel(cardID: String, labelID: String, on: Bool) {
         perform { $0.setCardRef(cardID: cardID, attribute: "idLabels", id: labelID, add: on, member: .user) }
     }
 
     /// A person adds a member to a card, or removes one (`addMemberToCard`, `removeMemberFromCard`).
-    package func userSetMember(cardID: String, memberID: String, on: Bool) {
+    public func userSetMember(cardID: String, memberID: String, on: Bool) {
         perform { $0.setCardRef(cardID: cardID, attribute: "idMembers", id: memberID, add: on, member: .user) }
     }
 
     /// A person deletes a card (`deleteCard`).
-    package func userDeleteCard(id: String) {
+    public func userDeleteCard(id: String) {
         perform { $0.deleteCard(id: id, member: .user) }
     }
 
     /// A person picks a dropdown option (nil: clears it) in a card's custom field (`updateCustomFieldItem`).
-    package func userSetPriority(cardID: String, fieldID: String, optionID: String?) {
+    public func userSetPriority(cardID: String, fieldID: String, optionID: String?) {
         perform { $0.setCustomFieldItem(cardID: cardID, fieldID: fieldID, ["idValue": .string(optionID ?? "")], member: .user) }
     }
 
     /// Waits until every webhook delivery under way is done (polled every 20 ms; gives up after 10 s).
-    package func waitForWebhookDeliveries() async {
+    public func waitForWebhookDeliveries() async {
         let deadline = ContinuousClock.now + .seconds(10)
         while state.withLockedValue({ $0.webhooksInFlight }) > 0, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
@@ -116,7 +116,7 @@ extension FakeTrello {
     }
 
     /// The most requests the token made in any window of this length (a sliding window over `State.arrivals`).
-    package func maxRequestsInAnyWindow(token: String, window: Duration = .seconds(10)) -> Int {
+    public func maxRequestsInAnyWindow(token: String, window: Duration = .seconds(10)) -> Int {
         let times = state.withLockedValue { $0.arrivals[token] ?? [] }.sorted()
         var best = 0
         var first = 0
@@ -215,7 +215,7 @@ extension FakeTrello {
     }
 
     /// The most characters Trello keeps in a card's name or description.
-    package static let maxTextLength = 16_384
+    public static let maxTextLength = 16_384
 
     /// The value Trello stores for a card attribute a client sent, or nil when Trello would refuse it.
     /// Query-string values arrive as strings: "true", "null", "1767225600000".
@@ -672,17 +672,17 @@ extension FakeTrello.State {
 }
 
 extension FakeTrello {
-    package var webhookSecret: String { state.withLockedValue { $0.webhookSecret } }
-    package var webhooksSent: Int { state.withLockedValue { $0.webhooksSent } }
+    public var webhookSecret: String { state.withLockedValue { $0.webhookSecret } }
+    public var webhooksSent: Int { state.withLockedValue { $0.webhooksSent } }
     /// Trello's own limit per token in any 10-second window (nil: none).
-    package func setTokenLimit(_ limit: Int?) { state.withLockedValue { $0.tokenLimit = limit } }
+    public func setTokenLimit(_ limit: Int?) { state.withLockedValue { $0.tokenLimit = limit } }
     /// Every authorized request takes this long.
-    package func setRequestDelay(_ delay: Duration) { state.withLockedValue { $0.requestDelay = delay } }
+    public func setRequestDelay(_ delay: Duration) { state.withLockedValue { $0.requestDelay = delay } }
 }
 
 extension FakeTrello {
     /// Gives a board a "Priority" dropdown with these options (option id, text) in this order, replacing any it had.
-    package func setPriorityField(boardID: String, fieldID: String, options: [(id: String, text: String)]) {
+    public func setPriorityField(boardID: String, fieldID: String, options: [(id: String, text: String)]) {
         let field = JSONValue.object([
             "id": .string(fieldID), "idModel": .string(boardID), "modelType": "board", "name": "Priority", "type": "list",
             "options": .array(
@@ -699,21 +699,21 @@ extension FakeTrello {
 
 extension FakeTrello {
     /// Trello deactivates a webhook whose callback kept failing: it stays, `active: false`, and delivers nothing.
-    package func deactivateWebhook(id: String) { state.withLockedValue { _ = $0.inactiveWebhooks.insert(id) } }
+    public func deactivateWebhook(id: String) { state.withLockedValue { _ = $0.inactiveWebhooks.insert(id) } }
     /// Someone deleted the webhook (in Trello, or its model went away).
-    package func removeWebhook(id: String) { state.withLockedValue { _ = $0.webhooks.removeValue(forKey: id) } }
+    public func removeWebhook(id: String) { state.withLockedValue { _ = $0.webhooks.removeValue(forKey: id) } }
     /// The user revoked the app's token: every request with it is answered 401 "invalid token".
-    package func revokeToken(_ token: String) {
+    public func revokeToken(_ token: String) {
         state.withLockedValue { state in
             state.tokens.remove(token)
             if state.token == token { state.token = "revoked-" + token }
         }
     }
     /// The most `GET /1/lists/{id}/cards` requests for one list ever in flight at once.
-    package func maxConcurrentListReads(_ listID: String) -> Int { state.withLockedValue { $0.listReadsMax[listID] ?? 0 } }
+    public func maxConcurrentListReads(_ listID: String) -> Int { state.withLockedValue { $0.listReadsMax[listID] ?? 0 } }
     /// The requests so far, as they arrived (before any delay), that begin with `prefix` (`"GET /1/cards/ID"`).
-    package func requestCount(_ prefix: String) -> Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix(prefix) }.count } }
-    package func listReads(_ listID: String) -> Int {
+    public func requestCount(_ prefix: String) -> Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix(prefix) }.count } }
+    public func listReads(_ listID: String) -> Int {
         state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/lists/\(listID)/cards") }.count }
     }
 }

@@ -1,9 +1,9 @@
 import AsyncHTTPClient
-package import Foundation
-package import NIOConcurrencyHelpers
+public import Foundation
+public import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-package import RoundupCore
+public import RoundupCore
 import RoundupRuntime
 
 /// A stand-in for api.trello.com/1, over real HTTP on loopback. It keeps cards, lists, board custom fields and
@@ -11,87 +11,87 @@ import RoundupRuntime
 /// token"); enforces Trello's per-token rate limit when given one; can be told to fail; and, like Trello, POSTs a
 /// signed webhook body to the registered callbacks for every change, whether made over REST or by a person in
 /// Trello's UI (`userCreateCard` and friends). The writes, webhooks and user edits are in FakeTrello+Writes.swift.
-package final class FakeTrello: Sendable {
-    package struct State: Sendable {
-        package var cards: [String: [String: JSONValue]] = [:]
+public final class FakeTrello: Sendable {
+    public struct State: Sendable {
+        public var cards: [String: [String: JSONValue]] = [:]
         /// Board id → its custom fields, as `GET /1/boards/{id}/customFields` returns them.
-        package var customFields: [String: [JSONValue]] = [:]
+        public var customFields: [String: [JSONValue]] = [:]
         /// "METHOD /path" (percent-decoded, no query) of every request received, authorized or not.
-        package var requests: [String] = []
+        public var requests: [String] = []
         /// Answer the next N requests whose path starts with `failNextPathPrefix` with this status
         /// (429 comes with Trello's headers and `retry-after: 0`).
-        package var failNext: (status: Int, count: Int)?
-        package var failNextPathPrefix = "/1/cards/"
-        package var apiKey = "test-api-key"
-        package var token = "test-token"
+        public var failNext: (status: Int, count: Int)?
+        public var failNextPathPrefix = "/1/cards/"
+        public var apiKey = "test-api-key"
+        public var token = "test-token"
         /// Tokens accepted besides `token` (one per account, say).
-        package var tokens: Set<String> = []
+        public var tokens: Set<String> = []
         /// Known lists: list id → board id. `setCard` adds the list of a card it stores.
-        package var lists: [String: String] = [:]
+        public var lists: [String: String] = [:]
         /// Known lists that are archived (`closed: true` in `GET /1/lists/{id}`).
-        package var closedLists: Set<String> = []
+        public var closedLists: Set<String> = []
         /// Lists renamed (`userUpdateList`); the others are named `FakeTrello.listName`.
-        package var listNames: [String: String] = [:]
+        public var listNames: [String: String] = [:]
         /// How long each request under /1/cards/ takes (a slow Trello).
-        package var cardDelay: Duration = .zero
+        public var cardDelay: Duration = .zero
         /// How long every authorized request takes (a slow Trello for every path).
-        package var requestDelay: Duration = .zero
+        public var requestDelay: Duration = .zero
         /// Webhooks Trello has deactivated (kept, `active: false`, delivering nothing).
-        package var inactiveWebhooks: Set<String> = []
+        public var inactiveWebhooks: Set<String> = []
         /// `GET /1/lists/{id}/cards` in flight per list, and the most ever at once.
-        package var listReadsInFlight: [String: Int] = [:]
-        package var listReadsMax: [String: Int] = [:]
+        public var listReadsInFlight: [String: Int] = [:]
+        public var listReadsMax: [String: Int] = [:]
         /// Webhooks by id, as Trello keeps them.
-        package var webhooks: [String: Webhook] = [:]
-        package var nextID = 1
+        public var webhooks: [String: Webhook] = [:]
+        public var nextID = 1
         /// The first 8 hex digits of the ids this fake makes (random, so two fakes do not make the same ids).
-        package var idPrefix = FakeTrello.randomHex(8)
+        public var idPrefix = FakeTrello.randomHex(8)
         /// The secret webhook bodies are signed with (Trello signs with the application's secret).
-        package var webhookSecret = "test-webhook-secret"
+        public var webhookSecret = "test-webhook-secret"
         /// Whether changes are sent to the registered webhooks.
-        package var deliverWebhooks = true
+        public var deliverWebhooks = true
         /// Deliveries answered 2xx.
-        package var webhooksSent = 0
+        public var webhooksSent = 0
         /// Deliveries given up after their retries (or answered 410, which removes the webhook, as Trello does).
-        package var webhookFailures = 0
+        public var webhookFailures = 0
         /// Delivery tasks (one per action) not finished yet.
-        package var webhooksInFlight = 0
+        public var webhooksInFlight = 0
         /// The date of the last action made. Trello dates actions in milliseconds, and two actions of one card never
         /// share a date there (each is a request of its own, which takes longer than that); calls of this fake a few
         /// microseconds apart would, so each action is dated at least a millisecond after the one before (and so may run a
         /// few milliseconds ahead of the clock after a burst: a test that orders another side's edit after them waits
         /// for the clock to pass it).
-        package internal(set) var lastActionDate = Date.distantPast
+        public internal(set) var lastActionDate = Date.distantPast
         /// Trello's per-token limit: at most this many requests in any 10 s window (nil: no limit).
-        package var tokenLimit: Int?
+        public var tokenLimit: Int?
         /// When each authorized request arrived (those answered 429 included), by token.
-        package var arrivals: [String: [ContinuousClock.Instant]] = [:]
+        public var arrivals: [String: [ContinuousClock.Instant]] = [:]
         /// Cards created over REST (`POST /1/cards`).
-        package var cardsCreated = 0
+        public var cardsCreated = 0
         /// Board id → its labels (`{id, name, color}`), as `GET /1/boards/{id}/labels` returns them.
-        package var boardLabels: [String: [JSONValue]] = [:]
+        public var boardLabels: [String: [JSONValue]] = [:]
     }
 
-    package struct Webhook: Sendable, Equatable {
-        package var id: String
-        package var idModel: String
-        package var callbackURL: String
-        package var description: String
+    public struct Webhook: Sendable, Equatable {
+        public var id: String
+        public var idModel: String
+        public var callbackURL: String
+        public var description: String
     }
 
-    package var webhooks: [Webhook] { state.withLockedValue { Array($0.webhooks.values) }.sorted { $0.id < $1.id } }
+    public var webhooks: [Webhook] { state.withLockedValue { Array($0.webhooks.values) }.sorted { $0.id < $1.id } }
 
-    package let state = NIOLockedValueBox(State())
+    public let state = NIOLockedValueBox(State())
     private let server: SimpleHTTPServer
     let http = HTTPClient(eventLoopGroupProvider: .singleton)
     /// The last webhook delivery task: each new one waits for it, so deliveries arrive in the order of the changes.
     let lastDelivery = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
-    package var baseURL: String { "http://127.0.0.1:\(server.port)/1" }
+    public var baseURL: String { "http://127.0.0.1:\(server.port)/1" }
 
     private init(server: SimpleHTTPServer) { self.server = server }
 
-    package static func start() async throws -> FakeTrello {
+    public static func start() async throws -> FakeTrello {
         let box = NIOLockedValueBox<FakeTrello?>(nil)
         let server = try await SimpleHTTPServer.start(host: "127.0.0.1", port: 0) { request in
             guard let fake = box.withLockedValue({ $0 }) else { return .text(.serviceUnavailable, "starting") }
@@ -105,7 +105,7 @@ package final class FakeTrello: Sendable {
     let stopped = NIOLockedValueBox(false)
 
     /// Stops serving. Webhook deliveries not yet made are dropped (those under way are waited for, up to 10 s).
-    package func stop() async {
+    public func stop() async {
         stopped.withLockedValue { $0 = true }
         await waitForWebhookDeliveries()
         await server.stop()
@@ -117,7 +117,7 @@ package final class FakeTrello: Sendable {
     }
 
     /// Stores a card as is (no webhook). Its list becomes known, on the card's board, unless it already is.
-    package func setCard(_ card: [String: JSONValue]) {
+    public func setCard(_ card: [String: JSONValue]) {
         guard let id = card["id"]?.stringValue else { return }
         state.withLockedValue { state in
             state.cards[id] = card
@@ -127,38 +127,38 @@ package final class FakeTrello: Sendable {
         }
     }
 
-    package func setCardDelay(_ delay: Duration) { state.withLockedValue { $0.cardDelay = delay } }
+    public func setCardDelay(_ delay: Duration) { state.withLockedValue { $0.cardDelay = delay } }
 
     /// Answers the next `count` authorized requests whose path starts with `pathPrefix` with `status`
     /// (429 with Trello's rate-limit headers and `retry-after: 0`). A count of 0 clears it.
-    package func failNextRequests(status: Int, count: Int, pathPrefix: String = "/1/") {
+    public func failNextRequests(status: Int, count: Int, pathPrefix: String = "/1/") {
         state.withLockedValue { state in
             state.failNext = (status, count)
             state.failNextPathPrefix = pathPrefix
         }
     }
 
-    package func failNextCardRequests(status: Int, count: Int) { failNextRequests(status: status, count: count, pathPrefix: "/1/cards/") }
+    public func failNextCardRequests(status: Int, count: Int) { failNextRequests(status: status, count: count, pathPrefix: "/1/cards/") }
 
     /// Requests that change something (every method but GET), as `METHOD /1/path`.
-    package var writeRequests: [String] { state.withLockedValue { $0.requests.filter { !$0.hasPrefix("GET ") } } }
-    package var cardRequests: Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/cards/") }.count } }
+    public var writeRequests: [String] { state.withLockedValue { $0.requests.filter { !$0.hasPrefix("GET ") } } }
+    public var cardRequests: Int { state.withLockedValue { $0.requests.filter { $0.hasPrefix("GET /1/cards/") }.count } }
 
     /// Accepts another token (with the same API key).
-    package func addToken(_ token: String) { state.withLockedValue { _ = $0.tokens.insert(token) } }
+    public func addToken(_ token: String) { state.withLockedValue { _ = $0.tokens.insert(token) } }
 
     /// Makes a list known, on a board: cards can be created in it and it can be listed.
-    package func addList(id: String, boardID: String) { state.withLockedValue { $0.lists[id] = boardID } }
+    public func addList(id: String, boardID: String) { state.withLockedValue { $0.lists[id] = boardID } }
 
     /// Archives a known list (or brings it back): `GET /1/lists/{id}` says `closed`.
-    package func setListClosed(_ id: String, _ closed: Bool = true) {
+    public func setListClosed(_ id: String, _ closed: Bool = true) {
         state.withLockedValue { state in
             if closed { state.closedLists.insert(id) } else { state.closedLists.remove(id) }
         }
     }
 
     /// A card as `GET /cards/{id}?fields=all&…` returns it.
-    package static func card(
+    public static func card(
         id: String, listID: String, boardID: String, name: String, desc: String = "", due: String? = nil,
         dueComplete: Bool = false, closed: Bool = false
     ) -> [String: JSONValue] {

@@ -1,13 +1,13 @@
-package import Foundation
-package import RoundupCore
+public import Foundation
+public import RoundupCore
 
 /// A real headless Chromium, driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: JSON messages
 /// ended by a NUL byte, written to its descriptor 3 and read from its descriptor 4), so tests open pages, read what
 /// they show, press their buttons and take screenshots, as an operator's browser would.
-package final class HeadlessBrowser: @unchecked Sendable {
+public final class HeadlessBrowser: @unchecked Sendable {
     // @unchecked: used by one test task at a time; `buffer`, `events` and `nextID` are only touched from its calls.
-    package struct BrowserError: Error, CustomStringConvertible {
-        package var description: String
+    public struct BrowserError: Error, CustomStringConvertible {
+        public var description: String
     }
 
     let process: ManagedProcess
@@ -20,14 +20,14 @@ package final class HeadlessBrowser: @unchecked Sendable {
     var session = ""
 
     /// The Chromium of Debian's `chromium` package, or nil when it is not installed.
-    package static var executable: URL? {
+    public static var executable: URL? {
         ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].map(URL.init(fileURLWithPath:)).first {
             FileManager.default.isExecutableFile(atPath: $0.path)
         }
     }
 
     /// Starts Chromium with a fresh profile in `directory` and opens one tab of `width`×`height`.
-    package init(directory: URL, width: Int = 1280, height: Int = 900) async throws {
+    public init(directory: URL, width: Int = 1280, height: Int = 900) async throws {
         guard let executable = Self.executable else {
             throw BrowserError(description: "chromium is not installed (Debian: apt-get install chromium)")
         }
@@ -59,7 +59,7 @@ package final class HeadlessBrowser: @unchecked Sendable {
     }
 
     /// Opens `url` and waits for its load event.
-    package func open(_ url: String) async throws {
+    public func open(_ url: String) async throws {
         let mark = events.count
         let answer = try await send("Page.navigate", ["url": .string(url)])
         if let error = answer["errorText"]?.stringValue { throw BrowserError(description: "navigating to \(url): \(error)") }
@@ -67,20 +67,20 @@ package final class HeadlessBrowser: @unchecked Sendable {
     }
 
     /// Headers sent with every later request of the page (an `Authorization` for HTTP Basic, as a person who signed in).
-    package func setExtraHeaders(_ headers: [String: String]) async throws {
+    public func setExtraHeaders(_ headers: [String: String]) async throws {
         _ = try await send("Network.enable")
         _ = try await send("Network.setExtraHTTPHeaders", ["headers": .object(headers.mapValues { .string($0) })])
     }
 
     /// The value of a JavaScript expression in the page (JSON-able values only).
-    package func evaluate(_ expression: String) async throws -> JSONValue {
+    public func evaluate(_ expression: String) async throws -> JSONValue {
         let answer = try await send("Runtime.evaluate", ["expression": .string(expression), "returnByValue": true])
         if let exception = answer["exceptionDetails"] { throw BrowserError(description: "\(expression): \(exception)") }
         return answer["result"]?["value"] ?? .null
     }
 
     /// Clicks the element `selector` finds, as a person would, and waits for the page it leads to.
-    package func clickAndWait(_ selector: String) async throws {
+    public func clickAndWait(_ selector: String) async throws {
         let mark = events.count
         let found = try await evaluate(
             "(() => { const e = document.querySelector(\(JSONValue.string(selector).canonicalJSON)); if (!e) return false; e.click(); return true })()"
@@ -90,13 +90,13 @@ package final class HeadlessBrowser: @unchecked Sendable {
     }
 
     /// A PNG of the whole page.
-    package func screenshot() async throws -> Data {
+    public func screenshot() async throws -> Data {
         let answer = try await send("Page.captureScreenshot", ["format": "png", "captureBeyondViewport": true])
         guard let data = answer["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { throw BrowserError(description: "no screenshot") }
         return data
     }
 
-    package func close() async {
+    public func close() async {
         _ = try? await send("Browser.close", [:], inSession: false, timeout: .seconds(3))
         Foundation.close(toBrowser)
         Foundation.close(fromBrowser)

@@ -1,18 +1,18 @@
-package import AsyncHTTPClient
-package import Foundation
+public import AsyncHTTPClient
+public import Foundation
 import NIOCore
 import NIOHTTP1
 import RoundupCore
 import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
+public import RoundupStore
 import RoundupStreams
 
 /// The hostile-traffic scenarios' moving parts, shared by HostileTrafficTests (which assert on them) and
 /// `roundup-chaos hostile` (which prints their figures for docs/RELIABILITY.md).
-package enum HostileTraffic {
+public enum HostileTraffic {
     /// Sends `count` requests made by `make`, `concurrency` at a time; returns how many got each status.
-    package static func flood(
+    public static func flood(
         _ http: HTTPClient, count: Int, concurrency: Int = 16, make: @escaping @Sendable (Int) -> HTTPClientRequest
     ) async throws -> [UInt: Int] {
         try await withThrowingTaskGroup(of: UInt.self) { group in
@@ -39,7 +39,7 @@ package enum HostileTraffic {
     /// The `i`th of an unauthenticated flood of unique junk on both webhook paths: a 64 KB model id and an 8 KB
     /// account in the path (refused by their shape), and well-shaped ids nobody uses (looked up once, remembered as
     /// unknown in a bounded cache).
-    package static func junk(_ i: Int, ingressPort: Int) -> HTTPClientRequest {
+    public static func junk(_ i: Int, ingressPort: Int) -> HTTPClientRequest {
         let base = "http://127.0.0.1:\(ingressPort)/dailyroundup/webhook/trello"
         let fat = String(repeating: "x", count: 64 * 1024)
         let unique = "\(i)-\(UUID().uuidString)"
@@ -64,12 +64,12 @@ package enum HostileTraffic {
         return request
     }
 
-    package static func randomHex(_ count: Int) -> String {
+    public static func randomHex(_ count: Int) -> String {
         String((0..<count).map { _ in "0123456789abcdef".randomElement() ?? "0" })
     }
 
     /// Resident memory of a process in KB, from the kernel's accounting.
-    package static func residentKB(_ pid: pid_t) -> Int? {
+    public static func residentKB(_ pid: pid_t) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
         else { return nil }
@@ -77,7 +77,7 @@ package enum HostileTraffic {
     }
 
     /// Opens `count` connections that stall: half in the request head, half in the body.
-    package static func stall(port: Int, path: String, count: Int) async throws -> [RawConnection] {
+    public static func stall(port: Int, path: String, count: Int) async throws -> [RawConnection] {
         var connections: [RawConnection] = []
         for i in 0..<count {
             let connection = try await RawConnection.connect(port: port)
@@ -94,23 +94,22 @@ package enum HostileTraffic {
 
     /// What a burst into a full Redis did: the answers by status, the cards whose action got a 200, and the cards of
     /// the changes the apps have once a worker has drained the stream.
-    package struct FullRedisOutcome: Sendable {
-        package var statuses: [UInt: Int] = [:]
-        package var accepted = Set<String>()
-        package var appliedCards: [String] = []
-        package var drained = false
-        package var deadLettered = 0
-        package var healed = false
+    public struct FullRedisOutcome: Sendable {
+        public var statuses: [UInt: Int] = [:]
+        public var accepted = Set<String>()
+        public var appliedCards: [String] = []
+        public var drained = false
+        public var deadLettered = 0
+        public var healed = false
         /// When it did not heal: Redis's memory against its bound and the largest keys, to say what held the room.
-        package var memoryReport = ""
+        public var memoryReport = ""
     }
 
     /// Redis given a few hundred KB of room beyond what it holds and no eviction, the workers away, then a burst of
     /// `cards` createCard actions the way Trello delivers them (a 503 retried up to three times, every fourth action
     /// delivered twice); then a worker starts and drains. `stack` has its ingress running and `account` a synced L1.
-    package static func fullRedis(
-        _ stack: Stack, store: any ServerStore, account: String, secret: String, cards: Int
-    ) async throws -> FullRedisOutcome {
+    public static func fullRedis(_ stack: Stack, store: any ServerStore, account: String, secret: String, cards: Int) async throws -> FullRedisOutcome
+    {
         var outcome = FullRedisOutcome()
         let path = "/dailyroundup/webhook/trello/\(account)"
         for i in 0..<cards {

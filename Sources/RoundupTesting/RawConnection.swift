@@ -15,7 +15,7 @@ import Darwin
 /// Made with `connect(port:host:options:)`, it also keeps what the server sent (`received`), may read only when asked
 /// (a client that stops reading), and may end with a reset (`reset()`) instead of a close: a phone that loses its
 /// network mid-response.
-package final class RawConnection: Sendable {
+public final class RawConnection: Sendable {
     let channel: any Channel
     /// What the server sent, for a connection made with `Options` (nil: read and dropped).
     private let recording: Recording?
@@ -25,7 +25,7 @@ package final class RawConnection: Sendable {
         self.recording = recording
     }
 
-    package static func connect(port: Int, host: String = "127.0.0.1") async throws -> RawConnection {
+    public static func connect(port: Int, host: String = "127.0.0.1") async throws -> RawConnection {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             .connect(host: host, port: port).get()
@@ -33,18 +33,18 @@ package final class RawConnection: Sendable {
     }
 
     /// How a connection made by `connect(port:host:options:)` receives.
-    package struct Options: Sendable {
+    public struct Options: Sendable {
         /// SO_RCVBUF, set before connecting (Linux doubles it and has a floor): with a small one and `reads` off, a
         /// server's writes stall once a few KB are in flight.
-        package var receiveBuffer: Int?
+        public var receiveBuffer: Int?
         /// false: nothing is read until asked (`waitReceived`, `startReading`), so the server's bytes pile up in the
         /// socket buffers: a client that never reads.
-        package var reads: Bool
+        public var reads: Bool
         /// The first bytes kept in `received`; every byte is counted (`receivedCount`) and the last ones kept
         /// (`receivedTail`).
-        package var keep: Int
+        public var keep: Int
 
-        package init(receiveBuffer: Int? = nil, reads: Bool = true, keep: Int = 64 * 1024) {
+        public init(receiveBuffer: Int? = nil, reads: Bool = true, keep: Int = 64 * 1024) {
             self.receiveBuffer = receiveBuffer
             self.reads = reads
             self.keep = keep
@@ -52,7 +52,7 @@ package final class RawConnection: Sendable {
     }
 
     /// A connection that keeps what the server sends it (`received`), reading as `options` say.
-    package static func connect(port: Int, host: String = "127.0.0.1", options: Options) async throws -> RawConnection {
+    public static func connect(port: Int, host: String = "127.0.0.1", options: Options) async throws -> RawConnection {
         let recording = Recording(keep: options.keep)
         var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -69,15 +69,15 @@ package final class RawConnection: Sendable {
         return RawConnection(channel: channel, recording: recording)
     }
 
-    package func send(_ text: String) async throws {
+    public func send(_ text: String) async throws {
         try await channel.writeAndFlush(ByteBuffer(string: text)).get()
     }
 
     /// Whether the server closed the connection (NIO closes the channel on the server's FIN or reset).
-    package var isClosed: Bool { !channel.isActive }
+    public var isClosed: Bool { !channel.isActive }
 
     /// Waits up to `timeout` for the server to close; returns whether it did.
-    package func waitClosed(timeout: Duration) async -> Bool {
+    public func waitClosed(timeout: Duration) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if isClosed { return true }
@@ -86,11 +86,11 @@ package final class RawConnection: Sendable {
         return isClosed
     }
 
-    package func close() async { try? await channel.close().get() }
+    public func close() async { try? await channel.close().get() }
 
     /// Ends the connection with a reset (SO_LINGER on, with a linger of 0, then close): the server sees an RST, as from
     /// a peer that vanished, not a FIN.
-    package func reset() async {
+    public func reset() async {
         if let sockets = channel as? any SocketOptionProvider {
             try? await sockets.setSoLinger(linger(l_onoff: 1, l_linger: 0)).get()
         }
@@ -99,13 +99,13 @@ package final class RawConnection: Sendable {
 
     /// Reads from now on whatever arrives (for a connection made with `reads` off): its buffers drain, and a close the
     /// server queued behind the bytes it had sent is seen.
-    package func startReading() async {
+    public func startReading() async {
         try? await channel.setOption(.autoRead, value: true).get()
     }
 
     /// Waits up to `timeout` until `condition` holds, asking for reads meanwhile (for a connection made with `reads`
     /// off, each wait reads what the socket holds, a buffer at a time); returns whether it held.
-    package func waitReceived(timeout: Duration, until condition: (RawConnection) -> Bool) async -> Bool {
+    public func waitReceived(timeout: Duration, until condition: (RawConnection) -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if condition(self) { return true }
@@ -117,22 +117,22 @@ package final class RawConnection: Sendable {
 
     /// The first bytes the server sent (`Options.keep` of them), as text; empty for a connection made without
     /// `Options`.
-    package var received: String {
+    public var received: String {
         guard let recording else { return "" }
         return String(decoding: recording.state.withLockedValue { $0.head }, as: UTF8.self)
     }
 
     /// The last bytes the server sent (up to 256), as text.
-    package var receivedTail: String {
+    public var receivedTail: String {
         guard let recording else { return "" }
         return String(decoding: recording.state.withLockedValue { $0.tail }, as: UTF8.self)
     }
 
     /// How many bytes the server sent in all.
-    package var receivedCount: Int { recording?.state.withLockedValue { $0.count } ?? 0 }
+    public var receivedCount: Int { recording?.state.withLockedValue { $0.count } ?? 0 }
 
     /// The status code of the response the server began with (its status line arrived), else nil.
-    package var receivedStatus: Int? {
+    public var receivedStatus: Int? {
         guard let recording else { return nil }
         let line = String(decoding: recording.state.withLockedValue { $0.head.prefix(16) }, as: UTF8.self)
         let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
@@ -141,7 +141,7 @@ package final class RawConnection: Sendable {
     }
 
     /// When the connection was seen closed (by either side), for a connection made with `Options`.
-    package var closedAt: ContinuousClock.Instant? { recording?.state.withLockedValue { $0.closedAt } }
+    public var closedAt: ContinuousClock.Instant? { recording?.state.withLockedValue { $0.closedAt } }
 }
 
 /// What the server sent a `RawConnection`.

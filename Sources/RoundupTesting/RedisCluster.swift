@@ -1,21 +1,21 @@
-package import Foundation
+public import Foundation
 import Logging
-package import NIOCore
+public import NIOCore
 import NIOPosix
-package import RoundupRedis
+public import RoundupRedis
 
 /// A real Redis Cluster on loopback for one test or benchmark: `masters` primaries with `replicasPerMaster` replicas
 /// each (`redis-server --cluster-enabled yes`, created with `redis-cli --cluster create`), each node with its own
 /// directory and append-only file, so a replica promoted after its primary was killed keeps what it had received.
-package final class RedisCluster: @unchecked Sendable {
+public final class RedisCluster: @unchecked Sendable {
     // @unchecked: `processes` changes only in start/crash/restart, which tests call from one task.
-    package let ports: [Int]
-    package let directory: URL
-    package let nodeTimeout: Duration
-    package let replicasPerMaster: Int
+    public let ports: [Int]
+    public let directory: URL
+    public let nodeTimeout: Duration
+    public let replicasPerMaster: Int
     private var processes: [Int: ManagedProcess] = [:]
 
-    package init(masters: Int = 3, replicasPerMaster: Int = 1, nodeTimeout: Duration = .seconds(3)) async throws {
+    public init(masters: Int = 3, replicasPerMaster: Int = 1, nodeTimeout: Duration = .seconds(3)) async throws {
         self.directory = try TestSupport.temporaryDirectory("redis-cluster")
         self.nodeTimeout = nodeTimeout
         self.replicasPerMaster = replicasPerMaster
@@ -36,9 +36,9 @@ package final class RedisCluster: @unchecked Sendable {
     }
 
     /// The seed URL the server's processes take with `ROUNDUP_REDIS_CLUSTER=true` (three of the nodes).
-    package var url: String { "redis://" + ports.prefix(3).map { "127.0.0.1:\($0)" }.joined(separator: ",") }
+    public var url: String { "redis://" + ports.prefix(3).map { "127.0.0.1:\($0)" }.joined(separator: ",") }
 
-    package func configuration(poolSize: Int = 2, commandTimeout: TimeAmount = .seconds(2)) throws -> RedisConfiguration {
+    public func configuration(poolSize: Int = 2, commandTimeout: TimeAmount = .seconds(2)) throws -> RedisConfiguration {
         var configuration = try RedisConfiguration(url: url, cluster: true)
         configuration.poolSize = poolSize
         configuration.commandTimeout = commandTimeout
@@ -65,7 +65,7 @@ package final class RedisCluster: @unchecked Sendable {
 
     /// One command to one node (not routed), its reply.
     @discardableResult
-    package func send(_ port: Int, _ name: String, _ arguments: RedisArgument..., timeout: TimeAmount = .seconds(2)) async throws -> RedisValue {
+    public func send(_ port: Int, _ name: String, _ arguments: RedisArgument..., timeout: TimeAmount = .seconds(2)) async throws -> RedisValue {
         let client = RedisClient(
             configuration: RedisConfiguration(port: port, poolSize: 1, connectTimeout: .milliseconds(500)), logger: Self.quiet)
         defer { Task { await client.shutdown() } }
@@ -73,10 +73,10 @@ package final class RedisCluster: @unchecked Sendable {
     }
 
     /// The nodes that run now.
-    package var running: [Int] { ports.filter { processes[$0]?.isRunning == true } }
+    public var running: [Int] { ports.filter { processes[$0]?.isRunning == true } }
 
     /// The primary serving `slot`, as a running node sees it.
-    package func primary(serving slot: RedisHashSlot) async throws -> Int {
+    public func primary(serving slot: RedisHashSlot) async throws -> Int {
         for port in running {
             guard let reply = try? await send(port, "CLUSTER", "SHARDS"),
                 let topology = RedisClusterTopology(shardsReply: reply, host: "127.0.0.1"),
@@ -96,7 +96,7 @@ package final class RedisCluster: @unchecked Sendable {
 
     /// Every running node says `cluster_state:ok`, every slot is served by a primary with all its replicas online, and
     /// `redis-cli --cluster check` agrees.
-    package func waitUntilHealthy(timeout: Duration = .seconds(60)) async throws {
+    public func waitUntilHealthy(timeout: Duration = .seconds(60)) async throws {
         let healthy = await TestSupport.eventually(timeout: timeout, interval: .milliseconds(200)) {
             for port in self.running {
                 guard let info = try? await self.send(port, "CLUSTER", "INFO").string, info.contains("cluster_state:ok") else { return false }
@@ -115,25 +115,25 @@ package final class RedisCluster: @unchecked Sendable {
     }
 
     /// SIGKILL, as a crash.
-    package func crash(_ port: Int) async {
+    public func crash(_ port: Int) async {
         processes[port]?.signal(SIGKILL)
         _ = await processes[port]?.wait(timeout: .seconds(10))
     }
 
     /// Sends `signal` to a node (SIGSTOP: it hangs, as a node whose machine stalls; SIGCONT: it goes on).
-    package func signal(_ port: Int, _ signal: Int32) {
+    public func signal(_ port: Int, _ signal: Int32) {
         processes[port]?.signal(signal)
     }
 
     /// Starts a node again (after `crash`), with its configuration and data.
-    package func restart(_ port: Int) async throws {
+    public func restart(_ port: Int) async throws {
         try await start(port)
     }
 
     /// Moves `slot` from its primary to `target`'s, with its keys, as `redis-cli --cluster reshard` does; `keysFirst`
     /// of them are moved before the pause (the slot is then half migrated: its other keys still on the source, where a
     /// command for a moved key is answered `ASK`).
-    package func migrate(slot: RedisHashSlot, to target: Int, pause: Duration = .zero, keysFirst: Int? = nil) async throws {
+    public func migrate(slot: RedisHashSlot, to target: Int, pause: Duration = .zero, keysFirst: Int? = nil) async throws {
         let source = try await primary(serving: slot)
         guard source != target else { return }
         let targetID = try await send(target, "CLUSTER", "MYID").string ?? ""
@@ -170,7 +170,7 @@ package final class RedisCluster: @unchecked Sendable {
         }
     }
 
-    package func stop() async {
+    public func stop() async {
         for process in processes.values { await process.stop(grace: .seconds(5)) }
         processes = [:]
     }
@@ -194,7 +194,7 @@ package final class RedisCluster: @unchecked Sendable {
 
 extension TestSupport {
     /// Whether nothing listens on loopback `port` now.
-    package static func isFree(port: Int) -> Bool {
+    public static func isFree(port: Int) -> Bool {
         guard let channel = try? ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).wait() else {
             return false
         }

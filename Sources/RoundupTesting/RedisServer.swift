@@ -1,17 +1,17 @@
-package import Foundation
+public import Foundation
 import NIOCore
 import RoundupRedis
 
 /// A real `redis-server` on a free loopback port, with no persistence, for one test or benchmark.
-package final class RedisServer: @unchecked Sendable {
+public final class RedisServer: @unchecked Sendable {
     // @unchecked: `process` changes only in start/stop, which tests call from one task.
-    package private(set) var port: Int
-    package let directory: URL
-    package let extraArguments: [String]
-    package let tlsPort: Int?
+    public private(set) var port: Int
+    public let directory: URL
+    public let extraArguments: [String]
+    public let tlsPort: Int?
     private var process: ManagedProcess?
 
-    package init(extraArguments: [String] = [], tlsPort: Int? = nil) async throws {
+    public init(extraArguments: [String] = [], tlsPort: Int? = nil) async throws {
         self.port = try TestSupport.freePort()
         self.directory = try TestSupport.temporaryDirectory("redis")
         self.extraArguments = extraArguments
@@ -31,9 +31,9 @@ package final class RedisServer: @unchecked Sendable {
         }
     }
 
-    package var url: String { "redis://127.0.0.1:\(port)/0" }
+    public var url: String { "redis://127.0.0.1:\(port)/0" }
 
-    package func start() async throws {
+    public func start() async throws {
         let executable = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
         guard let executable else { throw RedisClientError(.connectionFailed, "redis-server is not installed") }
         process = try ManagedProcess(
@@ -57,13 +57,13 @@ package final class RedisServer: @unchecked Sendable {
     }
 
     /// SIGKILL, as a crash: no AOF rewrite or flush on the way out.
-    package func crash() async {
+    public func crash() async {
         process?.signal(SIGKILL)
         _ = await process?.wait(timeout: .seconds(10))
         process = nil
     }
 
-    package func stop() async {
+    public func stop() async {
         await process?.stop()
         process = nil
     }

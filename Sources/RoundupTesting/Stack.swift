@@ -1,51 +1,51 @@
-package import AsyncHTTPClient
-package import Foundation
+public import AsyncHTTPClient
+public import Foundation
 import NIOCore
-package import NIOHTTP1
-package import RoundupCore
-package import RoundupRedis
+public import NIOHTTP1
+public import RoundupCore
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
+public import RoundupStore
+public import RoundupStreams
 
 /// The real executables over loopback, for end-to-end tests and benchmarks: a Redis (shared via
 /// `ROUNDUP_TEST_REDIS_URL` with a prefix of its own, or a private redis-server), a fake Trello,
 /// a new store of the back end asked for, `roundup-ingress` and any number of `roundup-worker` processes.
-package final class Stack: @unchecked Sendable {
+public final class Stack: @unchecked Sendable {
     // @unchecked: processes are started and stopped from the one test task that owns the stack.
-    package let redisURL: String
+    public let redisURL: String
     /// Whether `redisURL` names a Redis Cluster (`ROUNDUP_REDIS_CLUSTER=true` for every process).
-    package let redisCluster: Bool
-    package let privateRedis: RedisServer?
-    package let prefix: String
-    package let keys: RedisKeys
-    package let redis: RedisClient
-    package let trello: FakeTrello
-    package let directory: URL
+    public let redisCluster: Bool
+    public let privateRedis: RedisServer?
+    public let prefix: String
+    public let keys: RedisKeys
+    public let redis: RedisClient
+    public let trello: FakeTrello
+    public let directory: URL
     /// The store's back end.
-    package let backend: StoreBackend
+    public let backend: StoreBackend
     /// The SQLite file when the back end is SQLite.
-    package let databasePath: String
+    public let databasePath: String
     /// `ROUNDUP_DATABASE_URL` of every process of this stack: that file, or a database of its own on the test server.
-    package let databaseURL: String
+    public let databaseURL: String
     private var openedStore: (any ServerStore)?
     /// Trello calls the ingress at this URL: the real ingress on loopback, so the fake Trello's HEAD check reaches it.
-    package var publicURL: String { "http://127.0.0.1:\(ingressPort)" }
+    public var publicURL: String { "http://127.0.0.1:\(ingressPort)" }
     /// Created last in `init`, so a failed set-up never drops a client that was not shut down.
-    package let http: HTTPClient
-    package private(set) var ingress: ManagedProcess?
-    package let ingressPort: Int
-    package private(set) var api: ManagedProcess?
-    package private(set) var apiPort = 0
+    public let http: HTTPClient
+    public private(set) var ingress: ManagedProcess?
+    public let ingressPort: Int
+    public private(set) var api: ManagedProcess?
+    public private(set) var apiPort = 0
     /// Every API process started, with its port (`apiPort` is the latest).
-    package private(set) var apis: [(process: ManagedProcess, port: Int)] = []
-    package private(set) var workers: [ManagedProcess] = []
+    public private(set) var apis: [(process: ManagedProcess, port: Int)] = []
+    public private(set) var workers: [ManagedProcess] = []
     /// Each worker's /healthz and /metrics port, by worker name.
-    package private(set) var workerPorts: [String: Int] = [:]
+    public private(set) var workerPorts: [String: Int] = [:]
 
     /// A stack on a new store of `backend` (SQLite for a test that is not about the store). `redisArguments` (e.g.
     /// AOF settings) imply a private redis-server; `cluster` puts the stack on that Redis Cluster instead.
-    package init(
+    public init(
         store backend: StoreBackend = .sqlite, privateRedis wantsPrivate: Bool = false, redisArguments: [String] = [], cluster: RedisCluster? = nil
     ) async throws {
         self.backend = backend
@@ -81,7 +81,7 @@ package final class Stack: @unchecked Sendable {
         http = HTTPClient(eventLoopGroupProvider: .singleton)
     }
 
-    package var environment: [String: String] {
+    public var environment: [String: String] {
         [
             "ROUNDUP_REDIS_URL": redisURL, "ROUNDUP_REDIS_CLUSTER": redisCluster ? "true" : "false", "ROUNDUP_REDIS_PREFIX": prefix,
             "ROUNDUP_DATABASE_URL": databaseURL,
@@ -104,7 +104,7 @@ package final class Stack: @unchecked Sendable {
         return process
     }
 
-    package func startIngress(extra: [String: String] = [:]) async throws {
+    public func startIngress(extra: [String: String] = [:]) async throws {
         _ = try await launch(
             "roundup-ingress", name: "ingress-\(ingressPort)", port: ingressPort, settings: ["ROUNDUP_INGRESS_PORT": String(ingressPort)],
             extra: extra
@@ -112,7 +112,7 @@ package final class Stack: @unchecked Sendable {
     }
 
     /// Starts a roundup-api on `port` (one that a stopped API used, say), else on a free one; `apiPort` names it.
-    package func startAPI(bootstrapToken: String?, extra: [String: String] = [:], port: Int? = nil) async throws {
+    public func startAPI(bootstrapToken: String?, extra: [String: String] = [:], port: Int? = nil) async throws {
         let port = try port ?? TestSupport.freePort()
         apiPort = port
         var settings = ["ROUNDUP_API_PORT": String(port)]
@@ -124,7 +124,7 @@ package final class Stack: @unchecked Sendable {
     }
 
     /// A request to roundup-api; `body` is sent as JSON unless `contentType` says otherwise.
-    package func callAPI(
+    public func callAPI(
         _ method: HTTPMethod, _ path: String, token: String?, body: String? = nil, contentType: String? = "application/json",
         headers extra: [String: String] = [:], port: Int? = nil
     ) async throws -> Response {
@@ -142,7 +142,7 @@ package final class Stack: @unchecked Sendable {
     }
 
     @discardableResult
-    package func startWorker(name: String, extra: [String: String] = [:]) async throws -> ManagedProcess {
+    public func startWorker(name: String, extra: [String: String] = [:]) async throws -> ManagedProcess {
         let port = try TestSupport.freePort()
         return try await launch(
             "roundup-worker", name: "worker-\(name)", port: port,
@@ -153,13 +153,13 @@ package final class Stack: @unchecked Sendable {
         }
     }
 
-    package private(set) var pushers: [ManagedProcess] = []
+    public private(set) var pushers: [ManagedProcess] = []
     /// Each pusher's /healthz and /metrics port, by name.
-    package private(set) var pusherPorts: [String: Int] = [:]
+    public private(set) var pusherPorts: [String: Int] = [:]
 
     /// Starts `roundup-pusher` against a fake APNs (both production and sandbox URLs point at it).
     @discardableResult
-    package func startPusher(apns: FakeAPNs, name: String = "p1", extra: [String: String] = [:]) async throws -> ManagedProcess {
+    public func startPusher(apns: FakeAPNs, name: String = "p1", extra: [String: String] = [:]) async throws -> ManagedProcess {
         let port = try TestSupport.freePort()
         let settings = [
             "ROUNDUP_PUSHER_PORT": String(port), "ROUNDUP_WORKER_NAME": name, "ROUNDUP_APNS_KEY_FILE": apns.keyFile,
@@ -172,20 +172,20 @@ package final class Stack: @unchecked Sendable {
         }
     }
 
-    package struct Response: Sendable {
-        package var status: HTTPResponseStatus
-        package var body: String
+    public struct Response: Sendable {
+        public var status: HTTPResponseStatus
+        public var body: String
 
         /// The body parsed as JSON (`.null` when it is not JSON).
-        package var json: JSONValue { (try? JSONParser.parse(Array(body.utf8))) ?? .null }
+        public var json: JSONValue { (try? JSONParser.parse(Array(body.utf8))) ?? .null }
     }
 
-    package func get(_ path: String) async throws -> Response {
+    public func get(_ path: String) async throws -> Response {
         try await request(.GET, path, body: nil, headers: [:])
     }
 
     /// GET from any local port (a worker's /metrics, say).
-    package func get(port: Int, _ path: String) async throws -> Response {
+    public func get(port: Int, _ path: String) async throws -> Response {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
         request.method = .GET
         let response = try await http.execute(request, timeout: .seconds(10))
@@ -193,7 +193,7 @@ package final class Stack: @unchecked Sendable {
     }
 
     /// Every log line the stack's processes wrote.
-    package var allLogs: String {
+    public var allLogs: String {
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
         return files.filter { $0.hasSuffix(".log") }.compactMap {
             try? String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8)
@@ -204,13 +204,13 @@ package final class Stack: @unchecked Sendable {
     /// The account's own webhook path, callback token and all, as the API and reconciliation register it; the token
     /// is published for the ingress (as the API does when it pairs a list), so tests that seed the store directly
     /// can post to it too.
-    package func webhookPath(account: String) async throws -> String {
+    public func webhookPath(account: String) async throws -> String {
         guard let token = try await store().account(id: account)?.webhookToken else { throw StackError("account \(account) has no callback token") }
         _ = try await redis.send("HSET", RedisArgument(keys.webhookTokens), RedisArgument(account), RedisArgument(token))
         return WebhookCallback.path(account: account, token: token)
     }
 
-    package func postWebhook(path: String, body: [UInt8], secret: String?, signatureOverride: String? = nil) async throws -> Response {
+    public func postWebhook(path: String, body: [UInt8], secret: String?, signatureOverride: String? = nil) async throws -> Response {
         var headers: [String: String] = ["content-type": "application/json"]
         if let signatureOverride {
             headers["x-trello-webhook"] = signatureOverride
@@ -220,7 +220,7 @@ package final class Stack: @unchecked Sendable {
         return try await request(.POST, path, body: body, headers: headers)
     }
 
-    package func request(_ method: HTTPMethod, _ path: String, body: [UInt8]?, headers: [String: String]) async throws -> Response {
+    public func request(_ method: HTTPMethod, _ path: String, body: [UInt8]?, headers: [String: String]) async throws -> Response {
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(ingressPort)\(path)")
         request.method = method
         for (k, v) in headers { request.headers.add(name: k, value: v) }
@@ -230,7 +230,7 @@ package final class Stack: @unchecked Sendable {
         return Response(status: response.status, body: String(buffer: text))
     }
 
-    package func streamLength() async throws -> Int {
+    public func streamLength() async throws -> Int {
         try await redis.length(of: .webhooks, keys: keys)
     }
 
@@ -259,14 +259,14 @@ package final class Stack: @unchecked Sendable {
     }
 
     /// The stack's store, opened (and migrated) once, as its processes see it.
-    package func store() async throws -> any ServerStore {
+    public func store() async throws -> any ServerStore {
         if let openedStore { return openedStore }
         let store = try await TestStore.open(url: databaseURL)
         openedStore = store
         return store
     }
 
-    package func shutdown() async {
+    public func shutdown() async {
         isShutDown = true
         if redisCluster { reportCrossSlot() }
         if let openedStore { await TestStore.close(openedStore) }
@@ -281,15 +281,15 @@ package final class Stack: @unchecked Sendable {
     }
 }
 
-package struct StackError: Error, CustomStringConvertible {
-    package var description: String
-    package init(_ description: String) { self.description = description }
+public struct StackError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Webhook bodies shaped like Trello's, for tests and benchmarks.
-package enum WebhookBodies {
+public enum WebhookBodies {
     /// A list-model webhook body for a card action, padded with a realistic board/list/member payload.
-    package static func body(
+    public static func body(
         type: String, actionID: String, cardID: String, listID: String, boardID: String,
         card extra: [String: JSONValue] = [:], old: [String: JSONValue]? = nil, date: String = "2026-11-22T10:00:00.000Z",
         padding: Int = 0

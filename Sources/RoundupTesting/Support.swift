@@ -1,11 +1,11 @@
-package import Foundation
+public import Foundation
 import NIOCore
 import NIOPosix
 
 /// Helpers for tests and benchmarks that run the real pieces: processes, ports, paths.
-package enum TestSupport {
+public enum TestSupport {
     /// A loopback TCP port nothing listens on right now (a bind to it succeeded and was released).
-    package static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         // Chosen below the kernel's ephemeral range: a port from that range can be handed to any outgoing connection
         // (the tests' own HTTP, Redis and PostgreSQL clients) between this choice and the server's bind, which then
         // fails with "Address already in use" (seen in CI); connect() never assigns a port below the range.
@@ -42,7 +42,7 @@ package enum TestSupport {
     }()
 
     /// Where `swift build` put the executables: `ROUNDUP_BIN_DIR`, else beside the running test binary.
-    package static var binDirectory: URL {
+    public static var binDirectory: URL {
         if let dir = ProcessInfo.processInfo.environment["ROUNDUP_BIN_DIR"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
         var url = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
         // Inside an .xctest bundle on some platforms: climb out of it.
@@ -51,25 +51,25 @@ package enum TestSupport {
     }
 
     /// The repository's root (for fixtures): `ROUNDUP_SOURCE_ROOT`, else found from this file's path.
-    package static var sourceRoot: URL {
+    public static var sourceRoot: URL {
         if let dir = ProcessInfo.processInfo.environment["ROUNDUP_SOURCE_ROOT"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
         return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     }
 
     /// `../shared/trello-fixtures` beside the repository, or `ROUNDUP_FIXTURES`.
-    package static var fixturesDirectory: URL {
+    public static var fixturesDirectory: URL {
         if let dir = ProcessInfo.processInfo.environment["ROUNDUP_FIXTURES"], !dir.isEmpty { return URL(fileURLWithPath: dir) }
         return sourceRoot.deletingLastPathComponent().appendingPathComponent("shared/trello-fixtures")
     }
 
-    package static func temporaryDirectory(_ name: String) throws -> URL {
+    public static func temporaryDirectory(_ name: String) throws -> URL {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("roundup-\(name)-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         return url
     }
 
     /// Polls until the condition holds or the time is up.
-    package static func eventually(
+    public static func eventually(
         timeout: Duration = .seconds(20), interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool
     ) async rethrows -> Bool {
         let deadline = ContinuousClock.now + timeout
@@ -84,17 +84,17 @@ package enum TestSupport {
 /// A child process with its output in a log file; killed when stopped or released.
 /// Spawned with posix_spawn and an empty signal mask: a test runner's threads may block SIGTERM, and a
 /// child inheriting that mask would never see the SIGTERM a graceful-shutdown test sends it.
-package final class ManagedProcess: @unchecked Sendable {
+public final class ManagedProcess: @unchecked Sendable {
     // @unchecked: the mutable exit status is guarded by `lock`.
-    package let pid: pid_t
-    package let logFile: URL
-    package let name: String
+    public let pid: pid_t
+    public let logFile: URL
+    public let name: String
     private let lock = NSLock()
     private var status: Int32?
 
     /// `descriptors` are open in the child under other numbers (this process's descriptor → the child's): a pipe to
     /// talk to it beside its standard streams.
-    package init(
+    public init(
         name: String, executable: URL, arguments: [String] = [], environment: [String: String] = [:], logDirectory: URL,
         descriptors: [(parent: Int32, child: Int32)] = []
     ) throws {
@@ -140,7 +140,7 @@ package final class ManagedProcess: @unchecked Sendable {
     }
 
     /// The exit status (or 128 + signal), once the process has ended.
-    package var exitCode: Int32? {
+    public var exitCode: Int32? {
         lock.withLock {
             if status != nil { return status }
             var raw: Int32 = 0
@@ -152,15 +152,15 @@ package final class ManagedProcess: @unchecked Sendable {
         }
     }
 
-    package var isRunning: Bool { exitCode == nil }
+    public var isRunning: Bool { exitCode == nil }
 
-    package func signal(_ signal: Int32) {
+    public func signal(_ signal: Int32) {
         if isRunning { kill(pid, signal) }
     }
 
     /// Waits for the process to exit, up to the timeout; returns its exit status.
     @discardableResult
-    package func wait(timeout: Duration = .seconds(20)) async -> Int32? {
+    public func wait(timeout: Duration = .seconds(20)) async -> Int32? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if let code = exitCode { return code }
@@ -170,13 +170,13 @@ package final class ManagedProcess: @unchecked Sendable {
     }
 
     /// SIGTERM, then SIGKILL if the process has not exited within `grace`.
-    package func stop(grace: Duration = .seconds(10)) async {
+    public func stop(grace: Duration = .seconds(10)) async {
         signal(SIGTERM)
         if await wait(timeout: grace) == nil { signal(SIGKILL) }
         _ = await wait(timeout: .seconds(5))
     }
 
-    package var output: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
+    public var output: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
 
     deinit {
         if exitCode == nil {
@@ -190,7 +190,7 @@ package final class ManagedProcess: @unchecked Sendable {
 extension TestSupport {
     /// A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost, made with openssl in `directory`:
     /// `ca.crt`, `server.crt`, `server.key`.
-    package static func makeTestCertificates(in directory: URL, name: String) throws {
+    public static func makeTestCertificates(in directory: URL, name: String) throws {
         let script = """
             set -e; cd '\(directory.path)'
             openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=\(name)-ca 2>/dev/null

@@ -1,16 +1,16 @@
 import Foundation
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
+public import RoundupStreams
 
 /// A Redis for a test that talks to it directly: the suite's (`ROUNDUP_TEST_REDIS_URL`) or, without one or when
 /// `private` is asked, a redis-server of its own; keys under a prefix of the test's own.
-package struct TestRedis: Sendable {
-    package let client: RedisClient
-    package let keys: RedisKeys
-    package let server: RedisServer?
+public struct TestRedis: Sendable {
+    public let client: RedisClient
+    public let keys: RedisKeys
+    public let server: RedisServer?
 
-    package static func make(private wanted: Bool = false) async throws -> TestRedis {
+    public static func make(private wanted: Bool = false) async throws -> TestRedis {
         var server: RedisServer?
         let url: String
         if !wanted, let shared = ProcessInfo.processInfo.environment["ROUNDUP_TEST_REDIS_URL"], !shared.isEmpty {
@@ -24,7 +24,7 @@ package struct TestRedis: Sendable {
         return TestRedis(client: client, keys: RedisKeys(prefix: "t\(UUID().uuidString.prefix(8).lowercased()):"), server: server)
     }
 
-    package func shutdown() async {
+    public func shutdown() async {
         await client.shutdown()
         await server?.stop()
     }

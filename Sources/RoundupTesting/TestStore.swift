@@ -1,34 +1,34 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import NIOConcurrencyHelpers
 import PostgresNIO
 import RoundupCore
 import RoundupDatabase
-package import RoundupRuntime
-package import RoundupStore
+public import RoundupRuntime
+public import RoundupStore
 import ServiceLifecycle
 
 /// A store back end a test runs on: `@Test(arguments: StoreBackend.available) func name(backend: StoreBackend)`, and
 /// the test passes `backend` to `Stack(store:)`, `TestStore.make` or `InProcessAPI.run`. Swift Testing prints the
 /// argument, so a failure names the store.
-package enum StoreBackend: String, Sendable, CaseIterable, CustomStringConvertible {
+public enum StoreBackend: String, Sendable, CaseIterable, CustomStringConvertible {
     case sqlite
     case postgres
 
     /// SQLite always; PostgreSQL when `ROUNDUP_TEST_POSTGRES_URL` names a server whose `postgres` database may create
     /// databases (`scripts/test` starts one and sets it). Without it every store test still runs on SQLite.
-    package static var available: [StoreBackend] {
+    public static var available: [StoreBackend] {
         guard let url = ProcessInfo.processInfo.environment["ROUNDUP_TEST_POSTGRES_URL"], !url.isEmpty else { return [.sqlite] }
         return [.sqlite, .postgres]
     }
 
-    package var description: String { rawValue }
+    public var description: String { rawValue }
 }
 
 /// New, empty, migrated stores of a back end, as the processes open them.
-package enum TestStore {
+public enum TestStore {
     /// `ROUNDUP_DATABASE_URL` for a new, empty store: a file in `directory`, or a new database on the test server.
-    package static func makeURL(_ backend: StoreBackend, in directory: URL) async throws -> String {
+    public static func makeURL(_ backend: StoreBackend, in directory: URL) async throws -> String {
         guard backend == .postgres else { return "sqlite:" + directory.appendingPathComponent("roundup.sqlite").path }
         guard let admin = ProcessInfo.processInfo.environment["ROUNDUP_TEST_POSTGRES_URL"], !admin.isEmpty else {
             throw StackError("the postgres back end needs ROUNDUP_TEST_POSTGRES_URL (scripts/test sets it)")
@@ -50,7 +50,7 @@ package enum TestStore {
     }
 
     /// Opens and migrates the store at `url`, as the processes do.
-    package static func open(url: String) async throws -> any ServerStore {
+    public static func open(url: String) async throws -> any ServerStore {
         var environment = ProcessInfo.processInfo.environment
         environment["ROUNDUP_DATABASE_URL"] = url
         environment["ROUNDUP_DATABASE_POOL_SIZE"] = "4"
@@ -61,7 +61,7 @@ package enum TestStore {
 
     /// Makes and migrates the store as the processes do; its service (PostgreSQL's pool), which a process runs in its
     /// ServiceGroup, runs here in a task of the test's until `close(_:)`.
-    package static func open(configuration: RoundupConfiguration, logger: Logger) async throws -> any ServerStore {
+    public static func open(configuration: RoundupConfiguration, logger: Logger) async throws -> any ServerStore {
         let store = try await Stores.make(configuration: configuration, logger: logger)
         if let service = store.service {
             running.withLockedValue { $0[ObjectIdentifier(store as AnyObject)] = Task { try? await service.run() } }
@@ -76,7 +76,7 @@ package enum TestStore {
     }
 
     /// Stops the store's service (closes PostgreSQL's connections); nothing for SQLite.
-    package static func close(_ store: any ServerStore) async {
+    public static func close(_ store: any ServerStore) async {
         guard let task = running.withLockedValue({ $0.removeValue(forKey: ObjectIdentifier(store as AnyObject)) }) else { return }
         task.cancel()
         await task.value
@@ -85,13 +85,13 @@ package enum TestStore {
     private static let running = NIOLockedValueBox<[ObjectIdentifier: Task<Void, Never>]>([:])
 
     /// A new empty store of `backend`, with its URL.
-    package static func make(_ backend: StoreBackend, _ name: String = "store") async throws -> (store: any ServerStore, url: String) {
+    public static func make(_ backend: StoreBackend, _ name: String = "store") async throws -> (store: any ServerStore, url: String) {
         let url = try await makeURL(backend, in: try TestSupport.temporaryDirectory(name))
         return (try await open(url: url), url)
     }
 
     /// Stops and starts the test server (`ROUNDUP_TEST_PG_CTL` is a script scripts/test writes).
-    package static func postgresControl(_ action: String) async throws {
+    public static func postgresControl(_ action: String) async throws {
         guard let control = ProcessInfo.processInfo.environment["ROUNDUP_TEST_PG_CTL"], !control.isEmpty else {
             throw StackError("ROUNDUP_TEST_PG_CTL is not set (scripts/test sets it)")
         }

@@ -1,16 +1,16 @@
-package import AsyncHTTPClient
+public import AsyncHTTPClient
 import Foundation
-package import Logging
+public import Logging
 import Metrics
-package import NIOCore
-package import NIOHTTP1
-package import RoundupCore
+public import NIOCore
+public import NIOHTTP1
+public import RoundupCore
 import Tracing
 
-package struct TrelloError: Error, Sendable, CustomStringConvertible {
+public struct TrelloError: Error, Sendable, CustomStringConvertible {
     /// What failed, read once from Trello's status and answer where they arrive (`TrelloClient`); callers switch over
     /// it and never read the message's text.
-    package enum Kind: Sendable, Hashable {
+    public enum Kind: Sendable, Hashable {
         /// 401 about the token (`invalid token`, `expired token`): the user revoked it or it expired.
         case tokenRejected
         /// 401 or 403 otherwise: the API key, or a permission the token lacks.
@@ -28,7 +28,7 @@ package struct TrelloError: Error, Sendable, CustomStringConvertible {
         case badReply
 
         /// The kind an answer with `status` is, `body` telling the 401s and 400s apart.
-        package static func answer(status: Int, body: String) -> Kind {
+        public static func answer(status: Int, body: String) -> Kind {
             let text = body.lowercased()
             switch status {
             case 401 where text.contains("token"): return .tokenRejected
@@ -50,14 +50,14 @@ package struct TrelloError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    package var status: Int?
-    package var message: String
-    package var kind: Kind
+    public var status: Int?
+    public var message: String
+    public var kind: Kind
     /// 429, 5xx, timeouts and lost connections: worth trying again later.
-    package var isTransient: Bool
-    package var retryAfter: TimeAmount?
+    public var isTransient: Bool
+    public var retryAfter: TimeAmount?
 
-    package init(status: Int?, message: String, isTransient: Bool, retryAfter: TimeAmount? = nil, kind: Kind? = nil) {
+    public init(status: Int?, message: String, isTransient: Bool, retryAfter: TimeAmount? = nil, kind: Kind? = nil) {
         self.status = status
         self.message = message
         self.isTransient = isTransient
@@ -66,9 +66,9 @@ package struct TrelloError: Error, Sendable, CustomStringConvertible {
     }
 
     /// The token or the key was refused: the account's credentials, not the request, are at fault.
-    package var isCredentialFailure: Bool { kind == .tokenRejected || kind == .credentialsRejected }
+    public var isCredentialFailure: Bool { kind == .tokenRejected || kind == .credentialsRejected }
 
-    package var description: String {
+    public var description: String {
         if let status { return "trello \(status): \(message)" }
         return "trello: \(message)"
     }
@@ -78,38 +78,38 @@ package struct TrelloError: Error, Sendable, CustomStringConvertible {
 /// up with `TrelloThrottled` instead of being sent. Unset, it waits as long as the limits say. A caller with other
 /// work to do sets it for its task: a worker's batch defers the cards of an account whose token is throttled instead of
 /// holding every other account's entries back while it waits.
-package enum TrelloWait {
-    @TaskLocal package static var limit: Duration?
+public enum TrelloWait {
+    @TaskLocal public static var limit: Duration?
 
     /// Whether a wait of `milliseconds` (after `waited` already) goes past the task's limit.
-    package static func exceeds(milliseconds: Int, waited: Int = 0) -> Bool {
+    public static func exceeds(milliseconds: Int, waited: Int = 0) -> Bool {
         guard let limit else { return false }
         return Duration.milliseconds(waited + milliseconds) > limit
     }
 }
 
 /// A request not sent because Trello's rate limits would have held it longer than `TrelloWait.limit`.
-package struct TrelloThrottled: Error, Sendable, CustomStringConvertible {
+public struct TrelloThrottled: Error, Sendable, CustomStringConvertible {
     /// How long the limits said to wait.
-    package var wait: Duration
+    public var wait: Duration
 
-    package init(wait: Duration) { self.wait = wait }
+    public init(wait: Duration) { self.wait = wait }
 
-    package var description: String { "trello rate limit: the token may send again in \(wait)" }
+    public var description: String { "trello rate limit: the token may send again in \(wait)" }
 }
 
 /// Where every process agrees how fast it may call Trello: a request waits in `acquire` until it fits the
 /// shared limits (or throws `TrelloThrottled` past `TrelloWait.limit`), and each answer's status and
 /// `x-rate-limit-*` headers are reported back.
-package protocol TrelloRequestGate: Sendable {
+public protocol TrelloRequestGate: Sendable {
     func acquire(_ credentials: TrelloCredentials) async throws
     func observe(_ credentials: TrelloCredentials, status: Int, headers: HTTPHeaders) async
 }
 
 /// Trello's REST API, with key+token auth in a header (never in the URL, so never in a log line),
 /// timeouts, shared rate limits (`gate`), and retries with exponential backoff and jitter on 429, 5xx and timeouts.
-package struct TrelloClient: Sendable {
-    package let baseURL: String
+public struct TrelloClient: Sendable {
+    public let baseURL: String
     let http: HTTPClient
     let timeout: TimeAmount
     let maxAttempts: Int
@@ -118,13 +118,13 @@ package struct TrelloClient: Sendable {
 
     /// A transport error without its associated values: AsyncHTTPClient's can quote the request's headers, and the
     /// Authorization header holds the account's key and token. This text reaches logs and API error bodies.
-    package static func describe(_ error: any Error) -> String {
+    public static func describe(_ error: any Error) -> String {
         let text = String(describing: error)
         guard error is HTTPClientError, let open = text.firstIndex(of: "(") else { return text }
         return String(text[..<open])
     }
 
-    package init(
+    public init(
         baseURL: String, http: HTTPClient, timeout: TimeAmount = .seconds(10), maxAttempts: Int = 3, gate: (any TrelloRequestGate)? = nil,
         logger: Logger
     ) {
@@ -137,14 +137,14 @@ package struct TrelloClient: Sendable {
     }
 
     /// The same client with another number of attempts (sync jobs retry at their own level).
-    package func with(maxAttempts: Int) -> TrelloClient {
+    public func with(maxAttempts: Int) -> TrelloClient {
         TrelloClient(baseURL: baseURL, http: http, timeout: timeout, maxAttempts: maxAttempts, gate: gate, logger: logger)
     }
 
     static let cardQuery = "fields=all&customFieldItems=true&checklists=all&attachments=true"
 
     /// The full card, or nil when Trello says it no longer exists.
-    package func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
+    public func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
         guard let value = try await get("/cards/\(Self.escape(id))?\(Self.cardQuery)", credentials: credentials, notFoundIsNil: true) else {
             return nil
         }
@@ -153,7 +153,7 @@ package struct TrelloClient: Sendable {
     }
 
     /// The id of the member the token belongs to (`GET /members/me`).
-    package func memberID(credentials: TrelloCredentials) async throws -> String {
+    public func memberID(credentials: TrelloCredentials) async throws -> String {
         guard let id = try await get("/members/me?fields=id", credentials: credentials, notFoundIsNil: false)?["id"]?.stringValue else {
             throw TrelloError(status: 200, message: "the member reply has no id", isTransient: false)
         }
@@ -161,7 +161,7 @@ package struct TrelloClient: Sendable {
     }
 
     /// The board's Priority dropdown custom field, if it has one.
-    package func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? {
+    public func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField? {
         guard let fields = try await get("/boards/\(Self.escape(boardID))/customFields", credentials: credentials, notFoundIsNil: true)?.arrayValue
         else {
             return nil
@@ -183,7 +183,7 @@ package struct TrelloClient: Sendable {
 
     /// Registers a webhook. Trello first checks the callback URL with a HEAD request and refuses unless it answers 200.
     /// Returns the webhook's id.
-    package func createWebhook(callbackURL: String, modelID: String, description: String, credentials: TrelloCredentials) async throws -> String {
+    public func createWebhook(callbackURL: String, modelID: String, description: String, credentials: TrelloCredentials) async throws -> String {
         let body = JSONValue.object([
             "callbackURL": .string(callbackURL), "idModel": .string(modelID), "description": .string(description),
         ])
@@ -195,19 +195,19 @@ package struct TrelloClient: Sendable {
     }
 
     /// Deletes a webhook; one already gone counts as deleted.
-    package func deleteWebhook(id: String, credentials: TrelloCredentials) async throws {
+    public func deleteWebhook(id: String, credentials: TrelloCredentials) async throws {
         _ = try await send(.DELETE, "/webhooks/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
-    package struct WebhookInfo: Sendable, Equatable {
-        package var id: String
-        package var idModel: String
-        package var callbackURL: String
-        package var active: Bool
+    public struct WebhookInfo: Sendable, Equatable {
+        public var id: String
+        public var idModel: String
+        public var callbackURL: String
+        public var active: Bool
     }
 
     /// A webhook as Trello has it; nil when it no longer exists.
-    package func webhook(id: String, credentials: TrelloCredentials) async throws -> WebhookInfo? {
+    public func webhook(id: String, credentials: TrelloCredentials) async throws -> WebhookInfo? {
         guard let value = try await get("/webhooks/\(Self.escape(id))", credentials: credentials, notFoundIsNil: true) else { return nil }
         guard let hookID = value["id"]?.stringValue, let model = value["idModel"]?.stringValue, let callback = value["callbackURL"]?.stringValue
         else {
@@ -217,13 +217,13 @@ package struct TrelloClient: Sendable {
     }
 
     /// A list as Trello has it: its board, its name, whether it is archived.
-    package struct ListInfo: Sendable, Equatable {
-        package var id: String
-        package var boardID: String
-        package var name: String
-        package var closed: Bool
+    public struct ListInfo: Sendable, Equatable {
+        public var id: String
+        public var boardID: String
+        public var name: String
+        public var closed: Bool
 
-        package init(id: String, boardID: String, name: String, closed: Bool) {
+        public init(id: String, boardID: String, name: String, closed: Bool) {
             self.id = id
             self.boardID = boardID
             self.name = name
@@ -232,7 +232,7 @@ package struct TrelloClient: Sendable {
     }
 
     /// A list as Trello has it (`GET /lists/{id}?fields=idBoard,name,closed`); nil when Trello has no such list (404).
-    package func list(id: String, credentials: TrelloCredentials) async throws -> ListInfo? {
+    public func list(id: String, credentials: TrelloCredentials) async throws -> ListInfo? {
         guard let value = try await get("/lists/\(Self.escape(id))?fields=idBoard,name,closed", credentials: credentials, notFoundIsNil: true)
         else { return nil }
         guard let board = value["idBoard"]?.stringValue else {
@@ -246,7 +246,7 @@ package struct TrelloClient: Sendable {
 
     /// Creates a card (`attributes`: name, desc, due, start, dueComplete). Not retried after a timeout or a 5xx:
     /// Trello may have made the card, and the caller checks the list before trying again.
-    package func createCard(listID: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue] {
+    public func createCard(listID: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue] {
         var body = attributes
         body["idList"] = .string(listID)
         body["pos"] = .string("bottom")
@@ -257,18 +257,18 @@ package struct TrelloClient: Sendable {
     }
 
     /// Updates a card's attributes; nil when the card no longer exists.
-    package func updateCard(id: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
+    public func updateCard(id: String, attributes: [String: JSONValue], credentials: TrelloCredentials) async throws -> [String: JSONValue]? {
         try await send(.PUT, "/cards/\(Self.escape(id))", body: .object(attributes), credentials: credentials, notFoundIsNil: true)?.objectValue
     }
 
     /// Deletes a card for good; false when it was already gone.
-    package func deleteCard(id: String, credentials: TrelloCredentials) async throws -> Bool {
+    public func deleteCard(id: String, credentials: TrelloCredentials) async throws -> Bool {
         try await send(.DELETE, "/cards/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true) != nil
     }
 
     /// One page of a list's open cards, newest first; pass the last card's id as `before` for the next page.
     /// A list Trello no longer has answers 404: an error, never an empty list (which would read as every card gone).
-    package func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
+    public func openCards(listID: String, before: String?, limit: Int, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
         var path = "/lists/\(Self.escape(listID))/cards?filter=open&\(Self.cardQuery)&limit=\(limit)"
         if let before { path += "&before=\(Self.escape(before))" }
         guard let value = try await get(path, credentials: credentials, notFoundIsNil: true) else {
@@ -278,14 +278,14 @@ package struct TrelloClient: Sendable {
     }
 
     /// Sets (or, with nil, clears) a dropdown custom field of a card. Trello answers 400 for an unknown option id.
-    package func setCustomFieldOption(cardID: String, fieldID: String, optionID: String?, credentials: TrelloCredentials) async throws {
+    public func setCustomFieldOption(cardID: String, fieldID: String, optionID: String?, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .PUT, "/cards/\(Self.escape(cardID))/customField/\(Self.escape(fieldID))/item",
             body: .object(["idValue": .string(optionID ?? "")]), credentials: credentials)
     }
 
     /// Adds a link attachment (named `name`, else by Trello after the URL); returns it.
-    package func addURLAttachment(
+    public func addURLAttachment(
         cardID: String, url: String, name: String? = nil, credentials: TrelloCredentials
     ) async throws -> [String: JSONValue] {
         var body: [String: JSONValue] = ["url": .string(url)]
@@ -294,14 +294,14 @@ package struct TrelloClient: Sendable {
             .objectValue ?? [:]
     }
 
-    package func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentials) async throws {
+    public func deleteAttachment(cardID: String, attachmentID: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .DELETE, "/cards/\(Self.escape(cardID))/attachments/\(Self.escape(attachmentID))", body: nil, credentials: credentials,
             notFoundIsNil: true)
     }
 
     /// The board's labels, `{id, name, color}` each (`GET /boards/{id}/labels`).
-    package func boardLabels(boardID: String, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
+    public func boardLabels(boardID: String, credentials: TrelloCredentials) async throws -> [[String: JSONValue]] {
         guard
             let value = try await get(
                 "/boards/\(Self.escape(boardID))/labels?fields=id,name,color&limit=1000", credentials: credentials, notFoundIsNil: true)
@@ -312,7 +312,7 @@ package struct TrelloClient: Sendable {
     // MARK: Checklists
 
     /// Adds a checklist at the bottom of the card; returns it (`{id, name, checkItems}`).
-    package func createChecklist(cardID: String, name: String, credentials: TrelloCredentials) async throws -> [String: JSONValue] {
+    public func createChecklist(cardID: String, name: String, credentials: TrelloCredentials) async throws -> [String: JSONValue] {
         let reply = try await send(
             .POST, "/cards/\(Self.escape(cardID))/checklists", body: .object(["name": .string(name), "pos": "bottom"]), credentials: credentials,
             idempotent: false)
@@ -322,18 +322,18 @@ package struct TrelloClient: Sendable {
         return checklist
     }
 
-    package func renameChecklist(id: String, name: String, credentials: TrelloCredentials) async throws {
+    public func renameChecklist(id: String, name: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .PUT, "/checklists/\(Self.escape(id))", body: .object(["name": .string(name)]), credentials: credentials, notFoundIsNil: true)
     }
 
     /// Deletes a checklist with its items; one already gone counts as deleted.
-    package func deleteChecklist(id: String, credentials: TrelloCredentials) async throws {
+    public func deleteChecklist(id: String, credentials: TrelloCredentials) async throws {
         _ = try await send(.DELETE, "/checklists/\(Self.escape(id))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
 
     /// Adds an item at the bottom of a checklist; returns it (`{id, name, state, pos}`).
-    package func addCheckItem(
+    public func addCheckItem(
         checklistID: String, name: String, checked: Bool, credentials: TrelloCredentials
     ) async throws -> [String: JSONValue] {
         let reply = try await send(
@@ -346,7 +346,7 @@ package struct TrelloClient: Sendable {
     }
 
     /// Renames an item, ticks or unticks it (`state`: complete or incomplete); false when it no longer exists.
-    package func updateCheckItem(
+    public func updateCheckItem(
         cardID: String, itemID: String, name: String?, completed: Bool?, credentials: TrelloCredentials
     ) async throws -> Bool {
         var body: [String: JSONValue] = [:]
@@ -358,7 +358,7 @@ package struct TrelloClient: Sendable {
     }
 
     /// Deletes an item; one already gone counts as deleted.
-    package func deleteCheckItem(cardID: String, itemID: String, credentials: TrelloCredentials) async throws {
+    public func deleteCheckItem(cardID: String, itemID: String, credentials: TrelloCredentials) async throws {
         _ = try await send(
             .DELETE, "/cards/\(Self.escape(cardID))/checkItem/\(Self.escape(itemID))", body: nil, credentials: credentials, notFoundIsNil: true)
     }
@@ -367,7 +367,7 @@ package struct TrelloClient: Sendable {
 
     /// The HTTP client for Trello's API, its own spans off: `sendOnce` traces each request named by its route, without
     /// the query or the full URL the client's spans would carry.
-    package static func makeHTTPClient() -> HTTPClient {
+    public static func makeHTTPClient() -> HTTPClient {
         var configuration = HTTPClient.Configuration()
         configuration.tracing.tracer = nil
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
@@ -489,14 +489,14 @@ package struct TrelloClient: Sendable {
     /// The longest `Retry-After` honoured. Trello's own windows are 10 seconds (100 requests per token, 300 per key): a
     /// larger value, from Trello or a proxy in its place, is capped near them (and logged where it is obeyed,
     /// `RedisTrelloGate`), so one absurd header cannot stop an account's Trello work for long. It never overflows.
-    package static let maxRetryAfterSeconds = 60
+    public static let maxRetryAfterSeconds = 60
 
     /// A `Retry-After` header in whole seconds, clamped to 0...`maxRetryAfterSeconds`; nil when absent or not a number
     /// (an HTTP date counts as absent). Trello sends seconds.
-    package static func retryAfterSeconds(_ header: String?) -> Int? { retryAfter(header)?.seconds }
+    public static func retryAfterSeconds(_ header: String?) -> Int? { retryAfter(header)?.seconds }
 
     /// The same, and whether the header asked for more than `maxRetryAfterSeconds`.
-    package static func retryAfter(_ header: String?) -> (seconds: Int, capped: Bool)? {
+    public static func retryAfter(_ header: String?) -> (seconds: Int, capped: Bool)? {
         guard let text = header?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         let digits = text.hasPrefix("-") || text.hasPrefix("+") ? text.dropFirst() : Substring(text)
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
@@ -522,5 +522,5 @@ package struct TrelloClient: Sendable {
 /// Key and token, sent as Trello's OAuth-style Authorization header.
 extension TrelloCredentials {
     /// Trello's OAuth header: the key and token travel in it, never in a URL (so never in a log line).
-    package var authorizationHeader: String { "OAuth oauth_consumer_key=\"\(apiKey)\", oauth_token=\"\(token)\"" }
+    public var authorizationHeader: String { "OAuth oauth_consumer_key=\"\(apiKey)\", oauth_token=\"\(token)\"" }
 }

@@ -1,19 +1,19 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
-package import RoundupStore
-import ServiceLifecycle
+public import RoundupStore
+public import ServiceLifecycle
 
 /// Deletes activity older than the retention, every `interval`, in batches (so one run never holds the store's write
 /// lock for long). Several workers pruning at once only share the work.
-package struct ActivityPruner: Service {
+public struct ActivityPruner: Service {
     let store: any ActivityRepository
     let retentionDays: Int
     let interval: Duration
     let batch: Int
     let logger: Logger
 
-    package init(store: any ActivityRepository, retentionDays: Int, interval: Duration = .seconds(3600), batch: Int = 5000, logger: Logger) {
+    public init(store: any ActivityRepository, retentionDays: Int, interval: Duration = .seconds(3600), batch: Int = 5000, logger: Logger) {
         self.store = store
         self.retentionDays = retentionDays
         self.interval = interval
@@ -22,7 +22,7 @@ package struct ActivityPruner: Service {
     }
 
     /// Deletes every row older than the retention; returns how many went.
-    package func prune(now: Date = Date()) async throws -> Int {
+    public func prune(now: Date = Date()) async throws -> Int {
         let cutoff = now.addingTimeInterval(-Double(retentionDays) * 86_400)
         var total = 0
         while !Task.isShuttingDownGracefully {
@@ -37,7 +37,7 @@ package struct ActivityPruner: Service {
         return total
     }
 
-    package func run() async throws {
+    public func run() async throws {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             do {
                 _ = try await prune()

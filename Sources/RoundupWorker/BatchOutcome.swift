@@ -1,11 +1,11 @@
-package import Foundation
-package import RoundupCore
-package import RoundupStore
-package import RoundupStreams
+public import Foundation
+public import RoundupCore
+public import RoundupStore
+public import RoundupStreams
 
 /// Why an entry failed, as a value: it decides whether the entry waits for the store, is isolated from its batch, or
 /// counts towards the dead letters. Derived from the thrown error's type and code, never from its text.
-package enum EventFailure: String, Sendable, CaseIterable {
+public enum EventFailure: String, Sendable, CaseIterable {
     /// The store could not be reached, timed out, was busy or restarting: not the event's fault. The entry waits in the
     /// stream for the store to come back and is never dead-lettered for it.
     case storeUnavailable = "store_unavailable"
@@ -35,39 +35,39 @@ package enum EventFailure: String, Sendable, CaseIterable {
     }
 
     /// An unreachable store keeps every entry waiting; the consumer backs off.
-    package var waitsForStore: Bool { self == .storeUnavailable }
+    public var waitsForStore: Bool { self == .storeUnavailable }
 }
 
 /// An entry's failure: its class and what happened (recorded in `{prefix}stream:webhooks:errors` as the class, a tab,
 /// the message).
-package typealias EntryError = StreamFailure<EventFailure>
+public typealias EntryError = StreamFailure<EventFailure>
 
 extension EventFailure: StreamFailureClass {
     /// An unreachable store and a throttled account keep an entry waiting instead of counting its deliveries towards
     /// the dead letters; only the store makes the consumer back off.
-    package var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled || self == .accountPaused }
-    package var backsOffConsumer: Bool { waitsForStore }
+    public var keepsEntryWaiting: Bool { waitsForStore || self == .trelloThrottled || self == .accountPaused }
+    public var backsOffConsumer: Bool { waitsForStore }
 }
 
 /// The outcome of a batch: which entries are done (ack them), which failed and why.
-package struct BatchOutcome: Sendable {
-    package var done: [String] = []
+public struct BatchOutcome: Sendable {
+    public var done: [String] = []
     /// Entries whose observations were applied to the store (a subset of `done`).
-    package var applied: [String] = []
+    public var applied: [String] = []
     /// Worth retrying: left pending, reclaimed later, dead-lettered after too many deliveries (unless the store was
     /// unavailable: `EventFailure.waitsForStore`).
-    package var retry: [(id: String, error: EntryError)] = []
-    package var dropped = 0
-    package var changesWritten = 0
+    public var retry: [(id: String, error: EntryError)] = []
+    public var dropped = 0
+    public var changesWritten = 0
     /// Accounts whose apps have new changes: each gets a background push.
-    package var accountsWithChanges = Set<String>()
+    public var accountsWithChanges = Set<String>()
     /// (account, board) whose labels changed: its synced lists are reconciled (`RedisKeys.reconcileRequests`).
-    package var boardLabelChanges = Set<AccountScoped>()
+    public var boardLabelChanges = Set<AccountScoped>()
     /// Action type of each entry, for metrics by type.
-    package var types: [String: String] = [:]
+    public var types: [String: String] = [:]
     /// Entries left waiting for their account's Trello rate limit (`EventFailure.trelloThrottled`), and how long the
     /// token must wait: the consumer hands them back after that, in their account's order.
-    package var throttled: [String: Duration] = [:]
+    public var throttled: [String: Duration] = [:]
 
     /// Adds what another part of the batch came to.
     mutating func merge(_ part: BatchOutcome) {
@@ -84,18 +84,18 @@ package struct BatchOutcome: Sendable {
 }
 
 /// A webhook stream entry as the worker reads it (`WebhookProcessor.decode`): the webhook stream's message.
-package struct WebhookReading: Sendable {
-    package var account: String
+public struct WebhookReading: Sendable {
+    public var account: String
     /// The Trello action's type (for the metrics by type).
-    package var type: String
-    package var actionID: String?
-    package var date: Date
-    package var events: [CardEvent]
-    package var boardID: String?
+    public var type: String
+    public var actionID: String?
+    public var date: Date
+    public var events: [CardEvent]
+    public var boardID: String?
     /// A board label changed (`TrelloActionType.boardLabelChanges`): the board, when its id is a Trello id.
-    package var labelsChangedOnBoard: String? = nil
+    public var labelsChangedOnBoard: String? = nil
     /// Where the ingress enqueued it in a trace (tracing on): the batch's span links to it.
-    package var trace: TraceHeaders? = nil
+    public var trace: TraceHeaders? = nil
 }
 
 extension Delivered where Message == WebhookReading {

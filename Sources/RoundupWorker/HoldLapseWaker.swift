@@ -1,28 +1,28 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOCore
 import RoundupCore
 import RoundupJobs
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStore
+public import RoundupStreams
+public import ServiceLifecycle
 
 /// Wakes an account's devices when a device's hold on its changes lapses (`ChangeClaim`): the device that pulled them
 /// vanished (a Mac put to sleep, an app killed after its pull, a device deleted), and until someone pulls nothing
 /// else would tell the account's other devices that the changes are theirs now. Time is cut into windows of
 /// `interval`; at the end of each, one worker (the first to take the window's key in Redis) asks the store which
 /// accounts had a hold lapse in it and sends each a background push and a stream wake-up.
-package struct HoldLapseWaker: Service {
+public struct HoldLapseWaker: Service {
     let store: any ChangeFeed
     let redis: RedisClient
     let keys: RedisKeys
     let interval: Duration
     let logger: Logger
 
-    package init(store: any ChangeFeed, redis: RedisClient, keys: RedisKeys, interval: Duration = .seconds(15), logger: Logger) {
+    public init(store: any ChangeFeed, redis: RedisClient, keys: RedisKeys, interval: Duration = .seconds(15), logger: Logger) {
         self.store = store
         self.redis = redis
         self.keys = keys
@@ -34,7 +34,7 @@ package struct HoldLapseWaker: Service {
 
     /// Wakes the accounts whose holds lapsed in window `index` (`[index·w, (index+1)·w)` as (after, through]); returns
     /// them, or nil when another worker took the window.
-    package func wake(window index: Int64) async throws -> [String]? {
+    public func wake(window index: Int64) async throws -> [String]? {
         let width = windowMilliseconds
         let taken = try await redis.send(
             RedisCommand("SET", [RedisArgument(keys.holdLapseWindow(index)), "1", "NX", "PX", RedisArgument(String(width * 4))]))
@@ -50,7 +50,7 @@ package struct HoldLapseWaker: Service {
         return accounts
     }
 
-    package func run() async throws {
+    public func run() async throws {
         let width = windowMilliseconds
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             // The window that just ended, a moment after its end (a hold written at its last millisecond is in).

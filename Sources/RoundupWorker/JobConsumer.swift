@@ -1,30 +1,30 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
-package import NIOCore
+public import NIOCore
 import RoundupCore
-package import RoundupJobs
-package import RoundupRedis
+public import RoundupJobs
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStore
+public import RoundupStreams
+public import ServiceLifecycle
 import Tracing
 
 /// The worker's consumer of the job stream: the one stream consumer (`StreamConsumer`) running up to `concurrency`
 /// sync and import jobs at once, each under its entry's lease; it takes over jobs whose worker died (their entries sat
 /// idle) — resuming them from `processed` unless they already read as stale, which the app has been told and will
 /// have resubmitted.
-package struct JobConsumer: Service {
-    package struct Options: Sendable {
-        package var keys: RedisKeys
-        package var consumer: String
-        package var concurrency: Int
-        package var claimIdle: TimeAmount
-        package var staleAfter: TimeInterval
+public struct JobConsumer: Service {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var consumer: String
+        public var concurrency: Int
+        public var claimIdle: TimeAmount
+        public var staleAfter: TimeInterval
 
-        package init(keys: RedisKeys, consumer: String, concurrency: Int, claimIdle: TimeAmount, staleAfter: TimeInterval) {
+        public init(keys: RedisKeys, consumer: String, concurrency: Int, claimIdle: TimeAmount, staleAfter: TimeInterval) {
             self.keys = keys
             self.consumer = consumer
             self.concurrency = concurrency
@@ -36,7 +36,7 @@ package struct JobConsumer: Service {
     let consumer: StreamConsumer<RedisStreamDriver, JobHandler>
     let pauses: PauseWatcher?
 
-    package init(
+    public init(
         options: Options, redis: RedisClient, store: any JobRepository, engine: SyncEngine, pauses: PauseWatcher? = nil, logger: Logger
     ) {
         self.pauses = pauses
@@ -55,7 +55,7 @@ package struct JobConsumer: Service {
             logger: logger)
     }
 
-    package func run() async throws {
+    public func run() async throws {
         // Jobs in flight stop after their current item (they see the graceful shutdown) and stay pending.
         await consumer.run(.jobs, pauses: pauses)
     }

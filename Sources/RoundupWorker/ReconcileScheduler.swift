@@ -1,25 +1,25 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
 import RoundupCore
-package import RoundupJobs
+public import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
 import RoundupStore
 import RoundupStreams
-import ServiceLifecycle
+public import ServiceLifecycle
 
 /// Reconciles every synced list every `interval`, each at its own offset within the interval (so lists do not all
 /// fire at once), one list at a time per worker and — through the reconciler's lock — one run per list across all
 /// workers. Yields while the webhook stream has a backlog; skips accounts flagged for their user.
 /// The lists come from the reconciler's store, the backlog from its Redis.
-package struct ReconcileScheduler: Service {
+public struct ReconcileScheduler: Service {
     let reconciler: Reconciler
     let interval: TimeInterval
     let tick: Duration
     let logger: Logger
 
-    package init(reconciler: Reconciler, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
+    public init(reconciler: Reconciler, interval: TimeInterval, tick: Duration = .seconds(5), logger: Logger) {
         self.reconciler = reconciler
         self.interval = interval
         self.tick = tick
@@ -72,7 +72,7 @@ package struct ReconcileScheduler: Service {
         }
     }
 
-    package func run() async throws {
+    public func run() async throws {
         var retryAfter: [String: Date] = [:]
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             // Woken at once by a graceful shutdown, so stopping the worker does not wait out the tick.

@@ -1,4 +1,4 @@
-package import RoundupStreams
+public import RoundupStreams
 
 /// One webhook stream entry as the worker reads it (decoded by `WebhookEvent`).
-package typealias StreamEntry = StreamDelivery
+public typealias StreamEntry = StreamDelivery

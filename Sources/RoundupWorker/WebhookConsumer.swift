@@ -1,31 +1,31 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
-package import NIOCore
+public import NIOCore
 import RoundupCore
 import RoundupJobs
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
 import RoundupStore
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStreams
+public import ServiceLifecycle
 import Tracing
 
 /// The worker's consumer of the webhook stream: the one stream consumer (`StreamConsumer`) reading batches that
 /// `WebhookProcessor` turns into changes; entries delivered too often are dead-lettered with their last error.
-package struct WebhookConsumer: Service {
-    package struct Options: Sendable {
-        package var keys: RedisKeys
-        package var consumer: String
-        package var batchSize: Int
-        package var maxDeliveries: Int
-        package var claimIdle: TimeAmount
-        package var block: TimeAmount = .milliseconds(1000)
+public struct WebhookConsumer: Service {
+    public struct Options: Sendable {
+        public var keys: RedisKeys
+        public var consumer: String
+        public var batchSize: Int
+        public var maxDeliveries: Int
+        public var claimIdle: TimeAmount
+        public var block: TimeAmount = .milliseconds(1000)
         /// Dead letters kept at most, and their age bound.
-        package var deadLetterMax: Int
-        package var deadLetterMaxAge: Duration
+        public var deadLetterMax: Int
+        public var deadLetterMaxAge: Duration
 
-        package init(
+        public init(
             keys: RedisKeys, consumer: String, batchSize: Int, maxDeliveries: Int, claimIdle: TimeAmount, deadLetterMax: Int = 10_000,
             deadLetterMaxAge: Duration = .seconds(180 * 86_400)
         ) {
@@ -42,7 +42,7 @@ package struct WebhookConsumer: Service {
     let consumer: StreamConsumer<ShardedStreamDriver, WebhookHandler>
     let pauses: PauseWatcher?
 
-    package init(options: Options, redis: RedisClient, processor: WebhookProcessor, pauses: PauseWatcher? = nil, logger: Logger) {
+    public init(options: Options, redis: RedisClient, processor: WebhookProcessor, pauses: PauseWatcher? = nil, logger: Logger) {
         self.pauses = pauses
         let driver = RoundupStream.webhookDriver(
             redis: redis, keys: options.keys, consumer: options.consumer, deadLetterMax: options.deadLetterMax,
@@ -60,7 +60,7 @@ package struct WebhookConsumer: Service {
             logger: logger)
     }
 
-    package func run() async throws {
+    public func run() async throws {
         await consumer.run(.webhooks, pauses: pauses)
     }
 }

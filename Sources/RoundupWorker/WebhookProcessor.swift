@@ -1,19 +1,19 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
-package import RoundupCore
-package import RoundupJobs
+public import RoundupCore
+public import RoundupJobs
 import RoundupRedis
 import RoundupRuntime
-package import RoundupStore
-package import RoundupStreams
-package import RoundupTrello
+public import RoundupStore
+public import RoundupStreams
+public import RoundupTrello
 import Tracing
 
 /// Reads full cards and board custom fields from Trello. A protocol so the processor can be driven in
 /// benchmarks and tests with the real client against a fake Trello server.
-package protocol CardSource: Sendable {
+public protocol CardSource: Sendable {
     func card(id: String, credentials: TrelloCredentials) async throws -> [String: JSONValue]?
     func priorityField(boardID: String, credentials: TrelloCredentials) async throws -> PriorityField?
     /// One page of a list's open cards, each as `card(id:)` gives it, newest first (`before`: the last id of the page
@@ -24,7 +24,7 @@ package protocol CardSource: Sendable {
 extension TrelloClient: CardSource {}
 
 /// Turns a batch of webhook entries into pending changes: interpret, look up, fetch, apply in one transaction.
-package final class WebhookProcessor: Sendable {
+public final class WebhookProcessor: Sendable {
     let store: any ChangeFeed & ListRepository
     let cards: any CardSource
     let logger: Logger
@@ -53,7 +53,7 @@ package final class WebhookProcessor: Sendable {
     private let priorityChecked = NIOLockedValueBox([AccountScoped: Date]())
     /// When each board's Priority field was last read again for an option it lacked (`shouldRereadPriority`).
     private let priorityReread = NIOLockedValueBox([AccountScoped: Date]())
-    package init(
+    public init(
         store: any ChangeFeed & ListRepository, cards: any CardSource, logger: Logger, fetchConcurrency: Int = 16, accountLanes: Int = 1,
         echo: EchoFingerprints? = nil, bulkReadThreshold: Int = 10, trelloWait: Duration = .seconds(1)
     ) {
@@ -74,7 +74,7 @@ package final class WebhookProcessor: Sendable {
     /// locks), so a batch of several accounts runs in lanes of whole accounts at once (`accountLanes`): one lane's
     /// writes are in the database while another's entries are planned (with one batch at a time, the worker's and
     /// PostgreSQL's time added up). An account's entries stay in one lane, in their order.
-    package func process(_ batch: [Delivered<WebhookReading>]) async -> BatchOutcome {
+    public func process(_ batch: [Delivered<WebhookReading>]) async -> BatchOutcome {
         let lanes = Self.lanes(batch, count: accountLanes) { $0.message.account }
         guard lanes.count > 1 else { return await process(batch, fetchedBefore: [:]) }
         return await withTaskGroup(of: BatchOutcome.self) { group in
@@ -112,7 +112,7 @@ package final class WebhookProcessor: Sendable {
     /// that is not a Trello action, does not decode (the consumer dead-letters it). Depends on the entry alone: the
     /// consumer decodes a batch it read ahead while the batch before it is in the store (the JSON parse is about a
     /// sixth of the worker's instructions per event, and there it runs beside the store's round trips).
-    package static func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading {
+    public static func decode(_ entry: StreamDelivery) throws(StreamUndecodable) -> WebhookReading {
         guard let event = WebhookEvent(fields: entry.fields) else { throw StreamUndecodable("entry has no account or body") }
         let decoded: TrelloWebhookBody
         do {

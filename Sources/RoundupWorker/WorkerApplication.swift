@@ -1,15 +1,15 @@
 import AsyncHTTPClient
 import Foundation
-package import Logging
+public import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
-package import Prometheus
+public import Prometheus
 import RoundupCore
 import RoundupDatabase
 import RoundupJobs
 import RoundupRedis
-package import RoundupRuntime
+public import RoundupRuntime
 import RoundupStore
 import RoundupStreams
 import RoundupTrello
@@ -17,8 +17,8 @@ import ServiceLifecycle
 
 /// Everything `roundup-worker` runs, wired from the configuration: the store, Redis, the Trello client,
 /// the consumer loop and the health/metrics endpoint, in one service group.
-package enum WorkerApplication {
-    package static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
+public enum WorkerApplication {
+    public static func run(configuration: RoundupConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) async throws {
         let store = try await Stores.make(configuration: configuration, logger: logger)
         let redis = try RedisClient.make(configuration: configuration, logger: logger)
         let http = TrelloClient.makeHTTPClient()

@@ -1,13 +1,13 @@
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/account (docs/openapi.yaml: AccountToken, Account, AccountUpdate).
 
 /// `POST /dailyroundup/account` and `POST /dailyroundup/account/token`: the token in full, shown only this once.
-package struct AccountToken: ResponseCodable, Sendable, Equatable {
-    package var accountID: String
-    package var authToken: String
+public struct AccountToken: ResponseCodable, Sendable, Equatable {
+    public var accountID: String
+    public var authToken: String
 
     enum CodingKeys: String, CodingKey {
         case accountID = "account_id"
@@ -16,19 +16,19 @@ package struct AccountToken: ResponseCodable, Sendable, Equatable {
 }
 
 /// An account as its owner sees it: credentials masked, every member present (null when not set).
-package struct Account: ResponseCodable, Sendable, Equatable {
-    package var accountID: String
-    @Nullable package var trelloAPIKey: String?
-    @Nullable package var trelloToken: String?
-    @Nullable package var trelloWebhookSecret: String?
-    package var conflictPolicy: ConflictPolicy
-    package var deleteMode: DeleteMode
-    package var createdAt: String
-    package var updatedAt: String
+public struct Account: ResponseCodable, Sendable, Equatable {
+    public var accountID: String
+    @Nullable public var trelloAPIKey: String?
+    @Nullable public var trelloToken: String?
+    @Nullable public var trelloWebhookSecret: String?
+    public var conflictPolicy: ConflictPolicy
+    public var deleteMode: DeleteMode
+    public var createdAt: String
+    public var updatedAt: String
     /// Set when the user must act (`trello_token_revoked`: send a new trello_token); cleared by doing so.
-    @Nullable package var needsAttention: AttentionReason?
+    @Nullable public var needsAttention: AttentionReason?
     /// The IANA time zone all-day dates are written in (UTC until set).
-    package var timeZone: String
+    public var timeZone: String
 
     enum CodingKeys: String, CodingKey {
         case accountID = "account_id"
@@ -58,13 +58,13 @@ package struct Account: ResponseCodable, Sendable, Equatable {
 }
 
 /// `PUT /dailyroundup/account`: every member optional, at least one sent.
-package struct AccountChanges: Codable, Sendable, Equatable {
-    package var trelloAPIKey: String?
-    package var trelloToken: String?
-    package var trelloWebhookSecret: String?
-    package var conflictPolicy: ConflictPolicy?
-    package var deleteMode: DeleteMode?
-    package var timeZone: String?
+public struct AccountChanges: Codable, Sendable, Equatable {
+    public var trelloAPIKey: String?
+    public var trelloToken: String?
+    public var trelloWebhookSecret: String?
+    public var conflictPolicy: ConflictPolicy?
+    public var deleteMode: DeleteMode?
+    public var timeZone: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case trelloAPIKey = "trello_api_key"

@@ -1,20 +1,20 @@
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/changes (docs/openapi.yaml: Change, AckBody).
 
 /// A pending change. `GET /dailyroundup/changes` writes its page by splicing the stored JSON columns
 /// (`ChangeRoutes.page`); this type is the page's shape for readers of it (and the tests that check the splice).
-package struct Change: Codable, Sendable, Equatable {
-    package var id: Int64
-    package var changeType: ChangeType
-    package var syncListID: String
-    package var trelloCardID: String
-    @Nullable package var reminderID: String?
-    package var changedFields: [String]
-    package var fields: [String: JSONValue]
-    package var createdAt: String
+public struct Change: Codable, Sendable, Equatable {
+    public var id: Int64
+    public var changeType: ChangeType
+    public var syncListID: String
+    public var trelloCardID: String
+    @Nullable public var reminderID: String?
+    public var changedFields: [String]
+    public var fields: [String: JSONValue]
+    public var createdAt: String
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -29,12 +29,12 @@ package struct Change: Codable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/changes`.
-package struct ChangePage: Codable, Sendable, Equatable {
-    package var changes: [Change]
-    package var hasMore: Bool
-    package var serverTime: String
+public struct ChangePage: Codable, Sendable, Equatable {
+    public var changes: [Change]
+    public var hasMore: Bool
+    public var serverTime: String
     /// With `device_id`: until when the page's changes are the device's (`ChangeClaim`).
-    package var claimedUntil: String?
+    public var claimedUntil: String?
 
     enum CodingKeys: String, CodingKey {
         case changes
@@ -46,9 +46,9 @@ package struct ChangePage: Codable, Sendable, Equatable {
 
 /// `POST /dailyroundup/changes/release`: a device gives back the changes it holds (all, or those of `ids`), so another
 /// device of the account gets them at its next pull instead of after the hold lapses.
-package struct ChangeReleaseBody: Sendable, Equatable {
-    package var deviceID: String
-    package var ids: [Int64]?
+public struct ChangeReleaseBody: Sendable, Equatable {
+    public var deviceID: String
+    public var ids: [Int64]?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"
@@ -67,15 +67,15 @@ package struct ChangeReleaseBody: Sendable, Equatable {
 }
 
 /// The answer to `POST /dailyroundup/changes/release`.
-package struct ReleasedChanges: ResponseCodable, Sendable, Equatable {
+public struct ReleasedChanges: ResponseCodable, Sendable, Equatable {
     /// How many changes the device held and gave back.
-    package var released: Int
+    public var released: Int
 }
 
 /// `POST /dailyroundup/changes/{id}/ack` (the body is optional).
-package struct ChangeAckBody: Codable, Sendable, Equatable {
+public struct ChangeAckBody: Codable, Sendable, Equatable {
     /// The reminder the app made for a create.
-    package var reminderID: String?
+    public var reminderID: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case reminderID = "reminder_id"
@@ -92,10 +92,10 @@ package struct ChangeAckBody: Codable, Sendable, Equatable {
 }
 
 /// `POST /dailyroundup/changes/ack`: `acks` (ids with the reminders made for creates), or the older bare `ids`.
-package struct ChangeAckBatch: Codable, Sendable, Equatable {
-    package struct Item: Codable, Sendable, Equatable {
-        package var id: Int64
-        package var reminderID: String?
+public struct ChangeAckBatch: Codable, Sendable, Equatable {
+    public struct Item: Codable, Sendable, Equatable {
+        public var id: Int64
+        public var reminderID: String?
 
         enum CodingKeys: String, CodingKey {
             case id
@@ -103,8 +103,8 @@ package struct ChangeAckBatch: Codable, Sendable, Equatable {
         }
     }
 
-    package var acks: [Item]?
-    package var ids: [Int64]?
+    public var acks: [Item]?
+    public var ids: [Int64]?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case acks, ids
@@ -151,6 +151,6 @@ package struct ChangeAckBatch: Codable, Sendable, Equatable {
 }
 
 /// The changes acknowledged.
-package struct AckedChanges: ResponseCodable, Sendable, Equatable {
-    package var acked: [Int64]
+public struct AckedChanges: ResponseCodable, Sendable, Equatable {
+    public var acked: [Int64]
 }

@@ -1,19 +1,19 @@
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/devices.
 
 /// A registered device; its APNs token masked.
-package struct Device: ResponseCodable, Sendable, Equatable {
-    package var deviceID: String
-    package var platform: DevicePlatform
-    package var environment: APNsEnvironment
-    @Nullable package var apnsToken: String?
+public struct Device: ResponseCodable, Sendable, Equatable {
+    public var deviceID: String
+    public var platform: DevicePlatform
+    public var environment: APNsEnvironment
+    @Nullable public var apnsToken: String?
     /// The app it registered with; null: the server's default app.
-    @Nullable package var bundleID: BundleID?
-    package var createdAt: String
-    package var updatedAt: String
+    @Nullable public var bundleID: BundleID?
+    public var createdAt: String
+    public var updatedAt: String
 
     enum CodingKeys: String, CodingKey {
         case deviceID = "device_id"
@@ -36,19 +36,19 @@ package struct Device: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/devices`.
-package struct DevicePage: ResponseCodable, Sendable, Equatable {
-    package var devices: [Device]
+public struct DevicePage: ResponseCodable, Sendable, Equatable {
+    public var devices: [Device]
 }
 
 /// `POST /dailyroundup/devices`.
-package struct DeviceRegistration: Codable, Sendable, Equatable {
-    package var deviceID: String
+public struct DeviceRegistration: Codable, Sendable, Equatable {
+    public var deviceID: String
     /// The device token in lower-case hex.
-    package var apnsToken: String
-    package var platform: DevicePlatform
-    package var environment: APNsEnvironment
+    public var apnsToken: String
+    public var platform: DevicePlatform
+    public var environment: APNsEnvironment
     /// The app's bundle id (its pushes' topic); absent: the server's default app.
-    package var bundleID: BundleID?
+    public var bundleID: BundleID?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"

@@ -1,15 +1,15 @@
 import Foundation
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/sync and the job endpoints.
 
 /// A job just queued (or replayed by its Idempotency-Key): 202.
-package struct JobStarted: ResponseCodable, Sendable, Equatable {
-    package var jobID: String
-    package var status: JobStatus
-    package var total: Int
+public struct JobStarted: ResponseCodable, Sendable, Equatable {
+    public var jobID: String
+    public var status: JobStatus
+    public var total: Int
 
     enum CodingKeys: String, CodingKey {
         case jobID = "job_id"
@@ -24,17 +24,17 @@ package struct JobStarted: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/sync/jobs/{job_id}`.
-package struct Job: ResponseCodable, Sendable, Equatable {
-    package var jobID: String
-    package var kind: JobKind
-    package var status: JobStatus
-    package var processed: Int
-    package var total: Int
+public struct Job: ResponseCodable, Sendable, Equatable {
+    public var jobID: String
+    public var kind: JobKind
+    public var status: JobStatus
+    public var processed: Int
+    public var total: Int
     /// One result per item, as the job recorded it.
-    package var results: [JSONValue]
-    @Nullable package var error: String?
-    package var createdAt: String
-    package var updatedAt: String
+    public var results: [JSONValue]
+    @Nullable public var error: String?
+    public var createdAt: String
+    public var updatedAt: String
 
     enum CodingKeys: String, CodingKey {
         case jobID = "job_id"
@@ -62,6 +62,6 @@ package struct Job: ResponseCodable, Sendable, Equatable {
 }
 
 /// `/healthz` and `/readyz`.
-package struct ServiceStatus: ResponseCodable, Sendable, Equatable {
-    package var status: String
+public struct ServiceStatus: ResponseCodable, Sendable, Equatable {
+    public var status: String
 }

@@ -1,32 +1,32 @@
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/lists (docs/openapi.yaml: SyncList, SyncListCreate).
 
 /// A paired Trello list.
-package struct SyncList: ResponseCodable, Sendable, Equatable {
-    package var syncListID: String
-    package var name: String
-    package var trelloListID: String
-    package var trelloBoardID: String
-    @Nullable package var createdAt: String?
+public struct SyncList: ResponseCodable, Sendable, Equatable {
+    public var syncListID: String
+    public var name: String
+    public var trelloListID: String
+    public var trelloBoardID: String
+    @Nullable public var createdAt: String?
     /// When the list was last compared with Trello successfully (null until the first run).
-    @Nullable package var lastReconciledAt: String?
+    @Nullable public var lastReconciledAt: String?
     /// Why the last run failed, if it did.
-    @Nullable package var lastReconcileError: String?
+    @Nullable public var lastReconcileError: String?
     /// How the list syncs (`SyncSettings.json`): every key, defaults filled in.
-    package var settings: JSONValue
+    public var settings: JSONValue
     /// `GET /dailyroundup/lists/{id}` only: the board's labels (`{id, name, color}`) and its Priority field's options
     /// (`{id, text, level}`, the level on EventKit's scale as the server maps it), for the apps to offer.
-    package var labels: [JSONValue]? = nil
-    package var priorityOptions: [JSONValue]? = nil
+    public var labels: [JSONValue]? = nil
+    public var priorityOptions: [JSONValue]? = nil
     /// Why `labels` is missing (Trello could not be asked); the options are then the ones last stored.
-    package var vocabularyError: String? = nil
+    public var vocabularyError: String? = nil
     /// The Trello list is archived: the sync is paused (no reminder deleted, no change written to Trello) until it is
     /// restored there. `archived_at`: when the server found it so.
-    package var archived: Bool
-    @Nullable package var archivedAt: String?
+    public var archived: Bool
+    @Nullable public var archivedAt: String?
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"
@@ -59,17 +59,17 @@ package struct SyncList: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/lists`.
-package struct SyncListPage: ResponseCodable, Sendable, Equatable {
-    package var lists: [SyncList]
+public struct SyncListPage: ResponseCodable, Sendable, Equatable {
+    public var lists: [SyncList]
 }
 
 /// `POST /dailyroundup/lists`: the Trello list to pair.
-package struct SyncListCreate: Sendable, Equatable {
-    package var name: String
-    package var trelloBoardID: String
-    package var trelloListID: String
+public struct SyncListCreate: Sendable, Equatable {
+    public var name: String
+    public var trelloBoardID: String
+    public var trelloListID: String
     /// The settings asked for (over the defaults); `me` among the filter's members is still to be resolved.
-    package var settings: SyncSettings
+    public var settings: SyncSettings
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case name
@@ -114,15 +114,15 @@ enum SyncListSettingsBody {
 }
 
 /// One card of `GET /dailyroundup/lists/{id}/cards`: what the server maps and knows of it.
-package struct ListCard: Codable, Sendable, Equatable {
-    package var trelloCardID: String
+public struct ListCard: Codable, Sendable, Equatable {
+    public var trelloCardID: String
     /// The reminder an app made of the card; null while its `create` waits for the apps.
-    @Nullable package var reminderID: String?
+    @Nullable public var reminderID: String?
     /// Every field as a `create` change carries them (the list's settings apply, an all-day date is its day); null
     /// when the server has not read the card since it began keeping its values (the list's next reconciliation does).
-    @Nullable package var fields: [String: JSONValue]?
+    @Nullable public var fields: [String: JSONValue]?
     /// When the server last wrote what it knows of the card.
-    package var updatedAt: String
+    public var updatedAt: String
 
     enum CodingKeys: String, CodingKey {
         case trelloCardID = "trello_card_id"
@@ -140,10 +140,10 @@ package struct ListCard: Codable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/lists/{id}/cards`: a page of the list's cards, and the cursor of the next (null: the last page).
-package struct ListCardPage: ResponseCodable, Sendable, Equatable {
-    package var syncListID: String
-    package var cards: [ListCard]
-    @Nullable package var nextCursor: String?
+public struct ListCardPage: ResponseCodable, Sendable, Equatable {
+    public var syncListID: String
+    public var cards: [ListCard]
+    @Nullable public var nextCursor: String?
 
     enum CodingKeys: String, CodingKey {
         case syncListID = "sync_list_id"

@@ -1,17 +1,17 @@
 /// An optional member written as `null` when it has no value. The synthesized `Encodable` leaves a nil optional out;
 /// the API's documents name every member of their schema, set or not (docs/openapi.yaml: `type: [string, 'null']`).
 @propertyWrapper
-package struct Nullable<Value: Codable & Sendable & Equatable>: Codable, Sendable, Equatable {
-    package var wrappedValue: Value?
+public struct Nullable<Value: Codable & Sendable & Equatable>: Codable, Sendable, Equatable {
+    public var wrappedValue: Value?
 
-    package init(wrappedValue: Value?) { self.wrappedValue = wrappedValue }
+    public init(wrappedValue: Value?) { self.wrappedValue = wrappedValue }
 
-    package init(from decoder: any Decoder) throws {
+    public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         wrappedValue = container.decodeNil() ? nil : try container.decode(Value.self)
     }
 
-    package func encode(to encoder: any Encoder) throws {
+    public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         if let wrappedValue { try container.encode(wrappedValue) } else { try container.encodeNil() }
     }
@@ -19,7 +19,7 @@ package struct Nullable<Value: Codable & Sendable & Equatable>: Codable, Sendabl
 
 extension KeyedDecodingContainer {
     /// A member that is absent decodes as nil, as a synthesized optional would.
-    package func decode<Value>(_ type: Nullable<Value>.Type, forKey key: Key) throws -> Nullable<Value> {
+    public func decode<Value>(_ type: Nullable<Value>.Type, forKey key: Key) throws -> Nullable<Value> {
         try decodeIfPresent(type, forKey: key) ?? Nullable(wrappedValue: nil)
     }
 }

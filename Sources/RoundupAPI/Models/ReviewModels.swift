@@ -1,23 +1,23 @@
-import Hummingbird
-package import RoundupCore
+public import Hummingbird
+public import RoundupCore
 import RoundupStore
 
 // The bodies of /dailyroundup/conflicts and /dailyroundup/duplicates.
 
 /// A field both sides changed, with both values.
-package struct Conflict: ResponseCodable, Sendable, Equatable {
-    package var id: Int64
-    @Nullable package var syncListID: String?
-    @Nullable package var trelloCardID: String?
-    @Nullable package var reminderID: String?
-    package var field: String
+public struct Conflict: ResponseCodable, Sendable, Equatable {
+    public var id: Int64
+    @Nullable public var syncListID: String?
+    @Nullable public var trelloCardID: String?
+    @Nullable public var reminderID: String?
+    public var field: String
     /// The value as JSON (null when none was recorded).
-    package var trelloValue: JSONValue
-    package var remindersValue: JSONValue
-    package var status: ConflictStatus
-    package var createdAt: String
-    @Nullable package var resolution: ConflictChoice?
-    @Nullable package var resolvedAt: String?
+    public var trelloValue: JSONValue
+    public var remindersValue: JSONValue
+    public var status: ConflictStatus
+    public var createdAt: String
+    @Nullable public var resolution: ConflictChoice?
+    @Nullable public var resolvedAt: String?
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -49,15 +49,15 @@ package struct Conflict: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/conflicts`.
-package struct ConflictPage: ResponseCodable, Sendable, Equatable {
-    package var conflicts: [Conflict]
+public struct ConflictPage: ResponseCodable, Sendable, Equatable {
+    public var conflicts: [Conflict]
 }
 
 /// `POST /dailyroundup/conflicts/{id}/resolve`.
-package struct ConflictResolution: Codable, Sendable, Equatable {
-    package var choice: ConflictChoice
+public struct ConflictResolution: Codable, Sendable, Equatable {
+    public var choice: ConflictChoice
     /// The value the user typed; required when `choice` is `value`.
-    package var value: JSONValue?
+    public var value: JSONValue?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case choice, value
@@ -72,15 +72,15 @@ package struct ConflictResolution: Codable, Sendable, Equatable {
 }
 
 /// A card that may be a reminder the app already has.
-package struct Duplicate: ResponseCodable, Sendable, Equatable {
-    package var id: Int64
-    package var syncListID: String
-    @Nullable package var reminderID: String?
-    package var trelloCardID: String
-    package var title: String
-    @Nullable package var dueDate: String?
-    package var status: DuplicateStatus
-    package var createdAt: String
+public struct Duplicate: ResponseCodable, Sendable, Equatable {
+    public var id: Int64
+    public var syncListID: String
+    @Nullable public var reminderID: String?
+    public var trelloCardID: String
+    public var title: String
+    @Nullable public var dueDate: String?
+    public var status: DuplicateStatus
+    public var createdAt: String
 
     enum CodingKeys: String, CodingKey {
         case id
@@ -106,13 +106,13 @@ package struct Duplicate: ResponseCodable, Sendable, Equatable {
 }
 
 /// `GET /dailyroundup/duplicates`.
-package struct DuplicatePage: ResponseCodable, Sendable, Equatable {
-    package var duplicates: [Duplicate]
+public struct DuplicatePage: ResponseCodable, Sendable, Equatable {
+    public var duplicates: [Duplicate]
 }
 
 /// `POST /dailyroundup/duplicates/{id}/resolve`.
-package struct DuplicateResolution: Codable, Sendable, Equatable {
-    package var action: DuplicateAction
+public struct DuplicateResolution: Codable, Sendable, Equatable {
+    public var action: DuplicateAction
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case action

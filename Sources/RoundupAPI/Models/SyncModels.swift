@@ -1,15 +1,15 @@
 import Foundation
 import Metrics
-package import RoundupCore
+public import RoundupCore
 import RoundupJobs
 import RoundupStore
 
 // The body of `POST /dailyroundup/sync` (docs/openapi.yaml: SyncRequest, SyncChange).
 
 /// The apps' edits to send to Trello.
-package struct SyncRequest: Codable, Sendable, Equatable {
-    package var deviceID: String
-    package var changes: [SyncChange]
+public struct SyncRequest: Codable, Sendable, Equatable {
+    public var deviceID: String
+    public var changes: [SyncChange]
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case deviceID = "device_id"
@@ -33,15 +33,15 @@ package struct SyncRequest: Codable, Sendable, Equatable {
 }
 
 /// One edit of a reminder, for its card.
-package struct SyncChange: Codable, Sendable, Equatable {
-    package var op: SyncOp
-    package var syncListID: String
-    package var reminderID: String
-    package var trelloCardID: String?
+public struct SyncChange: Codable, Sendable, Equatable {
+    public var op: SyncOp
+    public var syncListID: String
+    public var reminderID: String
+    public var trelloCardID: String?
     /// Field values keyed by field name, normalized (`SyncFields`).
-    package var fields: [String: JSONValue]
-    package var changedFields: [String]
-    package var modifiedAt: String
+    public var fields: [String: JSONValue]
+    public var changedFields: [String]
+    public var modifiedAt: String
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case op

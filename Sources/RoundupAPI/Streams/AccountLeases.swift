@@ -1,13 +1,13 @@
 import Foundation
-package import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStreams
+public import ServiceLifecycle
 
 /// What an account holds open on every API process at once, counted in Redis: its change streams and its exports.
 /// Each one held is a lease, a member of the account's sorted set (`RedisKeys.accountLeases(account:kind:)`) scored by
@@ -25,14 +25,14 @@ import ServiceLifecycle
 /// When Redis cannot be asked, a lease is granted (logged): the process's own limits (`ChangeStreams.Limits`) still
 /// hold, and the API does not fail on a counter. It is recorded by the first renewal that reaches Redis, or lost as
 /// above; while Redis cannot be reached at all nothing is closed (every process grants without it then).
-package final class AccountLeases: Service, Sendable {
-    package enum Kind: String, Sendable {
+public final class AccountLeases: Service, Sendable {
+    public enum Kind: String, Sendable {
         case streams
         case exports
     }
 
     /// A lease held by this process.
-    package struct Lease: Sendable, Hashable {
+    public struct Lease: Sendable, Hashable {
         let key: String
         let member: String
         let kind: Kind
@@ -62,7 +62,7 @@ package final class AccountLeases: Service, Sendable {
         var next = 0
     }
 
-    package init(redis: RedisClient, keys: RedisKeys, logger: Logger, lifetime: Duration = .seconds(30)) {
+    public init(redis: RedisClient, keys: RedisKeys, logger: Logger, lifetime: Duration = .seconds(30)) {
         self.redis = redis
         self.keys = keys
         self.logger = logger
@@ -71,12 +71,12 @@ package final class AccountLeases: Service, Sendable {
     }
 
     /// Leases held by this process now.
-    package var count: Int { state.withLockedValue { $0.held.count } }
+    public var count: Int { state.withLockedValue { $0.held.count } }
 
     /// A lease of `kind` for the account if it holds fewer than `limit` on every process together; nil when it holds
     /// them all. Granted without Redis when Redis cannot be asked. `lost` runs (once, from the renewal) if the lease
     /// vanished from Redis and the account had no room left to add it again: the caller must end what it holds.
-    package func acquire(_ kind: Kind, account: String, limit: Int, lost: (@Sendable () -> Void)? = nil) async -> Lease? {
+    public func acquire(_ kind: Kind, account: String, limit: Int, lost: (@Sendable () -> Void)? = nil) async -> Lease? {
         let lease = state.withLockedValue { state -> Lease in
             state.next += 1
             return Lease(
@@ -97,25 +97,25 @@ package final class AccountLeases: Service, Sendable {
     }
 
     /// Whether this process still holds the lease: false once it was given back, or lost (see `acquire`).
-    package func holds(_ lease: Lease) -> Bool {
+    public func holds(_ lease: Lease) -> Bool {
         state.withLockedValue { $0.held[lease] != nil }
     }
 
     /// Gives a lease back (idempotent).
-    package func release(_ lease: Lease) async {
+    public func release(_ lease: Lease) async {
         guard state.withLockedValue({ $0.held.removeValue(forKey: lease) }) != nil else { return }
         await remove(lease)
     }
 
     /// Gives a lease back soon, from code that cannot wait (`run` does it); this process stops counting it at once.
-    package func releaseSoon(_ lease: Lease) {
+    public func releaseSoon(_ lease: Lease) {
         guard state.withLockedValue({ $0.held.removeValue(forKey: lease) }) != nil else { return }
         releaseQueue.yield(lease)
     }
 
     /// Renews the held leases every `renewal` and gives back those released with `releaseSoon`, until the process
     /// stops; then what is still held is given back (a process that stops holds nothing).
-    package func run() async throws {
+    public func run() async throws {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await lease in self.releases { await self.remove(lease) }

@@ -1,14 +1,14 @@
 import Foundation
 import HTTPTypes
-package import Logging
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-package import RoundupRedis
+public import RoundupRedis
 import RoundupRuntime
-package import RoundupStreams
-import ServiceLifecycle
+public import RoundupStreams
+public import ServiceLifecycle
 import Tracing
 
 /// The open change streams of this API process (`GET /dailyroundup/changes/stream`) and what wakes them: a
@@ -18,19 +18,19 @@ import Tracing
 ///
 /// A `Service`: it follows the announcements and beats until the process stops; at a graceful shutdown it ends every
 /// stream first, so their responses complete and the HTTP server can drain.
-package final class ChangeStreams: Service, Sendable {
-    package struct Limits: Sendable, Equatable {
+public final class ChangeStreams: Service, Sendable {
+    public struct Limits: Sendable, Equatable {
         /// Streams this process holds in all (`ROUNDUP_STREAMS_MAX`); 0 turns streams off.
-        package var maxStreams: Int
+        public var maxStreams: Int
         /// Streams one account holds on every API process together (`ROUNDUP_STREAMS_PER_ACCOUNT`).
-        package var maxPerAccount: Int
+        public var maxPerAccount: Int
         /// Between heartbeats (`ROUNDUP_STREAM_HEARTBEAT_SECONDS`).
-        package var heartbeat: Duration
+        public var heartbeat: Duration
         /// A stream ends after this long, whatever it does (`ROUNDUP_STREAM_MAX_SECONDS`); its client reconnects from its
         /// last id. So a client that holds a stream and never reads holds it for this long at most.
-        package var maxLifetime: Duration
+        public var maxLifetime: Duration
 
-        package init(maxStreams: Int = 2000, maxPerAccount: Int = 10, heartbeat: Duration = .seconds(15), maxLifetime: Duration = .seconds(3600)) {
+        public init(maxStreams: Int = 2000, maxPerAccount: Int = 10, heartbeat: Duration = .seconds(15), maxLifetime: Duration = .seconds(3600)) {
             self.maxStreams = maxStreams
             self.maxPerAccount = maxPerAccount
             self.heartbeat = heartbeat
@@ -40,7 +40,7 @@ package final class ChangeStreams: Service, Sendable {
 
     /// Why a stream should look at the store again. Signals are coalesced (a stream holds one at most): every one
     /// makes it read the store, so a heartbeat that replaces a `changed` loses nothing.
-    package enum Signal: Sendable, Equatable {
+    public enum Signal: Sendable, Equatable {
         /// The account has new changes (an announcement, or the announcements may have been missed).
         case changed
         /// Time for a heartbeat comment (the store is read too).
@@ -49,12 +49,12 @@ package final class ChangeStreams: Service, Sendable {
 
     /// One open stream: its signals end when the stream is closed (its connection ended, its token was revoked, the
     /// process is stopping).
-    package struct Subscription: Sendable {
-        package let id: Int
-        package let account: String
+    public struct Subscription: Sendable {
+        public let id: Int
+        public let account: String
         /// The device that holds it, when the app named one (`device_id`): it gets no background pushes meanwhile.
-        package let device: String?
-        package let signals: AsyncStream<Signal>
+        public let device: String?
+        public let signals: AsyncStream<Signal>
     }
 
     private struct Entry {
@@ -88,7 +88,7 @@ package final class ChangeStreams: Service, Sendable {
         case unmark(account: String, device: String, then: (@Sendable () async -> Void)?)
     }
 
-    package let limits: Limits
+    public let limits: Limits
     let redis: RedisClient
     let keys: RedisKeys
     let logger: Logger
@@ -98,7 +98,7 @@ package final class ChangeStreams: Service, Sendable {
     private let marks: AsyncStream<MarkWork>
     private let markQueue: AsyncStream<MarkWork>.Continuation
 
-    package init(limits: Limits, redis: RedisClient, keys: RedisKeys, leases: AccountLeases, logger: Logger) {
+    public init(limits: Limits, redis: RedisClient, keys: RedisKeys, leases: AccountLeases, logger: Logger) {
         self.limits = limits
         self.redis = redis
         self.keys = keys
@@ -108,7 +108,7 @@ package final class ChangeStreams: Service, Sendable {
     }
 
     /// Streams open now.
-    package var count: Int { state.withLockedValue { $0.total } }
+    public var count: Int { state.withLockedValue { $0.total } }
 
     /// Opens a stream for the account, or throws the error its client gets: 503 when the process holds all it may
     /// (or is stopping), 429 when the account holds all it may (here, or on every process together: `AccountLeases`).
@@ -203,7 +203,7 @@ package final class ChangeStreams: Service, Sendable {
     }
 
     /// Wakes the account's streams.
-    package func wake(account: String) {
+    public func wake(account: String) {
         let continuations = state.withLockedValue { state in state.byAccount[account].map { $0.values.map(\.continuation) } ?? [] }
         for continuation in continuations { continuation.yield(.changed) }
     }
@@ -214,7 +214,7 @@ package final class ChangeStreams: Service, Sendable {
         for continuation in continuations { continuation.yield(signal) }
     }
 
-    package func run() async throws {
+    public func run() async throws {
         await withTaskGroup(of: Void.self) { marking in
             marking.addTask { await self.writeMarks() }
             await withTaskGroup(of: Void.self) { group in

@@ -1,5 +1,5 @@
 /// What an activity row records: one decision the server made about an item (`GET /dailyroundup/activity`).
-package enum ActivityKind: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ActivityKind: String, Sendable, Hashable, CaseIterable, Codable {
     /// A field changed on one side (`side`) and was carried to the other: `old_value` → `new_value`.
     case change
     /// An item appeared on one side and was carried to the other (a card sent to the apps, a reminder made a card).
@@ -22,12 +22,12 @@ package enum ActivityKind: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// The side of a sync: where a change was made, or whose value was kept.
-package enum SyncSide: String, Sendable, Hashable, CaseIterable, Codable {
+public enum SyncSide: String, Sendable, Hashable, CaseIterable, Codable {
     case trello, reminders
 }
 
 /// What decided a conflict: the list's or account's policy, or one of the rules that come before it.
-package enum ConflictRule: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ConflictRule: String, Sendable, Hashable, CaseIterable, Codable {
     case manual
     case lww
     case preferTrello = "prefer_trello"
@@ -37,7 +37,7 @@ package enum ConflictRule: String, Sendable, Hashable, CaseIterable, Codable {
     /// The field does not flow to Reminders: the app's value is the only one there is.
     case oneWay = "one_way"
 
-    package init(_ policy: ConflictPolicy) {
+    public init(_ policy: ConflictPolicy) {
         switch policy {
         case .manual: self = .manual
         case .lww: self = .lww

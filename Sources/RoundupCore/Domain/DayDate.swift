@@ -1,15 +1,15 @@
-package import Foundation
+public import Foundation
 
 /// A date without a time, `YYYY-MM-DD`: the due or start date of an all-day reminder (Reminders' "date" without
 /// "time"). Trello holds only instants, so the server writes `instant(in:)` for it and remembers the day
 /// (`FieldStamps.dayDateKey`), giving the day back to the apps for as long as the card holds that instant.
-package struct DayDate: Sendable, Hashable, CustomStringConvertible {
-    package let year: Int
-    package let month: Int
-    package let day: Int
+public struct DayDate: Sendable, Hashable, CustomStringConvertible {
+    public let year: Int
+    public let month: Int
+    public let day: Int
 
     /// Exactly `YYYY-MM-DD`, a day that exists (no February 30th), years 1000 to 9999.
-    package init?(_ text: String) {
+    public init?(_ text: String) {
         let u = Array(text.utf8)
         guard u.count == 10, u[4] == UInt8(ascii: "-"), u[7] == UInt8(ascii: "-") else { return nil }
         func number(_ range: Range<Int>) -> Int? {
@@ -28,14 +28,14 @@ package struct DayDate: Sendable, Hashable, CustomStringConvertible {
         self.day = day
     }
 
-    package var description: String {
+    public var description: String {
         func pad(_ n: Int, _ width: Int) -> String { String(repeating: "0", count: max(0, width - String(n).count)) + String(n) }
         return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))"
     }
 
     /// The instant written to Trello for this day: noon of the day in `zone`. Trello shows it as this day to anyone
     /// within eleven hours of the zone, and a noon never falls in a daylight-saving gap.
-    package func instant(in zone: TimeZone) -> Date {
+    public func instant(in zone: TimeZone) -> Date {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = zone
         let components = DateComponents(year: year, month: month, day: day, hour: 12)
@@ -45,11 +45,11 @@ package struct DayDate: Sendable, Hashable, CustomStringConvertible {
 
 /// The IANA time zone an account's all-day dates are written in (`PUT /dailyroundup/account` `time_zone`; UTC when
 /// never set).
-package struct AccountTimeZone: Sendable, Hashable, RawRepresentable, CustomStringConvertible {
-    package let rawValue: String
+public struct AccountTimeZone: Sendable, Hashable, RawRepresentable, CustomStringConvertible {
+    public let rawValue: String
 
     /// An IANA name Foundation knows (`Europe/Berlin`, `America/Los_Angeles`, `UTC`); anything else is nil.
-    package init?(rawValue: String) {
+    public init?(rawValue: String) {
         guard !rawValue.isEmpty, rawValue.utf8.count <= 64,
             rawValue == "UTC" || TimeZone.knownTimeZoneIdentifiers.contains(rawValue), TimeZone(identifier: rawValue) != nil
         else { return nil }
@@ -58,10 +58,10 @@ package struct AccountTimeZone: Sendable, Hashable, RawRepresentable, CustomStri
 
     /// A name read back from the store, as stored: checked when it was set, by the API process. A process whose time
     /// zone data lacks it (older or trimmed tzdata) still reads the account, and writes its dates in UTC (`zone`).
-    package init(stored name: String) { rawValue = name }
+    public init(stored name: String) { rawValue = name }
 
-    package static let utc = AccountTimeZone(rawValue: "UTC")!
+    public static let utc = AccountTimeZone(rawValue: "UTC")!
 
-    package var zone: TimeZone { TimeZone(identifier: rawValue) ?? TimeZone(secondsFromGMT: 0)! }
-    package var description: String { rawValue }
+    public var zone: TimeZone { TimeZone(identifier: rawValue) ?? TimeZone(secondsFromGMT: 0)! }
+    public var description: String { rawValue }
 }

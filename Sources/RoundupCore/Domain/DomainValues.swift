@@ -3,7 +3,7 @@
 // name the same values.
 
 /// What a pending change tells the apps to do with a reminder.
-package enum ChangeType: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ChangeType: String, Sendable, Hashable, CaseIterable, Codable {
     case create, update, complete, delete
     /// The card moved from one synced list of the account to another (`from_sync_list_id`): the same reminder, in the
     /// list `sync_list_id` names, with the card's every field.
@@ -11,11 +11,11 @@ package enum ChangeType: String, Sendable, Hashable, CaseIterable, Codable {
 
     /// The `change_type` a store writes: a move is stored as an update whose `from_sync_list_id` is set (the column's
     /// CHECK predates moves, and SQLite changes a CHECK only by rebuilding the table).
-    package var storedName: String { self == .move ? "update" : rawValue }
+    public var storedName: String { self == .move ? "update" : rawValue }
 }
 
 /// What an app asks the server to do to a card (`POST /dailyroundup/sync`).
-package enum SyncOp: String, Sendable, Hashable, CaseIterable, Codable {
+public enum SyncOp: String, Sendable, Hashable, CaseIterable, Codable {
     case create, update, complete, delete
     /// The reminder moved to the list `sync_list_id` names: its card moves there (`idList`, and `idBoard` across
     /// boards), then the fields the item names are written as an update's.
@@ -23,10 +23,10 @@ package enum SyncOp: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// The operation an item of a job's results stands for: an app's edit, or a reconciliation's summary.
-package enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
+public enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
     case create, update, complete, delete, move, reconcile
 
-    package init(_ op: SyncOp) {
+    public init(_ op: SyncOp) {
         switch op {
         case .create: self = .create
         case .update: self = .update
@@ -38,7 +38,7 @@ package enum JobItemOp: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// What became of one item of a job.
-package enum ItemStatus: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ItemStatus: String, Sendable, Hashable, CaseIterable, Codable {
     case ok, conflict, duplicate, error
     /// The list's settings keep this edit from Trello (a list that syncs from Trello only, a field that does):
     /// nothing was written.
@@ -46,7 +46,7 @@ package enum ItemStatus: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// The kinds of background job (`background_jobs.kind`).
-package enum JobKind: String, Sendable, Hashable, CaseIterable, Codable {
+public enum JobKind: String, Sendable, Hashable, CaseIterable, Codable {
     /// The apps' edits, sent to Trello.
     case sync
     /// A Trello list's open cards, sent to the apps as creates.
@@ -58,17 +58,17 @@ package enum JobKind: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// A job's state as stored (`background_jobs.status`).
-package enum JobStatus: String, Sendable, Hashable, CaseIterable, Codable {
+public enum JobStatus: String, Sendable, Hashable, CaseIterable, Codable {
     case queued, running, completed, error
 }
 
 /// A job's end as the sync metrics count it: how it finished, or that it was given up as stale.
-package enum JobOutcome: String, Sendable, Hashable, CaseIterable {
+public enum JobOutcome: String, Sendable, Hashable, CaseIterable {
     case completed, error, stale
 }
 
 /// Who wins when both sides changed one field (`accounts.conflict_policy`).
-package enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
     /// Keep both and record a conflict for the user.
     case manual
     /// Last writer wins, by modification time.
@@ -78,35 +78,35 @@ package enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// What deleting a reminder does to its card (`accounts.delete_mode`).
-package enum DeleteMode: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DeleteMode: String, Sendable, Hashable, CaseIterable, Codable {
     case archive, delete
 }
 
 /// An open conflict, or one the user resolved (`conflicts.status`).
-package enum ConflictStatus: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ConflictStatus: String, Sendable, Hashable, CaseIterable, Codable {
     case open, resolved
 }
 
 /// The side the user chose for a conflict (`conflicts.resolution`, the `choice` of the resolve endpoint).
-package enum ConflictChoice: String, Sendable, Hashable, CaseIterable, Codable {
+public enum ConflictChoice: String, Sendable, Hashable, CaseIterable, Codable {
     case trello, reminders
     /// A value the user typed.
     case value
 }
 
 /// A possible duplicate: open, or resolved one of two ways (`potential_duplicates.status`).
-package enum DuplicateStatus: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DuplicateStatus: String, Sendable, Hashable, CaseIterable, Codable {
     case open, merged
     case keptBoth = "kept_both"
 }
 
 /// The user's answer to a possible duplicate (the `action` of the resolve endpoint).
-package enum DuplicateAction: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DuplicateAction: String, Sendable, Hashable, CaseIterable, Codable {
     case merge
     case keepBoth = "keep_both"
 
     /// The status a duplicate resolved this way is stored with.
-    package var status: DuplicateStatus {
+    public var status: DuplicateStatus {
         switch self {
         case .merge: .merged
         case .keepBoth: .keptBoth
@@ -115,26 +115,26 @@ package enum DuplicateAction: String, Sendable, Hashable, CaseIterable, Codable 
 }
 
 /// The Apple platform of a registered device.
-package enum DevicePlatform: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DevicePlatform: String, Sendable, Hashable, CaseIterable, Codable {
     case ios, macos
 }
 
 /// The APNs environment a device token belongs to.
-package enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
+public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
     case production, sandbox
 }
 
 /// Why an account needs its user (`accounts.needs_attention`).
-package enum AttentionReason: String, Sendable, Hashable, CaseIterable, Codable {
+public enum AttentionReason: String, Sendable, Hashable, CaseIterable, Codable {
     case trelloTokenRevoked = "trello_token_revoked"
 }
 
 /// An app's bundle id, the APNs topic of its pushes: reverse DNS (`app.dailyroundup.ios`), letters, digits, `-` and
 /// `.`, at most 155 characters.
-package struct BundleID: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
-    package let rawValue: String
+public struct BundleID: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+    public let rawValue: String
 
-    package init?(rawValue: String) {
+    public init?(rawValue: String) {
         let parts = rawValue.split(separator: ".", omittingEmptySubsequences: false)
         guard rawValue.utf8.count <= 155, parts.count >= 2,
             parts.allSatisfy({
@@ -147,9 +147,9 @@ package struct BundleID: RawRepresentable, Sendable, Hashable, Codable, CustomSt
         self.rawValue = rawValue
     }
 
-    package var description: String { rawValue }
+    public var description: String { rawValue }
 
-    package init(from decoder: any Decoder) throws {
+    public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let value = BundleID(rawValue: text) else {
             throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a bundle id: \(text)"))
@@ -157,7 +157,7 @@ package struct BundleID: RawRepresentable, Sendable, Hashable, Codable, CustomSt
         self = value
     }
 
-    package func encode(to encoder: any Encoder) throws {
+    public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(rawValue)
     }

@@ -1,18 +1,18 @@
-package import Foundation
+public import Foundation
 
 /// Which way a list, or one field of it, syncs.
-package enum SyncDirection: String, Sendable, Hashable, CaseIterable, Codable {
+public enum SyncDirection: String, Sendable, Hashable, CaseIterable, Codable {
     case both
     case trelloToReminders = "trello_to_reminders"
     case remindersToTrello = "reminders_to_trello"
 
     /// Trello's side reaches the apps.
-    package var toReminders: Bool { self != .remindersToTrello }
+    public var toReminders: Bool { self != .remindersToTrello }
     /// The apps' side reaches Trello.
-    package var toTrello: Bool { self != .trelloToReminders }
+    public var toTrello: Bool { self != .trelloToReminders }
 
     /// The direction both allow, or nil when they allow nothing in common.
-    package func intersection(_ other: SyncDirection) -> SyncDirection? {
+    public func intersection(_ other: SyncDirection) -> SyncDirection? {
         switch (toReminders && other.toReminders, toTrello && other.toTrello) {
         case (true, true): .both
         case (true, false): .trelloToReminders
@@ -23,7 +23,7 @@ package enum SyncDirection: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// Which of a Trello list's cards a new pairing takes (`initial` of a list's settings).
-package enum InitialMode: String, Sendable, Hashable, CaseIterable, Codable {
+public enum InitialMode: String, Sendable, Hashable, CaseIterable, Codable {
     /// Every open card of the list becomes a reminder (by an import, or the first reconciliation).
     case openCards = "open_cards"
     /// Only cards created in Trello after the pairing become reminders.
@@ -33,30 +33,30 @@ package enum InitialMode: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// One field's rule: the way it flows, and who wins a conflict on it (nil: the account's policy).
-package struct FieldRule: Sendable, Hashable {
-    package var direction: SyncDirection
-    package var conflictPolicy: ConflictPolicy?
+public struct FieldRule: Sendable, Hashable {
+    public var direction: SyncDirection
+    public var conflictPolicy: ConflictPolicy?
 
-    package init(direction: SyncDirection = .both, conflictPolicy: ConflictPolicy? = nil) {
+    public init(direction: SyncDirection = .both, conflictPolicy: ConflictPolicy? = nil) {
         self.direction = direction
         self.conflictPolicy = conflictPolicy
     }
 }
 
 /// What a card is, as far as a list's filter asks: its labels, its members, whether it is marked complete.
-package struct CardFacts: Sendable, Hashable {
-    package var labels: Set<String>
-    package var members: Set<String>
-    package var complete: Bool
+public struct CardFacts: Sendable, Hashable {
+    public var labels: Set<String>
+    public var members: Set<String>
+    public var complete: Bool
 
-    package init(labels: Set<String> = [], members: Set<String> = [], complete: Bool = false) {
+    public init(labels: Set<String> = [], members: Set<String> = [], complete: Bool = false) {
         self.labels = labels
         self.members = members
         self.complete = complete
     }
 
     /// From a full Trello card (`idLabels`, `idMembers`, `dueComplete`).
-    package init(card: [String: JSONValue]) {
+    public init(card: [String: JSONValue]) {
         labels = Set((card["idLabels"]?.arrayValue ?? []).compactMap(\.stringValue))
         members = Set((card["idMembers"]?.arrayValue ?? []).compactMap(\.stringValue))
         complete = card["dueComplete"]?.boolValue ?? false
@@ -65,24 +65,24 @@ package struct CardFacts: Sendable, Hashable {
 
 /// Which cards of a list sync. Empty label and member sets ask nothing of them; a card that stops matching leaves
 /// the apps (a delete) and one that starts matching comes to them (a create).
-package struct CardFilter: Sendable, Hashable {
+public struct CardFilter: Sendable, Hashable {
     /// The card carries at least one of these labels (Trello label ids).
-    package var labels: Set<String>
+    public var labels: Set<String>
     /// At least one of these members is on the card (Trello member ids; the API turns `me` into the token's member).
-    package var members: Set<String>
+    public var members: Set<String>
     /// Only cards not marked complete in Trello.
-    package var openOnly: Bool
+    public var openOnly: Bool
 
-    package init(labels: Set<String> = [], members: Set<String> = [], openOnly: Bool = false) {
+    public init(labels: Set<String> = [], members: Set<String> = [], openOnly: Bool = false) {
         self.labels = labels
         self.members = members
         self.openOnly = openOnly
     }
 
     /// Nothing is filtered out.
-    package var isEmpty: Bool { labels.isEmpty && members.isEmpty && !openOnly }
+    public var isEmpty: Bool { labels.isEmpty && members.isEmpty && !openOnly }
 
-    package func admits(_ card: CardFacts) -> Bool {
+    public func admits(_ card: CardFacts) -> Bool {
         if openOnly && card.complete { return false }
         if !labels.isEmpty && labels.isDisjoint(with: card.labels) { return false }
         if !members.isEmpty && members.isDisjoint(with: card.members) { return false }
@@ -93,17 +93,17 @@ package struct CardFilter: Sendable, Hashable {
 /// A list's sync settings (`settings` of `/dailyroundup/lists`): the way it syncs, the fields that sync and each
 /// one's way and conflict policy, which cards sync, and what a new pairing takes. The defaults are how every list
 /// synced before settings existed: every field both ways, every open card.
-package struct SyncSettings: Sendable, Hashable {
-    package var direction: SyncDirection
+public struct SyncSettings: Sendable, Hashable {
+    public var direction: SyncDirection
     /// The fields that sync (the others are never sent to the apps nor written to Trello), each with its rule.
-    package var fields: [SyncField: FieldRule]
-    package var filter: CardFilter
-    package var initial: InitialMode
+    public var fields: [SyncField: FieldRule]
+    public var filter: CardFilter
+    public var initial: InitialMode
     /// Links the apps send (`url`, new `attachments`) are appended to the card's description instead of becoming link
     /// attachments (`POST /dailyroundup/lists/{id}/migrate-links` moves the links a list's cards hold already).
-    package var moveLinksToNotes: Bool
+    public var moveLinksToNotes: Bool
 
-    package init(
+    public init(
         direction: SyncDirection = .both, fields: [SyncField: FieldRule] = SyncSettings.allFields, filter: CardFilter = CardFilter(),
         initial: InitialMode = .openCards, moveLinksToNotes: Bool = false
     ) {
@@ -114,13 +114,13 @@ package struct SyncSettings: Sendable, Hashable {
         self.moveLinksToNotes = moveLinksToNotes
     }
 
-    package static let `default` = SyncSettings()
-    package static let allFields = Dictionary(uniqueKeysWithValues: SyncField.all.map { ($0, FieldRule()) })
+    public static let `default` = SyncSettings()
+    public static let allFields = Dictionary(uniqueKeysWithValues: SyncField.all.map { ($0, FieldRule()) })
     /// Fields only Trello holds: the apps cannot write them, so they flow from Trello only.
-    package static let trelloOnlyFields: Set<SyncField> = [.trelloURL]
+    public static let trelloOnlyFields: Set<SyncField> = [.trelloURL]
 
     /// The way `field` flows: its own direction within the list's, or nil when it does not sync.
-    package func direction(of field: SyncField) -> SyncDirection? {
+    public func direction(of field: SyncField) -> SyncDirection? {
         guard let rule = fields[field] else { return nil }
         var direction = rule.direction.intersection(self.direction)
         if Self.trelloOnlyFields.contains(field) { direction = direction?.intersection(.trelloToReminders) }
@@ -128,23 +128,23 @@ package struct SyncSettings: Sendable, Hashable {
     }
 
     /// Trello's value of `field` reaches the apps.
-    package func syncsToReminders(_ field: SyncField) -> Bool { direction(of: field)?.toReminders ?? false }
+    public func syncsToReminders(_ field: SyncField) -> Bool { direction(of: field)?.toReminders ?? false }
     /// Trello's value of the field of this wire name reaches the apps (a name that is no field never does).
-    package func syncsToReminders(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToReminders) ?? false }
+    public func syncsToReminders(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToReminders) ?? false }
     /// The apps' value of `field` is written to Trello.
-    package func syncsToTrello(_ field: SyncField) -> Bool { direction(of: field)?.toTrello ?? false }
+    public func syncsToTrello(_ field: SyncField) -> Bool { direction(of: field)?.toTrello ?? false }
 
     /// The apps' value of the field of this wire name is written to Trello (a name that is no field never is).
-    package func syncsToTrello(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToTrello) ?? false }
+    public func syncsToTrello(named name: String) -> Bool { SyncField(rawValue: name).map(syncsToTrello) ?? false }
 
     /// Who wins a conflict on `field`: the field's own policy, else the account's.
-    package func conflictPolicy(of field: SyncField, account: ConflictPolicy) -> ConflictPolicy {
+    public func conflictPolicy(of field: SyncField, account: ConflictPolicy) -> ConflictPolicy {
         fields[field]?.conflictPolicy ?? account
     }
 
     /// Whether a card first seen in the list may become a reminder: `mapped` when a reminder already owns it (a card
     /// made from one, moved out and back), `cardID` for its creation time (the first four bytes of a Trello id).
-    package func admitsNewCard(cardID: String, mapped: Bool, pairedAt: Date?) -> Bool {
+    public func admitsNewCard(cardID: String, mapped: Bool, pairedAt: Date?) -> Bool {
         guard direction.toReminders else { return false }
         if mapped { return true }
         switch initial {
@@ -159,8 +159,8 @@ package struct SyncSettings: Sendable, Hashable {
 }
 
 /// Trello's ids are MongoDB object ids: 24 hex digits whose first eight are the creation time in seconds.
-package enum TrelloID {
-    package static func creationDate(_ id: String) -> Date? {
+public enum TrelloID {
+    public static func creationDate(_ id: String) -> Date? {
         let utf8 = Array(id.utf8)
         guard utf8.count == 24, utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }),
             let seconds = UInt32(String(decoding: utf8[0..<8], as: UTF8.self), radix: 16)
@@ -173,7 +173,7 @@ package enum TrelloID {
 
 extension SyncSettings {
     /// The settings as the API shows them and the store keeps them (canonical JSON, every key present).
-    package var json: JSONValue {
+    public var json: JSONValue {
         var fieldObjects: [String: JSONValue] = [:]
         for (field, rule) in fields {
             fieldObjects[field.rawValue] = .object([
@@ -195,14 +195,14 @@ extension SyncSettings {
     }
 
     /// Why a settings document was refused, naming the part at fault.
-    package struct Invalid: Error, Sendable, CustomStringConvertible, Equatable {
-        package var description: String
-        package init(_ description: String) { self.description = description }
+    public struct Invalid: Error, Sendable, CustomStringConvertible, Equatable {
+        public var description: String
+        public init(_ description: String) { self.description = description }
     }
 
     /// Settings from a request's `settings` object, over `base` (a key left out keeps its value there). Each mistake is
     /// refused with what is wrong; `me` among the filter's members is kept for the caller to resolve.
-    package init(json: JSONValue, over base: SyncSettings = .default) throws(Invalid) {
+    public init(json: JSONValue, over base: SyncSettings = .default) throws(Invalid) {
         guard case .object(let object) = json else { throw Invalid("settings must be an object") }
         let known: Set<String> = ["direction", "fields", "filter", "initial", "move_links_to_notes"]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
@@ -256,7 +256,7 @@ extension SyncSettings {
 
     /// The rules no document may break: the title syncs every way the list does (a reminder and a card both need one), a field's own
     /// direction has something in common with the list's, and a field only Trello holds never flows to Trello.
-    package func validate() throws(Invalid) {
+    public func validate() throws(Invalid) {
         guard let title = fields[.title] else { throw Invalid("settings.fields must include title: a reminder and a card both need one") }
         // A create carries the title: it goes every way the list creates reminders or cards.
         if title.direction.intersection(direction) != direction {
@@ -276,7 +276,7 @@ extension SyncSettings {
 
     /// What the store keeps: nil for the defaults (read back without parsing), else the canonical JSON with the
     /// version of the field list it was written with (`storedFieldsVersion`).
-    package var storedText: String? {
+    public var storedText: String? {
         guard self != .default, case .object(var object) = json else { return nil }
         object[Self.fieldsVersionKey] = .number(Double(Self.storedFieldsVersion))
         return JSONValue.object(object).canonicalJSON
@@ -289,15 +289,15 @@ extension SyncSettings {
     /// Fields added after settings were first stored: a field map stored before `version` was written when the field
     /// did not exist, so it does not name it; it gets the rule of `like` (the field it is another form of), else the
     /// default rule (and a field whose `like` the map leaves out is left out too). A map of that version or later that leaves one out means it.
-    package static let fieldsAdded: [(version: Int, field: SyncField, like: SyncField?)] = [
+    public static let fieldsAdded: [(version: Int, field: SyncField, like: SyncField?)] = [
         (2, .attachments, nil), (2, .trelloURL, nil), (2, .dueReminderMinutes, nil), (3, .priorityLevel, .priority),
     ]
 
     /// Every field of `fieldsAdded`.
-    package static var fieldsAddedLater: [SyncField] { fieldsAdded.map(\.field) }
+    public static var fieldsAddedLater: [SyncField] { fieldsAdded.map(\.field) }
 
     /// Settings as stored: nil or damaged text is the defaults (the API checked them when it stored them).
-    package init(stored text: String?) {
+    public init(stored text: String?) {
         guard let text, case .object(var object)? = try? JSONParser.parse(Array(text.utf8)) else {
             self = .default
             return

@@ -1,14 +1,14 @@
-package import Foundation
+public import Foundation
 
 /// Timestamps are stored as ISO 8601 text (UTC, milliseconds), which sorts as time does.
-package enum Timestamp {
+public enum Timestamp {
     static let style = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 
-    package static func now() -> String { string(Date()) }
+    public static func now() -> String { string(Date()) }
 
-    package static func string(_ date: Date) -> String { style.format(date) }
+    public static func string(_ date: Date) -> String { style.format(date) }
 
-    package static func date(_ string: String) -> Date? {
+    public static func date(_ string: String) -> Date? {
         if let fast = fastParse(string) { return fast }
         // The fast form with an impossible date: not for a lenient parser to roll over.
         let u = Array(string.utf8)
@@ -27,7 +27,7 @@ package enum Timestamp {
 
     /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, the form Trello and this server write, without a formatter. An impossible date
     /// (February 31st, second 60) is nil rather than rolled over into the next month or minute.
-    package static func fastParse(_ string: String) -> Date? {
+    public static func fastParse(_ string: String) -> Date? {
         let u = Array(string.utf8)
         guard u.count >= 20, u.last == UInt8(ascii: "Z"), u[4] == 0x2D, u[7] == 0x2D, u[10] == UInt8(ascii: "T"), u[13] == 0x3A, u[16] == 0x3A else {
             return nil

@@ -1,4 +1,4 @@
-package import NIOCore
+public import NIOCore
 
 /// Writes JSON text straight into memory a `ByteBuffer` reserved for it (`ByteBuffer.writeJSON(bound:_:)`): a whole
 /// object in one reservation, where a `ByteBuffer` write per literal, string and quote (thirteen per change on the
@@ -6,7 +6,7 @@ package import NIOCore
 ///
 /// The caller promises, through the bound it reserves, that everything written fits: `jsonStringBound(_:)` is the
 /// most a string literal can take. Writing past the bound is a programming error and traps.
-package struct JSONByteWriter: ~Copyable {
+public struct JSONByteWriter: ~Copyable {
     let base: UnsafeMutableRawBufferPointer
     var count = 0
 
@@ -15,18 +15,18 @@ package struct JSONByteWriter: ~Copyable {
     }
 
     /// The most bytes `writeJSONString(text)` writes: every byte escaped as `\u00xx`, and the quotes.
-    package static func jsonStringBound(_ text: String) -> Int { text.utf8.count * 6 + 2 }
+    public static func jsonStringBound(_ text: String) -> Int { text.utf8.count * 6 + 2 }
 
     /// The most bytes `writeJSONString(cell)` writes: every byte escaped as `\u00xx` (or, where the bytes are not valid
     /// UTF-8, replaced by U+FFFD: three bytes), and the quotes.
-    package static func jsonStringBound(_ cell: UTF8Cell) -> Int { cell.count * 6 + 2 }
+    public static func jsonStringBound(_ cell: UTF8Cell) -> Int { cell.count * 6 + 2 }
 
     /// The most bytes `writeRaw(cell)` writes: the bytes themselves, or three for each where they are not valid UTF-8
     /// and are replaced by U+FFFD.
-    package static func rawBound(_ cell: UTF8Cell) -> Int { cell.count * 3 }
+    public static func rawBound(_ cell: UTF8Cell) -> Int { cell.count * 3 }
 
     /// The most bytes `writeDecimal` writes.
-    package static let decimalBound = 20
+    public static let decimalBound = 20
 
     @inline(__always)
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
@@ -37,25 +37,25 @@ package struct JSONByteWriter: ~Copyable {
     }
 
     /// Bytes as they are: a literal of the JSON's structure.
-    package mutating func write(_ literal: StaticString) {
+    public mutating func write(_ literal: StaticString) {
         append(UnsafeRawBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
     }
 
     /// A string's UTF-8 as it is: text that is JSON already (a stored canonical JSON column).
-    package mutating func writeRaw(_ text: String) {
+    public mutating func writeRaw(_ text: String) {
         var text = text
         text.withUTF8 { append(UnsafeRawBufferPointer($0)) }
     }
 
     /// `text` as a JSON string literal, quotes included: the bytes of `JSONValue.string(text).canonicalJSON`.
-    package mutating func writeJSONString(_ text: String) {
+    public mutating func writeJSONString(_ text: String) {
         write("\"")
         JSONStringEscaping.pieces(of: text) { append($0) }
         write("\"")
     }
 
     /// A stored column that is JSON text already, as it is (repaired where it is not valid UTF-8).
-    package mutating func writeRaw(_ cell: UTF8Cell) {
+    public mutating func writeRaw(_ cell: UTF8Cell) {
         guard cell.isValidUTF8 else { return writeRaw(cell.string) }
         append(UnsafeRawBufferPointer(cell.bytes))
     }
@@ -65,7 +65,7 @@ package struct JSONByteWriter: ~Copyable {
     ///
     /// The bytes are checked for UTF-8 only when the escaping's scan met a byte above 0x7F (it looks at every byte
     /// anyway); what was written is taken back and the repaired string written when they are not valid.
-    package mutating func writeJSONString(_ cell: UTF8Cell) {
+    public mutating func writeJSONString(_ cell: UTF8Cell) {
         let start = count
         write("\"")
         let ascii = JSONStringEscaping.pieces(ofUTF8: cell.bytes) { append($0) }
@@ -77,7 +77,7 @@ package struct JSONByteWriter: ~Copyable {
     }
 
     /// An integer in decimal.
-    package mutating func writeDecimal(_ value: Int64) {
+    public mutating func writeDecimal(_ value: Int64) {
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: a sign and 19 digits fit
         let written = withUnsafeMutableBytes(of: &digits) { raw -> Int in
             var magnitude = value.magnitude
@@ -99,7 +99,7 @@ package struct JSONByteWriter: ~Copyable {
 
 extension ByteBuffer {
     /// Reserves `bound` bytes and lets `body` write JSON into them; the buffer keeps what it wrote.
-    package mutating func writeJSON(bound: Int, _ body: (inout JSONByteWriter) -> Void) {
+    public mutating func writeJSON(bound: Int, _ body: (inout JSONByteWriter) -> Void) {
         writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { raw in
             var writer = JSONByteWriter(raw)
             body(&writer)

@@ -1,13 +1,13 @@
 /// A strict, allocation-light JSON parser over bytes. The hot paths (the ingress's envelope check and the worker's
 /// body decoding) use it instead of Foundation's `JSONDecoder`, which cost most of their time in profiles.
 /// Nesting is limited, so hostile input cannot exhaust the stack.
-package struct JSONParser: ~Copyable {
-    package struct Error: Swift.Error, CustomStringConvertible, Equatable {
-        package var offset: Int
-        package var reason: String
-        package var description: String { "invalid JSON at byte \(offset): \(reason)" }
+public struct JSONParser: ~Copyable {
+    public struct Error: Swift.Error, CustomStringConvertible, Equatable {
+        public var offset: Int
+        public var reason: String
+        public var description: String { "invalid JSON at byte \(offset): \(reason)" }
 
-        package init(offset: Int, reason: String) {
+        public init(offset: Int, reason: String) {
             self.offset = offset
             self.reason = reason
         }
@@ -23,7 +23,7 @@ package struct JSONParser: ~Copyable {
     /// Parses a whole document, building only the members `selection` names (at any depth) and checking the rest
     /// without building it: a reader that needs a few fields of a large body does not pay for strings and tables it
     /// would throw away. The document is validated exactly as `parse` validates it.
-    package static func parse(_ bytes: some Collection<UInt8>, selecting selection: JSONSelection) throws -> JSONValue {
+    public static func parse(_ bytes: some Collection<UInt8>, selecting selection: JSONSelection) throws -> JSONValue {
         try withBytes(bytes) { raw in
             var parser = JSONParser(raw)
             let value = try parser.value(selecting: selection)
@@ -33,7 +33,7 @@ package struct JSONParser: ~Copyable {
     }
 
     /// Parses a whole document into a value.
-    package static func parse(_ bytes: some Collection<UInt8>) throws -> JSONValue {
+    public static func parse(_ bytes: some Collection<UInt8>) throws -> JSONValue {
         try withBytes(bytes) { raw in
             var parser = JSONParser(raw)
             let value = try parser.value()
@@ -43,16 +43,16 @@ package struct JSONParser: ~Copyable {
     }
 
     /// The ids a webhook body is routed by, after checking the whole body is well-formed JSON.
-    package struct Envelope: Sendable, Equatable {
-        package var hasAction = false
-        package var actionID: String?
-        package var actionType: String?
-        package var modelID: String?
+    public struct Envelope: Sendable, Equatable {
+        public var hasAction = false
+        public var actionID: String?
+        public var actionType: String?
+        public var modelID: String?
         /// The ids of `action.data.card`, `list`, `listBefore`, `listAfter` and `board`, as they came (strings only;
         /// a member that is not an object or an `id` that is not a string is left out), for checking their shape.
-        package var dataIDs: [String] = []
+        public var dataIDs: [String] = []
 
-        package init(hasAction: Bool = false, actionID: String? = nil, actionType: String? = nil, modelID: String? = nil, dataIDs: [String] = []) {
+        public init(hasAction: Bool = false, actionID: String? = nil, actionType: String? = nil, modelID: String? = nil, dataIDs: [String] = []) {
             self.hasAction = hasAction
             self.actionID = actionID
             self.actionType = actionType
@@ -61,11 +61,11 @@ package struct JSONParser: ~Copyable {
         }
     }
 
-    package static func envelope(_ bytes: some Collection<UInt8>) throws -> Envelope {
+    public static func envelope(_ bytes: some Collection<UInt8>) throws -> Envelope {
         try withBytes(bytes) { raw in try envelope(raw) }
     }
 
-    package static func envelope(_ raw: UnsafeRawBufferPointer) throws -> Envelope {
+    public static func envelope(_ raw: UnsafeRawBufferPointer) throws -> Envelope {
         do {  // (a scope for the parser)
             var parser = JSONParser(raw)
             var envelope = Envelope()
@@ -392,7 +392,7 @@ package struct JSONParser: ~Copyable {
 }
 
 /// Which parts of a document `JSONParser.parse(_:selecting:)` builds.
-package indirect enum JSONSelection: Sendable {
+public indirect enum JSONSelection: Sendable {
     /// The whole value.
     case everything
     /// Of an object, only these members, each with what to build of it; other values are built whole.

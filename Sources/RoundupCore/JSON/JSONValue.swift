@@ -1,8 +1,8 @@
 import Foundation
-package import NIOCore
+public import NIOCore
 
 /// Any JSON value. Used for card fields, whose shapes vary (strings, dates, arrays, objects).
-package enum JSONValue: Sendable, Hashable, Codable {
+public enum JSONValue: Sendable, Hashable, Codable {
     case null
     case bool(Bool)
     case number(Double)
@@ -10,7 +10,7 @@ package enum JSONValue: Sendable, Hashable, Codable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    package init(from decoder: any Decoder) throws {
+    public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -27,7 +27,7 @@ package enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    package func encode(to encoder: any Encoder) throws {
+    public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
         case .null: try container.encodeNil()
@@ -39,33 +39,33 @@ package enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    package subscript(key: String) -> JSONValue? {
+    public subscript(key: String) -> JSONValue? {
         if case .object(let o) = self { return o[key] }
         return nil
     }
 
-    package var stringValue: String? {
+    public var stringValue: String? {
         if case .string(let s) = self { return s }
         return nil
     }
 
-    package var boolValue: Bool? {
+    public var boolValue: Bool? {
         if case .bool(let b) = self { return b }
         return nil
     }
 
-    package var arrayValue: [JSONValue]? {
+    public var arrayValue: [JSONValue]? {
         if case .array(let a) = self { return a }
         return nil
     }
 
-    package var objectValue: [String: JSONValue]? {
+    public var objectValue: [String: JSONValue]? {
         if case .object(let o) = self { return o }
         return nil
     }
 
     /// A canonical text form (sorted keys, no spaces), so equal values always hash alike.
-    package var canonicalJSON: String {
+    public var canonicalJSON: String {
         var out: [UInt8] = []
         out.reserveCapacity(128)
         writeCanonical(into: &out)
@@ -101,7 +101,7 @@ package enum JSONValue: Sendable, Hashable, Codable {
     /// shortest round-trip form. For writers of one fixed shape that do not build a `JSONValue` (`FieldStamps`).
     /// JSON has no infinity or NaN: such a number (read from `1e400`) is written as `null`, never as text no parser
     /// reads back. The API refuses such numbers where it reads a body; this is the last guard for other paths.
-    package static func writeCanonical(number n: Double, into out: inout [UInt8]) {
+    public static func writeCanonical(number n: Double, into out: inout [UInt8]) {
         guard n.isFinite else { return out.append(contentsOf: "null".utf8) }
         if n.rounded() == n, abs(n) < 1e15 { return writeDecimal(Int64(n), fractionDigits: 0, into: &out) }
         // A number of whole milliseconds (a time from Trello's dates, as every field stamp holds one) is written as that
@@ -148,21 +148,21 @@ package enum JSONValue: Sendable, Hashable, Codable {
     }
 
     /// A string literal as `canonicalJSON` writes it, quotes included.
-    package static func writeCanonical(string s: String, into out: inout [UInt8]) {
+    public static func writeCanonical(string s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         JSONStringEscaping.pieces(of: s) { out.append(contentsOf: $0) }
         out.append(UInt8(ascii: "\""))
     }
 
     /// SHA-256 of the canonical form, hex, truncated to 128 bits: what `sync_tasks` stores per field.
-    package var fieldHash: String {
+    public var fieldHash: String {
         Hex.sha256Prefix128(canonicalJSON)
     }
 }
 
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
-    package init(stringLiteral value: String) { self = .string(value) }
-    package init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
 }
 
 /// How a string is written as a JSON string literal: only what JSON requires is escaped (quote, backslash, control
@@ -242,7 +242,7 @@ enum JSONStringEscaping {
 extension ByteBuffer {
     /// Writes `text` as a JSON string literal, quotes included: the same bytes as `JSONValue.string(text).canonicalJSON`,
     /// without making that string first (the changes page writes five per change).
-    package mutating func writeJSONString(_ text: String) {
+    public mutating func writeJSONString(_ text: String) {
         writeInteger(UInt8(ascii: "\""))
         JSONStringEscaping.pieces(of: text) { writeBytes($0) }
         writeInteger(UInt8(ascii: "\""))

@@ -5,22 +5,22 @@
 /// The bytes need not be valid UTF-8 — SQLite keeps whatever bytes it is given — so every reader checks
 /// (`isValidUTF8`) and repairs what is not, as `String(decoding:as:)` does: each invalid sequence becomes U+FFFD. A
 /// response written from cells is valid UTF-8 whatever the store holds, as it was when it was written from `String`s.
-package struct UTF8Cell {
-    package let bytes: UnsafeBufferPointer<UInt8>
+public struct UTF8Cell {
+    public let bytes: UnsafeBufferPointer<UInt8>
 
     /// `bytes` must stay valid, and unchanged, for as long as the cell is used.
-    package init(_ bytes: UnsafeBufferPointer<UInt8>) {
+    public init(_ bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
     }
 
-    package var count: Int { bytes.count }
+    public var count: Int { bytes.count }
 
     /// The text as a `String`, repaired where it is not valid UTF-8.
-    package var string: String { String(decoding: bytes, as: UTF8.self) }
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
 
     /// Whether the bytes are valid UTF-8: ASCII is checked a word at a time (`isASCII`), anything else by the standard
     /// library's validator (`UTF8Span`), neither of which copies the bytes.
-    package var isValidUTF8: Bool {
+    public var isValidUTF8: Bool {
         guard let base = bytes.baseAddress, !Self.isASCII(base, count: bytes.count) else { return true }
         return validatesBeyondASCII
     }
@@ -55,7 +55,7 @@ package struct UTF8Cell {
     }
 
     /// Whether the bytes are those of `text`.
-    package func equals(_ text: StaticString) -> Bool {
+    public func equals(_ text: StaticString) -> Bool {
         guard text.utf8CodeUnitCount == bytes.count else { return false }
         for index in 0..<bytes.count where bytes[index] != text.utf8Start[index] { return false }
         return true

@@ -1,16 +1,16 @@
 import Foundation
 
 /// `postgres://user:password@host:port/database?sslmode=disable|prefer|require|verify-full`, checked once at start.
-package struct PostgresURL: Sendable, Equatable {
-    package enum TLSMode: String, Sendable { case disable, prefer, require, verifyFull = "verify-full" }
-    package var host: String
-    package var port: Int
-    package var username: String
-    package var password: String?
-    package var database: String
-    package var tls: TLSMode
+public struct PostgresURL: Sendable, Equatable {
+    public enum TLSMode: String, Sendable { case disable, prefer, require, verifyFull = "verify-full" }
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    public var tls: TLSMode
 
-    package init(_ text: String) throws {
+    public init(_ text: String) throws {
         let key = "ROUNDUP_DATABASE_URL"
         guard let c = URLComponents(string: text), c.scheme == "postgres" || c.scheme == "postgresql", let host = c.host, !host.isEmpty else {
             throw ConfigurationError(key: key, problem: "must look like postgres://user:password@host:port/database")
@@ -31,5 +31,5 @@ package struct PostgresURL: Sendable, Equatable {
     }
 
     /// The URL with its password masked, for logs and `roundupctl check`.
-    package var masked: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)" }
+    public var masked: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)" }
 }

@@ -3,16 +3,16 @@
 /// the pusher, a `/sync` request to its job. Made only from a valid `traceparent` (the version-00 form), so what a
 /// client sends cannot put anything else in a message; `tracestate` is kept as sent, up to the 512 characters the
 /// specification allows, and dropped beyond.
-package struct TraceHeaders: Sendable, Hashable {
+public struct TraceHeaders: Sendable, Hashable {
     /// Its fields in a stream entry, under the names of the HTTP headers.
-    package enum Field: String, CaseIterable, Sendable {
+    public enum Field: String, CaseIterable, Sendable {
         case traceparent, tracestate
     }
 
-    package let traceparent: String
-    package let tracestate: String?
+    public let traceparent: String
+    public let tracestate: String?
 
-    package init?(traceparent: String?, tracestate: String? = nil) {
+    public init?(traceparent: String?, tracestate: String? = nil) {
         guard let traceparent, Self.isValid(traceparent: traceparent) else { return nil }
         self.traceparent = traceparent
         self.tracestate = tracestate.flatMap { state in
@@ -21,7 +21,7 @@ package struct TraceHeaders: Sendable, Hashable {
     }
 
     /// `00-<32 hex, not all zero>-<16 hex, not all zero>-<2 hex>`, lower case.
-    package static func isValid(traceparent: String) -> Bool {
+    public static func isValid(traceparent: String) -> Bool {
         let bytes = Array(traceparent.utf8)
         guard bytes.count == 55, bytes[0] == UInt8(ascii: "0"), bytes[1] == UInt8(ascii: "0"), bytes[2] == UInt8(ascii: "-"),
             bytes[35] == UInt8(ascii: "-"), bytes[52] == UInt8(ascii: "-")
@@ -34,12 +34,12 @@ package struct TraceHeaders: Sendable, Hashable {
     }
 
     /// The trace id (32 hex digits).
-    package var traceID: Substring { traceparent.dropFirst(3).prefix(32) }
+    public var traceID: Substring { traceparent.dropFirst(3).prefix(32) }
     /// The id of the span that wrote the message (16 hex digits).
-    package var spanID: Substring { traceparent.dropFirst(36).prefix(16) }
+    public var spanID: Substring { traceparent.dropFirst(36).prefix(16) }
 
     /// As a carrier's headers (`traceparent`, `tracestate`).
-    package var headers: [String: String] {
+    public var headers: [String: String] {
         var headers = [Field.traceparent.rawValue: traceparent]
         if let tracestate { headers[Field.tracestate.rawValue] = tracestate }
         return headers

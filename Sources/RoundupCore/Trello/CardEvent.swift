@@ -1,8 +1,8 @@
 import Foundation
 
 /// What one Trello action means for one card, before the store is consulted.
-package struct CardEvent: Sendable, Equatable {
-    package enum Kind: Sendable, Equatable {
+public struct CardEvent: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
         /// The payload carries the new values of these fields.
         case fields([String: JSONValue])
         /// The payload is too thin: fetch the full card and compare every field.
@@ -13,15 +13,15 @@ package struct CardEvent: Sendable, Equatable {
         case membersChanged
     }
 
-    package var cardID: String
+    public var cardID: String
     /// The Trello list the event concerns, when the payload names it.
-    package var listID: String?
-    package var boardID: String?
-    package var kind: Kind
+    public var listID: String?
+    public var boardID: String?
+    public var kind: Kind
     /// For `.fields`: the values before the action, as the payload's `data.old` tells them.
-    package var previous: [String: JSONValue] = [:]
+    public var previous: [String: JSONValue] = [:]
 
-    package init(cardID: String, listID: String?, boardID: String?, kind: Kind) {
+    public init(cardID: String, listID: String?, boardID: String?, kind: Kind) {
         self.cardID = cardID
         self.listID = listID
         self.boardID = boardID
@@ -30,12 +30,12 @@ package struct CardEvent: Sendable, Equatable {
 }
 
 /// Turns a Trello action into card events. Pure: no store, no network.
-package enum CardEventInterpreter {
+public enum CardEventInterpreter {
     /// `updateCard` attributes nothing the apps see depends on: a card dragged within its list is not read again.
     /// (A cover follows an image attachment, whose own action reads the card already.)
-    package static let invisibleAttributes: Set<String> = ["pos", "cover", "idAttachmentCover", "manualCoverAttachment"]
+    public static let invisibleAttributes: Set<String> = ["pos", "cover", "idAttachmentCover", "manualCoverAttachment"]
 
-    package static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
+    public static func events(for body: TrelloWebhookBody, actionType: String? = nil) -> [CardEvent] {
         let action = body.action
         guard let type = actionType ?? action.type, let data = action.data,
             let cardID = data.card?["id"]?.stringValue

@@ -2,7 +2,7 @@ import Foundation
 
 /// The fields the apps see, named as they are on the wire (`changed_fields`, the keys of `fields`): the raw values.
 /// Interpolated, a field reads as its wire name.
-package enum SyncField: String, CaseIterable, Sendable, Hashable, Codable, Comparable, CustomStringConvertible {
+public enum SyncField: String, CaseIterable, Sendable, Hashable, Codable, Comparable, CustomStringConvertible {
     case title, notes
     case dueDate = "due_date"
     case startDate = "start_date"
@@ -18,25 +18,25 @@ package enum SyncField: String, CaseIterable, Sendable, Hashable, Codable, Compa
     case dueReminderMinutes = "due_reminder_minutes"
 
     /// Every field, in the order the apps' documentation lists them.
-    package static let all: [SyncField] = allCases
+    public static let all: [SyncField] = allCases
     /// Their wire names, in that order (for messages that list them).
-    package static let names: [String] = all.map(\.rawValue)
+    public static let names: [String] = all.map(\.rawValue)
 
-    package var description: String { rawValue }
+    public var description: String { rawValue }
 
     /// In the order of their wire names.
-    package static func < (a: SyncField, b: SyncField) -> Bool { a.rawValue < b.rawValue }
+    public static func < (a: SyncField, b: SyncField) -> Bool { a.rawValue < b.rawValue }
 
     /// Trello card attribute → field, for attributes an `updateCard` payload carries itself. Labels are not among them:
     /// a payload names their ids only, and the apps get names and colours, which a read of the card gives.
-    package static let fromCardAttribute: [String: SyncField] = [
+    public static let fromCardAttribute: [String: SyncField] = [
         "name": .title, "desc": .notes, "due": .dueDate, "start": .startDate, "dueComplete": .completed, "dueReminder": .dueReminderMinutes,
     ]
 }
 
 extension Dictionary where Key == String {
     /// A field's value in a fields object (keyed by wire name).
-    package subscript(_ field: SyncField) -> Value? {
+    public subscript(_ field: SyncField) -> Value? {
         get { self[field.rawValue] }
         set { self[field.rawValue] = newValue }
     }
@@ -44,8 +44,8 @@ extension Dictionary where Key == String {
 
 /// Maps a full Trello card (`GET /cards/{id}?fields=all&customFieldItems=true&checklists=all&attachments=true`)
 /// to the fields the apps see.
-package enum CardMapper {
-    package static func fields(fromCard card: [String: JSONValue], priority: PriorityField? = nil) -> [String: JSONValue] {
+public enum CardMapper {
+    public static func fields(fromCard card: [String: JSONValue], priority: PriorityField? = nil) -> [String: JSONValue] {
         var fields: [String: JSONValue] = [:]
         fields[SyncField.title] = card["name"] ?? .string("")
         fields[SyncField.notes] = card["desc"] ?? .string("")
@@ -66,7 +66,7 @@ package enum CardMapper {
     }
 
     /// Maps the attributes an `updateCard` payload carries (`data.card`) for the keys that changed (`data.old`).
-    package static func partialFields(card: [String: JSONValue], changedAttributes: some Sequence<String>) -> [String: JSONValue] {
+    public static func partialFields(card: [String: JSONValue], changedAttributes: some Sequence<String>) -> [String: JSONValue] {
         var fields: [String: JSONValue] = [:]
         for attribute in changedAttributes {
             guard let field = SyncField.fromCardAttribute[attribute] else { continue }
@@ -99,7 +99,7 @@ package enum CardMapper {
     }
 
     /// The `attachments` field of a card's attachments (as Trello lists them).
-    package static func attachments(_ attachments: [JSONValue]) -> JSONValue { .array(attachments.compactMap(attachment)) }
+    public static func attachments(_ attachments: [JSONValue]) -> JSONValue { .array(attachments.compactMap(attachment)) }
 
     /// One attachment: `{id, name, url, is_upload, mime_type}`.
     private static func attachment(_ value: JSONValue) -> JSONValue? {
@@ -172,7 +172,7 @@ package enum CardMapper {
     /// The option of the board's Priority field the card holds (an option id the field no longer has: none).
     /// Whether the card holds an option of the board's Priority field that `priority` (as the server read it) lacks:
     /// an option added since, so the field is read again.
-    package static func namesUnknownOption(_ card: [String: JSONValue], priority: PriorityField) -> Bool {
+    public static func namesUnknownOption(_ card: [String: JSONValue], priority: PriorityField) -> Bool {
         for item in card["customFieldItems"]?.arrayValue ?? [] {
             guard let object = item.objectValue, object["idCustomField"]?.stringValue == priority.fieldID else { continue }
             if let optionID = object["idValue"]?.stringValue { return priority.option(id: optionID) == nil }

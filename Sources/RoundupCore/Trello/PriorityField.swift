@@ -13,44 +13,44 @@ import Foundation
 /// A level written back picks the option of that level, else the nearest (a tie goes to the higher priority); 0 picks
 /// the "none" option, or clears the field. A level sent back unchanged names the card's own option, so it never
 /// changes it (the sync compares it with the card's level before writing anything).
-package struct PriorityField: Sendable, Equatable {
-    package struct Option: Sendable, Equatable {
-        package var id: String
-        package var text: String
-        package init(id: String, text: String) {
+public struct PriorityField: Sendable, Equatable {
+    public struct Option: Sendable, Equatable {
+        public var id: String
+        public var text: String
+        public init(id: String, text: String) {
             self.id = id
             self.text = text
         }
     }
 
-    package var fieldID: String
+    public var fieldID: String
     /// In the board's order (Trello's `pos`).
-    package private(set) var ordered: [Option]
+    public private(set) var ordered: [Option]
     /// Option id → level (`level(of:)`), worked out once.
     private var levels: [String: Int] = [:]
 
-    package init(fieldID: String, ordered: [Option]) {
+    public init(fieldID: String, ordered: [Option]) {
         self.fieldID = fieldID
         self.ordered = ordered
         self.levels = Self.levels(ordered)
     }
 
     /// Option id → option text.
-    package var options: [String: String] { Dictionary(ordered.map { ($0.id, $0.text) }, uniquingKeysWith: { a, _ in a }) }
+    public var options: [String: String] { Dictionary(ordered.map { ($0.id, $0.text) }, uniquingKeysWith: { a, _ in a }) }
 
-    package func option(id: String) -> Option? { ordered.first { $0.id == id } }
+    public func option(id: String) -> Option? { ordered.first { $0.id == id } }
 
     /// The option whose text is `text`, case ignored.
-    package func option(text: String) -> Option? {
+    public func option(text: String) -> Option? {
         let wanted = text.lowercased()
         return ordered.first { $0.text.lowercased() == wanted }
     }
 
     /// The option's level on EventKit's scale (0 for none or an unknown id).
-    package func level(of optionID: String) -> Int { levels[optionID] ?? 0 }
+    public func level(of optionID: String) -> Int { levels[optionID] ?? 0 }
 
     /// The option a level asks for: nil clears the field (level 0 on a board without a "none" option).
-    package func option(level: Int) -> Option? {
+    public func option(level: Int) -> Option? {
         if level <= 0 { return ordered.first { Self.isNone($0.text) } }
         var best: (option: Option, distance: Int, level: Int)?
         for option in ordered {
@@ -64,7 +64,7 @@ package struct PriorityField: Sendable, Equatable {
     }
 
     /// Words the ranking knows, highest priority first.
-    package static let rankWords: [[String]] = [
+    public static let rankWords: [[String]] = [
         ["highest", "critical", "urgent", "asap", "blocker", "top"],
         ["high", "important"],
         ["medium", "normal", "moderate", "mid"],
@@ -98,13 +98,13 @@ package struct PriorityField: Sendable, Equatable {
     // MARK: Stored form
 
     /// The options as the store keeps them: `[{"id", "text"}]` in the board's order.
-    package var storedOptions: String {
+    public var storedOptions: String {
         JSONValue.array(ordered.map { .object(["id": .string($0.id), "text": .string($0.text)]) }).canonicalJSON
     }
 
     /// Options as stored: the array of `storedOptions`, or the object (option id → text) kept before the order was,
     /// read in the order of the ids (Trello makes them in the order the options were added).
-    package init(fieldID: String, storedOptions text: String) {
+    public init(fieldID: String, storedOptions text: String) {
         var options: [Option] = []
         switch try? JSONParser.parse(Array(text.utf8)) {
         case .array(let items)?:

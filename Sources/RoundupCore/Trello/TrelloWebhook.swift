@@ -2,7 +2,7 @@ import Foundation
 
 /// The action types the server acts on (Trello's names). Anything else is answered 200 and not enqueued; the
 /// interpreter (`CardEventInterpreter`) switches over every case.
-package enum TrelloActionType: String, Sendable, CaseIterable {
+public enum TrelloActionType: String, Sendable, CaseIterable {
     case createCard, updateCard, deleteCard, copyCard, moveCardToBoard, moveCardFromBoard, convertToCardFromCheckItem
     case addLabelToCard, removeLabelFromCard
     case addChecklistToCard, removeChecklistFromCard, updateChecklist
@@ -20,64 +20,64 @@ package enum TrelloActionType: String, Sendable, CaseIterable {
     case updateList
 
     /// Every case's name (the ingress's filter, one set lookup).
-    package static let handled: Set<String> = Set(allCases.map(\.rawValue))
+    public static let handled: Set<String> = Set(allCases.map(\.rawValue))
 
     /// Actions on a board's labels, custom fields or lists: they change the cards carrying the label or option, or the
     /// list, without naming a card; the board's synced lists are reconciled.
-    package var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel || self == .updateCustomField || self == .updateList }
-    package static let boardLabelChanges: Set<String> = Set(allCases.filter(\.changesBoardLabels).map(\.rawValue))
+    public var changesBoardLabels: Bool { self == .updateLabel || self == .deleteLabel || self == .updateCustomField || self == .updateList }
+    public static let boardLabelChanges: Set<String> = Set(allCases.filter(\.changesBoardLabels).map(\.rawValue))
 }
 
 /// The little of a webhook body the ingress needs: the action's id and type, and the watched model.
-package struct WebhookEnvelope: Decodable, Sendable {
-    package struct Action: Decodable, Sendable {
-        package var id: String?
-        package var type: String?
+public struct WebhookEnvelope: Decodable, Sendable {
+    public struct Action: Decodable, Sendable {
+        public var id: String?
+        public var type: String?
     }
-    package struct Model: Decodable, Sendable {
-        package var id: String?
+    public struct Model: Decodable, Sendable {
+        public var id: String?
     }
-    package var action: Action?
-    package var model: Model?
+    public var action: Action?
+    public var model: Model?
 }
 
 /// A reference Trello puts in action data: `{"id", "name"}`.
-package struct TrelloRef: Decodable, Sendable, Equatable {
-    package var id: String
-    package var name: String?
+public struct TrelloRef: Decodable, Sendable, Equatable {
+    public var id: String
+    public var name: String?
 }
 
 /// A card action as the worker reads it.
-package struct TrelloAction: Decodable, Sendable, Equatable {
-    package struct ActionData: Decodable, Sendable, Equatable {
-        package var card: [String: JSONValue]?
-        package var old: [String: JSONValue]?
-        package var list: TrelloRef?
-        package var listBefore: TrelloRef?
-        package var listAfter: TrelloRef?
-        package var board: TrelloRef?
+public struct TrelloAction: Decodable, Sendable, Equatable {
+    public struct ActionData: Decodable, Sendable, Equatable {
+        public var card: [String: JSONValue]?
+        public var old: [String: JSONValue]?
+        public var list: TrelloRef?
+        public var listBefore: TrelloRef?
+        public var listAfter: TrelloRef?
+        public var board: TrelloRef?
     }
-    package var id: String?
-    package var type: String?
-    package var date: String?
-    package var data: ActionData?
+    public var id: String?
+    public var type: String?
+    public var date: String?
+    public var data: ActionData?
 }
 
 /// A full webhook body as the worker reads it. The model is a list (`idBoard` present), a board or a card.
-package struct TrelloWebhookBody: Decodable, Sendable, Equatable {
-    package struct Model: Decodable, Sendable, Equatable {
-        package var id: String?
-        package var idBoard: String?
+public struct TrelloWebhookBody: Decodable, Sendable, Equatable {
+    public struct Model: Decodable, Sendable, Equatable {
+        public var id: String?
+        public var idBoard: String?
     }
-    package var action: TrelloAction
-    package var model: Model?
+    public var action: TrelloAction
+    public var model: Model?
 }
 
 extension TrelloWebhookBody {
     /// Decodes a body, or an action object alone (as some captures hold).
     /// Only what `init(json:)` reads is built (`selection`); the rest — `display`, `memberCreator`, the model's
     /// other fields, often most of the body — is checked and skipped.
-    package static func decode(_ bytes: some Collection<UInt8>) throws -> TrelloWebhookBody {
+    public static func decode(_ bytes: some Collection<UInt8>) throws -> TrelloWebhookBody {
         try TrelloWebhookBody(json: JSONParser.parse(bytes, selecting: selection))
     }
 
@@ -92,7 +92,7 @@ extension TrelloWebhookBody {
     }()
 
     /// A body, or an action alone, from a parsed document.
-    package init(json: JSONValue) throws {
+    public init(json: JSONValue) throws {
         guard case .object(let root) = json else { throw JSONParser.Error(offset: 0, reason: "a webhook body is a JSON object") }
         if let action = root["action"], case .object = action {
             let model = root["model"].map { Model(id: $0["id"]?.stringValue, idBoard: $0["idBoard"]?.stringValue) }

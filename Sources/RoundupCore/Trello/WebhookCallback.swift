@@ -7,15 +7,15 @@
 /// as it is; one to an older URL without it (`/trello/{account id}` or `/trello`) is accepted but every change it
 /// describes is read again from Trello with the account's own credentials before it reaches the apps, so a forged
 /// payload can change nothing they see. Reconciliation moves old webhooks to the new URL.
-package enum WebhookCallback {
-    package static let basePath = "/dailyroundup/webhook/trello"
+public enum WebhookCallback {
+    public static let basePath = "/dailyroundup/webhook/trello"
 
-    package static func path(account: String, token: String) -> String { basePath + "/" + account + "/" + token }
+    public static func path(account: String, token: String) -> String { basePath + "/" + account + "/" + token }
 
-    package static func url(publicURL: String, account: String, token: String) -> String { publicURL + path(account: account, token: token) }
+    public static func url(publicURL: String, account: String, token: String) -> String { publicURL + path(account: account, token: token) }
 
     /// A new callback token: 32 bytes from the system's cryptographic generator, as lower-case hexadecimal.
-    package static func makeToken() -> String {
+    public static func makeToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         return bytes.withUnsafeBytes { Hex.lowercase($0) }
@@ -23,7 +23,7 @@ package enum WebhookCallback {
 
     /// 64 lower-case hexadecimal characters.
     @inlinable
-    package static func isToken(_ text: some StringProtocol) -> Bool {
+    public static func isToken(_ text: some StringProtocol) -> Bool {
         let utf8 = text.utf8
         return utf8.count == 64 && utf8.allSatisfy(IdentifierShape.isLowerHex)
     }
@@ -31,9 +31,9 @@ package enum WebhookCallback {
 
 /// What our webhooks are called in Trello (its webhook list, `GET /1/tokens/{token}/webhooks`): one wording whoever
 /// registers them, the pairing or a reconciliation repairing one.
-package enum WebhookDescription {
+public enum WebhookDescription {
     /// A synced list's webhook.
-    package static func list(_ name: String) -> String { "DailyRoundup list \(name)" }
+    public static func list(_ name: String) -> String { "DailyRoundup list \(name)" }
     /// The board webhook an account's lists on one board share (label changes and cards moved in from other lists).
-    package static let board = "DailyRoundup board"
+    public static let board = "DailyRoundup board"
 }

@@ -1,25 +1,25 @@
-package import RoundupCore
+public import RoundupCore
 
 /// A card's checklists as the apps see them (`CardMapper`), and the edits that take them where an app asks.
-package struct Checklists: Sendable, Equatable {
-    package struct Item: Sendable, Equatable {
-        package var id: String
-        package var name: String
-        package var completed: Bool
+public struct Checklists: Sendable, Equatable {
+    public struct Item: Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var completed: Bool
     }
-    package struct Checklist: Sendable, Equatable {
-        package var id: String
-        package var name: String
-        package var items: [Item]
+    public struct Checklist: Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var items: [Item]
     }
 
     /// A checklist an edit names: one the card has, or the one the `n`-th `create` of the same plan makes.
-    package enum Ref: Sendable, Equatable {
+    public enum Ref: Sendable, Equatable {
         case id(String)
         case created(Int)
     }
 
-    package enum Edit: Sendable, Equatable {
+    public enum Edit: Sendable, Equatable {
         /// A new checklist at the bottom of the card (its items follow as `addItem`s naming `.created(n)`).
         case create(name: String)
         case rename(checklistID: String, name: String)
@@ -31,10 +31,10 @@ package struct Checklists: Sendable, Equatable {
         case deleteItem(checklistID: String, itemID: String)
     }
 
-    package var lists: [Checklist]
+    public var lists: [Checklist]
 
     /// From the `checklists` field's value (`CardMapper`'s form).
-    package init(_ value: JSONValue) {
+    public init(_ value: JSONValue) {
         lists = (value.arrayValue ?? []).compactMap { list in
             guard let id = list["id"]?.stringValue else { return nil }
             let items = (list["items"]?.arrayValue ?? []).compactMap { item -> Item? in
@@ -46,7 +46,7 @@ package struct Checklists: Sendable, Equatable {
     }
 
     /// The field's value, in `CardMapper`'s form.
-    package var value: JSONValue {
+    public var value: JSONValue {
         .array(
             lists.map { list in
                 .object([
@@ -60,7 +60,7 @@ package struct Checklists: Sendable, Equatable {
     /// The edits that apply `wanted` (an app's value, as `CardValues.checklists` leaves it) to these checklists. What
     /// `wanted` leaves out is kept; an id these checklists lack was deleted in Trello and stays deleted; nothing is
     /// deleted but what says `"deleted": true`.
-    package func edits(to wanted: JSONValue) -> [Edit] {
+    public func edits(to wanted: JSONValue) -> [Edit] {
         var edits: [Edit] = []
         var created = 0
         for entry in wanted.arrayValue ?? [] {
@@ -100,7 +100,7 @@ package struct Checklists: Sendable, Equatable {
 
     /// Applies an edit as Trello will have it: `newID` is the id Trello gave what `create` or `addItem` made;
     /// `createdIDs` the ids of this plan's checklists made so far.
-    package mutating func apply(_ edit: Edit, newID: String? = nil, createdIDs: [String] = []) {
+    public mutating func apply(_ edit: Edit, newID: String? = nil, createdIDs: [String] = []) {
         switch edit {
         case .create(let name):
             if let newID { lists.append(Checklist(id: newID, name: name, items: [])) }

@@ -1,25 +1,25 @@
 import Foundation
-package import RoundupCore
+public import RoundupCore
 
 /// Links written into a card's description instead of kept as link attachments (a list's `move_links_to_notes`, and the
 /// `migrate_links` job). A link goes in once: one the description holds already (`holds`) is not appended again, so a
 /// job run twice, or resumed after a card's description was written but before its attachments were deleted, writes
 /// nothing twice. What counts as held is exact: a URL inside a longer one (`…/issue/12` in `…/issue/123`) is not held,
 /// and a named link is held only with its name.
-package enum LinkNotes {
+public enum LinkNotes {
     /// The most characters Trello keeps in a card's description; a longer one is refused (`400 invalid value for desc`).
-    package static let descriptionLimit = 16_384
+    public static let descriptionLimit = 16_384
 
     /// A description's length as Trello counts it against `descriptionLimit`: UTF-16 code units (a JavaScript string's
     /// length), never fewer than its characters, so a text this calls short enough is short enough.
-    package static func length(_ text: String) -> Int { text.utf16.count }
+    public static func length(_ text: String) -> Int { text.utf16.count }
 
-    package struct Link: Sendable, Hashable {
-        package var url: String
+    public struct Link: Sendable, Hashable {
+        public var url: String
         /// Shown before the URL when it says something the URL does not (Trello names a link after its URL by default).
-        package var name: String?
+        public var name: String?
 
-        package init(url: String, name: String? = nil) {
+        public init(url: String, name: String? = nil) {
             self.url = url
             self.name = name
         }
@@ -33,12 +33,12 @@ package enum LinkNotes {
         }
 
         /// The link's line: `name: url`, or the URL alone.
-        package var line: String { shownName.map { "\($0): \(url)" } ?? url }
+        public var line: String { shownName.map { "\($0): \(url)" } ?? url }
     }
 
     /// Whether `text` holds `url` whole: on its own line, or with whitespace (or the text's start or end) on both sides.
     /// `https://x/issue/12` is not in `https://x/issue/123`, `(https://x/issue/12)` or `https://x/issue/12.`.
-    package static func containsLink(_ url: String, in text: String) -> Bool {
+    public static func containsLink(_ url: String, in text: String) -> Bool {
         guard !url.isEmpty else { return false }
         var from = text.startIndex
         while let found = text[from...].range(of: url) {
@@ -53,7 +53,7 @@ package enum LinkNotes {
     /// Whether `text` holds `link`: a link without a name of its own when it holds the URL whole (`containsLink`); a
     /// named one when a line of it is the link's line (`name: url`, whitespace aside), so the name is not lost with the
     /// attachment.
-    package static func holds(_ link: Link, in text: String) -> Bool {
+    public static func holds(_ link: Link, in text: String) -> Bool {
         guard link.shownName != nil else { return containsLink(link.url, in: text) }
         guard containsLink(link.url, in: text) else { return false }
         let wanted = link.line
@@ -64,16 +64,16 @@ package enum LinkNotes {
 
     /// Where links went in a description: `notes`, the new text; `held`, the links it holds (already, or appended);
     /// `left`, those left out because appending them would make it longer than the limit.
-    package struct Placement: Sendable, Equatable {
-        package var notes: String
-        package var held: [Link]
-        package var left: [Link]
+    public struct Placement: Sendable, Equatable {
+        public var notes: String
+        public var held: [Link]
+        public var left: [Link]
     }
 
     /// `notes` with a line for each link it does not hold yet, after a blank line (one link per line), as long as the
     /// text stays within `limit` (`length`): a link that would take it over is left out, and the next ones are still
     /// tried. Links without a URL are passed over. Nothing appended: `notes` as it was.
-    package static func placing(_ links: [Link], in notes: String, limit: Int = descriptionLimit) -> Placement {
+    public static func placing(_ links: [Link], in notes: String, limit: Int = descriptionLimit) -> Placement {
         var placement = Placement(notes: notes, held: [], left: [])
         let base = notes.replacingTrailingNewlines()
         var text = base
@@ -98,12 +98,12 @@ package enum LinkNotes {
 
     /// `notes` with a line for each link it does not hold yet, after a blank line (one link per line), whatever its
     /// length (the caller checks it against `descriptionLimit`).
-    package static func appending(_ links: [Link], to notes: String) -> String {
+    public static func appending(_ links: [Link], to notes: String) -> String {
         placing(links, in: notes, limit: .max).notes
     }
 
     /// A card's link attachments (uploads are files, not links), in the card's order.
-    package static func links(ofCard card: [String: JSONValue]) -> [(id: String, link: Link)] {
+    public static func links(ofCard card: [String: JSONValue]) -> [(id: String, link: Link)] {
         (card["attachments"]?.arrayValue ?? []).compactMap { attachment in
             guard attachment["isUpload"]?.boolValue != true, let id = attachment["id"]?.stringValue, let url = attachment["url"]?.stringValue,
                 !url.isEmpty

@@ -1,19 +1,19 @@
 import Foundation
-package import RoundupCore
+public import RoundupCore
 import RoundupStore
 
 /// The fields an app may send in a sync, checked and put in the form the apps see in changes (and the field
 /// hashes are computed on), so a value written to Trello and the value its webhook carries back hash the same.
-package enum SyncFields {
-    package static let writable: [SyncField] = [
+public enum SyncFields {
+    public static let writable: [SyncField] = [
         .title, .notes, .dueDate, .startDate, .completed, .priority, .priorityLevel, .url, .labels, .checklists, .location, .dueReminderMinutes,
         .attachments,
     ]
     /// Their wire names, in that order (for messages that list them).
-    package static let writableNames = writable.map(\.rawValue).joined(separator: ", ")
+    public static let writableNames = writable.map(\.rawValue).joined(separator: ", ")
 
     /// The fields whose value may be null (clearing them); named in `changed_fields` but left out of `fields`, null.
-    package static let nullable: Set<SyncField> = [.dueDate, .startDate, .priority, .url, .location, .dueReminderMinutes]
+    public static let nullable: Set<SyncField> = [.dueDate, .startDate, .priority, .url, .location, .dueReminderMinutes]
 
     /// Most entries of the fields that are lists (a request's size is bounded before it is stored).
     static let maxLabels = 50
@@ -26,14 +26,14 @@ package enum SyncFields {
     /// The most bytes a field's text may have.
     static let maxBytes: [SyncField: Int] = [.title: 16_384, .notes: 16_384, .url: 2048, .priority: 200, .dueDate: 64, .startDate: 64]
 
-    package struct Invalid: Error, CustomStringConvertible, Sendable {
-        package var description: String
+    public struct Invalid: Error, CustomStringConvertible, Sendable {
+        public var description: String
     }
 
     /// Checks one field's JSON type only: what a well-formed request must get right (else it is refused whole). A
     /// value of the right type that cannot be written (an empty title, a date that is no date, a malformed URL, an
     /// option the board lacks) fails only its item, in the job (`normalize`).
-    package static func checkType(_ field: SyncField, _ value: JSONValue, path: String) throws {
+    public static func checkType(_ field: SyncField, _ value: JSONValue, path: String) throws {
         // Sizes are the request's to get right too: what a job carries is bounded before it is stored.
         if case .string(let text) = value, let limit = maxBytes[field], text.utf8.count > limit {
             throw Invalid(description: "\(path) is longer than \(limit) bytes")
@@ -139,7 +139,7 @@ package enum SyncFields {
     /// Checks one field's value; returns it normalised (dates as ISO 8601 UTC with milliseconds, priority
     /// lower case with "none" as null). `path` names the field in error messages. Any option text is a priority here:
     /// whether the board has it is the board's to say when it is written.
-    package static func normalize(_ field: SyncField, _ value: JSONValue, path: String) throws -> JSONValue {
+    public static func normalize(_ field: SyncField, _ value: JSONValue, path: String) throws -> JSONValue {
         switch field {
         case .title, .notes:
             guard case .string(let text) = value else { throw Invalid(description: "\(path) must be a string") }
@@ -202,13 +202,13 @@ package enum SyncFields {
     }
 
     /// `normalize` for a field given by its wire name; a name that is no field is refused as `.trelloURL` is.
-    package static func normalize(named name: String, _ value: JSONValue, path: String) throws -> JSONValue {
+    public static func normalize(named name: String, _ value: JSONValue, path: String) throws -> JSONValue {
         guard let field = SyncField(rawValue: name) else { throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)") }
         return try normalize(field, value, path: path)
     }
 
     /// `checkType` for a field given by its wire name; a name that is no field is refused as `.trelloURL` is.
-    package static func checkType(named name: String, _ value: JSONValue, path: String) throws {
+    public static func checkType(named name: String, _ value: JSONValue, path: String) throws {
         guard let field = SyncField(rawValue: name) else { throw Invalid(description: "\(path): unknown field; allowed: \(writableNames)") }
         try checkType(field, value, path: path)
     }
@@ -220,12 +220,12 @@ package enum SyncFields {
     }
 
     /// Trello card attribute for a field written with `PUT /cards/{id}`.
-    package static let cardAttribute: [SyncField: String] = [
+    public static let cardAttribute: [SyncField: String] = [
         .title: "name", .notes: "desc", .dueDate: "due", .startDate: "start", .completed: "dueComplete",
     ]
 
     /// Titles compared for duplicates: case, surrounding and repeated white space ignored.
-    package static func normalizedTitle(_ title: String) -> String {
+    public static func normalizedTitle(_ title: String) -> String {
         title.lowercased().split(whereSeparator: \.isWhitespace).joined(separator: " ")
     }
 }

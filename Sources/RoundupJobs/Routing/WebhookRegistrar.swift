@@ -1,20 +1,20 @@
-package import Logging
+public import Logging
 import Metrics
-package import RoundupCore
-package import RoundupStore
-package import RoundupTrello
+public import RoundupCore
+public import RoundupStore
+public import RoundupTrello
 
 /// The one place webhooks are made, mended and removed at Trello, with one description (`WebhookDescription`) and one
 /// rule for board webhooks: an account has one per board, shared by its lists on that board. Used by the pairing of a
 /// list (`ListPairing`), the reconciliation (`Reconciler`) and the deletion of a list or an account.
-package struct WebhookRegistrar: Sendable {
+public struct WebhookRegistrar: Sendable {
     let store: any ListRepository & AccountRepository & ReconcileStore
     let trello: TrelloClient
     /// Where Trello calls us.
     let callbacks: WebhookCallbacks
     let logger: Logger
 
-    package init(store: any ListRepository & AccountRepository & ReconcileStore, trello: TrelloClient, callbacks: WebhookCallbacks, logger: Logger) {
+    public init(store: any ListRepository & AccountRepository & ReconcileStore, trello: TrelloClient, callbacks: WebhookCallbacks, logger: Logger) {
         self.store = store
         self.trello = trello
         self.callbacks = callbacks
@@ -22,17 +22,17 @@ package struct WebhookRegistrar: Sendable {
     }
 
     /// A webhook made for a new list, kept apart so a failure after it can remove it (`unregister`).
-    package struct Registered: Sendable {
-        package var list: String
-        package var board: String
+    public struct Registered: Sendable {
+        public var list: String
+        public var board: String
         /// The webhooks made here (the board's is not among them when another list of the account shares it).
-        package var made: [String]
+        public var made: [String]
     }
 
     /// Registers a new list's webhooks (Trello checks the callback URL with HEAD first) and records them on the list: the
     /// list's own, and the board's unless another list of the account on that board has one. Throws with what it made
     /// so far in `RegistrationFailed`.
-    package func registerNew(_ list: SyncListRecord, callback: String, credentials: TrelloCredentials) async throws -> Registered {
+    public func registerNew(_ list: SyncListRecord, callback: String, credentials: TrelloCredentials) async throws -> Registered {
         var made: [String] = []
         do {
             let listHook = try await trello.createWebhook(
@@ -54,9 +54,9 @@ package struct WebhookRegistrar: Sendable {
     }
 
     /// A registration that failed part way: the webhooks it made, and why.
-    package struct RegistrationFailed: Error {
-        package var made: [String]
-        package var underlying: any Error
+    public struct RegistrationFailed: Error {
+        public var made: [String]
+        public var underlying: any Error
     }
 
     /// The board webhook another list of the account on the same board has.
@@ -70,7 +70,7 @@ package struct WebhookRegistrar: Sendable {
     /// many. A webhook still pointing at an older callback URL (without the account's token) is moved to the account's
     /// own. A list that has no board webhook while another of the account's lists on the board has one takes that one
     /// (then checked like its own): one board webhook per account and board, as the pairing leaves it.
-    package func repair(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentials) async throws -> Int {
+    public func repair(_ list: SyncListRecord, callbackToken: String?, credentials: TrelloCredentials) async throws -> Int {
         guard let callbackToken, let callback = try await callbacks.url(account: list.accountID, token: callbackToken) else { return 0 }
         var boardWebhookID = list.boardWebhookID
         if boardWebhookID == nil, let shared = try await sharedBoardWebhook(for: list) {
@@ -101,14 +101,14 @@ package struct WebhookRegistrar: Sendable {
 
     /// The webhooks to remove with a list: its own, and the board's unless another of `others` (the account's other
     /// lists) shares it.
-    package static func webhooks(of list: SyncListRecord, others: [SyncListRecord]) -> Set<String> {
+    public static func webhooks(of list: SyncListRecord, others: [SyncListRecord]) -> Set<String> {
         var hooks = Set([list.listWebhookID].compactMap { $0 })
         if let board = list.boardWebhookID, !others.contains(where: { $0.id != list.id && $0.boardWebhookID == board }) { hooks.insert(board) }
         return hooks
     }
 
     /// Why webhooks may remain at Trello (`roundup_webhooks_orphaned_total{reason}`).
-    package enum OrphanedWebhooks: String, Sendable {
+    public enum OrphanedWebhooks: String, Sendable {
         /// The account has no key and token to delete them with.
         case noCredentials = "no_credentials"
         /// Trello refused the key or the token.
@@ -124,7 +124,7 @@ package struct WebhookRegistrar: Sendable {
     /// unreachable or failing after a retry) the rest is not tried: every id not deleted may remain at Trello, and is
     /// logged (`webhooks may remain at trello`, ids in metadata) and counted (`roundup_webhooks_orphaned_total{reason}`).
     /// Such a webhook keeps calling a URL that no longer routes anywhere; Trello deactivates it after its failures.
-    package func unregister(_ ids: Set<String>, credentials: TrelloCredentials?, account: String, syncList: String? = nil) async {
+    public func unregister(_ ids: Set<String>, credentials: TrelloCredentials?, account: String, syncList: String? = nil) async {
         var remaining = ids.sorted()
         guard !remaining.isEmpty else { return }
         var reason = OrphanedWebhooks.noCredentials

@@ -1,51 +1,51 @@
 /// A Redis node's address as the cluster names it.
-package struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
-    package var host: String
-    package var port: Int
+public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
 
-    package init(host: String, port: Int) {
+    public init(host: String, port: Int) {
         self.host = host
         self.port = port
     }
 
     /// `host:port`, or `[v6]:port`.
-    package var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
 /// Which primary serves each slot, and its replicas: the cluster's map as one node described it (`CLUSTER SHARDS`, or
 /// `CLUSTER SLOTS` on a Redis older than 7).
-package struct RedisClusterTopology: Sendable, Equatable {
-    package struct Shard: Sendable, Equatable {
-        package var primary: RedisNodeAddress
+public struct RedisClusterTopology: Sendable, Equatable {
+    public struct Shard: Sendable, Equatable {
+        public var primary: RedisNodeAddress
         /// Replicas the describing node took for healthy (`online`).
-        package var replicas: [RedisNodeAddress]
-        package var slots: [ClosedRange<Int>]
+        public var replicas: [RedisNodeAddress]
+        public var slots: [ClosedRange<Int>]
 
-        package init(primary: RedisNodeAddress, replicas: [RedisNodeAddress], slots: [ClosedRange<Int>]) {
+        public init(primary: RedisNodeAddress, replicas: [RedisNodeAddress], slots: [ClosedRange<Int>]) {
             self.primary = primary
             self.replicas = replicas
             self.slots = slots
         }
     }
 
-    package var shards: [Shard]
+    public var shards: [Shard]
 
-    package init(shards: [Shard]) {
+    public init(shards: [Shard]) {
         self.shards = shards.filter { !$0.slots.isEmpty }.sorted { ($0.slots.first?.lowerBound ?? 0) < ($1.slots.first?.lowerBound ?? 0) }
     }
 
     /// How many slots some primary serves (16,384 when the cluster covers them all).
-    package var coveredSlots: Int { shards.reduce(0) { $0 + $1.slots.reduce(0) { $0 + $1.count } } }
+    public var coveredSlots: Int { shards.reduce(0) { $0 + $1.slots.reduce(0) { $0 + $1.count } } }
 
     /// The shard serving `slot`, if any.
-    package func shard(serving slot: RedisHashSlot) -> Shard? {
+    public func shard(serving slot: RedisHashSlot) -> Shard? {
         shards.first { $0.slots.contains { $0.contains(slot.value) } }
     }
 
     /// `CLUSTER SHARDS`' reply: per shard a map of `slots` (start, end, start, end, …) and `nodes` (maps of `ip`,
     /// `endpoint`, `port`, `role`, `health`). `host` is the address the reply came from (a node that names its endpoint
     /// `?` or empty means that one). Nil for a reply of another shape.
-    package init?(shardsReply reply: RedisValue, host: String) {
+    public init?(shardsReply reply: RedisValue, host: String) {
         guard let items = reply.array else { return nil }
         var shards: [Shard] = []
         for item in items {
@@ -76,7 +76,7 @@ package struct RedisClusterTopology: Sendable, Equatable {
     }
 
     /// `CLUSTER SLOTS`' reply: `[start, end, [ip, port, id], [replica ip, port, id], …]` per range.
-    package init?(slotsReply reply: RedisValue, host: String) {
+    public init?(slotsReply reply: RedisValue, host: String) {
         guard let ranges = reply.array else { return nil }
         var shards: [Shard] = []
         for range in ranges {
@@ -115,20 +115,20 @@ package struct RedisClusterTopology: Sendable, Equatable {
 }
 
 /// A `MOVED` or `ASK` reply: the slot and the node to ask instead.
-package struct RedisRedirect: Sendable, Equatable {
-    package enum Kind: Sendable, Equatable {
+public struct RedisRedirect: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
         /// The slot lives on `address` now: remember it.
         case moved
         /// The slot is migrating and this key is already on `address`: ask there once, with `ASKING`.
         case ask
     }
 
-    package var kind: Kind
-    package var slot: RedisHashSlot
-    package var address: RedisNodeAddress
+    public var kind: Kind
+    public var slot: RedisHashSlot
+    public var address: RedisNodeAddress
 
     /// `MOVED 3999 127.0.0.1:6381` or `ASK 3999 :6381` (an empty host is the node that answered, `host`).
-    package init?(reply: String, host: String) {
+    public init?(reply: String, host: String) {
         let words = reply.split(separator: " ")
         guard words.count == 3, let slot = Int(words[1]), (0..<RedisHashSlot.count).contains(slot) else { return nil }
         switch words[0] {

@@ -14,7 +14,7 @@ extension RedisCommand {
     }
 
     /// The slots of every key the command names (more than one: Redis Cluster refuses it with `CROSSSLOT`).
-    package var slots: Set<RedisHashSlot> { Set(keyIndices.filter { $0 < arguments.count }.map { arguments[$0].hashSlot }) }
+    public var slots: Set<RedisHashSlot> { Set(keyIndices.filter { $0 < arguments.count }.map { arguments[$0].hashSlot }) }
 
     /// The positions in `arguments` (the name at 0) of the keys the command names, for the commands this server sends.
     var keyIndices: [Int] {

@@ -3,30 +3,30 @@ import NIOCore
 /// Which of Redis Cluster's 16,384 slots a key lives in: CRC16 (XMODEM) of the key, or of its hash tag — the bytes
 /// between the first `{` and the next `}`, when there are any — modulo 16,384. Keys that share a tag share a slot, so a
 /// script or a multi-key command may touch them together.
-package struct RedisHashSlot: Sendable, Hashable, Comparable, CustomStringConvertible {
-    package static let count = 16_384
+public struct RedisHashSlot: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public static let count = 16_384
 
-    package let value: Int
+    public let value: Int
 
-    package init(_ value: Int) {
+    public init(_ value: Int) {
         precondition((0..<Self.count).contains(value), "a hash slot is in 0..<16384")
         self.value = value
     }
 
-    package init(key: some Collection<UInt8>) {
+    public init(key: some Collection<UInt8>) {
         self.value = Int(Self.crc16(Self.hashed(key)) & 0x3FFF)
     }
 
-    package init(key: String) {
+    public init(key: String) {
         self.init(key: key.utf8)
     }
 
-    package static func < (lhs: Self, rhs: Self) -> Bool { lhs.value < rhs.value }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.value < rhs.value }
 
     /// Whether keys built as `prefix + key` keep the hash tags written in `key`: a prefix holding a brace could open or
     /// close a tag of its own and move every key to another slot.
-    package static func keepsHashTags(underPrefix prefix: String) -> Bool { !prefix.contains("{") && !prefix.contains("}") }
-    package var description: String { String(value) }
+    public static func keepsHashTags(underPrefix prefix: String) -> Bool { !prefix.contains("{") && !prefix.contains("}") }
+    public var description: String { String(value) }
 
     /// The part of a key that is hashed: its tag if it has a non-empty one, else the whole key.
     static func hashed<Key: Collection<UInt8>>(_ key: Key) -> Key.SubSequence {

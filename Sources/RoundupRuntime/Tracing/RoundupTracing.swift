@@ -2,9 +2,9 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import OTel
-package import RoundupCore
+public import RoundupCore
 import ServiceLifecycle
-package import Tracing
+public import Tracing
 
 /// OpenTelemetry traces for a roundup process, exported over OTLP/HTTP by swift-otel and configured by the standard
 /// `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
@@ -13,9 +13,9 @@ package import Tracing
 /// does nothing more than look at a nil. `service.name` is the executable's name (`roundup-worker`…) unless
 /// `OTEL_SERVICE_NAME` says otherwise. Only traces: metrics stay Prometheus's (`/metrics`), logs stay lines on
 /// standard error, each carrying `trace_id` and `span_id` when written inside a span.
-package enum RoundupTracing {
+public enum RoundupTracing {
     /// The process's tracer; nil when tracing is off.
-    package static var tracer: (any Tracer)? { state.withLockedValue { $0.tracer } }
+    public static var tracer: (any Tracer)? { state.withLockedValue { $0.tracer } }
     /// The exporter's services (batching, export), run with the process's other services and stopped last, so the
     /// spans of a shutdown are exported too; nil when tracing is off.
     static var service: (any Service)? { state.withLockedValue { $0.service } }
@@ -27,10 +27,10 @@ package enum RoundupTracing {
     private static let state = NIOLockedValueBox(State())
 
     /// Whether the process's environment turns tracing on.
-    package static func isConfigured() -> Bool { isConfigured(ProcessInfo.processInfo.environment) }
+    public static func isConfigured() -> Bool { isConfigured(ProcessInfo.processInfo.environment) }
 
     /// Whether `environment` turns tracing on: an OTLP endpoint, and the SDK not disabled.
-    package static func isConfigured(_ environment: [String: String]) -> Bool {
+    public static func isConfigured(_ environment: [String: String]) -> Bool {
         if environment["OTEL_SDK_DISABLED"]?.lowercased() == "true" { return false }
         if environment["OTEL_TRACES_EXPORTER"]?.lowercased() == "none" { return false }
         return [environment["OTEL_EXPORTER_OTLP_ENDPOINT"], environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]].contains { !($0 ?? "").isEmpty }
@@ -69,7 +69,7 @@ struct TraceHeadersCarrier: Injector, Extractor {
 
 extension Tracer {
     /// The W3C headers of `context` (its span), for a message to carry; nil when it has no span.
-    package func traceHeaders(of context: ServiceContext) -> TraceHeaders? {
+    public func traceHeaders(of context: ServiceContext) -> TraceHeaders? {
         var headers: [String: String] = [:]
         inject(context, into: &headers, using: TraceHeadersCarrier())
         return TraceHeaders(
@@ -77,7 +77,7 @@ extension Tracer {
     }
 
     /// The context a message's headers name (as a parent or a link target).
-    package func context(of headers: TraceHeaders) -> ServiceContext {
+    public func context(of headers: TraceHeaders) -> ServiceContext {
         var context = ServiceContext.topLevel
         extract(headers.headers, into: &context, using: TraceHeadersCarrier())
         return context
@@ -87,7 +87,7 @@ extension Tracer {
 extension RoundupTracing {
     /// Runs `operation` in a child span of the current trace's span (a worker's batch, a job); outside a trace (tracing
     /// off, or work no trace covers) it only runs `operation`. An error thrown is recorded on the span.
-    package static func withChildSpan<T>(
+    public static func withChildSpan<T>(
         _ name: String, ofKind kind: SpanKind = .internal, attributes: SpanAttributes = [:], _ operation: () async throws -> T
     ) async rethrows -> T {
         guard let parent = ServiceContext.current else { return try await operation() }
@@ -96,7 +96,7 @@ extension RoundupTracing {
 
     /// Runs `operation` in a new root span of `kind` linked to each of `links` (the messages it handles: a push request,
     /// change announcements), its children within; with tracing off it only runs `operation`.
-    package static func withLinkedSpan<T>(
+    public static func withLinkedSpan<T>(
         _ name: String, ofKind kind: SpanKind, links: [TraceHeaders], attributes: SpanAttributes = [:], _ operation: () async throws -> T
     ) async rethrows -> T {
         guard let tracer else { return try await operation() }
@@ -107,7 +107,7 @@ extension RoundupTracing {
 
     /// Runs `operation` in a span of `kind` that continues `parent`'s trace (a message whose sender waits on it: an
     /// app's sync and its job), or starts one when there is none; with tracing off it only runs `operation`.
-    package static func withSpan<T>(
+    public static func withSpan<T>(
         _ name: String, ofKind kind: SpanKind, continuing parent: TraceHeaders?, attributes: SpanAttributes = [:],
         _ operation: () async throws -> T
     ) async rethrows -> T {
@@ -132,7 +132,7 @@ extension RoundupTracing {
 
 extension SpanAttributes {
     /// A consumer's attributes for a message of one of our streams (messaging conventions: the system is Redis).
-    package static func processing(_ destination: String, messageID: String? = nil) -> SpanAttributes {
+    public static func processing(_ destination: String, messageID: String? = nil) -> SpanAttributes {
         var attributes = SpanAttributes()
         attributes["messaging.system"] = "redis"
         attributes["messaging.operation.type"] = "process"

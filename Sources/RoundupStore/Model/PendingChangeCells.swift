@@ -1,20 +1,20 @@
-package import RoundupCore
+public import RoundupCore
 
 /// A pending change as the store is reading it: its text columns lent as UTF-8 (`UTF8Cell`), valid only during the
 /// `PendingChangeSink.take` call that receives it. The changes page and the stream write a change's JSON straight from
 /// these; `PendingChange` is made from them where a change is kept.
-package struct PendingChangeCells {
-    package var id: Int64
-    package var changeType: ChangeType
-    package var syncListID: UTF8Cell
-    package var changedFieldsJSON: UTF8Cell
-    package var fieldsJSON: UTF8Cell
-    package var trelloCardID: UTF8Cell
-    package var trelloActionID: UTF8Cell?
-    package var reminderID: UTF8Cell?
-    package var createdAt: UTF8Cell
+public struct PendingChangeCells {
+    public var id: Int64
+    public var changeType: ChangeType
+    public var syncListID: UTF8Cell
+    public var changedFieldsJSON: UTF8Cell
+    public var fieldsJSON: UTF8Cell
+    public var trelloCardID: UTF8Cell
+    public var trelloActionID: UTF8Cell?
+    public var reminderID: UTF8Cell?
+    public var createdAt: UTF8Cell
     /// The list a `move` left (a move is stored as an update with it: `ChangeType.storedName`).
-    package var fromSyncListID: UTF8Cell?
+    public var fromSyncListID: UTF8Cell?
 }
 
 extension PendingChangeCells {
@@ -35,7 +35,7 @@ extension PendingChangeCells {
 }
 
 /// What receives pending changes as a store reads them, in id order (`ChangeFeed.pendingChanges(…, into:)`).
-package protocol PendingChangeSink: Sendable {
+public protocol PendingChangeSink: Sendable {
     /// One change; its cells are valid only during the call.
     mutating func take(_ change: PendingChangeCells)
     /// True once the sink takes nothing more (a page at its byte bound): the store stops reading, or at least stops
@@ -46,7 +46,7 @@ package protocol PendingChangeSink: Sendable {
 }
 
 extension PendingChangeSink {
-    package var isFull: Bool { false }
+    public var isFull: Bool { false }
 }
 
 extension PendingChange {
@@ -93,12 +93,12 @@ extension ChangeType {
 
 extension ChangeFeed {
     /// The account's pending changes after `afterID`, oldest first, at most `limit`, each kept as a `PendingChange`.
-    package func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
+    public func pendingChanges(accountID: String, afterID: Int64, limit: Int) async throws -> [PendingChange] {
         try await pendingChanges(accountID: accountID, afterID: afterID, limit: limit, into: PendingChangeList(accountID: accountID)).changes
     }
 
     /// `claimChanges` kept as `PendingChange`s; nil when the device is not the account's.
-    package func claimChanges(accountID: String, claim: ChangeClaim, afterID: Int64 = 0, limit: Int) async throws -> [PendingChange]? {
+    public func claimChanges(accountID: String, claim: ChangeClaim, afterID: Int64 = 0, limit: Int) async throws -> [PendingChange]? {
         try await claimChanges(accountID: accountID, claim: claim, afterID: afterID, limit: limit, into: PendingChangeList(accountID: accountID))?
             .changes
     }

@@ -1,15 +1,15 @@
 /// A stored text that must be one of a domain enum's values; anything else is a damaged row, not a guess.
-package struct UnknownStoredValue: StoreClassifiedError, CustomStringConvertible, Sendable {
-    package var type: String
-    package var value: String
-    package var description: String { "stored value \(value.debugDescription) is not a \(type)" }
+public struct UnknownStoredValue: StoreClassifiedError, CustomStringConvertible, Sendable {
+    public var type: String
+    public var value: String
+    public var description: String { "stored value \(value.debugDescription) is not a \(type)" }
     /// A damaged row reads the same on every try: the values' fault, so the entry that met it is isolated, not retried.
-    package var storeFailure: StoreFailure { .data }
+    public var storeFailure: StoreFailure { .data }
 }
 
 extension RawRepresentable where RawValue == String {
     /// The value a column holds, or `UnknownStoredValue`.
-    package static func stored(_ text: String) throws -> Self {
+    public static func stored(_ text: String) throws -> Self {
         guard let value = Self(rawValue: text) else { throw UnknownStoredValue(type: "\(Self.self)", value: text) }
         return value
     }

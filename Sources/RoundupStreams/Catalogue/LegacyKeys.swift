@@ -1,5 +1,5 @@
-package import Logging
-package import RoundupRedis
+public import Logging
+public import RoundupRedis
 
 /// The keys of the versions before the layout for Redis Cluster's slots, moved at start-up on a standalone
 /// Redis (a cluster never held them). The job and push streams, and their dead letters, are renamed, which keeps their
@@ -14,8 +14,8 @@ package import RoundupRedis
 /// made from Redis's clock, a value no token was ever kept with, so a lost epoch makes processes ask the store again and
 /// never re-validates a revoked token. The old names expire within the hour; until then a revocation advances the old
 /// epoch where it exists, for API processes of before still running (`TokenCache.revoke` in RoundupAPI).
-package enum LegacyKeys {
-    package static func migrate(redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
+public enum LegacyKeys {
+    public static func migrate(redis: RedisClient, keys: RedisKeys, logger: Logger) async throws {
         guard !redis.isCluster else { return }
         let p = keys.prefix
         let streams = [

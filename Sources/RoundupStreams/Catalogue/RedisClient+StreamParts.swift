@@ -1,18 +1,18 @@
-package import RoundupRedis
+public import RoundupRedis
 
 extension RedisClient {
     /// Entries in `stream` now, over all its parts (`XLEN` of each, one pipeline per primary).
-    package func length(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
+    public func length(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
         try await total(stream.parts(keys).map { RedisCommand("XLEN", [RedisArgument($0.stream)]) })
     }
 
     /// Dead letters of `stream`, over all its parts.
-    package func deadLetterCount(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
+    public func deadLetterCount(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
         try await total(stream.parts(keys).map { RedisCommand("XLEN", [RedisArgument($0.deadLetters)]) })
     }
 
     /// Entries of `stream` delivered to its group and not yet acknowledged, over all its parts.
-    package func pendingCount(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
+    public func pendingCount(of stream: RoundupStream, keys: RedisKeys) async throws -> Int {
         var sum = 0
         for reply in try await pipeline(
             stream.parts(keys).map { RedisCommand("XPENDING", [RedisArgument($0.stream), RedisArgument(stream.group(keys))]) })

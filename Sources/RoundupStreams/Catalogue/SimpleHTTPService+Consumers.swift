@@ -1,17 +1,17 @@
-package import Logging
+public import Logging
 import NIOCore
 import NIOHTTP1
-package import Prometheus
+public import Prometheus
 import RoundupCore
-package import RoundupRedis
-package import RoundupRuntime
+public import RoundupRedis
+public import RoundupRuntime
 
 extension SimpleHTTPService {
     /// A background process's own endpoints: `/healthz` (alive), `/readyz` (`notReady` returns what is unreachable,
     /// or nil when all is well) and `/metrics`. A process that consumes streams lists those an operator paused in
     /// `/readyz` (`"paused": ["webhooks"]`) and stays ready: a pause is deliberate, and an orchestrator must neither
     /// restart the process nor take its pod (which may serve the API) out of service for it.
-    package static func operations(
+    public static func operations(
         name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry, pauses: PauseWatcher? = nil,
         notReady: @escaping @Sendable () async -> String?
     ) -> SimpleHTTPService {
@@ -35,7 +35,7 @@ extension SimpleHTTPService {
 
     /// The same for a process that needs Redis and the store: ready when Redis answers a PING within a second and the
     /// store answers `storePing`.
-    package static func operations(
+    public static func operations(
         name: String, host: String, port: Int, logger: Logger, registry: PrometheusCollectorRegistry, redis: RedisClient,
         pauses: PauseWatcher? = nil, storePing: @escaping @Sendable () async throws -> Void
     ) -> SimpleHTTPService {

@@ -1,18 +1,18 @@
-package import Foundation
-package import Logging
+public import Foundation
+public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import RoundupCore
-package import RoundupRedis
-import ServiceLifecycle
+public import RoundupRedis
+public import ServiceLifecycle
 
 /// The three streams operators see (`roundupctl queues`), by the names they type (`roundupctl pause webhooks`).
-package enum RoundupStream: String, Sendable, CaseIterable, Codable {
+public enum RoundupStream: String, Sendable, CaseIterable, Codable {
     case webhooks, jobs, push
 
     /// The Redis streams it is kept in: the 64 webhook shards (`WebhookShard`), or the job or the push stream alone.
-    package func parts(_ keys: RedisKeys) -> [StreamPart] {
+    public func parts(_ keys: RedisKeys) -> [StreamPart] {
         switch self {
         case .webhooks:
             WebhookShard.all.map { shard in
@@ -27,7 +27,7 @@ package enum RoundupStream: String, Sendable, CaseIterable, Codable {
 
     /// The part that holds `id`, an entry or dead letter as the operators' tools name it (`<shard>:<id>` for the
     /// webhook shards, the Redis id alone otherwise), and the id within it.
-    package func part(holding id: String, keys: RedisKeys) -> (part: StreamPart, id: String)? {
+    public func part(holding id: String, keys: RedisKeys) -> (part: StreamPart, id: String)? {
         let parts = parts(keys)
         if parts.count == 1 { return ShardedEntryID(id) == nil ? (parts[0], id) : nil }
         guard let entry = ShardedEntryID(id), entry.part < parts.count else { return nil }
@@ -35,12 +35,12 @@ package enum RoundupStream: String, Sendable, CaseIterable, Codable {
     }
 
     /// How the operators' tools name entry `id` of `part`.
-    package func name(of id: String, in part: StreamPart) -> String {
+    public func name(of id: String, in part: StreamPart) -> String {
         part.shard.map { ShardedEntryID(part: $0.index, id: id).description } ?? id
     }
 
     /// The consumer group that reads it.
-    package func group(_ keys: RedisKeys) -> String {
+    public func group(_ keys: RedisKeys) -> String {
         switch self {
         case .webhooks, .jobs: keys.workerGroup
         case .push: keys.pusherGroup
@@ -48,7 +48,7 @@ package enum RoundupStream: String, Sendable, CaseIterable, Codable {
     }
 
     /// The fields its messages carry (what a dead letter's replay puts back on the stream).
-    package var messageFields: [String] {
+    public var messageFields: [String] {
         switch self {
         case .webhooks: WebhookEvent.fieldNames
         case .jobs: SyncJobMessage.Field.allCases.map(\.rawValue) + TraceHeaders.Field.allCases.map(\.rawValue)
@@ -59,18 +59,18 @@ package enum RoundupStream: String, Sendable, CaseIterable, Codable {
 
 /// Operators' pauses, kept in Redis (`RedisKeys.pausedStreams`: stream name → when, ms since 1970) so that every worker
 /// and pusher sees them; the ingress does not look: it keeps accepting while a stream is paused.
-package struct StreamPauses: Sendable {
+public struct StreamPauses: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
 
-    package init(redis: RedisClient, keys: RedisKeys) {
+    public init(redis: RedisClient, keys: RedisKeys) {
         self.redis = redis
         self.keys = keys
     }
 
     /// Pauses `stream`; returns false when it already was (its first pause time is kept).
     @discardableResult
-    package func pause(_ stream: RoundupStream, at date: Date = Date()) async throws -> Bool {
+    public func pause(_ stream: RoundupStream, at date: Date = Date()) async throws -> Bool {
         let since = String(Int(date.timeIntervalSince1970 * 1000))
         let reply = try await redis.send(
             RedisCommand("HSETNX", [RedisArgument(keys.pausedStreams), RedisArgument(stream.rawValue), RedisArgument(since)]))
@@ -79,7 +79,7 @@ package struct StreamPauses: Sendable {
 
     /// Resumes `stream`; returns false when it was not paused.
     @discardableResult
-    package func resume(_ stream: RoundupStream) async throws -> Bool {
+    public func resume(_ stream: RoundupStream) async throws -> Bool {
         try await redis.send(RedisCommand("HDEL", [RedisArgument(keys.pausedStreams), RedisArgument(stream.rawValue)])).int == 1
     }
 
@@ -87,7 +87,7 @@ package struct StreamPauses: Sendable {
     var read: RedisCommand { RedisCommand("HGETALL", [RedisArgument(keys.pausedStreams)]) }
 
     /// The paused streams and since when. Unknown names in the hash (a newer version's) are left out.
-    package func current() async throws -> [RoundupStream: Date] {
+    public func current() async throws -> [RoundupStream: Date] {
         Self.parse(try await redis.send(read, timeout: .seconds(1)))
     }
 
@@ -104,13 +104,13 @@ package struct StreamPauses: Sendable {
     // MARK: One account
 
     /// An account's pause is a field of the same hash (`account:<id>`), read with the streams' in one command.
-    package static let accountField = "account:"
+    public static let accountField = "account:"
 
     /// Pauses one account: its webhook events are still accepted and kept, but wait in their shard (pending, never
     /// dead-lettered for it) while the other accounts flow; its jobs wait; its pushes hold. Returns false when it
     /// already was.
     @discardableResult
-    package func pause(account: String, at date: Date = Date()) async throws -> Bool {
+    public func pause(account: String, at date: Date = Date()) async throws -> Bool {
         let since = String(Int(date.timeIntervalSince1970 * 1000))
         let reply = try await redis.send(
             RedisCommand("HSETNX", [RedisArgument(keys.pausedStreams), RedisArgument(Self.accountField + account), RedisArgument(since)]))
@@ -120,12 +120,12 @@ package struct StreamPauses: Sendable {
     /// Resumes one account; returns false when it was not paused. Its waiting entries are taken up again at their next
     /// reclaim (within the claim timeout, `ROUNDUP_CLAIM_IDLE_MS`).
     @discardableResult
-    package func resume(account: String) async throws -> Bool {
+    public func resume(account: String) async throws -> Bool {
         try await redis.send(RedisCommand("HDEL", [RedisArgument(keys.pausedStreams), RedisArgument(Self.accountField + account)])).int == 1
     }
 
     /// The paused accounts and since when.
-    package func pausedAccounts() async throws -> [String: Date] {
+    public func pausedAccounts() async throws -> [String: Date] {
         Self.parseAccounts(try await redis.send(read, timeout: .seconds(1)))
     }
 
@@ -147,8 +147,8 @@ package struct StreamPauses: Sendable {
 /// connection busy, and Redis shrinks a client's query buffer (grown by a batch's pipeline) only once it has been idle
 /// for two seconds. That held about 20 KB per connection for good, enough to keep a Redis at its maxmemory from
 /// taking webhooks again after the workers drained it (`HostileTrafficTests.aFullRedis…`).
-package final class PauseWatcher: Service, Sendable {
-    package let streams: [RoundupStream]
+public final class PauseWatcher: Service, Sendable {
+    public let streams: [RoundupStream]
     let pauses: StreamPauses
     let every: Duration
     let logger: Logger
@@ -157,7 +157,7 @@ package final class PauseWatcher: Service, Sendable {
     private let accounts = NIOLockedValueBox<Set<String>>([])
     private let connection = NIOLockedValueBox<RedisConnection?>(nil)
 
-    package init(streams: [RoundupStream], redis: RedisClient, keys: RedisKeys, every: Duration = .milliseconds(250), logger: Logger) {
+    public init(streams: [RoundupStream], redis: RedisClient, keys: RedisKeys, every: Duration = .milliseconds(250), logger: Logger) {
         self.streams = streams
         self.pauses = StreamPauses(redis: redis, keys: keys)
         self.redis = redis
@@ -168,23 +168,23 @@ package final class PauseWatcher: Service, Sendable {
     }
 
     /// Whether `stream` is paused, as last read.
-    package func isPaused(_ stream: RoundupStream) -> Bool { state.withLockedValue { $0.contains(stream) } }
+    public func isPaused(_ stream: RoundupStream) -> Bool { state.withLockedValue { $0.contains(stream) } }
 
     /// Whether an operator paused `account`, as last read (a set lookup: free while no account is paused).
-    package func isPaused(account: String) -> Bool { accounts.withLockedValue { $0.isEmpty ? false : $0.contains(account) } }
+    public func isPaused(account: String) -> Bool { accounts.withLockedValue { $0.isEmpty ? false : $0.contains(account) } }
 
     /// The accounts an operator paused, as last read (one read for a whole batch).
-    package var pausedAccounts: Set<String> { accounts.withLockedValue { $0 } }
+    public var pausedAccounts: Set<String> { accounts.withLockedValue { $0 } }
 
     /// The paused streams this process consumes, in a stable order (for `/readyz`).
-    package var paused: [RoundupStream] {
+    public var paused: [RoundupStream] {
         let current = state.withLockedValue { $0 }
         return streams.filter(current.contains)
     }
 
     /// Reads the pauses once; returns false when Redis could not be read.
     @discardableResult
-    package func refresh() async -> Bool {
+    public func refresh() async -> Bool {
         guard let reply = await read() else { return false }
         let current = StreamPauses.parse(reply)
         let pausedAccounts = Set(StreamPauses.parseAccounts(reply).keys)
@@ -217,7 +217,7 @@ package final class PauseWatcher: Service, Sendable {
         return true
     }
 
-    package func run() async throws {
+    public func run() async throws {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             await refresh()
             try? await Task.sleep(for: every)
@@ -251,20 +251,20 @@ package final class PauseWatcher: Service, Sendable {
 
 /// One Redis stream of a `RoundupStream`, with its dead letters and its errors hash (webhook shards only), all in one
 /// slot.
-package struct StreamPart: Sendable, Hashable {
+public struct StreamPart: Sendable, Hashable {
     /// `webhooks/7`, `jobs`, `push`: for messages and per-shard detail.
-    package var label: String
-    package var stream: String
-    package var deadLetters: String
-    package var errors: String?
-    package var shard: WebhookShard?
+    public var label: String
+    public var stream: String
+    public var deadLetters: String
+    public var errors: String?
+    public var shard: WebhookShard?
 }
 
 extension RoundupStream {
     /// The driver of one consumer in the group of a stream kept in one Redis stream (jobs, push), on the keys
     /// `RedisKeys` names for it: the stream, its group and its dead letters, kept at most `deadLetterMax` and
     /// `deadLetterMaxAge`.
-    package func driver(
+    public func driver(
         redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int = 10_000, deadLetterMaxAge: Duration = .seconds(180 * 86_400)
     ) -> RedisStreamDriver {
         precondition(self != .webhooks, "the webhook stream is sharded: webhookDriver")
@@ -274,7 +274,7 @@ extension RoundupStream {
     /// The driver of one worker in the webhook shards' group: every shard, its errors and its dead letters (each kept
     /// at most `deadLetterMax` and `deadLetterMaxAge`), and on a standalone Redis the single stream of the versions
     /// before shards until it is drained.
-    package static func webhookDriver(
+    public static func webhookDriver(
         redis: RedisClient, keys: RedisKeys, consumer: String, deadLetterMax: Int = 10_000, deadLetterMaxAge: Duration = .seconds(180 * 86_400)
     ) -> ShardedStreamDriver {
         let parts = RoundupStream.webhooks.partDrivers(
@@ -307,7 +307,7 @@ extension RoundupStream {
 
 extension StreamConsumer {
     /// Runs until the process shuts down gracefully, holding while an operator pauses `stream` (`PauseWatcher`).
-    package func run(_ stream: RoundupStream, pauses: PauseWatcher?) async {
+    public func run(_ stream: RoundupStream, pauses: PauseWatcher?) async {
         await run(isStopping: { Task.isShuttingDownGracefully }, isPaused: { pauses?.isPaused(stream) ?? false })
     }
 }

@@ -1,10 +1,10 @@
 import CoreMetrics
-package import Foundation
-package import RoundupRuntime
+public import Foundation
+public import RoundupRuntime
 
 extension RoundupLatency {
     /// Records, for each of `entryIDs`, the time from when it was added to its stream until `now` (one timer for all).
-    package func record(since entryIDs: some Collection<String>, now: Date = Date()) {
+    public func record(since entryIDs: some Collection<String>, now: Date = Date()) {
         guard !entryIDs.isEmpty else { return }
         let timer = CoreMetrics.Timer(label: rawValue)
         for id in entryIDs {

@@ -3,26 +3,26 @@ import RoundupRedis
 /// One failed delivery of a stream entry: when, by which consumer, with what error. The stream's errors hash keeps
 /// an entry's last `kept` attempts beside its last error (field `<id>:attempts`), and its dead letter carries them
 /// (field `attempts`), so an operator sees how an event failed, not only how it failed last.
-package struct StreamAttempt: Sendable, Equatable {
+public struct StreamAttempt: Sendable, Equatable {
     /// Milliseconds since 1970.
-    package var at: Int
-    package var consumer: String
+    public var at: Int
+    public var consumer: String
     /// As recorded: `class<TAB>message`, or the text the consumer gave.
-    package var error: String
+    public var error: String
 
     /// Attempts an entry keeps, the latest ones: each at most about 600 bytes (the message is cut at 500), so an
     /// entry's record stays under 6 KB however often it fails.
-    package static let kept = 10
+    public static let kept = 10
 
-    package init(at: Int, consumer: String, error: String) {
+    public init(at: Int, consumer: String, error: String) {
         self.at = at
         self.consumer = consumer
         self.error = error
     }
 
     /// The errors hash's field holding the attempts of entry `id`.
-    package static func field(_ id: String) -> String { id + suffix }
-    package static let suffix = ":attempts"
+    public static func field(_ id: String) -> String { id + suffix }
+    public static let suffix = ":attempts"
 
     /// One line: time, consumer and error separated by tabs; line breaks in the error become spaces.
     var line: String {
@@ -32,7 +32,7 @@ package struct StreamAttempt: Sendable, Equatable {
     }
 
     /// The attempts of a recorded record, oldest first; lines that do not parse are skipped.
-    package static func decode(_ record: String) -> [StreamAttempt] {
+    public static func decode(_ record: String) -> [StreamAttempt] {
         record.split(separator: "\n").compactMap { line in
             let parts = line.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false)
             guard parts.count == 3, let at = Int(parts[0]) else { return nil }

@@ -1,41 +1,41 @@
 import Foundation
-package import Logging
-package import Metrics
+public import Logging
+public import Metrics
 import NIOConcurrencyHelpers
 
 /// The one loop every stream consumer runs (webhooks, jobs, pushes): read batches (the next one asked for while the
 /// current one is processed), hold each batch's lease while it is handled, settle it (ack and delete, record errors,
 /// append follow-ups), reclaim entries other consumers left idle, dead-letter entries delivered too often with their
 /// typed failure, back off on errors, and export the `roundup_stream_*` gauges.
-package struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sendable {
-    package struct Options: Sendable {
+public struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sendable {
+    public struct Options: Sendable {
         /// The stream's name in logs and in the gauges' `stream` label (`webhooks`, `jobs`, `push`).
-        package var name: String
-        package var consumer: String
+        public var name: String
+        public var consumer: String
         /// Entries handed to the handler at once.
-        package var batchSize: Int
+        public var batchSize: Int
         /// Batches handled at once. With one, batches are handled in the loop and the next is read ahead (unless
         /// `readsAhead` is off).
-        package var concurrency: Int
+        public var concurrency: Int
         /// Whether one batch at a time reads the next ahead. Off for jobs: an entry read ahead is pending with this
         /// consumer, where a running job asking whether others wait (`RedisStreamDriver.waiting`) cannot see it.
-        package var readsAhead = true
+        public var readsAhead = true
         /// How long a read waits for new entries.
-        package var block: Duration
+        public var block: Duration
         /// An entry pending this long with its consumer is taken over (that consumer died or gave it up).
-        package var claimIdle: Duration
+        public var claimIdle: Duration
         /// How often to look for such entries (and record the gauges).
-        package var reclaimEvery: Duration
+        public var reclaimEvery: Duration
         /// After an outage many entries wait at once: up to this many full pages are reclaimed before reading new ones.
-        package var maxReclaimPages: Int
+        public var maxReclaimPages: Int
         /// An entry delivered this often is dead-lettered instead of reclaimed (nil: never).
-        package var maxDeliveries: Int?
+        public var maxDeliveries: Int?
         /// Backoff after a driver error: the first wait, doubled up to the last.
-        package var errorBackoff: ClosedRange<Duration>
+        public var errorBackoff: ClosedRange<Duration>
         /// Backoff after a batch whose failures keep entries waiting (the store unreachable).
-        package var dependencyBackoff: ClosedRange<Duration>
+        public var dependencyBackoff: ClosedRange<Duration>
 
-        package init(
+        public init(
             name: String, consumer: String, batchSize: Int, concurrency: Int = 1, block: Duration = .seconds(1), claimIdle: Duration,
             reclaimEvery: Duration? = nil, maxReclaimPages: Int = 64, maxDeliveries: Int? = nil,
             errorBackoff: ClosedRange<Duration> = .milliseconds(100) ... .seconds(5),
@@ -55,24 +55,24 @@ package struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sen
         }
 
         /// How often a lease is extended: a third of the claim timeout (20 ms to 10 s).
-        package var leaseEvery: Duration { max(.milliseconds(20), min(.seconds(10), claimIdle / 3)) }
+        public var leaseEvery: Duration { max(.milliseconds(20), min(.seconds(10), claimIdle / 3)) }
     }
 
     /// The metrics a consumer exports; nil counters are not counted.
-    package struct MetricSet: Sendable {
-        package enum StreamGauge: Sendable, Hashable, CaseIterable {
+    public struct MetricSet: Sendable {
+        public enum StreamGauge: Sendable, Hashable, CaseIterable {
             case length, pending, oldestPendingAge, oldestWaitingAge, lag, deadLetters
         }
 
         /// `roundup_stream_*` gauges recorded for the stream (label `stream` = the options' name).
-        package var gauges: Set<StreamGauge>
-        package var reclaimed: Counter?
-        package var deadLettered: Counter?
-        package var deadLettersTrimmed: Counter?
+        public var gauges: Set<StreamGauge>
+        public var reclaimed: Counter?
+        public var deadLettered: Counter?
+        public var deadLettersTrimmed: Counter?
         /// Bookkeeping writes Redis refused while a batch was settled.
-        package var writesRefused: Counter?
+        public var writesRefused: Counter?
 
-        package init(
+        public init(
             gauges: Set<StreamGauge> = [.length, .pending, .oldestPendingAge], reclaimed: Counter? = nil, deadLettered: Counter? = nil,
             deadLettersTrimmed: Counter? = nil, writesRefused: Counter? = nil
         ) {
@@ -84,13 +84,13 @@ package struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sen
         }
     }
 
-    package let options: Options
-    package let driver: Driver
-    package let handler: Handler
-    package let metrics: MetricSet
+    public let options: Options
+    public let driver: Driver
+    public let handler: Handler
+    public let metrics: MetricSet
     let logger: Logger
 
-    package init(options: Options, driver: Driver, handler: Handler, metrics: MetricSet = MetricSet(), logger: Logger) {
+    public init(options: Options, driver: Driver, handler: Handler, metrics: MetricSet = MetricSet(), logger: Logger) {
         self.options = options
         self.driver = driver
         self.handler = handler
@@ -104,7 +104,7 @@ package struct StreamConsumer<Driver: StreamDriver, Handler: StreamHandler>: Sen
     /// While `isPaused` says so (an operator's `roundupctl pause`) it reads and reclaims nothing; batches in flight
     /// finish, and entries already delivered to it but not begun (a batch read ahead, or read as the pause came) stay
     /// pending with it, their lease renewed, and are handled first on resume. The gauges are still recorded.
-    package func run(isStopping: @escaping @Sendable () -> Bool = { false }, isPaused: @escaping @Sendable () -> Bool = { false }) async {
+    public func run(isStopping: @escaping @Sendable () -> Bool = { false }, isPaused: @escaping @Sendable () -> Bool = { false }) async {
         if options.concurrency == 1 && options.readsAhead {
             await runReadingAhead(isStopping: isStopping, isPaused: isPaused)
         } else {

@@ -2,8 +2,8 @@ import RoundupRedis
 
 /// One entry of a dead-letter stream: the original entry's fields, and why and when it was given up. The only code
 /// that names the dead letter's own fields (the dead-letter script writes them from here).
-package struct StreamDeadLetter: Sendable, Equatable {
-    package enum Field: String, CaseIterable, Sendable {
+public struct StreamDeadLetter: Sendable, Equatable {
+    public enum Field: String, CaseIterable, Sendable {
         case originalID = "original_id"
         case error, deliveries
         case failedAt = "failed_at"
@@ -13,20 +13,20 @@ package struct StreamDeadLetter: Sendable, Equatable {
     static let ownFields = Set(Field.allCases.map(\.rawValue))
 
     /// Its id in the dead-letter stream.
-    package var id: String
+    public var id: String
     /// The fields the entry had on its own stream.
-    package var original: [String: [UInt8]]
-    package var originalID: String?
+    public var original: [String: [UInt8]]
+    public var originalID: String?
     /// The last recorded error (`class<TAB>message`), or the one the consumer gave when none was recorded.
-    package var error: String?
-    package var deliveries: Int?
+    public var error: String?
+    public var deliveries: Int?
     /// Milliseconds since 1970.
-    package var failedAt: Int?
+    public var failedAt: Int?
     /// Its failed deliveries, oldest first: the last `StreamAttempt.kept` (none for a stream that records no errors,
     /// or a letter from before attempts were kept).
-    package var attempts: [StreamAttempt]
+    public var attempts: [StreamAttempt]
 
-    package init(id: String, fields: [String: [UInt8]]) {
+    public init(id: String, fields: [String: [UInt8]]) {
         self.id = id
         func text(_ field: Field) -> String? { fields[field.rawValue].map { String(decoding: $0, as: UTF8.self) } }
         originalID = text(.originalID)
@@ -38,7 +38,7 @@ package struct StreamDeadLetter: Sendable, Equatable {
     }
 
     /// The failure class of `error` when it was recorded in the `class<TAB>message` form.
-    package func failure<Class: StreamFailureClass>(as: Class.Type) -> StreamFailure<Class>? {
+    public func failure<Class: StreamFailureClass>(as: Class.Type) -> StreamFailure<Class>? {
         error.flatMap(StreamFailure<Class>.init(recorded:))
     }
 

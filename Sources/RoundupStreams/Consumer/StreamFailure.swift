@@ -1,5 +1,5 @@
 /// A typed reason an entry failed. Its raw value is what is recorded (the errors hash, the dead letter).
-package protocol StreamFailureClass: RawRepresentable, Sendable, Hashable where RawValue == String {
+public protocol StreamFailureClass: RawRepresentable, Sendable, Hashable where RawValue == String {
     /// Whether an entry that failed for this reason waits in the stream instead of counting its deliveries towards
     /// the dead letters (a dependency was down, not the entry at fault); the consumer also backs off.
     var keepsEntryWaiting: Bool { get }
@@ -10,33 +10,33 @@ package protocol StreamFailureClass: RawRepresentable, Sendable, Hashable where 
 }
 
 extension StreamFailureClass {
-    package var backsOffConsumer: Bool { keepsEntryWaiting }
+    public var backsOffConsumer: Bool { keepsEntryWaiting }
 }
 
 /// For streams whose handler never classifies a failure (an entry is only left pending, nothing is recorded).
-package enum UnclassifiedFailure: String, StreamFailureClass {
+public enum UnclassifiedFailure: String, StreamFailureClass {
     case failed
-    package var keepsEntryWaiting: Bool { false }
+    public var keepsEntryWaiting: Bool { false }
 }
 
 /// An entry's failure: its class and what happened.
-package struct StreamFailure<Class: StreamFailureClass>: Error, Sendable, Equatable, CustomStringConvertible {
-    package var failure: Class
-    package var message: String
+public struct StreamFailure<Class: StreamFailureClass>: Error, Sendable, Equatable, CustomStringConvertible {
+    public var failure: Class
+    public var message: String
 
-    package init(_ failure: Class, _ message: String) {
+    public init(_ failure: Class, _ message: String) {
         self.failure = failure
         self.message = message
     }
 
-    package var description: String { "\(failure.rawValue): \(message)" }
+    public var description: String { "\(failure.rawValue): \(message)" }
 
     /// As an entry's last error is recorded in the stream's errors hash: the class, a tab, the message (its first
     /// 500 characters).
-    package var recorded: String { failure.rawValue + "\t" + String(message.prefix(500)) }
+    public var recorded: String { failure.rawValue + "\t" + String(message.prefix(500)) }
 
     /// Reads `recorded` back; nil for anything else (nothing recorded, or a value in another form).
-    package init?(recorded: String) {
+    public init?(recorded: String) {
         guard let tab = recorded.firstIndex(of: "\t"), let failure = Class(rawValue: String(recorded[..<tab])) else { return nil }
         self.init(failure, String(recorded[recorded.index(after: tab)...]))
     }

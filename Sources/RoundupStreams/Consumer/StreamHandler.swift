@@ -3,7 +3,7 @@
 /// The contract is typed, as swift-jobs' job types are: a handler names its `Message` and how an entry reads as one
 /// (`decode`); the consumer decodes every entry it reads or takes over, dead-letters the ones that do not decode (at
 /// once: they never will), and hands the handler only messages. No handler acknowledges an entry it could not read.
-package protocol StreamHandler: Sendable {
+public protocol StreamHandler: Sendable {
     /// What an entry of the stream says, once read.
     associatedtype Message: Sendable
     associatedtype Failure: StreamFailureClass = UnclassifiedFailure
@@ -31,18 +31,18 @@ package protocol StreamHandler: Sendable {
 }
 
 extension StreamHandler {
-    package func orderKey(_ message: Message) -> String? { nil }
-    package func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
-    package func recordGauges(inFlight: Int) async {}
+    public func orderKey(_ message: Message) -> String? { nil }
+    public func settled(_ result: StreamBatchResult<Failure>, batch: [Delivered<Message>], refusedWrites: Int, duration: Duration) async {}
+    public func recordGauges(inFlight: Int) async {}
 }
 
 /// An entry read as its stream's message.
-package struct Delivered<Message: Sendable>: Sendable {
+public struct Delivered<Message: Sendable>: Sendable {
     /// Its id on the stream.
-    package var id: String
-    package var message: Message
+    public var id: String
+    public var message: Message
 
-    package init(id: String, message: Message) {
+    public init(id: String, message: Message) {
         self.id = id
         self.message = message
     }
@@ -51,35 +51,35 @@ package struct Delivered<Message: Sendable>: Sendable {
 extension Delivered: Equatable where Message: Equatable {}
 
 /// Why an entry can never be read as its stream's message. Recorded in its dead letter as `undecodable: <reason>`.
-package struct StreamUndecodable: Error, Sendable, Equatable, CustomStringConvertible {
-    package var reason: String
+public struct StreamUndecodable: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: String
 
-    package init(_ reason: String) { self.reason = reason }
+    public init(_ reason: String) { self.reason = reason }
 
-    package var description: String { "undecodable: \(reason)" }
+    public var description: String { "undecodable: \(reason)" }
 }
 
 /// What became of the entries of a batch.
-package struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
+public struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     /// Acknowledged and deleted.
-    package var done: [String] = []
+    public var done: [String] = []
     /// Left pending, to be reclaimed after the claim timeout. With a failure it is recorded, and the entry counts its
     /// deliveries towards the dead letters (unless its class keeps the entry waiting); without one nothing is
     /// recorded (a job interrupted by a shutdown).
-    package var retry: [(id: String, failure: StreamFailure<Failure>?)] = []
+    public var retry: [(id: String, failure: StreamFailure<Failure>?)] = []
     /// Will never succeed as it is: dead-lettered now.
-    package var deadLetter: [(id: String, failure: StreamFailure<Failure>)] = []
+    public var deadLetter: [(id: String, failure: StreamFailure<Failure>)] = []
     /// Entries to append to other streams with the settling (best effort).
-    package var appends: [StreamAppend] = []
+    public var appends: [StreamAppend] = []
     /// Entries of `retry` the consumer hands back to `handle` itself after the wait given (their account's Trello rate
     /// limit, say), instead of leaving them for a reclaim after the claim timeout: they stay pending with it, leased,
     /// and later entries of the same `orderKey` wait behind them. Only the consumer reading ahead (concurrency 1)
     /// does; others leave them to the reclaim.
-    package var later: [String: Duration] = [:]
+    public var later: [String: Duration] = [:]
     /// Whatever the handler wants back in `settled` (its own counts).
-    package var detail: (any Sendable)?
+    public var detail: (any Sendable)?
 
-    package init(
+    public init(
         done: [String] = [], retry: [(id: String, failure: StreamFailure<Failure>?)] = [],
         deadLetter: [(id: String, failure: StreamFailure<Failure>)] = [], appends: [StreamAppend] = []
     ) {
@@ -90,5 +90,5 @@ package struct StreamBatchResult<Failure: StreamFailureClass>: Sendable {
     }
 
     /// Whether an entry failed because a dependency is down: the consumer backs off before it reads more.
-    package var waitsForDependency: Bool { retry.contains { $0.failure?.failure.backsOffConsumer == true } }
+    public var waitsForDependency: Bool { retry.contains { $0.failure?.failure.backsOffConsumer == true } }
 }

@@ -8,15 +8,15 @@ import RoundupRedis
 /// It heals: a count never goes below zero, and the enqueue script starts the hash again whenever the stream is
 /// empty, so an entry removed some other way (an operator's purge, a crash between two writes) is forgotten when the
 /// stream next drains.
-package struct StreamLoad: Sendable, Hashable {
+public struct StreamLoad: Sendable, Hashable {
     /// The hash, in the stream's slot.
-    package var key: String
+    public var key: String
     /// The entry's field naming its owner (`account`).
-    package var ownerField: String
+    public var ownerField: String
     /// The entry's field whose length is counted (`body`).
-    package var sizeField: String
+    public var sizeField: String
 
-    package init(key: String, ownerField: String, sizeField: String) {
+    public init(key: String, ownerField: String, sizeField: String) {
         self.key = key
         self.ownerField = ownerField
         self.sizeField = sizeField

@@ -3,11 +3,11 @@ import NIOConcurrencyHelpers
 
 /// A stream with one consumer group, in memory: what `MemoryStreamDriver` reads, for tests of consumer logic
 /// without Redis (as swift-jobs' `MemoryQueue` does for its drivers). Shared by the drivers of several consumers.
-package final class MemoryStream: Sendable {
-    package struct Pending: Sendable, Equatable {
-        package var consumer: String
-        package var deliveries: Int
-        package var lastDelivered: ContinuousClock.Instant
+public final class MemoryStream: Sendable {
+    public struct Pending: Sendable, Equatable {
+        public var consumer: String
+        public var deliveries: Int
+        public var lastDelivered: ContinuousClock.Instant
     }
 
     struct State {
@@ -27,11 +27,11 @@ package final class MemoryStream: Sendable {
 
     let state = NIOLockedValueBox(State())
 
-    package init() {}
+    public init() {}
 
     /// Appends an entry; returns its id.
     @discardableResult
-    package func add(_ fields: [String: [UInt8]]) -> String {
+    public func add(_ fields: [String: [UInt8]]) -> String {
         state.withLockedValue { state in
             let id = "\(state.nextID)-0"
             state.nextID += 1
@@ -41,24 +41,24 @@ package final class MemoryStream: Sendable {
     }
 
     /// Ids still in the stream.
-    package var ids: [String] { state.withLockedValue { $0.entries.map(\.id) } }
-    package var pending: [String: Pending] { state.withLockedValue { $0.pending } }
-    package var errors: [String: String] { state.withLockedValue { $0.errors } }
+    public var ids: [String] { state.withLockedValue { $0.entries.map(\.id) } }
+    public var pending: [String: Pending] { state.withLockedValue { $0.pending } }
+    public var errors: [String: String] { state.withLockedValue { $0.errors } }
     /// Each entry's recorded attempts, oldest first.
-    package var attempts: [String: [StreamAttempt]] { state.withLockedValue { $0.attempts } }
-    package var deadLetters: [StreamDeadLetter] { state.withLockedValue { $0.deadLetters } }
-    package var appended: [StreamAppend] { state.withLockedValue { $0.appended } }
+    public var attempts: [String: [StreamAttempt]] { state.withLockedValue { $0.attempts } }
+    public var deadLetters: [StreamDeadLetter] { state.withLockedValue { $0.deadLetters } }
+    public var appended: [StreamAppend] { state.withLockedValue { $0.appended } }
     /// When each driver operation was called, in order.
-    package var calls: [(operation: String, at: ContinuousClock.Instant)] { state.withLockedValue { $0.calls } }
+    public var calls: [(operation: String, at: ContinuousClock.Instant)] { state.withLockedValue { $0.calls } }
 
     /// Makes the next `count` calls of `operation` (`prepare`, `read`, `pending`, `claim`, `extendLease`, `settle`,
     /// `deadLetter`) throw.
-    package func fail(_ operation: String, times count: Int = 1) {
+    public func fail(_ operation: String, times count: Int = 1) {
         state.withLockedValue { $0.failures[operation, default: 0] += count }
     }
 
     /// Makes an entry look idle for `idle` (as if its consumer stopped extending its lease that long ago).
-    package func age(_ id: String, by idle: Duration) {
+    public func age(_ id: String, by idle: Duration) {
         state.withLockedValue { state in state.pending[id]?.lastDelivered = .now - idle }
     }
 
@@ -73,28 +73,28 @@ package final class MemoryStream: Sendable {
     }
 }
 
-package struct MemoryStreamError: Error, Sendable, Equatable {
-    package var operation: String
+public struct MemoryStreamError: Error, Sendable, Equatable {
+    public var operation: String
 }
 
 /// One consumer's `StreamDriver` on a `MemoryStream`.
-package struct MemoryStreamDriver: StreamDriver {
-    package let stream: MemoryStream
-    package let consumer: String
+public struct MemoryStreamDriver: StreamDriver {
+    public let stream: MemoryStream
+    public let consumer: String
     /// Dead letters kept at most.
-    package var deadLetterMax: Int
+    public var deadLetterMax: Int
 
-    package init(stream: MemoryStream, consumer: String, deadLetterMax: Int = 10_000) {
+    public init(stream: MemoryStream, consumer: String, deadLetterMax: Int = 10_000) {
         self.stream = stream
         self.consumer = consumer
         self.deadLetterMax = deadLetterMax
     }
 
-    package func prepare() async throws { try stream.call("prepare") }
+    public func prepare() async throws { try stream.call("prepare") }
 
-    package func reset() async { try? stream.call("reset") }
+    public func reset() async { try? stream.call("reset") }
 
-    package func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
+    public func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
         try stream.call("read")
         let deadline = ContinuousClock.now + (block ?? .zero)
         while true {
@@ -110,7 +110,7 @@ package struct MemoryStreamDriver: StreamDriver {
         }
     }
 
-    package func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
+    public func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
         try stream.call("pending")
         let now = ContinuousClock.now
         return stream.state.withLockedValue { state in
@@ -121,7 +121,7 @@ package struct MemoryStreamDriver: StreamDriver {
         }
     }
 
-    package func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
+    public func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
         try stream.call("claim")
         let now = ContinuousClock.now
         return stream.state.withLockedValue { state in
@@ -140,7 +140,7 @@ package struct MemoryStreamDriver: StreamDriver {
         }
     }
 
-    package func extendLease(_ ids: [String]) async throws {
+    public func extendLease(_ ids: [String]) async throws {
         try stream.call("extendLease")
         stream.state.withLockedValue { state in
             for id in ids where state.pending[id] != nil {
@@ -150,7 +150,7 @@ package struct MemoryStreamDriver: StreamDriver {
         }
     }
 
-    package func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
+    public func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
         try stream.call("settle")
         stream.state.withLockedValue { state in
             let finished = Set(done)
@@ -173,11 +173,11 @@ package struct MemoryStreamDriver: StreamDriver {
         return 0
     }
 
-    package func recordedErrors(_ ids: [String]) async throws -> [String?] {
+    public func recordedErrors(_ ids: [String]) async throws -> [String?] {
         stream.state.withLockedValue { state in ids.map { state.errors[$0] } }
     }
 
-    package func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
+    public func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
         try stream.call("deadLetter")
         return stream.state.withLockedValue { state in
             var fields = state.entries.first(where: { $0.id == id })?.fields ?? [:]
@@ -202,7 +202,7 @@ package struct MemoryStreamDriver: StreamDriver {
         }
     }
 
-    package func stats() async -> StreamStats? {
+    public func stats() async -> StreamStats? {
         stream.state.withLockedValue { state in
             let oldest = state.entries.first { state.pending[$0.id] != nil }.flatMap { Double($0.id.split(separator: "-")[0]) }
             return StreamStats(

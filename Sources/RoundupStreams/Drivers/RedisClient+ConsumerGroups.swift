@@ -1,10 +1,10 @@
 import NIOCore
-package import RoundupRedis
+public import RoundupRedis
 
 /// What every consumer of a stream with a consumer group needs (webhook, job and push streams).
 extension RedisClient {
     /// Creates the consumer group from the stream's start (so nothing enqueued before is skipped); one that exists is fine.
-    package func createGroupIfMissing(stream: String, group: String) async throws {
+    public func createGroupIfMissing(stream: String, group: String) async throws {
         // Read first: a Redis at its maxmemory refuses XGROUP CREATE (a command that may allocate) but answers XINFO,
         // and a consumer that could not start would never drain what fills Redis.
         if let groups = try? await send(RedisCommand("XINFO", ["GROUPS", RedisArgument(stream)])),
@@ -21,7 +21,7 @@ extension RedisClient {
 
     /// Acks and deletes entries one group has finished (no other group reads these streams). Best effort: an entry
     /// left pending is reclaimed later, and handling it again is harmless.
-    package func acknowledgeAndDelete(stream: String, group: String, ids: [String]) async {
+    public func acknowledgeAndDelete(stream: String, group: String, ids: [String]) async {
         guard !ids.isEmpty else { return }
         let arguments = ids.map { RedisArgument($0) }
         _ = try? await pipeline([

@@ -1,38 +1,38 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
-package import RoundupRedis
+public import RoundupRedis
 
 /// `StreamDriver` on Redis streams: XREADGROUP on a dedicated connection (a blocking read must not hold up other
 /// commands), XPENDING/XCLAIM to reclaim, XCLAIM … JUSTID as the lease heartbeat, XACK+XDEL, an errors hash, and a
 /// script that moves an entry to the dead-letter stream in one step.
-package final class RedisStreamDriver: StreamDriver {
-    package struct DeadLetters: Sendable {
-        package var stream: String
+public final class RedisStreamDriver: StreamDriver {
+    public struct DeadLetters: Sendable {
+        public var stream: String
         /// Dead letters kept at most, and their age bound.
-        package var maxCount: Int
-        package var maxAge: Duration
+        public var maxCount: Int
+        public var maxAge: Duration
 
-        package init(stream: String, maxCount: Int, maxAge: Duration) {
+        public init(stream: String, maxCount: Int, maxAge: Duration) {
             self.stream = stream
             self.maxCount = maxCount
             self.maxAge = maxAge
         }
     }
 
-    package let stream: String
-    package let group: String
-    package let consumer: String
+    public let stream: String
+    public let group: String
+    public let consumer: String
     /// Hash: entry id → its last recorded error, and `<id>:attempts` → its last attempts (`StreamAttempt`); nil when
     /// the stream records none.
-    package let errors: String?
-    package let deadLetters: DeadLetters?
+    public let errors: String?
+    public let deadLetters: DeadLetters?
     /// What each producer has waiting in the stream, lowered as entries leave it (nil: not kept).
-    package let load: StreamLoad?
+    public let load: StreamLoad?
     let redis: RedisClient
     private let reader = NIOLockedValueBox<RedisConnection?>(nil)
 
-    package init(
+    public init(
         redis: RedisClient, stream: String, group: String, consumer: String, errors: String? = nil, deadLetters: DeadLetters? = nil,
         load: StreamLoad? = nil
     ) {
@@ -49,7 +49,7 @@ package final class RedisStreamDriver: StreamDriver {
         if let connection = reader.withLockedValue({ $0 }) { connection.close().whenComplete { _ in } }
     }
 
-    package func prepare() async throws {
+    public func prepare() async throws {
         if let connection = reader.withLockedValue({ $0 }), connection.isActive { return }
         try await redis.createGroupIfMissing(stream: stream, group: group)
         let connection = try await redis.dedicatedConnection(for: stream).get()
@@ -60,7 +60,7 @@ package final class RedisStreamDriver: StreamDriver {
         if let previous { previous.close().whenComplete { _ in } }
     }
 
-    package func reset() async {
+    public func reset() async {
         let previous = reader.withLockedValue { current -> RedisConnection? in
             defer { current = nil }
             return current
@@ -68,7 +68,7 @@ package final class RedisStreamDriver: StreamDriver {
         if let previous { previous.close().whenComplete { _ in } }
     }
 
-    package func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
+    public func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
         guard let connection = reader.withLockedValue({ $0 }) else { throw RedisClientError(.connectionClosed, "stream reader not connected") }
         var arguments: [RedisArgument] = ["GROUP", RedisArgument(group), RedisArgument(consumer), "COUNT", RedisArgument(count)]
         if let block { arguments += ["BLOCK", RedisArgument(Self.milliseconds(block))] }
@@ -78,7 +78,7 @@ package final class RedisStreamDriver: StreamDriver {
         return Self.deliveries(read: reply)
     }
 
-    package func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
+    public func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
         let reply = try await redis.send(
             RedisCommand(
                 "XPENDING",
@@ -91,7 +91,7 @@ package final class RedisStreamDriver: StreamDriver {
         }
     }
 
-    package func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
+    public func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
         guard !ids.isEmpty else { return [] }
         let claimed = try await redis.send(
             RedisCommand(
@@ -108,14 +108,14 @@ package final class RedisStreamDriver: StreamDriver {
         return entries
     }
 
-    package func extendLease(_ ids: [String]) async throws {
+    public func extendLease(_ ids: [String]) async throws {
         guard !ids.isEmpty else { return }
         _ = try await redis.send(
             RedisCommand(
                 "XCLAIM", [RedisArgument(stream), RedisArgument(group), RedisArgument(consumer), "0"] + ids.map { RedisArgument($0) } + ["JUSTID"]))
     }
 
-    package func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
+    public func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
         var commands: [RedisCommand] = []
         if !done.isEmpty, let command = settleWithLoad(done) {
             commands.append(command)
@@ -152,14 +152,14 @@ package final class RedisStreamDriver: StreamDriver {
             arguments: [RedisArgument(group), RedisArgument(load.ownerField), RedisArgument(load.sizeField)] + ids.map { RedisArgument($0) })
     }
 
-    package func recordedErrors(_ ids: [String]) async throws -> [String?] {
+    public func recordedErrors(_ ids: [String]) async throws -> [String?] {
         guard let errors, !ids.isEmpty else { return ids.map { _ in nil } }
         let reply = try await redis.send(RedisCommand("HMGET", [RedisArgument(errors)] + ids.map { RedisArgument($0) }))
         let values = reply.array ?? []
         return ids.indices.map { $0 < values.count ? values[$0].string : nil }
     }
 
-    package func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
+    public func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
         guard let deadLetters else { throw RedisClientError(.server, "stream \(stream) has no dead letters") }
         let now = Int(Date().timeIntervalSince1970 * 1000)
         let oldestKept = max(0, now - Int(deadLetters.maxAge.components.seconds) * 1000)
@@ -176,7 +176,7 @@ package final class RedisStreamDriver: StreamDriver {
         ).int ?? 0
     }
 
-    package func stats() async -> StreamStats? {
+    public func stats() async -> StreamStats? {
         guard let replies = try? await redis.pipeline(statsCommands) else { return nil }
         var (stats, lastDelivered) = stats(from: replies[...])
         if let lastDelivered { stats.oldestWaitingMilliseconds = try? await Self.oldestWaiting(redis: redis, stream: stream, after: lastDelivered) }
@@ -185,7 +185,7 @@ package final class RedisStreamDriver: StreamDriver {
 
     /// How many entries wait to be delivered to the group (its lag; where Redis cannot say, the entries not pending,
     /// which holds for a stream whose settled entries are deleted). Nil when Redis could not be asked.
-    package func waiting() async -> Int? {
+    public func waiting() async -> Int? {
         guard let replies = try? await redis.pipeline(Array(statsCommands.prefix(3))) else { return nil }
         let (stats, _) = stats(from: replies[...])
         if let lag = stats.lag { return lag }
@@ -226,7 +226,7 @@ package final class RedisStreamDriver: StreamDriver {
 
     /// When the oldest entry not yet delivered to a group was added (ms since 1970): the first entry after the group's
     /// last-delivered id. Nil when none waits.
-    package static func oldestWaiting(redis: RedisClient, stream: String, after lastDelivered: String) async throws -> Double? {
+    public static func oldestWaiting(redis: RedisClient, stream: String, after lastDelivered: String) async throws -> Double? {
         let reply = try await redis.send(RedisCommand("XRANGE", [RedisArgument(stream), RedisArgument("(" + lastDelivered), "+", "COUNT", "1"]))
         return reply.streamEntries.first.flatMap { StreamStats.milliseconds(ofID: $0.id) }
     }

@@ -1,7 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
-package import RoundupRedis
+public import RoundupRedis
 
 /// `StreamDriver` over one logical stream kept as several Redis streams (the webhook shards), each with its own
 /// dead letters and errors in its own slot. Entries are named `<part>:<id>` (`ShardedEntryID`), so acknowledging,
@@ -16,11 +16,11 @@ package import RoundupRedis
 ///
 /// A `legacy` part (the single stream of the versions before shards) is read first and alone until it is drained, so an
 /// account's older entries are applied before its newer ones; then it is removed.
-package final class ShardedStreamDriver: StreamDriver {
-    package let parts: [RedisStreamDriver]
-    package let legacy: RedisStreamDriver?
+public final class ShardedStreamDriver: StreamDriver {
+    public let parts: [RedisStreamDriver]
+    public let legacy: RedisStreamDriver?
     let redis: RedisClient
-    package static let heldAtMost: Duration = .seconds(5)
+    public static let heldAtMost: Duration = .seconds(5)
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -33,7 +33,7 @@ package final class ShardedStreamDriver: StreamDriver {
         var groupsMade = false
     }
 
-    package init(redis: RedisClient, parts: [RedisStreamDriver], legacy: RedisStreamDriver? = nil) {
+    public init(redis: RedisClient, parts: [RedisStreamDriver], legacy: RedisStreamDriver? = nil) {
         precondition(!parts.isEmpty, "a sharded stream has parts")
         self.redis = redis
         self.parts = parts
@@ -60,7 +60,7 @@ package final class ShardedStreamDriver: StreamDriver {
         return grouped.keys.sorted().map { ($0, grouped[$0]!) }
     }
 
-    package func prepare() async throws {
+    public func prepare() async throws {
         if state.withLockedValue({ $0.groupsMade && ($0.reader?.isActive == true || redis.isCluster) }) { return }
         try await createGroups()
         state.withLockedValue { $0.groupsMade = true }
@@ -87,7 +87,7 @@ package final class ShardedStreamDriver: StreamDriver {
         }
     }
 
-    package func reset() async {
+    public func reset() async {
         let previous = state.withLockedValue { state -> RedisConnection? in
             defer {
                 state.reader = nil
@@ -98,7 +98,7 @@ package final class ShardedStreamDriver: StreamDriver {
         previous?.close().whenComplete { _ in }
     }
 
-    package func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
+    public func read(count: Int, block: Duration?) async throws -> [StreamDelivery] {
         if let held = takeHeld(count), !held.isEmpty { return held }
         if let legacy, !state.withLockedValue({ $0.legacyDrained }) {
             let entries = try await readLegacy(legacy, count: count)
@@ -253,7 +253,7 @@ package final class ShardedStreamDriver: StreamDriver {
             return 0
             """)
 
-    package func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
+    public func pending(idle: Duration, count: Int) async throws -> [StreamPendingEntry] {
         let commands = all.map { part in
             RedisCommand(
                 "XPENDING",
@@ -277,7 +277,7 @@ package final class ShardedStreamDriver: StreamDriver {
         return entries.sorted { $0.1 < $1.1 }.prefix(count).map(\.0)
     }
 
-    package func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
+    public func claim(_ ids: [String], idle: Duration) async throws -> [StreamDelivery] {
         var claimed: [StreamDelivery] = []
         for (index, local) in try byPart(ids) {
             claimed += try await all[index].claim(local, idle: idle).map {
@@ -287,11 +287,11 @@ package final class ShardedStreamDriver: StreamDriver {
         return claimed
     }
 
-    package func extendLease(_ ids: [String]) async throws {
+    public func extendLease(_ ids: [String]) async throws {
         for (index, local) in try byPart(ids) { try await all[index].extendLease(local) }
     }
 
-    package func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
+    public func settle(done: [String], failed: [(id: String, recorded: String)], appends: [StreamAppend]) async throws -> Int {
         var commands: [RedisCommand] = []
         for (index, local) in try byPart(done) {
             let part = all[index]
@@ -330,7 +330,7 @@ package final class ShardedStreamDriver: StreamDriver {
         }.count
     }
 
-    package func recordedErrors(_ ids: [String]) async throws -> [String?] {
+    public func recordedErrors(_ ids: [String]) async throws -> [String?] {
         var found: [String: String] = [:]
         for (index, local) in try byPart(ids) {
             let errors = try await all[index].recordedErrors(local)
@@ -339,14 +339,14 @@ package final class ShardedStreamDriver: StreamDriver {
         return ids.map { found[$0] ?? nil }
     }
 
-    package func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
+    public func deadLetter(_ id: String, deliveries: Int, error: String) async throws -> Int {
         let (part, local) = try part(of: id)
         return try await part.deadLetter(local, deliveries: deliveries, error: error)
     }
 
     /// The parts' figures summed (lengths, pending, lag, dead letters) and their oldest (pending, waiting), read in
     /// one pipeline per primary.
-    package func stats() async -> StreamStats? {
+    public func stats() async -> StreamStats? {
         let commands = all.map(\.statsCommands)
         guard let replies = try? await redis.pipeline(commands.flatMap { $0 }) else { return nil }
         var total = StreamStats(length: 0, pending: 0, lag: 0, deadLetters: 0)
@@ -372,16 +372,16 @@ package final class ShardedStreamDriver: StreamDriver {
 
 /// An entry of a sharded stream: the part (shard) it is in and its id there, written `<part>:<id>` (`7:1700000000000-0`;
 /// a colon is at home in a URL's path segment and a shell's argument).
-package struct ShardedEntryID: Sendable, Hashable, CustomStringConvertible {
-    package var part: Int
-    package var id: String
+public struct ShardedEntryID: Sendable, Hashable, CustomStringConvertible {
+    public var part: Int
+    public var id: String
 
-    package init(part: Int, id: String) {
+    public init(part: Int, id: String) {
         self.part = part
         self.id = id
     }
 
-    package init?(_ text: String) {
+    public init?(_ text: String) {
         guard let colon = text.firstIndex(of: ":"), let part = Int(text[..<colon]), part >= 0 else { return nil }
         let id = text[text.index(after: colon)...]
         guard !id.isEmpty else { return nil }
@@ -389,5 +389,5 @@ package struct ShardedEntryID: Sendable, Hashable, CustomStringConvertible {
         self.id = String(id)
     }
 
-    package var description: String { "\(part):\(id)" }
+    public var description: String { "\(part):\(id)" }
 }

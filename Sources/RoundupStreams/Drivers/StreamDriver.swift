@@ -1,7 +1,7 @@
 /// What the stream consumer needs from a stream with a consumer group, for one consumer of it: Redis in production
 /// (`RedisStreamDriver`), memory in tests (`MemoryStreamDriver`). Every call is about this driver's stream, group and
 /// consumer name.
-package protocol StreamDriver: Sendable {
+public protocol StreamDriver: Sendable {
     /// Makes sure the group exists and a connection to read on is open; called before reading and after any error.
     func prepare() async throws
     /// Drops the reading connection after an error; the next `prepare` opens another.

@@ -1,12 +1,12 @@
-package import RoundupCore
-package import RoundupRedis
+public import RoundupCore
+public import RoundupRedis
 
 /// What every writer of pending changes appends once the store has them: a background push for the account's
 /// devices (roundup-pusher coalesces them per device, and skips a device that holds an open change stream) and a
 /// `ChangeAnnouncement` that wakes the account's open change streams on every API process.
-package enum NewChanges {
+public enum NewChanges {
     /// `trace`: the context of the work that made the changes (tracing on), which the push and the announcement carry.
-    package static func appends(
+    public static func appends(
         account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys, trace: TraceHeaders? = nil
     ) -> [StreamAppend] {
         [
@@ -20,7 +20,7 @@ package enum NewChanges {
     }
 
     /// The same appends as one pipeline's commands.
-    package static func commands(account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys) -> [RedisCommand] {
+    public static func commands(account: String, reason: PushRequest.Reason, excludeDevice: String? = nil, keys: RedisKeys) -> [RedisCommand] {
         appends(account: account, reason: reason, excludeDevice: excludeDevice, keys: keys).map(\.command)
     }
 }

@@ -1,21 +1,21 @@
-package import RoundupCore
+public import RoundupCore
 
 /// A push roundup-pusher sends to an account's devices (all but the one whose sync caused it), on the push stream.
-package struct PushRequest: StreamMessage, Equatable {
-    package enum Field: String, CaseIterable, Sendable {
+public struct PushRequest: StreamMessage, Equatable {
+    public enum Field: String, CaseIterable, Sendable {
         case account, kind, reason
         case conflictIDs = "conflict_ids"
         case excludeDevice = "exclude_device"
     }
 
-    package enum Kind: String, Sendable, CaseIterable {
+    public enum Kind: String, Sendable, CaseIterable {
         /// A silent push: the app syncs (coalesced per device).
         case background
         /// A banner: a conflict to resolve, or a Trello token to renew.
         case alert
     }
 
-    package enum Reason: String, Sendable, CaseIterable {
+    public enum Reason: String, Sendable, CaseIterable {
         /// New changes from Trello (the worker).
         case changes
         /// Changes from another device's sync, import or a reconciliation.
@@ -29,17 +29,17 @@ package struct PushRequest: StreamMessage, Equatable {
     }
 
     /// The approximate bound writers keep the push stream to (`MAXLEN ~`).
-    package static let streamMaxLength = 100_000
+    public static let streamMaxLength = 100_000
 
-    package var account: String
-    package var kind: Kind
-    package var reason: Reason
-    package var conflictIDs: [Int64]
-    package var excludeDevice: String?
+    public var account: String
+    public var kind: Kind
+    public var reason: Reason
+    public var conflictIDs: [Int64]
+    public var excludeDevice: String?
     /// Where the changes it tells of were made, in a trace (tracing on): the pusher's span links to it.
-    package var trace: TraceHeaders?
+    public var trace: TraceHeaders?
 
-    package init(
+    public init(
         account: String, kind: Kind, reason: Reason, conflictIDs: [Int64] = [], excludeDevice: String? = nil, trace: TraceHeaders? = nil
     ) {
         self.account = account
@@ -50,12 +50,12 @@ package struct PushRequest: StreamMessage, Equatable {
         self.trace = trace
     }
 
-    package static func background(account: String, reason: Reason, excludeDevice: String? = nil, trace: TraceHeaders? = nil) -> PushRequest {
+    public static func background(account: String, reason: Reason, excludeDevice: String? = nil, trace: TraceHeaders? = nil) -> PushRequest {
         PushRequest(account: account, kind: .background, reason: reason, excludeDevice: excludeDevice, trace: trace)
     }
 
     /// An unknown kind reads as a background push; an unknown reason as `conflict` for an alert, `changes` otherwise.
-    package init?(fields: [String: [UInt8]]) {
+    public init?(fields: [String: [UInt8]]) {
         guard let account = fields.text(Field.account) else { return nil }
         let kind = fields.text(Field.kind).flatMap(Kind.init(rawValue:)) ?? .background
         self.init(
@@ -65,7 +65,7 @@ package struct PushRequest: StreamMessage, Equatable {
             excludeDevice: fields.text(Field.excludeDevice), trace: TraceHeaders(fields: fields))
     }
 
-    package var fields: [(name: String, value: [UInt8])] {
+    public var fields: [(name: String, value: [UInt8])] {
         var fields: [(name: String, value: [UInt8])] = []
         fields.append(Field.account, account)
         fields.append(Field.kind, kind.rawValue)
@@ -76,7 +76,7 @@ package struct PushRequest: StreamMessage, Equatable {
         return fields
     }
 
-    package static func == (a: PushRequest, b: PushRequest) -> Bool {
+    public static func == (a: PushRequest, b: PushRequest) -> Bool {
         a.account == b.account && a.kind == b.kind && a.reason == b.reason && a.conflictIDs == b.conflictIDs && a.excludeDevice == b.excludeDevice
             && a.trace == b.trace
     }

@@ -1,11 +1,11 @@
-package import RoundupCore
+public import RoundupCore
 
 /// A Trello webhook delivery as the ingress enqueues it on the webhook stream and the worker reads it.
 ///
 /// The ingress appends it from a Lua script on its hot path (`IngressScripts.enqueue`) with these field names
 /// (`Field`), in this order; everything else writes and reads it through this type.
-package struct WebhookEvent: StreamMessage, Equatable {
-    package enum Field: String, CaseIterable, Sendable {
+public struct WebhookEvent: StreamMessage, Equatable {
+    public enum Field: String, CaseIterable, Sendable {
         case account, action, type, model, received, body
         /// Set (`confirmed`) by the ingress on a delivery that did not come to the account's own callback URL
         /// (`WebhookCallback`): the worker reads every change it describes from Trello instead of trusting its payload.
@@ -15,28 +15,28 @@ package struct WebhookEvent: StreamMessage, Equatable {
     }
 
     /// The value of `confirm` when set.
-    package static let confirmed = "1"
+    public static let confirmed = "1"
 
     /// Every field an event may carry: what a dead letter's replay puts back on the stream.
-    package static let fieldNames = Field.allCases.map(\.rawValue)
+    public static let fieldNames = Field.allCases.map(\.rawValue)
 
-    package var account: String
+    public var account: String
     /// Trello's action id.
-    package var actionID: String?
+    public var actionID: String?
     /// Trello's action type (`updateCard`…).
-    package var type: String?
+    public var type: String?
     /// The id of the model (list or board) the webhook watches.
-    package var model: String?
+    public var model: String?
     /// When the ingress took it, in milliseconds since 1970.
-    package var receivedMilliseconds: Int?
+    public var receivedMilliseconds: Int?
     /// The delivery's JSON body as it came.
-    package var body: [UInt8]
+    public var body: [UInt8]
     /// Every change it describes must be read from Trello, its payload not trusted.
-    package var confirm: Bool
+    public var confirm: Bool
     /// Where it was enqueued in a trace (tracing on): the worker's batch links to it.
-    package var trace: TraceHeaders?
+    public var trace: TraceHeaders?
 
-    package init(
+    public init(
         account: String, actionID: String?, type: String?, model: String?, receivedMilliseconds: Int?, body: [UInt8], confirm: Bool = false,
         trace: TraceHeaders? = nil
     ) {
@@ -50,7 +50,7 @@ package struct WebhookEvent: StreamMessage, Equatable {
         self.trace = trace
     }
 
-    package init?(fields: [String: [UInt8]]) {
+    public init?(fields: [String: [UInt8]]) {
         guard let account = fields.text(Field.account), let body = fields[Field.body.rawValue] else { return nil }
         self.init(
             account: account, actionID: fields.text(Field.action), type: fields.text(Field.type), model: fields.text(Field.model),
@@ -58,7 +58,7 @@ package struct WebhookEvent: StreamMessage, Equatable {
             confirm: fields.text(Field.confirm) == Self.confirmed, trace: TraceHeaders(fields: fields))
     }
 
-    package var fields: [(name: String, value: [UInt8])] {
+    public var fields: [(name: String, value: [UInt8])] {
         var fields: [(name: String, value: [UInt8])] = []
         fields.append(Field.account, account)
         if let actionID { fields.append(Field.action, actionID) }
@@ -71,7 +71,7 @@ package struct WebhookEvent: StreamMessage, Equatable {
         return fields
     }
 
-    package static func == (a: WebhookEvent, b: WebhookEvent) -> Bool {
+    public static func == (a: WebhookEvent, b: WebhookEvent) -> Bool {
         a.account == b.account && a.actionID == b.actionID && a.type == b.type && a.model == b.model
             && a.receivedMilliseconds == b.receivedMilliseconds && a.body == b.body && a.confirm == b.confirm && a.trace == b.trace
     }
