@@ -76,7 +76,7 @@ import Testing
         let body = WebhookBodies.body(type: "createCard", actionID: "A-DL", cardID: "DL", listID: "L3", boardID: "B3")
         #expect(try await stack.postWebhook(path: try await stack.webhookPath(account: account), body: body, secret: Self.secret).status == .ok)
         let queue = DeadLetterQueue(redis: stack.redis, keys: stack.keys)
-        #expect(await TestSupport.eventually(timeout: .seconds(60)) { (try? await queue.count()) == 1 }, "\(stack.allLogs.suffix(2000))")
+        #expect(await TestSupport.eventually(timeout: .seconds(120)) { (try? await queue.count()) == 1 }, "\(stack.allLogs.suffix(2000))")
         let letter = try #require(try await queue.page(limit: 10).letters.first)
         #expect(letter.id.hasPrefix("\(WebhookShard(account: account).index):") && letter.account == account)
         stack.trello.failNextCardRequests(status: 500, count: 0)
