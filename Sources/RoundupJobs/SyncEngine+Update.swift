@@ -40,7 +40,8 @@ extension SyncEngine {
         ).plan()
         // The list the store has the card in: its record stays there until the webhook of a move says otherwise.
         let home = list.id
-        let conflictIDs = try await record(merge, item: item, card: card, cardID: cardID, home: home, list: there, readTime: readTime, state: &state)
+        let conflictIDs = try await carryOut(
+            merge, item: item, card: card, cardID: cardID, home: home, list: there, readTime: readTime, state: &state)
         var result = SyncItemResult(
             reminderID: item.reminderID, op: JobItemOp(item.op), status: conflictIDs.isEmpty ? .ok : .conflict, trelloCardID: cardID,
             conflictIDs: conflictIDs)
@@ -80,7 +81,7 @@ extension SyncEngine {
 
     /// Writes what `merge` decided: the app's values to Trello, then one store write with the stamps, the values that
     /// stand, Trello's values for the apps, conflicts and activity. Returns the conflicts' ids.
-    private func record(
+    private func carryOut(
         _ merge: FieldMerge.Plan, item: SyncItem, card: [String: JSONValue], cardID: String, home: String, list: SyncListRecord,
         readTime: Double, state: inout JobState
     ) async throws -> [Int64] {
